@@ -1,0 +1,302 @@
+"""The in-memory form of Chakra traces: one flat table per rank.
+
+A :class:`Trace` is one rank's graph. Protobuf is parsed once into parallel Python lists
+indexed by node *position* (0..n-1, file order): ids, types, names, durations, the
+attributes a simulator needs, and dependencies in CSR form (``data_ptr``/``data_idx``: the
+dependencies of node ``i`` are ``data_idx[data_ptr[i]:data_ptr[i+1]]``, as node positions).
+A simulator walks these lists without touching protobuf objects; tools that need everything
+else read the raw :class:`~etsim.chakra.schema.et_def_pb2.Node` messages in ``nodes``.
+
+Dependencies naming an id that is not in the file are kept out of the CSR arrays and listed
+in ``missing_data_deps``/``missing_ctrl_deps`` for validation to report.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from etsim.chakra.attributes import attribute_value, numeric_value
+from etsim.chakra.schema import et_def_pb2 as pb
+
+__all__ = [
+    "COLLECTIVE_NAMES",
+    "CollectiveType",
+    "NodeType",
+    "Trace",
+    "Workload",
+]
+
+
+class NodeType(enum.IntEnum):
+    """Chakra ``NodeType`` values."""
+
+    INVALID_NODE = 0
+    METADATA_NODE = 1
+    MEM_LOAD_NODE = 2
+    MEM_STORE_NODE = 3
+    COMP_NODE = 4
+    COMM_SEND_NODE = 5
+    COMM_RECV_NODE = 6
+    COMM_COLL_NODE = 7
+
+
+class CollectiveType(enum.IntEnum):
+    """Chakra ``CollectiveCommType`` values, stored in the ``comm_type`` attribute."""
+
+    ALL_REDUCE = 0
+    REDUCE = 1
+    ALL_GATHER = 2
+    GATHER = 3
+    SCATTER = 4
+    BROADCAST = 5
+    ALL_TO_ALL = 6
+    REDUCE_SCATTER = 7
+    REDUCE_SCATTER_BLOCK = 8
+    BARRIER = 9
+
+
+#: Lower-case names of collectives (``all_reduce`` …) by value, as used on the command line.
+COLLECTIVE_NAMES: dict[int, str] = {c.value: c.name.lower() for c in CollectiveType}
+
+# Attributes lifted into flat columns. Values read from any numeric member; a string where a
+# number belongs is recorded in `bad_attributes` for validation instead of raising here.
+_INT_COLUMNS = ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "comm_priority", "num_ops", "tensor_size")
+
+
+@dataclass(eq=False)
+class Trace:
+    """One rank's Chakra ET graph in flat form (see the module docstring).
+
+    Build one with :func:`Trace.from_nodes` or :func:`etsim.chakra.read_trace`.
+    """
+
+    metadata: pb.GlobalMetadata
+    """The GlobalMetadata message (version and attributes)."""
+    nodes: list[pb.Node]
+    """The raw protobuf nodes in file order (empty if loaded with ``keep_raw=False``)."""
+    path: Path | None = None
+    """Where the trace was read from, for messages."""
+    rank: int | None = None
+    """The rank this trace belongs to inside a workload."""
+
+    ids: list[int] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    types: list[int] = field(default_factory=list)
+    duration_micros: list[int] = field(default_factory=list)
+    data_ptr: list[int] = field(default_factory=lambda: [0])
+    data_idx: list[int] = field(default_factory=list)
+    ctrl_ptr: list[int] = field(default_factory=lambda: [0])
+    ctrl_idx: list[int] = field(default_factory=list)
+    is_cpu_op: list[bool | None] = field(default_factory=list)
+    comm_type: list[int | None] = field(default_factory=list)
+    comm_size: list[int | None] = field(default_factory=list)
+    comm_src: list[int | None] = field(default_factory=list)
+    comm_dst: list[int | None] = field(default_factory=list)
+    comm_tag: list[int | None] = field(default_factory=list)
+    comm_priority: list[int | None] = field(default_factory=list)
+    num_ops: list[int | None] = field(default_factory=list)
+    tensor_size: list[int | None] = field(default_factory=list)
+    pg_name: list[str | None] = field(default_factory=list)
+    index_of: dict[int, int] = field(default_factory=dict)
+    """Node id → position of its first definition."""
+    duplicate_ids: list[int] = field(default_factory=list)
+    """Ids defined more than once (positions after the first are still nodes)."""
+    missing_data_deps: list[tuple[int, int]] = field(default_factory=list)
+    """(node position, missing id) pairs."""
+    missing_ctrl_deps: list[tuple[int, int]] = field(default_factory=list)
+    bad_attributes: list[tuple[int, str, str]] = field(default_factory=list)
+    """(node position, attribute name, what is wrong) for attributes of the wrong kind."""
+    member_mismatches: list[tuple[int, str, str]] = field(default_factory=list)
+    """(node position, attribute name, member used) where the writer used an unexpected member."""
+
+    @classmethod
+    def from_nodes(
+        cls,
+        nodes: Iterable[pb.Node],
+        metadata: pb.GlobalMetadata | None = None,
+        *,
+        path: Path | None = None,
+        rank: int | None = None,
+        keep_raw: bool = True,
+    ) -> Trace:
+        """Build the flat form from protobuf nodes (parsed once; no per-node objects kept)."""
+        from etsim.chakra.attributes import EXPECTED_MEMBER
+
+        trace = cls(metadata=metadata if metadata is not None else pb.GlobalMetadata(), nodes=[], path=path, rank=rank)
+        raw: list[pb.Node] = []
+        ids = trace.ids
+        names = trace.names
+        types = trace.types
+        durs = trace.duration_micros
+        data_dep_ids: list[list[int]] = []
+        ctrl_dep_ids: list[list[int]] = []
+        columns = {name: getattr(trace, name) for name in _INT_COLUMNS}
+        is_cpu = trace.is_cpu_op
+        pg = trace.pg_name
+        bad = trace.bad_attributes
+        mismatch = trace.member_mismatches
+        index_of = trace.index_of
+        for pos, node in enumerate(nodes):
+            if keep_raw:
+                raw.append(node)
+            nid = node.id
+            if nid in index_of:
+                trace.duplicate_ids.append(nid)
+            else:
+                index_of[nid] = pos
+            ids.append(nid)
+            names.append(node.name)
+            types.append(node.type)
+            durs.append(node.duration_micros)
+            data_dep_ids.append(list(node.data_deps))
+            ctrl_dep_ids.append(list(node.ctrl_deps))
+            for col in columns.values():
+                col.append(None)
+            is_cpu.append(None)
+            pg.append(None)
+            seen: set[str] = set()
+            for attr in node.attr:
+                name = attr.name
+                if name in seen:  # FeederV3 takes the first attribute with a name
+                    continue
+                if name in columns:
+                    seen.add(name)
+                    value = numeric_value(attr)
+                    if value is None or isinstance(value, float) and value != int(value):
+                        bad.append((pos, name, f"expected an integer, found {attr.WhichOneof('value') or 'no value'}"))
+                        continue
+                    columns[name][pos] = int(value)
+                    member = attr.WhichOneof("value")
+                    if member != EXPECTED_MEMBER[name]:
+                        mismatch.append((pos, name, member or ""))
+                elif name == "is_cpu_op":
+                    seen.add(name)
+                    value = numeric_value(attr)
+                    if value is None:
+                        bad.append((pos, name, f"expected a bool, found {attr.WhichOneof('value') or 'no value'}"))
+                        continue
+                    is_cpu[pos] = bool(value)
+                elif name == "pg_name":
+                    seen.add(name)
+                    member = attr.WhichOneof("value")
+                    if member == "string_val":
+                        pg[pos] = attr.string_val
+                    elif numeric_value(attr) is not None:
+                        pg[pos] = str(int(numeric_value(attr) or 0))
+                        mismatch.append((pos, name, member or ""))
+                    else:
+                        bad.append((pos, name, f"expected a string, found {member or 'no value'}"))
+        trace.nodes = raw
+        trace._build_csr(data_dep_ids, ctrl_dep_ids)
+        return trace
+
+    def _build_csr(self, data_dep_ids: list[list[int]], ctrl_dep_ids: list[list[int]]) -> None:
+        index_of = self.index_of
+        for dep_lists, ptr, idx, missing in (
+            (data_dep_ids, self.data_ptr, self.data_idx, self.missing_data_deps),
+            (ctrl_dep_ids, self.ctrl_ptr, self.ctrl_idx, self.missing_ctrl_deps),
+        ):
+            for pos, deps in enumerate(dep_lists):
+                for dep in deps:
+                    target = index_of.get(dep)
+                    if target is None:
+                        missing.append((pos, dep))
+                    else:
+                        idx.append(target)
+                ptr.append(len(idx))
+
+    # -- convenience accessors (tools; the simulator reads the columns directly) --
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes."""
+        return len(self.ids)
+
+    def data_deps(self, pos: int) -> list[int]:
+        """Positions of the data dependencies of the node at *pos*."""
+        return self.data_idx[self.data_ptr[pos] : self.data_ptr[pos + 1]]
+
+    def ctrl_deps(self, pos: int) -> list[int]:
+        """Positions of the control dependencies of the node at *pos*."""
+        return self.ctrl_idx[self.ctrl_ptr[pos] : self.ctrl_ptr[pos + 1]]
+
+    def attributes(self, pos: int) -> dict[str, Any]:
+        """All attributes of the node at *pos* as a dict (first occurrence of a name wins)."""
+        if not self.nodes:
+            raise ValueError("trace was loaded with keep_raw=False; raw attributes are not available")
+        out: dict[str, Any] = {}
+        for attr in self.nodes[pos].attr:
+            out.setdefault(attr.name, attribute_value(attr))
+        return out
+
+    def describe(self, pos: int) -> str:
+        """``file rank R node ID (name)`` for messages."""
+        where = self.where()
+        name = f" ({self.names[pos]})" if self.names[pos] else ""
+        return f"{where}node {self.ids[pos]}{name}"
+
+    def where(self) -> str:
+        """``file, rank R: `` prefix for messages (empty parts omitted)."""
+        parts = []
+        if self.path is not None:
+            parts.append(str(self.path))
+        if self.rank is not None:
+            parts.append(f"rank {self.rank}")
+        return ", ".join(parts) + ": " if parts else ""
+
+    def successors(self, *, include_ctrl: bool = True) -> tuple[list[int], list[int]]:
+        """CSR of successors (``ptr``, ``idx``) over data (and optionally control) dependencies."""
+        n = len(self.ids)
+        counts = [0] * (n + 1)
+        sources: list[tuple[list[int], list[int]]] = [(self.data_ptr, self.data_idx)]
+        if include_ctrl:
+            sources.append((self.ctrl_ptr, self.ctrl_idx))
+        for _, idx in sources:
+            for dep in idx:
+                counts[dep + 1] += 1
+        ptr = [0] * (n + 1)
+        running = 0
+        for i in range(n):
+            running += counts[i + 1]
+            ptr[i + 1] = running
+        fill = ptr[:-1].copy()
+        out = [0] * running
+        for dep_ptr, idx in sources:
+            for child in range(n):
+                for k in range(dep_ptr[child], dep_ptr[child + 1]):
+                    parent = idx[k]
+                    out[fill[parent]] = child
+                    fill[parent] += 1
+        return ptr, out
+
+
+@dataclass(eq=False)
+class Workload:
+    """All ranks of a workload: ``traces[r]`` is rank ``r``."""
+
+    traces: list[Trace]
+    source: str = ""
+    """The spec the workload was loaded from (prefix, file or directory)."""
+
+    @property
+    def num_ranks(self) -> int:
+        """Number of ranks (files)."""
+        return len(self.traces)
+
+    def __iter__(self) -> Any:
+        return iter(self.traces)
+
+    def __getitem__(self, rank: int) -> Trace:
+        return self.traces[rank]
+
+    @property
+    def paths(self) -> Sequence[Path | None]:
+        """The file of each rank."""
+        return [t.path for t in self.traces]

@@ -1,0 +1,268 @@
+"""Reading and writing Chakra ET files and per-rank families.
+
+A ``.et`` file is ``frame(GlobalMetadata) frame(Node)*`` where a frame is an unsigned LEB128
+varint length followed by that many bytes of protobuf. There is no header or trailer. Files
+may be gzipped (detected by the magic bytes ``1f 8b``, whatever the name). A zero-length
+frame is a Node with every field at its default, not the end of the file.
+
+A *workload* is one file per rank, ``P.0.et … P.{n-1}.et``. :func:`resolve_family` accepts
+the prefix ``P``, the name ``P.et`` for the family, a directory holding exactly one family,
+or a single file (a one-rank workload).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from google.protobuf.message import DecodeError
+
+from etsim.chakra.graph import Trace, Workload
+from etsim.chakra.schema import et_def_pb2 as pb
+from etsim.errors import TraceError
+
+__all__ = [
+    "decode_varint",
+    "encode_varint",
+    "iter_frames",
+    "load_workload",
+    "read_bytes",
+    "read_trace",
+    "resolve_family",
+    "serialize_trace",
+    "write_trace",
+    "write_workload",
+]
+
+_GZIP_MAGIC = b"\x1f\x8b"
+# Frame lengths are varint32 (FeederV3 rejects more than 5 bytes).
+_MAX_VARINT_BYTES = 5
+
+
+def encode_varint(value: int) -> bytes:
+    """Unsigned LEB128 encoding of a non-negative integer."""
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def decode_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """Decode a varint32 frame length at *pos*; return ``(value, new_pos)``.
+
+    Raises:
+        ValueError: truncated or longer than 5 bytes.
+    """
+    result = 0
+    shift = 0
+    end = len(data)
+    for i in range(_MAX_VARINT_BYTES):
+        if pos + i >= end:
+            raise ValueError("truncated frame length")
+        byte = data[pos + i]
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos + i + 1
+        shift += 7
+    raise ValueError("frame length varint longer than 5 bytes")
+
+
+def read_bytes(path: str | os.PathLike[str]) -> bytes:
+    """The decompressed content of a trace file (gzip detected by magic bytes)."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except IsADirectoryError:
+        raise TraceError(f"{p}: is a directory, not a trace file") from None
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    if data[:2] == _GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise TraceError(f"{p}: corrupt gzip data: {exc}") from None
+    return data
+
+
+def iter_frames(data: bytes, path: str | os.PathLike[str] = "<bytes>") -> Iterator[memoryview]:
+    """Yield each frame's payload; a truncated frame raises :class:`TraceError`."""
+    view = memoryview(data)
+    pos = 0
+    end = len(data)
+    index = 0
+    while pos < end:
+        start = pos
+        try:
+            length, pos = decode_varint(view, pos)
+        except ValueError as exc:
+            raise TraceError(f"{path}: frame {index} at byte {start}: {exc}") from None
+        if pos + length > end:
+            raise TraceError(
+                f"{path}: frame {index} at byte {start} declares {length} bytes but only {end - pos} remain "
+                "(truncated file?)"
+            )
+        yield view[pos : pos + length]
+        pos += length
+        index += 1
+
+
+def read_trace(path: str | os.PathLike[str], *, rank: int | None = None, keep_raw: bool = True) -> Trace:
+    """Read one ``.et`` file (plain or gzipped) into a :class:`Trace`.
+
+    Args:
+        path: the file.
+        rank: the rank to record on the trace (for messages).
+        keep_raw: keep the protobuf nodes (needed to write the trace back or read arbitrary
+            attributes); ``False`` keeps only the flat columns and saves memory.
+
+    Raises:
+        TraceError: unreadable file, empty file, truncated frame or bytes that are not a
+            Chakra protobuf message, naming the file and the frame.
+    """
+    p = Path(path)
+    data = read_bytes(p)
+    if not data:
+        raise TraceError(f"{p}: empty file (a trace starts with a GlobalMetadata frame)")
+    frames = iter_frames(data, p)
+    metadata = pb.GlobalMetadata()
+    first = next(frames)
+    try:
+        metadata.ParseFromString(first)
+    except DecodeError as exc:
+        raise TraceError(f"{p}: frame 0 is not a GlobalMetadata message: {exc}") from None
+
+    def nodes() -> Iterator[pb.Node]:
+        for index, payload in enumerate(frames, start=1):
+            node = pb.Node()
+            try:
+                node.ParseFromString(payload)
+            except DecodeError as exc:
+                raise TraceError(f"{p}: frame {index} (node {index - 1}) is not a Node message: {exc}") from None
+            yield node
+
+    return Trace.from_nodes(nodes(), metadata, path=p, rank=rank, keep_raw=keep_raw)
+
+
+def serialize_trace(trace: Trace) -> bytes:
+    """The exact bytes Chakra's writers produce for *trace* (metadata frame, then nodes)."""
+    if not trace.nodes and trace.num_nodes:
+        raise TraceError(f"{trace.where()}cannot write a trace loaded with keep_raw=False")
+    parts: list[bytes] = []
+    for message in (trace.metadata, *trace.nodes):
+        payload = message.SerializeToString()
+        parts.append(encode_varint(len(payload)))
+        parts.append(payload)
+    return b"".join(parts)
+
+
+def write_trace(trace: Trace, path: str | os.PathLike[str]) -> Path:
+    """Write *trace* to *path*, byte-identical to Chakra's writers; gzip if the name ends ``.gz``."""
+    p = Path(path)
+    data = serialize_trace(trace)
+    if p.name.endswith(".gz"):
+        # mtime=0 keeps the output deterministic.
+        data = gzip.compress(data, mtime=0)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot write: {exc.strerror or exc}") from None
+    return p
+
+
+def write_workload(workload: Workload | list[Trace], prefix: str | os.PathLike[str]) -> list[Path]:
+    """Write rank ``r`` to ``PREFIX.r.et``; return the paths written."""
+    traces = workload.traces if isinstance(workload, Workload) else workload
+    return [write_trace(t, f"{os.fspath(prefix)}.{rank}.et") for rank, t in enumerate(traces)]
+
+
+_FAMILY_RE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?:\.gz)?$")
+
+
+def _families_in(directory: Path) -> dict[str, dict[int, Path]]:
+    families: dict[str, dict[int, Path]] = {}
+    for entry in sorted(directory.iterdir()):
+        m = _FAMILY_RE.match(entry.name)
+        if m and entry.is_file():
+            families.setdefault(m["prefix"], {})[int(m["rank"])] = entry
+    return families
+
+
+def _check_complete(prefix: str, ranks: dict[int, Path]) -> list[Path]:
+    n = max(ranks) + 1
+    missing = [r for r in range(n) if r not in ranks]
+    if missing:
+        found = ", ".join(str(r) for r in sorted(ranks))
+        raise TraceError(
+            f"workload {prefix!r}: ranks {', '.join(map(str, missing))} missing "
+            f"(found files for ranks {found}; expected {prefix}.0.et … {prefix}.{n - 1}.et)"
+        )
+    return [ranks[r] for r in range(n)]
+
+
+def resolve_family(spec: str | os.PathLike[str]) -> list[Path]:
+    """The per-rank files a workload spec names, rank 0 first.
+
+    Accepted forms: a prefix ``P`` (files ``P.0.et …``), ``P.et`` naming the family ``P``,
+    a directory holding exactly one family, or one existing file (a one-rank workload).
+
+    Raises:
+        TraceError: nothing found, a rank missing, or an ambiguous spec; the message lists
+            what was found.
+    """
+    raw = os.fspath(spec)
+    path = Path(raw)
+    if path.is_dir():
+        families = _families_in(path)
+        if len(families) == 1:
+            ((prefix, ranks),) = families.items()
+            return _check_complete(str(path / prefix), ranks)
+        if not families:
+            listing = ", ".join(sorted(e.name for e in path.iterdir())[:10]) or "nothing"
+            raise TraceError(f"{path}: directory holds no trace family (*.<rank>.et); found: {listing}")
+        raise TraceError(
+            f"{path}: directory holds {len(families)} trace families, name one of: "
+            + ", ".join(str(path / p) for p in sorted(families))
+        )
+    candidates: list[str] = [raw]
+    if raw.endswith(".et.gz"):
+        candidates.append(raw[: -len(".et.gz")])
+    elif raw.endswith(".et"):
+        candidates.append(raw[: -len(".et")])
+    for prefix in candidates:
+        directory = Path(prefix).parent
+        if not directory.is_dir():
+            continue
+        family = _families_in(directory).get(Path(prefix).name)
+        if family:
+            if path.is_file() and prefix != raw:
+                raise TraceError(
+                    f"{raw!r} is ambiguous: it is a file and also names the family {prefix}.0.et … "
+                    f"(give {prefix}.0.et's prefix {prefix!r} or rename one)"
+                )
+            return _check_complete(prefix, family)
+    if path.is_file():
+        return [path]
+    directory = path.parent if path.parent.is_dir() else None
+    near = []
+    if directory is not None:
+        stem = path.name.split(".")[0]
+        near = sorted(e.name for e in directory.iterdir() if e.name.startswith(stem))[:10]
+    hint = f"; similar names there: {', '.join(near)}" if near else ""
+    raise TraceError(f"workload {raw!r}: no such file, family ({raw}.0.et …) or directory{hint}")
+
+
+def load_workload(spec: str | os.PathLike[str], *, keep_raw: bool = True) -> Workload:
+    """Load every rank of a workload (see :func:`resolve_family` for the accepted specs)."""
+    paths = resolve_family(spec)
+    traces = [read_trace(p, rank=r, keep_raw=keep_raw) for r, p in enumerate(paths)]
+    return Workload(traces=traces, source=os.fspath(spec))

@@ -1,0 +1,290 @@
+"""Static validation of Chakra ET workloads.
+
+:func:`validate_workload` returns :class:`Issue` records, each an error (a simulator would
+hang, crash or compute a wrong answer) or a warning (legal but suspicious, or unreadable by
+some reference consumer). Every message names the file, rank and node and what is wrong.
+
+Per rank: duplicate ids, dependencies on missing ids (data and control), cycles (one cycle is
+printed), COMM nodes marked ``is_cpu_op``, SEND/RECV without src/dst/tag/size, collectives
+without or with an unknown ``comm_type``, negative or zero sizes, attributes of the wrong kind
+or written with a member older consumers misread. Across ranks: per (src, dst, tag) send and
+receive counts and sizes, peers outside the workload, and the sequence of collectives of every
+communicator group.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass
+
+from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Trace, Workload
+
+__all__ = ["Issue", "find_cycle", "topological_order", "validate_trace", "validate_workload"]
+
+_COMM_TYPES = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE)
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """One finding of the validator."""
+
+    severity: str
+    """``"error"`` or ``"warning"``."""
+    message: str
+    """Where (file, rank, node) and what is wrong."""
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.message}"
+
+
+def topological_order(trace: Trace, *, include_ctrl: bool = True) -> list[int]:
+    """Node positions in issue order: ready nodes smallest-id first (as ASTRA-sim issues them).
+
+    Nodes on or behind a cycle are left out; compare the length with ``trace.num_nodes``.
+    """
+    n = trace.num_nodes
+    succ_ptr, succ = trace.successors(include_ctrl=include_ctrl)
+    indeg = [trace.data_ptr[i + 1] - trace.data_ptr[i] for i in range(n)]
+    if include_ctrl:
+        for i in range(n):
+            indeg[i] += trace.ctrl_ptr[i + 1] - trace.ctrl_ptr[i]
+    ids = trace.ids
+    ready = [(ids[i], i) for i in range(n) if indeg[i] == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        order.append(i)
+        for k in range(succ_ptr[i], succ_ptr[i + 1]):
+            child = succ[k]
+            indeg[child] -= 1
+            if indeg[child] == 0:
+                heapq.heappush(ready, (ids[child], child))
+    return order
+
+
+def find_cycle(trace: Trace, *, include_ctrl: bool = True) -> list[int] | None:
+    """One dependency cycle as node positions (``[a, b, …]`` where each depends on the next), or None."""
+    n = trace.num_nodes
+    # Iterative DFS over dependency edges (child -> parent); colour 1 = on stack, 2 = done.
+    colour = [0] * n
+
+    def deps(i: int) -> list[int]:
+        d = trace.data_idx[trace.data_ptr[i] : trace.data_ptr[i + 1]]
+        if include_ctrl:
+            d = d + trace.ctrl_idx[trace.ctrl_ptr[i] : trace.ctrl_ptr[i + 1]]
+        return d
+
+    for root in range(n):
+        if colour[root]:
+            continue
+        stack: list[tuple[int, list[int], int]] = [(root, deps(root), 0)]
+        path = [root]
+        colour[root] = 1
+        while stack:
+            node, children, k = stack[-1]
+            if k < len(children):
+                stack[-1] = (node, children, k + 1)
+                child = children[k]
+                if colour[child] == 1:
+                    return path[path.index(child) :]
+                if colour[child] == 0:
+                    colour[child] = 1
+                    stack.append((child, deps(child), 0))
+                    path.append(child)
+            else:
+                colour[node] = 2
+                stack.pop()
+                path.pop()
+    return None
+
+
+def validate_trace(trace: Trace, num_ranks: int | None = None, *, ignore_ctrl_deps: bool = False) -> list[Issue]:
+    """Check one rank in isolation (and peers against *num_ranks* when known).
+
+    With *ignore_ctrl_deps* (as a simulation run with ``--ignore-ctrl-deps``), dangling control
+    dependencies are warnings and cycles are searched over data dependencies only.
+    """
+    issues: list[Issue] = []
+    where = trace.where()
+
+    def error(pos: int, text: str) -> None:
+        issues.append(Issue("error", f"{trace.describe(pos)}: {text}"))
+
+    def warning(pos: int, text: str) -> None:
+        issues.append(Issue("warning", f"{trace.describe(pos)}: {text}"))
+
+    if trace.num_nodes == 0:
+        issues.append(Issue("warning", f"{where}trace has no nodes"))
+    for nid in sorted(set(trace.duplicate_ids)):
+        issues.append(Issue("error", f"{where}node id {nid} is defined more than once"))
+    for pos, dep in trace.missing_data_deps:
+        error(pos, f"data dependency on node id {dep}, which is not in the file")
+    for pos, dep in trace.missing_ctrl_deps:
+        if ignore_ctrl_deps:
+            warning(pos, f"control dependency on node id {dep}, which is not in the file (ignored)")
+        else:
+            error(pos, f"control dependency on node id {dep}, which is not in the file (--ignore-ctrl-deps skips it)")
+    for pos, name, what in trace.bad_attributes:
+        error(pos, f"attribute {name!r}: {what}")
+    for pos, name, member in trace.member_mismatches:
+        warning(pos, f"attribute {name!r} is written as {member}; the mlcommons feeder reads only the expected member")
+
+    cycle = find_cycle(trace, include_ctrl=not ignore_ctrl_deps)
+    if cycle is not None:
+        chain = " -> ".join(str(trace.ids[p]) for p in [*cycle, cycle[0]])
+        issues.append(Issue("error", f"{where}dependency cycle (each node waits for the next): {chain}"))
+
+    for pos, node_type in enumerate(trace.types):
+        if node_type not in NodeType._value2member_map_:
+            error(pos, f"unknown node type {node_type}")
+            continue
+        if node_type not in _COMM_TYPES:
+            continue
+        if trace.is_cpu_op[pos]:
+            error(pos, "communication node is marked is_cpu_op=true (ASTRA-sim rejects it)")
+        size = trace.comm_size[pos]
+        if node_type == NodeType.COMM_COLL_NODE:
+            comm_type = trace.comm_type[pos]
+            if comm_type is None:
+                error(pos, "collective without a comm_type attribute")
+            elif comm_type not in COLLECTIVE_NAMES:
+                error(pos, f"unknown comm_type {comm_type} (valid: 0..{max(COLLECTIVE_NAMES)})")
+            if size is None:
+                error(pos, "collective without a comm_size attribute")
+            elif size < 0:
+                error(pos, f"negative comm_size {size}")
+            elif size == 0 and comm_type != CollectiveType.BARRIER:
+                warning(pos, "comm_size is 0; the collective completes at once")
+            continue
+        is_send = node_type == NodeType.COMM_SEND_NODE
+        peer_key, self_key = ("comm_dst", "comm_src") if is_send else ("comm_src", "comm_dst")
+        kind = "send" if is_send else "receive"
+        peer = getattr(trace, peer_key)[pos]
+        missing = [k for k, v in ((peer_key, peer), ("comm_tag", trace.comm_tag[pos]), ("comm_size", size)) if v is None]
+        if missing:
+            error(pos, f"{kind} without {', '.join(missing)}")
+        if size is not None and size < 0:
+            error(pos, f"negative comm_size {size}")
+        elif size == 0:
+            warning(pos, f"zero-byte {kind} (ASTRA-sim asserts size > 0)")
+        tag = trace.comm_tag[pos]
+        if tag is not None and tag < 0:
+            error(pos, f"negative comm_tag {tag}")
+        if peer is not None and num_ranks is not None and not 0 <= peer < num_ranks:
+            error(pos, f"{peer_key}={peer} is not a rank of this {num_ranks}-rank workload")
+        own = getattr(trace, self_key)[pos]
+        if own is not None and trace.rank is not None and own != trace.rank:
+            error(pos, f"{self_key}={own} on a {kind} of rank {trace.rank} (must be the rank itself)")
+        if peer is not None and trace.rank is not None and peer == trace.rank:
+            warning(pos, f"{kind} to itself")
+    return issues
+
+
+def validate_workload(workload: Workload, *, ignore_ctrl_deps: bool = False) -> list[Issue]:
+    """Check every rank and the cross-rank consistency of point-to-point and collective traffic."""
+    num_ranks = workload.num_ranks
+    issues: list[Issue] = []
+    for trace in workload.traces:
+        issues.extend(validate_trace(trace, num_ranks, ignore_ctrl_deps=ignore_ctrl_deps))
+    if num_ranks > 1:
+        issues.extend(_check_point_to_point(workload))
+        issues.extend(_check_collectives(workload))
+    return issues
+
+
+def _check_point_to_point(workload: Workload) -> list[Issue]:
+    # (src, dst, tag) -> list of (size, trace, pos) in issue order, for sends and for receives.
+    sends: dict[tuple[int, int, int], list[tuple[int, Trace, int]]] = defaultdict(list)
+    recvs: dict[tuple[int, int, int], list[tuple[int, Trace, int]]] = defaultdict(list)
+    for rank, trace in enumerate(workload.traces):
+        for pos in topological_order(trace):
+            node_type = trace.types[pos]
+            tag, size = trace.comm_tag[pos], trace.comm_size[pos]
+            if node_type == NodeType.COMM_SEND_NODE and trace.comm_dst[pos] is not None and tag is not None:
+                sends[(rank, trace.comm_dst[pos], tag)].append((size or 0, trace, pos))  # type: ignore[index]
+            elif node_type == NodeType.COMM_RECV_NODE and trace.comm_src[pos] is not None and tag is not None:
+                recvs[(trace.comm_src[pos], rank, tag)].append((size or 0, trace, pos))  # type: ignore[index]
+    issues: list[Issue] = []
+    for key in sorted(set(sends) | set(recvs)):
+        src, dst, tag = key
+        if not (0 <= src < workload.num_ranks and 0 <= dst < workload.num_ranks):
+            continue  # already reported as a peer outside the workload
+        s, r = sends.get(key, []), recvs.get(key, [])
+        if len(s) != len(r):
+            extra = s[len(r)] if len(s) > len(r) else r[len(s)]
+            issues.append(
+                Issue(
+                    "error",
+                    f"rank {src} -> rank {dst} tag {tag}: {len(s)} sends but {len(r)} receives; "
+                    f"first unmatched: {extra[1].describe(extra[2])}",
+                )
+            )
+        for (s_size, s_trace, s_pos), (r_size, r_trace, r_pos) in zip(s, r, strict=False):
+            if s_size != r_size:
+                issues.append(
+                    Issue(
+                        "error",
+                        f"size mismatch: {s_trace.describe(s_pos)} sends {s_size} bytes but the matching "
+                        f"{r_trace.describe(r_pos)} receives {r_size} bytes",
+                    )
+                )
+                break
+    return issues
+
+
+def _check_collectives(workload: Workload) -> list[Issue]:
+    # Group by pg_name; "" and "0" mean all ranks. Members of other groups are the ranks that use them.
+    sequences: dict[str, dict[int, list[tuple[int | None, int | None, int]]]] = defaultdict(dict)
+    for rank, trace in enumerate(workload.traces):
+        for pos in topological_order(trace):
+            if trace.types[pos] != NodeType.COMM_COLL_NODE:
+                continue
+            group = trace.pg_name[pos] or "0"
+            sequences[group].setdefault(rank, []).append((trace.comm_type[pos], trace.comm_size[pos], pos))
+    issues: list[Issue] = []
+    for group, per_rank in sorted(sequences.items()):
+        members = range(workload.num_ranks) if group == "0" else sorted(per_rank)
+        label = "all ranks" if group == "0" else f"group {group!r}"
+        ref_rank = min(per_rank)
+        ref = per_rank[ref_rank]
+        for rank in members:
+            seq = per_rank.get(rank, [])
+            trace = workload.traces[rank]
+            for k in range(max(len(ref), len(seq))):
+                if k >= len(seq):
+                    r_type, r_size, r_pos = ref[k]
+                    issues.append(
+                        Issue(
+                            "error",
+                            f"{trace.where()}issues {len(seq)} collectives on {label} but rank {ref_rank} issues "
+                            f"{len(ref)}; missing #{k} like {workload.traces[ref_rank].describe(r_pos)} "
+                            f"({_coll_label(r_type, r_size)})",
+                        )
+                    )
+                    break
+                if k >= len(ref):
+                    issues.append(
+                        Issue(
+                            "error",
+                            f"{trace.describe(seq[k][2])}: collective #{k} on {label} has no counterpart on rank "
+                            f"{ref_rank} (which issues {len(ref)})",
+                        )
+                    )
+                    break
+                if seq[k][:2] != ref[k][:2]:
+                    issues.append(
+                        Issue(
+                            "error",
+                            f"{trace.describe(seq[k][2])}: collective #{k} on {label} is "
+                            f"{_coll_label(*seq[k][:2])} but on rank {ref_rank} it is {_coll_label(*ref[k][:2])}",
+                        )
+                    )
+                    break
+    return issues
+
+
+def _coll_label(comm_type: int | None, size: int | None) -> str:
+    name = COLLECTIVE_NAMES.get(comm_type, f"comm_type {comm_type}") if comm_type is not None else "no comm_type"
+    return f"{name} of {size} bytes"

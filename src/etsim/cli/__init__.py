@@ -1,0 +1,49 @@
+"""The ``etsim`` command line.
+
+Each sub-command lives in a module of this package exposing ``register(subparsers)``; the
+registered handler receives the parsed arguments and returns an exit code. Errors of type
+:class:`~etsim.errors.EtsimError` are printed as one ``etsim: error: …`` line with exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from etsim.errors import EtsimError
+
+__all__ = ["build_parser", "main"]
+
+#: Sub-command modules, in the order they appear in ``etsim --help``.
+COMMAND_MODULES = ("trace", "workload", "topology")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser with every sub-command registered."""
+    parser = argparse.ArgumentParser(
+        prog="etsim",
+        description="Simulate distributed ML systems from Chakra execution traces.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"etsim.cli.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except EtsimError as exc:
+        print(f"etsim: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("etsim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,51 @@
+"""The one exception hierarchy of etsim.
+
+Every error etsim reports to a user is an :class:`EtsimError`; the command line prints its
+message and exits non-zero, never a traceback. Messages name the file, rank, node or key and
+say what is wrong.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "DeadlockError",
+    "EtsimError",
+    "RegistryError",
+    "SimulationError",
+    "TopologyError",
+    "TraceError",
+    "ValidationError",
+]
+
+
+class EtsimError(Exception):
+    """Base class of every error etsim raises on purpose."""
+
+
+class TraceError(EtsimError):
+    """A Chakra ET file or family cannot be read, written or resolved."""
+
+
+class ValidationError(TraceError):
+    """A trace is readable but violates the rules a simulator relies on."""
+
+
+class ConfigError(EtsimError):
+    """A configuration file, option or value is invalid."""
+
+
+class TopologyError(ConfigError):
+    """A topology description is invalid."""
+
+
+class RegistryError(ConfigError):
+    """A plug-in name cannot be resolved."""
+
+
+class SimulationError(EtsimError):
+    """A simulation was set up inconsistently or failed while running."""
+
+
+class DeadlockError(SimulationError):
+    """A simulation cannot progress; the message names the stuck ranks and nodes."""

@@ -1,0 +1,103 @@
+"""Name → class registries for etsim's plug-in points.
+
+One :class:`Registry` instance exists per pluggable kind (network models, collective
+algorithms, …). A name is resolved in this order:
+
+1. names registered in-process (built-ins register themselves with :meth:`Registry.register`);
+2. the entry-point group of the registry (loaded lazily, once; a name that clashes with an
+   existing one triggers a warning and the first registration wins);
+3. a ``package.module:Class`` path, imported on demand;
+4. otherwise :class:`~etsim.errors.RegistryError`, listing every available name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Callable
+from importlib import metadata
+from typing import Generic, TypeVar
+
+from etsim.errors import RegistryError
+
+__all__ = ["Registry"]
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """A registry of plug-in classes of one kind.
+
+    Args:
+        kind: what the registry holds, used in error messages ("network model").
+        group: the entry-point group scanned for third-party plug-ins.
+        base: plug-ins must be subclasses of this class.
+    """
+
+    def __init__(self, kind: str, group: str, base: type[T]) -> None:
+        self.kind = kind
+        self.group = group
+        self.base = base
+        self._items: dict[str, type[T]] = {}
+        self._entry_points_loaded = False
+
+    def register(self, name: str) -> Callable[[type[T]], type[T]]:
+        """Class decorator registering a built-in under *name*; a duplicate name raises."""
+
+        def decorate(cls: type[T]) -> type[T]:
+            if name in self._items and self._items[name] is not cls:
+                raise RegistryError(f"{self.kind} {name!r} is registered twice ({self._items[name]!r} and {cls!r})")
+            self._items[name] = cls
+            return cls
+
+        return decorate
+
+    def _load_entry_points(self) -> None:
+        if self._entry_points_loaded:
+            return
+        self._entry_points_loaded = True
+        for ep in metadata.entry_points(group=self.group):
+            if ep.name in self._items:
+                warnings.warn(
+                    f"entry point {ep.name!r} in group {self.group} clashes with an existing {self.kind}; ignored",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                continue
+            try:
+                cls = ep.load()
+            except Exception as exc:  # a broken third-party plug-in must not break etsim
+                warnings.warn(f"cannot load {self.kind} plug-in {ep.name!r}: {exc}", RuntimeWarning, stacklevel=3)
+                continue
+            self._items[ep.name] = self._check(ep.name, cls)
+
+    def _check(self, name: str, obj: object) -> type[T]:
+        if not (isinstance(obj, type) and issubclass(obj, self.base)):
+            raise RegistryError(f"{self.kind} {name!r} is {obj!r}, not a subclass of {self.base.__name__}")
+        return obj
+
+    def names(self) -> list[str]:
+        """All names available without an import path, sorted."""
+        self._load_entry_points()
+        return sorted(self._items)
+
+    def get(self, name: str) -> type[T]:
+        """Resolve *name* to a plug-in class; raise :class:`RegistryError` listing the choices."""
+        if name in self._items:
+            return self._items[name]
+        self._load_entry_points()
+        if name in self._items:
+            return self._items[name]
+        if ":" in name:
+            module_name, _, attr = name.partition(":")
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                raise RegistryError(f"cannot import module {module_name!r} for {self.kind} {name!r}: {exc}") from None
+            try:
+                obj = getattr(module, attr)
+            except AttributeError:
+                raise RegistryError(f"module {module_name!r} has no attribute {attr!r} ({self.kind} {name!r})") from None
+            return self._check(name, obj)
+        available = ", ".join(self.names()) or "(none)"
+        raise RegistryError(f"unknown {self.kind} {name!r}; available: {available}; or give a 'package.module:Class' path")
