@@ -97,7 +97,11 @@ class Registry(Generic[T]):
             try:
                 obj = getattr(module, attr)
             except AttributeError:
-                raise RegistryError(f"module {module_name!r} has no attribute {attr!r} ({self.kind} {name!r})") from None
+                raise RegistryError(
+                    f"module {module_name!r} has no attribute {attr!r} ({self.kind} {name!r})"
+                ) from None
             return self._check(name, obj)
         available = ", ".join(self.names()) or "(none)"
-        raise RegistryError(f"unknown {self.kind} {name!r}; available: {available}; or give a 'package.module:Class' path")
+        raise RegistryError(
+            f"unknown {self.kind} {name!r}; available: {available}; or give a 'package.module:Class' path"
+        )

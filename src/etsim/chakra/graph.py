@@ -166,7 +166,7 @@ class Trace:
                 if name in columns:
                     seen.add(name)
                     value = numeric_value(attr)
-                    if value is None or isinstance(value, float) and value != int(value):
+                    if value is None or (isinstance(value, float) and value != int(value)):
                         bad.append((pos, name, f"expected an integer, found {attr.WhichOneof('value') or 'no value'}"))
                         continue
                     columns[name][pos] = int(value)

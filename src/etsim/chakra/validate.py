@@ -162,7 +162,9 @@ def validate_trace(trace: Trace, num_ranks: int | None = None, *, ignore_ctrl_de
         peer_key, self_key = ("comm_dst", "comm_src") if is_send else ("comm_src", "comm_dst")
         kind = "send" if is_send else "receive"
         peer = getattr(trace, peer_key)[pos]
-        missing = [k for k, v in ((peer_key, peer), ("comm_tag", trace.comm_tag[pos]), ("comm_size", size)) if v is None]
+        missing = [
+            k for k, v in ((peer_key, peer), ("comm_tag", trace.comm_tag[pos]), ("comm_size", size)) if v is None
+        ]
         if missing:
             error(pos, f"{kind} without {', '.join(missing)}")
         if size is not None and size < 0:

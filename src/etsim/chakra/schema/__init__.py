@@ -1,0 +1,1 @@
+"""The Chakra protobuf schema (``et_def.proto``) and its generated module."""

@@ -1,0 +1,161 @@
+"""Reading, byte-exact writing and family resolution."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from etsim.chakra import (
+    CollectiveType,
+    NodeType,
+    TraceBuilder,
+    load_workload,
+    read_trace,
+    resolve_family,
+    serialize_trace,
+    write_trace,
+    write_workload,
+)
+from etsim.chakra.io import encode_varint, read_bytes
+from etsim.chakra.schema import et_def_pb2 as pb
+from etsim.errors import TraceError
+
+
+def corpus_files(corpus: Path) -> list[Path]:
+    return sorted((corpus / "chakra").rglob("*.et"))
+
+
+def test_corpus_round_trip_is_byte_exact(corpus: Path, tmp_path: Path) -> None:
+    files = corpus_files(corpus)
+    assert len(files) >= 60
+    for path in files:
+        trace = read_trace(path)
+        out = write_trace(trace, tmp_path / path.name)
+        assert out.read_bytes() == read_bytes(path), path
+
+
+def test_pytorch_trace_loads_flat(corpus: Path) -> None:
+    trace = read_trace(corpus / "chakra" / "pytorch_trace" / "chakra.0.et")
+    assert trace.num_nodes == 3664
+    assert len(trace.ids) == len(trace.types) == len(trace.comm_size) == len(trace.data_ptr) - 1
+    colls = [i for i, t in enumerate(trace.types) if t == NodeType.COMM_COLL_NODE]
+    sizes = sorted(trace.comm_size[i] for i in colls if trace.comm_type[i] == CollectiveType.ALL_REDUCE)
+    assert sizes == [8196000, 9724160, 26255360, 26550272, 31502336]
+    # CSR dependencies point at positions of existing nodes.
+    assert all(0 <= d < trace.num_nodes for d in trace.data_idx)
+    assert trace.missing_ctrl_deps  # the converter removed some ctrl parents; we keep note of them
+    lean = read_trace(corpus / "chakra" / "pytorch_trace" / "chakra.0.et", keep_raw=False)
+    assert lean.nodes == [] and lean.comm_size == trace.comm_size
+    with pytest.raises(TraceError, match="keep_raw=False"):
+        serialize_trace(lean)
+
+
+def test_raw_attributes_any_numeric_member(tmp_path: Path) -> None:
+    node = pb.Node(id=5, name="x", type=pb.COMM_COLL_NODE)
+    node.attr.add(name="comm_size").uint64_val = 4096  # wrong member for the old feeder
+    node.attr.add(name="comm_type").int32_val = 2
+    node.attr.add(name="is_cpu_op").int64_val = 0
+    node.attr.add(name="extra").string_list.values.extend(["a", "b"])
+    from etsim.chakra import Trace
+
+    trace = Trace.from_nodes([node])
+    assert trace.comm_size == [4096] and trace.comm_type == [2] and trace.is_cpu_op == [False]
+    assert trace.attributes(0)["extra"] == ["a", "b"]
+    assert {(name, member) for _, name, member in trace.member_mismatches} == {
+        ("comm_size", "uint64_val"),
+        ("comm_type", "int32_val"),
+    }
+
+
+def test_gzip_detected_by_magic(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.comp(duration_micros=3)
+    plain = write_trace(b.build(), tmp_path / "t.et")
+    (tmp_path / "z.et").write_bytes(gzip.compress(plain.read_bytes()))
+    assert read_trace(tmp_path / "z.et").duration_micros == [3]
+    gz = write_trace(b.build(), tmp_path / "w.et.gz")
+    assert gz.read_bytes()[:2] == b"\x1f\x8b"
+    assert read_trace(gz).duration_micros == [3]
+
+
+def test_zero_length_frame_is_a_node_not_eof(tmp_path: Path) -> None:
+    meta = pb.GlobalMetadata(version="1.0.0").SerializeToString()
+    later = pb.Node(id=7, type=pb.COMP_NODE).SerializeToString()
+    data = encode_varint(len(meta)) + meta + b"\x00" + encode_varint(len(later)) + later
+    path = tmp_path / "z.et"
+    path.write_bytes(data)
+    trace = read_trace(path)
+    assert trace.ids == [0, 7] and trace.types == [0, 4]
+    assert serialize_trace(trace) == data
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "empty file"),
+        (b"\x05\x0a\x03ab", "truncated"),
+        (b"\xff\xff\xff\xff\xff\xff", "longer than 5 bytes"),
+        (b"\x03\x0a\x01a" + b"\x03\xff\xff\xff", "frame 1"),
+        (b"\x1f\x8b\x08\x00garbage-garbage", "corrupt gzip"),
+        (b"\x03\x08\x80", "frame 0"),
+    ],
+)
+def test_bad_files_raise_trace_error(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "bad.et"
+    path.write_bytes(content)
+    with pytest.raises(TraceError, match=message) as info:
+        read_trace(path)
+    assert str(path) in str(info.value)
+
+
+def _family(tmp_path: Path, prefix: str, ranks: list[int]) -> None:
+    for r in ranks:
+        b = TraceBuilder()
+        b.comp(duration_micros=r)
+        write_trace(b.build(), tmp_path / f"{prefix}.{r}.et")
+
+
+def test_family_forms(tmp_path: Path) -> None:
+    _family(tmp_path, "wl", [0, 1, 2])
+    expected = [tmp_path / f"wl.{r}.et" for r in range(3)]
+    assert resolve_family(tmp_path / "wl") == expected
+    assert resolve_family(f"{tmp_path}/wl.et") == expected
+    assert resolve_family(tmp_path) == expected
+    assert resolve_family(tmp_path / "wl.1.et") == [tmp_path / "wl.1.et"]
+    workload = load_workload(tmp_path / "wl")
+    assert workload.num_ranks == 3
+    assert [t.duration_micros[0] for t in workload] == [0, 1, 2]
+    assert [t.rank for t in workload] == [0, 1, 2]
+
+
+def test_family_errors(tmp_path: Path) -> None:
+    _family(tmp_path, "a", [0, 2])
+    with pytest.raises(TraceError, match=r"ranks 1 missing \(found files for ranks 0, 2"):
+        resolve_family(tmp_path / "a")
+    _family(tmp_path, "b", [0])
+    with pytest.raises(TraceError, match="2 trace families") as info:
+        resolve_family(tmp_path)
+    assert "a" in str(info.value) and "b" in str(info.value)
+    with pytest.raises(TraceError, match="no such file, family"):
+        resolve_family(tmp_path / "nothing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TraceError, match="holds no trace family"):
+        resolve_family(tmp_path / "empty")
+    # A file that also names a family is ambiguous.
+    _family(tmp_path / "amb", "c", [0, 1])
+    write_trace(TraceBuilder().build(), tmp_path / "amb" / "c.et")
+    with pytest.raises(TraceError, match="ambiguous"):
+        resolve_family(tmp_path / "amb" / "c.et")
+
+
+def test_write_workload_and_reload(tmp_path: Path) -> None:
+    traces = []
+    for r in range(2):
+        b = TraceBuilder()
+        b.send(dst=1 - r, size=8, tag=1)
+        traces.append(b.build(rank=r))
+    paths = write_workload(traces, tmp_path / "sub" / "p")
+    assert [p.name for p in paths] == ["p.0.et", "p.1.et"]
+    assert load_workload(tmp_path / "sub" / "p").traces[1].comm_dst == [0]

@@ -1,0 +1,159 @@
+"""Each class of problem the validator must catch, built with the library's own writer."""
+
+from __future__ import annotations
+
+from etsim.chakra import CollectiveType, NodeType, TraceBuilder, Workload, validate_workload
+from etsim.chakra.graph import Trace
+from etsim.chakra.schema import et_def_pb2 as pb
+
+
+def workload(*builders: TraceBuilder) -> Workload:
+    return Workload([b.build(rank=r) for r, b in enumerate(builders)])
+
+
+def errors(wl: Workload, **kw: bool) -> list[str]:
+    return [i.message for i in validate_workload(wl, **kw) if i.severity == "error"]
+
+
+def warnings(wl: Workload) -> list[str]:
+    return [i.message for i in validate_workload(wl) if i.severity == "warning"]
+
+
+def test_clean_workload_has_no_issues() -> None:
+    a, b = TraceBuilder(), TraceBuilder()
+    c = a.comp(duration_micros=1)
+    a.send(dst=1, size=64, tag=3, deps=[c])
+    b.recv(src=0, size=64, tag=3)
+    a.collective(CollectiveType.ALL_REDUCE, 128)
+    b.collective(CollectiveType.ALL_REDUCE, 128)
+    assert validate_workload(workload(a, b)) == []
+
+
+def test_duplicate_ids() -> None:
+    nodes = [pb.Node(id=4, type=pb.COMP_NODE), pb.Node(id=4, type=pb.COMP_NODE)]
+    wl = Workload([Trace.from_nodes(nodes, rank=0)])
+    assert any("node id 4 is defined more than once" in m for m in errors(wl))
+
+
+def test_missing_data_and_ctrl_deps() -> None:
+    b = TraceBuilder()
+    b.comp(deps=[99])
+    b.node(NodeType.COMP_NODE, "c", ctrl_deps=[98])
+    msgs = errors(workload(b))
+    assert any("rank 0: node 0" in m and "data dependency on node id 99" in m for m in msgs)
+    assert any("node 1 (c)" in m and "control dependency on node id 98" in m for m in msgs)
+    # With --ignore-ctrl-deps the dangling control dependency is only a warning.
+    assert not any("98" in m for m in errors(workload(b), ignore_ctrl_deps=True))
+
+
+def test_cycle_is_printed() -> None:
+    nodes = [
+        pb.Node(id=1, type=pb.COMP_NODE, data_deps=[3]),
+        pb.Node(id=2, type=pb.COMP_NODE, data_deps=[1]),
+        pb.Node(id=3, type=pb.COMP_NODE, data_deps=[2]),
+        pb.Node(id=4, type=pb.COMP_NODE),
+    ]
+    msgs = errors(Workload([Trace.from_nodes(nodes, rank=0)]))
+    cycle = [m for m in msgs if "dependency cycle" in m]
+    assert len(cycle) == 1
+    chain = cycle[0].split(": ")[-1].split(" -> ")
+    assert sorted(chain[:-1]) == ["1", "2", "3"] and chain[0] == chain[-1]
+
+
+def test_comm_node_marked_cpu_op() -> None:
+    b = TraceBuilder()
+    b.collective(CollectiveType.ALL_REDUCE, 8, is_cpu_op=True)
+    assert any("is_cpu_op=true" in m for m in errors(workload(b)))
+
+
+def test_send_recv_missing_fields_and_own_rank() -> None:
+    b = TraceBuilder()
+    b.node(NodeType.COMM_SEND_NODE, "s", attrs={"is_cpu_op": False, "comm_size": 4})
+    b.node(NodeType.COMM_RECV_NODE, "r", attrs={"is_cpu_op": False, "comm_src": 0, "comm_tag": 1})
+    b.send(dst=0, size=4, tag=0, comm_src=5)
+    msgs = errors(workload(b))
+    assert any("node 0 (s): send without comm_dst, comm_tag" in m for m in msgs)
+    assert any("node 1 (r): receive without comm_size" in m for m in msgs)
+    assert any("comm_src=5 on a send of rank 0" in m for m in msgs)
+
+
+def test_unknown_comm_type_and_missing_size() -> None:
+    b = TraceBuilder()
+    b.collective(42, 8)
+    b.node(NodeType.COMM_COLL_NODE, "x", attrs={"is_cpu_op": False})
+    msgs = errors(workload(b))
+    assert any("unknown comm_type 42" in m for m in msgs)
+    assert any("node 1 (x): collective without a comm_type" in m for m in msgs)
+    assert any("node 1 (x): collective without a comm_size" in m for m in msgs)
+
+
+def test_non_positive_sizes_and_tags() -> None:
+    a, b = TraceBuilder(), TraceBuilder()
+    a.send(dst=1, size=-5, tag=-1)
+    b.recv(src=0, size=-5, tag=-1)
+    a.collective(CollectiveType.ALL_GATHER, 0)
+    b.collective(CollectiveType.ALL_GATHER, 0)
+    wl = workload(a, b)
+    msgs = errors(wl)
+    assert any("negative comm_size -5" in m for m in msgs)
+    assert any("negative comm_tag -1" in m for m in msgs)
+    assert any("comm_size is 0" in m for m in warnings(wl))
+
+
+def test_peer_outside_workload() -> None:
+    a, b = TraceBuilder(), TraceBuilder()
+    a.send(dst=7, size=1, tag=0)
+    assert any("comm_dst=7 is not a rank of this 2-rank workload" in m for m in errors(workload(a, b)))
+
+
+def test_send_recv_counts_and_sizes_across_ranks() -> None:
+    a, b = TraceBuilder(), TraceBuilder()
+    a.send(dst=1, size=10, tag=0)
+    a.send(dst=1, size=10, tag=0)
+    b.recv(src=0, size=10, tag=0)
+    a.send(dst=1, size=10, tag=5)
+    b.recv(src=0, size=12, tag=5)
+    msgs = errors(workload(a, b))
+    assert any("rank 0 -> rank 1 tag 0: 2 sends but 1 receives; first unmatched: rank 0: node 1" in m for m in msgs)
+    assert any("sends 10 bytes but the matching rank 1: node 1" in m and "receives 12 bytes" in m for m in msgs)
+
+
+def test_collective_sequences_differ_between_ranks() -> None:
+    a, b, c = TraceBuilder(), TraceBuilder(), TraceBuilder()
+    for t in (a, b, c):
+        t.collective(CollectiveType.ALL_REDUCE, 100)
+    a.collective(CollectiveType.ALL_GATHER, 10)
+    b.collective(CollectiveType.REDUCE_SCATTER, 10)
+    msgs = errors(workload(a, b, c))
+    assert any("rank 1: node 1" in m and "collective #1 on all ranks is reduce_scatter of 10 bytes" in m for m in msgs)
+    assert any("rank 2: issues 1 collectives on all ranks but rank 0 issues 2" in m for m in msgs)
+
+
+def test_groups_are_checked_separately() -> None:
+    ranks = [TraceBuilder() for _ in range(4)]
+    for r, t in enumerate(ranks):
+        t.collective(CollectiveType.ALL_REDUCE, 64 if r < 2 else 32, pg_name="1" if r < 2 else "2")
+    assert errors(workload(*ranks)) == []
+    ranks[3].collective(CollectiveType.ALL_REDUCE, 8, pg_name="2")
+    assert any("group '2'" in m for m in errors(workload(*ranks)))
+
+
+def test_wrong_member_is_a_warning_string_is_an_error() -> None:
+    node = pb.Node(id=1, type=pb.COMM_COLL_NODE)
+    node.attr.add(name="is_cpu_op").bool_val = False
+    node.attr.add(name="comm_type").int64_val = 0
+    node.attr.add(name="comm_size").uint64_val = 64
+    other = pb.Node(id=2, type=pb.COMP_NODE)
+    other.attr.add(name="num_ops").string_val = "many"
+    wl = Workload([Trace.from_nodes([node, other], rank=0)])
+    assert any("'comm_size' is written as uint64_val" in m for m in warnings(wl))
+    assert any("node 2: attribute 'num_ops': expected an integer, found string_val" in m for m in errors(wl))
+
+
+def test_corpus_generator_send_samples_are_not_runnable(corpus) -> None:  # type: ignore[no-untyped-def]
+    from etsim.chakra import load_workload
+
+    wl = load_workload(corpus / "chakra" / "generator_npus4" / "one_comm_send_node")
+    msgs = errors(wl)
+    assert len(msgs) == 4 and all("send without comm_dst, comm_tag, comm_size" in m for m in msgs)
+    assert errors(load_workload(corpus / "chakra" / "generator_npus4" / "ALL_REDUCE")) == []

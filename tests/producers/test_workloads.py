@@ -1,0 +1,35 @@
+"""Generated workloads are valid and have the structure they promise."""
+
+from __future__ import annotations
+
+from etsim.chakra import CollectiveType, NodeType, Workload, validate_workload
+from etsim.producers import collective_workload, data_parallel_workload, ring_sendrecv_workload
+
+
+def test_every_collective_type_generates_valid_workloads() -> None:
+    for ctype in CollectiveType:
+        traces = collective_workload(ctype, 4096, 8, count=2)
+        assert len(traces) == 8
+        assert validate_workload(Workload(traces)) == []
+        assert traces[5].comm_type == [ctype.value, ctype.value] and traces[5].data_deps(1) == [0]
+
+
+def test_sendrecv_is_matched_ring() -> None:
+    traces = ring_sendrecv_workload(1000, 4)
+    assert validate_workload(Workload(traces)) == []
+    assert traces[0].comm_dst[0] == 1 and traces[0].comm_src[1] == 3 and traces[2].comm_size == [1000, 1000]
+
+
+def test_data_parallel_overlaps_allreduce_with_backward() -> None:
+    (trace,) = data_parallel_workload(1, layers=3, grad_bytes=2048, fwd_micros=10, bwd_micros=20, iterations=2)
+    assert validate_workload(Workload([trace])) == []
+    pos = {name: i for i, name in enumerate(trace.names)}
+    ar2 = pos["it0_allreduce_l2"]
+    assert trace.types[ar2] == NodeType.COMM_COLL_NODE and trace.comm_size[ar2] == 2048
+    # The all-reduce of layer 2 depends only on its weight gradient; layer 1's backward does not wait for it.
+    assert trace.data_deps(ar2) == [pos["it0_wg_l2"]]
+    assert trace.data_deps(pos["it0_ig_l2"]) == [pos["it0_wg_l2"]]
+    assert ar2 not in trace.data_deps(pos["it0_wg_l1"])
+    # The next iteration's forward of a layer waits for that layer's reduced gradient.
+    assert pos["it0_allreduce_l1"] in trace.data_deps(pos["it1_fwd_l1"])
+    assert sum(t == NodeType.COMM_COLL_NODE for t in trace.types) == 6
