@@ -1,0 +1,228 @@
+"""The :class:`NetworkModel` plug-in point, its option schema and the model registry."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import simpy
+
+from etsim.errors import ConfigError, SimulationError
+from etsim.network.routing import Router, make_router
+from etsim.network.topology import Topology
+from etsim.registry import Registry
+
+__all__ = [
+    "NETWORK_MODELS",
+    "LinkStats",
+    "NetworkModel",
+    "build_model",
+    "option",
+    "parse_bool_option",
+    "parse_int_option",
+    "parse_str_option",
+    "succeed_at",
+]
+
+
+def option(default: Any, help: str, parse: Callable[..., Any] | None = None) -> Any:
+    """Declare a model option: a dataclass field with a default, help text and optional parser.
+
+    Args:
+        default: the default value (already in internal units).
+        help: one line shown in documentation and error messages.
+        parse: ``parse(value, key=...)`` converting a configuration value (e.g. a unit string) into
+            the internal value; raises :class:`~etsim.errors.ConfigError`.
+    """
+    return field(default=default, metadata={"help": help, "parse": parse})
+
+
+def parse_str_option(value: object, *, key: str) -> str:
+    """Option parser: a string."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    return value
+
+
+def parse_bool_option(value: object, *, key: str) -> bool:
+    """Option parser: true or false."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    return value
+
+
+def parse_int_option(value: object, *, key: str) -> int:
+    """Option parser: an integer."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class LinkStats:
+    """Traffic carried by one directed link during a run.
+
+    Attributes:
+        link: link id (index into :attr:`Topology.links`).
+        src: node the link leaves.
+        dst: node the link enters.
+        bandwidth: bytes per ns.
+        latency: ns.
+        bytes: bytes carried.
+        busy: ns spent serialising.
+        messages: messages carried (a packetised message counts once).
+    """
+
+    link: int
+    src: int | str
+    dst: int | str
+    bandwidth: float
+    latency: float
+    bytes: float
+    busy: float
+    messages: int
+
+
+def succeed_at(env: simpy.Environment, event: simpy.Event, delay: float, value: Any = None) -> None:
+    """Trigger *event* successfully *delay* ns from now, with one scheduled engine event.
+
+    This is what :class:`simpy.Timeout` does internally, applied to an event created earlier (the one
+    :meth:`NetworkModel.transfer` already returned).
+    """
+    if event.triggered:
+        raise SimulationError(f"{event!r} has already been triggered")
+    event._ok = True
+    event._value = value
+    env.schedule(event, simpy.events.NORMAL, delay)
+
+
+class NetworkModel:
+    """Base class of network models: given ``transfer(src, dst, size)``, deliver messages.
+
+    Contract for subclasses and guarantees to callers:
+
+    - Constructed as ``Model(env, topology, **options)`` with a :class:`simpy.Environment`, a
+      :class:`~etsim.network.topology.Topology` and the model's options; unknown option keys raise
+      :class:`~etsim.errors.ConfigError` listing the valid ones. Each model declares its options as a
+      frozen dataclass ``Options`` (subclassing ``NetworkModel.Options``) whose fields are made with
+      :func:`option` (default, help text, parser).
+    - ``transfer(src, dst, size) -> simpy.Event`` never blocks the caller; it returns an event that
+      succeeds (value ``None``) when the last byte has been delivered at NPU ``dst``. ``size`` is in
+      bytes (``>= 0``), ``src`` and ``dst`` are live NPU ranks.
+    - The sender's link is busy only while serialising the message (``size / bandwidth``); the link
+      latency is added after the link is released, so back-to-back messages over one link of latency L
+      and bandwidth B arrive at ``L + S/B`` and ``L + 2S/B``.
+    - Zero-byte messages are legal and cost latency only; ``src == dst`` is legal and is delivered
+      immediately (0 ns).
+    - Deterministic: the same topology, options (including ``seed``) and call sequence give the same
+      delivery times.
+    - Optional hooks: :meth:`setup` (called once before the run) and :meth:`link_stats` (per directed
+      link: bytes carried, busy time, messages) for reporting.
+    - Routes come from :attr:`router` (option ``router``), cached per ``(src, dst)``; :meth:`route`
+      returns them as link ids.
+
+    Args:
+        env: the SimPy environment messages are scheduled in.
+        topology: the network.
+        **options: values for the fields of the model's ``Options``.
+    """
+
+    #: Registry name of the model (informational; the registry key is what selects it).
+    name: ClassVar[str] = ""
+
+    @dataclass(frozen=True, kw_only=True)
+    class Options:
+        """Options every model accepts."""
+
+        router: str = option(
+            "default", "routing: 'default' (dimension order), 'shortest' or 'package.module:Class'", parse_str_option
+        )
+        seed: int = option(
+            0, "seed for models with random choices (the built-in ones are deterministic)", parse_int_option
+        )
+
+    def __init__(self, env: simpy.Environment, topology: Topology, **options: Any) -> None:
+        self.env = env
+        self.topology = topology
+        self.options = self.parse_options(options)
+        self.router: Router = make_router(self.options.router, topology)
+
+    @classmethod
+    def option_help(cls) -> dict[str, str]:
+        """Option name → help text, for documentation and ``--help``."""
+        return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls.Options)}
+
+    @classmethod
+    def parse_options(cls, options: Mapping[str, Any], *, key: str = "network") -> Any:
+        """Validate *options* (configuration values) into an instance of ``cls.Options``.
+
+        Args:
+            options: option name → value as written in a configuration file.
+            key: prefix for error messages (``network.packet_size: …``).
+
+        Raises:
+            ConfigError: an unknown option (the message lists the valid ones) or a bad value.
+        """
+        fields = {f.name: f for f in dataclasses.fields(cls.Options)}
+        values: dict[str, Any] = {}
+        for name, value in options.items():
+            f = fields.get(name)
+            if f is None:
+                valid = ", ".join(sorted(fields)) or "(none)"
+                raise ConfigError(f"{key}.{name}: unknown option of network model {cls.__name__}; valid: {valid}")
+            parse = f.metadata.get("parse")
+            if value is None and f.default is None:
+                values[name] = None
+            elif parse is not None:
+                values[name] = parse(value, key=f"{key}.{name}")
+            else:
+                values[name] = value
+        return cls.Options(**values)
+
+    def route(self, src: int, dst: int) -> list[int]:
+        """Link ids from *src* to *dst* (cached)."""
+        return self.router.lookup(src, dst)
+
+    def transfer(self, src: int, dst: int, size: float) -> simpy.Event:
+        """Send *size* bytes from NPU *src* to NPU *dst*; return an event that succeeds on delivery."""
+        raise NotImplementedError
+
+    def setup(self) -> None:
+        """Hook called once after construction and before the simulation runs (default: nothing)."""
+
+    def link_stats(self) -> list[LinkStats]:
+        """Per directed link traffic so far (default: none recorded)."""
+        return []
+
+    def _bad_size(self, size: object) -> SimulationError:
+        return SimulationError(f"transfer size must be a number of bytes >= 0, got {size!r}")
+
+
+#: The network-model registry: built-ins, the ``etsim.network_models`` entry points, ``module:Class``.
+NETWORK_MODELS: Registry[NetworkModel] = Registry("network model", "etsim.network_models", NetworkModel)
+
+
+def build_model(
+    env: simpy.Environment,
+    topology: Topology,
+    name: str = "analytical",
+    options: Mapping[str, Any] | None = None,
+) -> NetworkModel:
+    """Resolve the model *name* in :data:`NETWORK_MODELS`, construct it and call its :meth:`~NetworkModel.setup`.
+
+    Args:
+        env: the SimPy environment.
+        topology: the network.
+        name: a registered name (``analytical``, ``link``, ``ideal``, an entry point) or ``module:Class``.
+        options: the model's options as written in configuration (unit strings allowed).
+
+    Raises:
+        RegistryError: unknown name (the message lists the available ones).
+        ConfigError: unknown or invalid option.
+    """
+    cls = NETWORK_MODELS.get(name)
+    model = cls(env, topology, **dict(options or {}))
+    model.setup()
+    return model

@@ -1,0 +1,116 @@
+"""``analytical``: congestion-unaware delivery after ``Σ latency + size / min bandwidth``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import simpy
+
+from etsim.network.model import NETWORK_MODELS, LinkStats, NetworkModel, option, parse_bool_option
+from etsim.network.topology import Topology
+
+__all__ = ["AnalyticalNetwork"]
+
+
+@NETWORK_MODELS.register("analytical")
+class AnalyticalNetwork(NetworkModel):
+    """Congestion-unaware model: no link state, any number of messages share no bandwidth.
+
+    A message of ``size`` bytes from ``src`` to ``dst`` is delivered ``Σ_hops latency + size / B_min``
+    after it is sent, where the sum runs over the links of the route and ``B_min`` is the bottleneck
+    (smallest) bandwidth on it. On a homogeneous route this is ``hops·L + size/B``. Exactly one SimPy
+    event per message; the route's (latency, bandwidth) pair is cached per ``(src, dst)``.
+
+    With ``astra_compat: true`` the delay is truncated to an integer number of ns and, on a
+    multi-dimensional topology, the whole message is charged to the *first dimension in which src and
+    dst differ* (``floor(h·L_d + size/B_d)`` with that dimension's hop count h), as ASTRA-sim's
+    congestion-unaware back end does.
+
+    :meth:`link_stats` attributes each message's bytes to every link of its route; busy time is
+    bytes / bandwidth (what the link would need, as the model ignores contention).
+
+    Args:
+        env: the SimPy environment.
+        topology: the network.
+        **options: ``astra_compat`` plus the base options (``router``, ``seed``).
+    """
+
+    name = "analytical"
+
+    @dataclass(frozen=True, kw_only=True)
+    class Options(NetworkModel.Options):
+        """Options of the analytical model."""
+
+        astra_compat: bool = option(
+            False, "truncate to integer ns and charge the first differing dimension (ASTRA-sim)", parse_bool_option
+        )
+
+    def __init__(self, env: simpy.Environment, topology: Topology, **options: Any) -> None:
+        super().__init__(env, topology, **options)
+        # (src, dst) -> [latency ns, bandwidth B/ns, bytes sent, messages]
+        self._pairs: dict[tuple[int, int], list[Any]] = {}
+        self._compat = self.options.astra_compat
+
+    def _entry(self, src: int, dst: int) -> list[Any]:
+        route = self.router.lookup(src, dst)
+        topo = self.topology
+        if not route:
+            entry: list[Any] = [0.0, math.inf, 0, 0]
+        elif self._compat and topo.regular:
+            cs, cd = topo.coords(src), topo.coords(dst)
+            d = next(i for i, (a, b) in enumerate(zip(cs, cd, strict=True)) if a != b)
+            dim = topo.dims[d]
+            n, dist = dim.npus, (cd[d] - cs[d]) % dim.npus
+            hops = {
+                "ring": min(dist, n - dist),
+                "uni_ring": dist,
+                "line": abs(cd[d] - cs[d]),
+                "fully_connected": 1,
+                "switch": 2,
+            }[dim.kind]
+            entry = [hops * dim.latency, dim.bandwidth, 0, 0]
+        else:
+            entry = [
+                sum(topo.latencies[link] for link in route),
+                min(topo.bandwidths[link] for link in route),
+                0,
+                0,
+            ]
+        self._pairs[src, dst] = entry
+        return entry
+
+    def delay(self, src: int, dst: int, size: float) -> float:
+        """Delivery delay in ns of a message sent now (without sending it)."""
+        entry = self._pairs.get((src, dst)) or self._entry(src, dst)
+        value = entry[0] + size / entry[1]
+        return math.floor(value) if self._compat else value
+
+    def transfer(self, src: int, dst: int, size: float) -> simpy.Event:
+        """Deliver after ``Σ latency + size / B_min`` (one SimPy timeout)."""
+        try:
+            entry = self._pairs[src, dst]
+        except KeyError:
+            entry = self._entry(src, dst)
+        if not size >= 0:
+            raise self._bad_size(size)
+        entry[2] += size
+        entry[3] += 1
+        if self._compat:
+            return self.env.timeout(math.floor(entry[0] + size / entry[1]))
+        return self.env.timeout(entry[0] + size / entry[1])
+
+    def link_stats(self) -> list[LinkStats]:
+        """Bytes and messages per link, summed over the routes of all messages sent so far."""
+        topo = self.topology
+        nbytes = [0.0] * len(topo.links)
+        msgs = [0] * len(topo.links)
+        for (src, dst), entry in self._pairs.items():
+            for link in self.router.lookup(src, dst):
+                nbytes[link] += entry[2]
+                msgs[link] += entry[3]
+        return [
+            LinkStats(i, u, v, bw, lat, nbytes[i], nbytes[i] / bw, msgs[i])
+            for i, ((u, v), bw, lat) in enumerate(zip(topo.links, topo.bandwidths, topo.latencies, strict=True))
+        ]

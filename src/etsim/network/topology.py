@@ -1,0 +1,537 @@
+"""Topologies: a ``networkx.DiGraph`` of NPUs and switches, built by plain functions.
+
+Node ids:
+
+- NPUs are the integers ``0 .. npus-1`` (their rank).
+- Switches are strings ``"s0"``, ``"s1"``, … numbered in creation order. In a multi-dimensional
+  topology, dimension ``d`` contributes one switch per group of NPUs that differ only in coordinate
+  ``d``; the switch node carries the attributes ``dim`` (d) and ``base`` (the group's rank with
+  coordinate d = 0). In a ``graph`` topology the switch names are the ones written in the file.
+
+Every directed edge ``u → v`` is one link (one direction of a cable) with the attributes
+``bandwidth`` (bytes per ns), ``latency`` (ns) and ``id`` (its index in :attr:`Topology.links`);
+edges of regular topologies also carry ``dim``. A bidirectional cable is two links, each with the
+full bandwidth (full duplex).
+
+Regular topologies (ring, uni_ring, fully_connected, switch, mesh, torus, hypercube and products of
+them) are all *products of one-dimensional dimensions* (:class:`Dim`): rank
+``x0 + n0·x1 + n0·n1·x2 + …`` with dimension 0 varying fastest, as in ASTRA-sim. A mesh is a
+product of ``line`` dimensions, a torus a product of ``ring`` dimensions and a hypercube of
+``2^k`` NPUs a product of k two-NPU lines. This keeps routing (dimension order) and the closed-form
+metrics in one place.
+
+Treat a :class:`Topology` as immutable once built: its flat link arrays are derived from the graph.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from etsim.errors import ConfigError, TopologyError
+from etsim.units import parse_bandwidth, parse_time
+
+__all__ = [
+    "DIM_KINDS",
+    "Dim",
+    "Node",
+    "Topology",
+    "fully_connected",
+    "graph",
+    "hypercube",
+    "mesh",
+    "product",
+    "ring",
+    "switch",
+    "torus",
+    "uni_ring",
+    "with_failures",
+]
+
+#: A node id: an NPU rank (int) or a switch name (str).
+Node = int | str
+
+#: Kinds a dimension of a regular topology can have.
+DIM_KINDS = ("ring", "uni_ring", "line", "fully_connected", "switch")
+
+
+def _bandwidth(value: float | str, key: str) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not value > 0 or not math.isfinite(value):
+            raise TopologyError(f"{key}: bandwidth {value!r} must be positive and finite (bytes per ns)")
+        return float(value)
+    try:
+        return parse_bandwidth(value, key=key)
+    except ConfigError as exc:
+        raise TopologyError(str(exc)) from None
+
+
+def _latency(value: float | str, key: str) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not value >= 0 or not math.isfinite(value):
+            raise TopologyError(f"{key}: latency {value!r} must be >= 0 and finite (ns)")
+        return float(value)
+    try:
+        return parse_time(value, key=key)
+    except ConfigError as exc:
+        raise TopologyError(str(exc)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Dim:
+    """One dimension of a regular topology.
+
+    Attributes:
+        kind: one of :data:`DIM_KINDS`.
+        npus: NPUs along this dimension (>= 2).
+        bandwidth: per link and direction, bytes per ns.
+        latency: per link, ns.
+    """
+
+    kind: str
+    npus: int
+    bandwidth: float
+    latency: float
+
+    def __post_init__(self) -> None:
+        if self.kind not in DIM_KINDS:
+            raise TopologyError(f"unknown dimension kind {self.kind!r}; expected one of {', '.join(DIM_KINDS)}")
+        if isinstance(self.npus, bool) or not isinstance(self.npus, int) or self.npus < 2:
+            raise TopologyError(f"a {self.kind} dimension needs an integer npus >= 2, got {self.npus!r}")
+
+    @property
+    def diameter(self) -> int:
+        """Largest hop count between two NPUs of this dimension."""
+        n = self.npus
+        return {"ring": n // 2, "uni_ring": n - 1, "line": n - 1, "fully_connected": 1, "switch": 2}[self.kind]
+
+    @property
+    def bisection(self) -> float:
+        """Bandwidth (bytes per ns, one direction) across the cut halving this dimension by rank."""
+        n, b = self.npus, self.bandwidth
+        half = n // 2
+        if self.kind == "ring":
+            return b if n == 2 else 2 * b
+        if self.kind in ("uni_ring", "line"):
+            return b
+        if self.kind == "fully_connected":
+            return half * (n - half) * b
+        return half * b  # switch: the smaller half's NPU→switch links
+
+
+class Topology:
+    """A network: NPUs, switches and directed links, plus flat per-link arrays for the models.
+
+    Args:
+        graph: the directed graph (see the module docstring for node and edge attributes).
+        npus: number of NPU ranks (ids ``0 .. npus-1``; failed NPUs keep their id but are not in the graph).
+        kind: the builder that made it ("ring", "product", "graph", …).
+        dims: the dimensions of a regular topology; empty for ``graph``.
+        name: a short name (the file stem when loaded from YAML).
+        source: the file it was loaded from, if any.
+        failed_npus: ranks removed from the graph.
+        failed_links: directed links removed from the graph.
+
+    Attributes:
+        links: ``links[i] = (u, v)``, the directed link with id ``i``.
+        link_ids: ``(u, v) → i``.
+        bandwidths: ``bandwidths[i]``, bytes per ns of link ``i``.
+        latencies: ``latencies[i]``, ns of link ``i``.
+        switches: switch node ids, in creation order.
+        strides: ``strides[d]`` = product of the NPU counts of dimensions ``0 .. d-1``.
+    """
+
+    def __init__(
+        self,
+        graph: nx.DiGraph,
+        npus: int,
+        *,
+        kind: str,
+        dims: Sequence[Dim] = (),
+        name: str | None = None,
+        source: str | Path | None = None,
+        failed_npus: Iterable[int] = (),
+        failed_links: Iterable[tuple[Node, Node]] = (),
+    ) -> None:
+        self.graph = graph
+        self.npus = npus
+        self.kind = kind
+        self.dims = tuple(dims)
+        self.name = name or kind
+        self.source = str(source) if source is not None else None
+        self.failed_npus = frozenset(failed_npus)
+        self.failed_links = tuple(failed_links)
+        self.switches: list[str] = [n for n in graph.nodes if not isinstance(n, int)]
+        self.links: list[tuple[Node, Node]] = list(graph.edges())
+        self.link_ids: dict[tuple[Node, Node], int] = {e: i for i, e in enumerate(self.links)}
+        self.bandwidths: list[float] = []
+        self.latencies: list[float] = []
+        for i, (u, v) in enumerate(self.links):
+            attrs = graph.edges[u, v]
+            attrs["id"] = i
+            self.bandwidths.append(float(attrs["bandwidth"]))
+            self.latencies.append(float(attrs["latency"]))
+        strides = []
+        stride = 1
+        for dim in self.dims:
+            strides.append(stride)
+            stride *= dim.npus
+        self.strides: tuple[int, ...] = tuple(strides)
+        self._dim_switch: dict[tuple[int, int], str] = {
+            (attrs["dim"], attrs["base"]): node
+            for node, attrs in graph.nodes(data=True)
+            if not isinstance(node, int) and "dim" in attrs
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"Topology(name={self.name!r}, kind={self.kind!r}, npus={self.npus}, "
+            f"switches={len(self.switches)}, links={len(self.links)})"
+        )
+
+    @property
+    def regular(self) -> bool:
+        """True for an intact product of dimensions (closed forms and dimension-order routing apply)."""
+        return bool(self.dims) and not self.failed_npus and not self.failed_links
+
+    @property
+    def live_npus(self) -> list[int]:
+        """NPU ranks present in the graph (all of them unless some failed)."""
+        return [r for r in range(self.npus) if r not in self.failed_npus]
+
+    def coords(self, rank: int) -> tuple[int, ...]:
+        """Coordinates of *rank* in a multi-dimensional topology (dimension 0 first)."""
+        return tuple((rank // s) % d.npus for s, d in zip(self.strides, self.dims, strict=True))
+
+    def rank(self, coords: Sequence[int]) -> int:
+        """Rank of the NPU at *coords* (inverse of :meth:`coords`)."""
+        return sum(c * s for c, s in zip(coords, self.strides, strict=True))
+
+    def dim_switch(self, dim: int, base: int) -> str:
+        """The switch of dimension *dim* serving the group whose coordinate *dim* is 0 at rank *base*."""
+        return self._dim_switch[dim, base]
+
+    def check_npu(self, rank: object, what: str = "NPU") -> None:
+        """Raise :class:`TopologyError` unless *rank* is a live NPU of this topology."""
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.npus:
+            raise TopologyError(f"{self.name}: {what} {rank!r} is not an NPU rank 0..{self.npus - 1}")
+        if rank in self.failed_npus:
+            raise TopologyError(f"{self.name}: {what} {rank} has failed")
+
+    def diameter(self) -> int:
+        """Largest shortest-path hop count between two live NPUs (closed form when regular)."""
+        if self.regular:
+            return sum(d.diameter for d in self.dims)
+        live = self.live_npus
+        live_set = set(live)
+        best = 0
+        for src in live:
+            lengths = nx.single_source_shortest_path_length(self.graph, src)
+            best = max(best, max(h for node, h in lengths.items() if node in live_set))
+        return best
+
+    def bisection_bandwidth(self) -> tuple[float, str]:
+        """Bisection bandwidth in bytes per ns (one direction) and how it was obtained.
+
+        Regular topologies use the closed form: the minimum over dimensions d of
+        ``(npus / n_d) · bisection(d)``, i.e. the cut halving one dimension (exact for rings, tori,
+        meshes, hypercubes, switches and fully-connected graphs). Other topologies (``graph``, or any
+        with failures) use an approximation: the minimum cut (maximum flow) from the NPUs with the
+        lower half of the ranks to those with the upper half, switches free to fall on either side.
+        That is the bandwidth between those two halves, an upper bound of the true bisection.
+
+        Returns:
+            ``(bandwidth, method)`` with method ``"closed form"`` or ``"min cut between rank halves"``.
+        """
+        if self.regular:
+            total = self.npus
+            return min(total // d.npus * d.bisection for d in self.dims), "closed form"
+        live = self.live_npus
+        half = len(live) // 2
+        if half == 0:
+            return 0.0, "min cut between rank halves"
+        flow = nx.DiGraph()
+        flow.add_edges_from((u, v, {"capacity": b}) for (u, v), b in zip(self.links, self.bandwidths, strict=True))
+        source, sink = ("cut", "A"), ("cut", "B")
+        flow.add_edges_from((source, r) for r in live[:half])
+        flow.add_edges_from((r, sink) for r in live[half:])
+        return float(nx.maximum_flow_value(flow, source, sink)), "min cut between rank halves"
+
+
+# --------------------------------------------------------------------------------------------------
+# builders
+
+
+def product(
+    dims: Sequence[Dim],
+    *,
+    kind: str = "product",
+    name: str | None = None,
+) -> Topology:
+    """Build the Cartesian product of one-dimensional dimensions (dimension 0 varies fastest).
+
+    Args:
+        dims: the dimensions, first (fastest) first.
+        kind: recorded as :attr:`Topology.kind` (builders of single-kind topologies pass theirs).
+        name: topology name; defaults to *kind*.
+
+    Returns:
+        The topology; each NPU group along dimension d is connected as that dimension's kind.
+    """
+    if not dims:
+        raise TopologyError("a product topology needs at least one dimension")
+    npus = math.prod(d.npus for d in dims)
+    g = nx.DiGraph()
+    g.add_nodes_from(range(npus), kind="npu")
+    stride = 1
+    nswitch = 0
+    for d, dim in enumerate(dims):
+        n = dim.npus
+        attrs = {"bandwidth": dim.bandwidth, "latency": dim.latency, "dim": d}
+        block = stride * n
+        for base in range(npus):
+            if (base // stride) % n:
+                continue
+            members = [base + i * stride for i in range(n)]
+            if dim.kind in ("ring", "line", "uni_ring"):
+                last = n if (dim.kind != "line" and n > 2) else n - 1
+                for i in range(last):
+                    u, v = members[i], members[(i + 1) % n]
+                    g.add_edge(u, v, **attrs)
+                    if dim.kind != "uni_ring":
+                        g.add_edge(v, u, **attrs)
+                if dim.kind == "uni_ring" and n == 2:
+                    g.add_edge(members[1], members[0], **attrs)
+            elif dim.kind == "fully_connected":
+                for u in members:
+                    for v in members:
+                        if u != v:
+                            g.add_edge(u, v, **attrs)
+            else:  # switch
+                sw = f"s{nswitch}"
+                nswitch += 1
+                g.add_node(sw, kind="switch", dim=d, base=base)
+                for u in members:
+                    g.add_edge(u, sw, **attrs)
+                    g.add_edge(sw, u, **attrs)
+        stride = block
+    return Topology(g, npus, kind=kind, dims=dims, name=name)
+
+
+def ring(
+    npus: int, bandwidth: float | str, latency: float | str, *, bidirectional: bool = True, name: str | None = None
+) -> Topology:
+    """A ring of *npus* NPUs; bidirectional (two links per neighbour pair) unless told otherwise.
+
+    Args:
+        npus: number of NPUs (>= 2).
+        bandwidth: per link and direction, bytes per ns or a unit string ("50 GB/s").
+        latency: per link, ns or a unit string ("500 ns").
+        bidirectional: False builds :func:`uni_ring` (links ``i → i+1`` only).
+        name: topology name.
+    """
+    kind = "ring" if bidirectional else "uni_ring"
+    dim = Dim(kind, npus, _bandwidth(bandwidth, "bandwidth"), _latency(latency, "latency"))
+    return product([dim], kind=kind, name=name)
+
+
+def uni_ring(npus: int, bandwidth: float | str, latency: float | str, *, name: str | None = None) -> Topology:
+    """A unidirectional ring: links ``i → (i+1) mod npus`` only (see :func:`ring` for arguments)."""
+    return ring(npus, bandwidth, latency, bidirectional=False, name=name)
+
+
+def fully_connected(npus: int, bandwidth: float | str, latency: float | str, *, name: str | None = None) -> Topology:
+    """A dedicated link for every ordered pair of NPUs (see :func:`ring` for arguments)."""
+    dim = Dim("fully_connected", npus, _bandwidth(bandwidth, "bandwidth"), _latency(latency, "latency"))
+    return product([dim], kind="fully_connected", name=name)
+
+
+def switch(npus: int, bandwidth: float | str, latency: float | str, *, name: str | None = None) -> Topology:
+    """A star: every NPU has one link to and one from switch ``"s0"`` (see :func:`ring` for arguments)."""
+    dim = Dim("switch", npus, _bandwidth(bandwidth, "bandwidth"), _latency(latency, "latency"))
+    return product([dim], kind="switch", name=name)
+
+
+def _shape(shape: Sequence[int], kind: str) -> list[int]:
+    if isinstance(shape, str | bytes) or not isinstance(shape, Sequence) or not shape:
+        raise TopologyError(f"shape: a {kind} needs a list of sizes such as [4, 4], got {shape!r}")
+    for i, n in enumerate(shape):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+            raise TopologyError(f"shape[{i}]: each {kind} size must be an integer >= 2, got {n!r}")
+    return list(shape)
+
+
+def mesh(shape: Sequence[int], bandwidth: float | str, latency: float | str, *, name: str | None = None) -> Topology:
+    """A 1-, 2- or 3-D mesh (no wrap-around), e.g. ``mesh([8, 8], "50 GB/s", "500 ns")``."""
+    bw, lat = _bandwidth(bandwidth, "bandwidth"), _latency(latency, "latency")
+    return product([Dim("line", n, bw, lat) for n in _shape(shape, "mesh")], kind="mesh", name=name)
+
+
+def torus(shape: Sequence[int], bandwidth: float | str, latency: float | str, *, name: str | None = None) -> Topology:
+    """A 1-, 2- or 3-D torus (bidirectional rings in every dimension), e.g. ``torus([4, 4, 4], …)``."""
+    bw, lat = _bandwidth(bandwidth, "bandwidth"), _latency(latency, "latency")
+    return product([Dim("ring", n, bw, lat) for n in _shape(shape, "torus")], kind="torus", name=name)
+
+
+def hypercube(npus: int, bandwidth: float | str, latency: float | str, *, name: str | None = None) -> Topology:
+    """A hypercube of ``npus = 2^k`` NPUs: ranks differing in one bit are linked (both directions)."""
+    if isinstance(npus, bool) or not isinstance(npus, int) or npus < 2 or npus & (npus - 1):
+        raise TopologyError(f"npus: a hypercube needs a power of two >= 2, got {npus!r}")
+    bw, lat = _bandwidth(bandwidth, "bandwidth"), _latency(latency, "latency")
+    k = npus.bit_length() - 1
+    return product([Dim("line", 2, bw, lat) for _ in range(k)], kind="hypercube", name=name)
+
+
+def graph(
+    npus: int,
+    links: Iterable[Mapping[str, Any]],
+    *,
+    switches: int | Sequence[str] = 0,
+    bandwidth: float | str | None = None,
+    latency: float | str | None = None,
+    name: str | None = None,
+) -> Topology:
+    """An explicit graph: NPUs ``0..npus-1``, named switches and a list of links.
+
+    Args:
+        npus: number of NPUs.
+        links: mappings with ``src``, ``dst`` (an NPU rank or a switch name) and optionally
+            ``bandwidth``, ``latency`` (default: the arguments below) and ``bidirectional``
+            (default True: two links, one per direction, each with the full bandwidth).
+        switches: a count (names ``s0 .. s{k-1}``) or a list of switch names.
+        bandwidth: default bandwidth of links that give none.
+        latency: default latency of links that give none.
+        name: topology name.
+
+    Raises:
+        TopologyError: a link to a missing node, a duplicate link, a bad unit, or a graph in which
+            some NPU cannot reach another.
+    """
+    if isinstance(npus, bool) or not isinstance(npus, int) or npus < 1:
+        raise TopologyError(f"npus: a graph needs an integer npus >= 1, got {npus!r}")
+    if isinstance(switches, int) and not isinstance(switches, bool):
+        if switches < 0:
+            raise TopologyError(f"switches: expected a count >= 0 or a list of names, got {switches!r}")
+        names = [f"s{i}" for i in range(switches)]
+    elif isinstance(switches, Sequence) and not isinstance(switches, str) and all(isinstance(s, str) for s in switches):
+        names = list(switches)
+        if len(set(names)) != len(names):
+            raise TopologyError(f"switches: duplicate switch names in {names!r}")
+    else:
+        raise TopologyError(f"switches: expected a count or a list of names, got {switches!r}")
+    g = nx.DiGraph()
+    g.add_nodes_from(range(npus), kind="npu")
+    g.add_nodes_from(names, kind="switch")
+    switch_set = set(names)
+
+    def node(value: object, key: str) -> Node:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if 0 <= value < npus:
+                return value
+            raise TopologyError(f"{key}: no NPU {value} (npus: {npus}, ranks 0..{npus - 1})")
+        if isinstance(value, str) and value in switch_set:
+            return value
+        known = ", ".join(names) or "none declared"
+        raise TopologyError(f"{key}: no node {value!r} (NPUs are 0..{npus - 1}; switches: {known})")
+
+    for i, link in enumerate(links):
+        where = f"links[{i}]"
+        if not isinstance(link, Mapping):
+            raise TopologyError(f"{where}: expected a mapping with src, dst, bandwidth, latency; got {link!r}")
+        unknown = set(link) - {"src", "dst", "bandwidth", "latency", "bidirectional"}
+        if unknown:
+            raise TopologyError(
+                f"{where}: unknown key {sorted(unknown)[0]!r}; expected src, dst, bandwidth, latency, bidirectional"
+            )
+        for required in ("src", "dst"):
+            if required not in link:
+                raise TopologyError(f"{where}.{required}: missing")
+        u, v = node(link["src"], f"{where}.src"), node(link["dst"], f"{where}.dst")
+        if u == v:
+            raise TopologyError(f"{where}: a link from {u!r} to itself")
+        bw_value = link.get("bandwidth", bandwidth)
+        lat_value = link.get("latency", latency)
+        if bw_value is None:
+            raise TopologyError(f"{where}.bandwidth: missing (and no top-level bandwidth default)")
+        if lat_value is None:
+            raise TopologyError(f"{where}.latency: missing (and no top-level latency default)")
+        attrs = {
+            "bandwidth": _bandwidth(bw_value, f"{where}.bandwidth"),
+            "latency": _latency(lat_value, f"{where}.latency"),
+        }
+        bidirectional = link.get("bidirectional", True)
+        if not isinstance(bidirectional, bool):
+            raise TopologyError(f"{where}.bidirectional: expected true or false, got {bidirectional!r}")
+        for a, b in ((u, v), (v, u)) if bidirectional else ((u, v),):
+            if g.has_edge(a, b):
+                raise TopologyError(f"{where}: duplicate link {a!r} -> {b!r}")
+            g.add_edge(a, b, **attrs)
+    topo = Topology(g, npus, kind="graph", name=name)
+    _check_connected(topo)
+    return topo
+
+
+def with_failures(
+    topology: Topology,
+    *,
+    npus: Iterable[int] = (),
+    links: Iterable[tuple[Node, Node]] = (),
+    bidirectional: bool = True,
+) -> Topology:
+    """Return a copy of *topology* without the given NPUs and links.
+
+    Failed NPUs keep their rank (other ranks do not move) but lose all their links. Each failed link
+    ``(u, v)`` removes ``u → v`` and, when *bidirectional*, ``v → u`` too.
+
+    Raises:
+        TopologyError: a failed NPU or link that does not exist, or a result in which some live NPU
+            cannot reach another.
+    """
+    g = topology.graph.copy()
+    failed_npus = set(topology.failed_npus)
+    for rank in npus:
+        topology.check_npu(rank, "failed NPU")
+        failed_npus.add(rank)
+        g.remove_node(rank)
+    failed_links = list(topology.failed_links)
+    for u, v in links:
+        pairs = [(u, v), (v, u)] if bidirectional else [(u, v)]
+        for a, b in pairs:
+            if not g.has_edge(a, b):
+                if (a, b) in topology.link_ids and (a in failed_npus or b in failed_npus):
+                    continue
+                raise TopologyError(f"{topology.name}: cannot fail link {a!r} -> {b!r}: no such link")
+            g.remove_edge(a, b)
+            failed_links.append((a, b))
+    result = Topology(
+        g,
+        topology.npus,
+        kind=topology.kind,
+        dims=topology.dims,
+        name=topology.name,
+        source=topology.source,
+        failed_npus=failed_npus,
+        failed_links=failed_links,
+    )
+    _check_connected(result)
+    return result
+
+
+def _check_connected(topology: Topology) -> None:
+    """Raise unless every live NPU can reach every other one."""
+    live = topology.live_npus
+    if not live:
+        raise TopologyError(f"{topology.name}: no NPU is left")
+    first = live[0]
+    reach = nx.descendants(topology.graph, first) | {first}
+    back = nx.ancestors(topology.graph, first) | {first}
+    for rank in live:
+        if rank not in reach:
+            raise TopologyError(f"{topology.name}: disconnected graph: NPU {first} cannot reach NPU {rank}")
+        if rank not in back:
+            raise TopologyError(f"{topology.name}: disconnected graph: NPU {rank} cannot reach NPU {first}")

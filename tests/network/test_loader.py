@@ -1,0 +1,128 @@
+import textwrap
+
+import pytest
+
+from etsim.errors import TopologyError
+from etsim.network import load_network, load_topology, topology_from_dict
+
+RING = "kind: ring\nnpus: 8\nbandwidth: 1 GB/s\nlatency: 1 ns\n"
+SWITCH = "kind: switch\nnpus: 4\nbandwidth: 1 GB/s\nlatency: 1 ns\n"
+
+
+def write(tmp_path, text, name="topo.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_native_ring(tmp_path):
+    path = write(tmp_path, "kind: ring\nnpus: 8\nbandwidth: 400 Gbps\nlatency: 0.5 us\n", "myring.yaml")
+    t = load_topology(path)
+    assert t.name == "myring" and t.source == str(path) and t.kind == "ring"
+    assert t.bandwidths[0] == 50.0 and t.latencies[0] == 500.0
+
+
+def test_product_and_failures(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        kind: product
+        dims:
+          - {kind: ring, npus: 4, bandwidth: 200 GB/s, latency: 100 ns}
+          - {kind: switch, npus: 8, bandwidth: 50 GB/s, latency: 1 us}
+        failed: [{npu: 3}, {link: [0, 1]}]
+        """,
+    )
+    t = load_topology(path)
+    assert t.npus == 32 and len(t.dims) == 2 and t.failed_npus == {3}
+    assert not t.graph.has_edge(0, 1) and 3 not in t.graph
+
+
+def test_astra_format_units(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        topology: [ Ring, Switch ]
+        npus_count: [ 8, 4 ]
+        bandwidth: [ 50.0, 25.0 ]
+        latency: [ 500.0, 700.0 ]
+        """,
+    )
+    t = load_topology(path)
+    assert t.npus == 32 and [d.kind for d in t.dims] == ["ring", "switch"]
+    assert t.dims[0].bandwidth == pytest.approx(53.6870912, rel=1e-15)
+    assert t.dims[1].latency == 700.0
+
+
+def test_network_block(tmp_path):
+    path = write(tmp_path, SWITCH + "network: {model: link, packet_size: 4 KiB}\n")
+    config = load_network(path)
+    assert config.model == "link" and config.options == {"packet_size": "4 KiB"}
+    assert load_network(write(tmp_path, SWITCH)).model == "analytical"
+
+
+def test_mapping_source():
+    t = topology_from_dict({"kind": "torus", "shape": [2, 2], "bandwidth": "1 GB/s", "latency": "1 ns"})
+    assert t.npus == 4
+
+
+BAD = [
+    ("kind: ring\nnpus: 8\nbandwidth: 50 GB/s\nlatency: 500 ns\ncolour: red\n", r"colour: unknown key for kind ring"),
+    ("kind: donut\nnpus: 8\n", r"kind: unknown topology kind 'donut'"),
+    ("kind: ring\nnpus: 8\nbandwidth: 50 GB\nlatency: 500 ns\n", r"bandwidth: unknown bandwidth unit 'GB'"),
+    ("kind: ring\nnpus: 8\nbandwidth: 50\nlatency: 500 ns\n", r"bandwidth: bandwidth 50 has no unit"),
+    ("kind: ring\nnpus: 8\nbandwidth: 50 GB/s\nlatency: 5 parsecs\n", r"latency: unknown time unit"),
+    ("kind: ring\nbandwidth: 50 GB/s\nlatency: 500 ns\n", r"npus: missing"),
+    ("kind: hypercube\nnpus: 12\nbandwidth: 50 GB/s\nlatency: 500 ns\n", r"npus: a hypercube needs a power of two"),
+    ("kind: mesh\nshape: [4, 1]\nbandwidth: 50 GB/s\nlatency: 500 ns\n", r"shape\[1\]: each mesh size"),
+    (
+        "kind: product\ndims:\n  - {kind: ring, npus: 4, bandwidth: 1 GB/s, latency: 1 ns}\n"
+        "  - {kind: blob, npus: 4, bandwidth: 1 GB/s, latency: 1 ns}\n",
+        r"dims\[1\]\.kind: unknown dimension kind 'blob'",
+    ),
+    (
+        "kind: product\ndims:\n  - {kind: ring, npus: 4, bandwidth: 1 GB/s, latency: 1 ns, x: 1}\n",
+        r"dims\[0\]\.x: unknown key",
+    ),
+    (
+        "kind: graph\nnpus: 4\nswitches: 1\nlinks:\n  - {src: 0, dst: s0, bandwidth: 1 GB/s, latency: 1 ns}\n",
+        r"disconnected graph",
+    ),
+    (
+        "kind: graph\nnpus: 2\nlinks:\n  - {src: 0, dst: s3, bandwidth: 1 GB/s, latency: 1 ns}\n",
+        r"links\[0\]\.dst: no node 's3'",
+    ),
+    (
+        "kind: graph\nnpus: 2\nlinks:\n  - {src: 0, dst: 1, bandwidth: 1 GB/s, latency: 1 ns}\n"
+        "failed: [{link: [0, 1]}]\n",
+        r"failed\[0\]: .*disconnected",
+    ),
+    (RING + "failed: [{link: [0, 5]}]\n", r"failed\[0\]: .*no such link"),
+    (RING + "failed: [{npu: 9}]\n", r"failed: .*failed NPU 9"),
+    ("topology: [Ring, Switch]\nnpus_count: [4]\nbandwidth: [1, 1]\nlatency: [1, 1]\n", r"equal lengths"),
+    ("topology: [Torus]\nnpus_count: [4]\nbandwidth: [1]\nlatency: [1]\n", r"topology\[0\]: unknown dimension 'Torus'"),
+    (RING + "network: {model: warp}\n", r"network\.model: .*'warp'.*analytical"),
+    (
+        RING + "network: {model: link, mtu: 5}\n",
+        r"network\.mtu: unknown option .*valid: astra_compat, packet_size, router, seed",
+    ),
+    (
+        RING + "network: {model: link, packet_size: 4 KiBs}\n",
+        r"network\.packet_size: unknown size unit",
+    ),
+    ("- 1\n- 2\n", r"expected a mapping"),
+    ("kind: [unclosed\n", r"invalid YAML"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BAD)
+def test_bad_file_names_file_and_key(tmp_path, text, message):
+    path = write(tmp_path, text, "bad.yaml")
+    with pytest.raises(TopologyError, match=message) as info:
+        load_network(path)
+    assert str(info.value).startswith(f"{path}: ")
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(TopologyError, match=r"nope\.yaml: cannot read"):
+        load_topology(tmp_path / "nope.yaml")
