@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import simpy
+from simpy.events import Timeout
 
 from etsim.network.model import NETWORK_MODELS, LinkStats, NetworkModel, option, parse_bool_option
 from etsim.network.topology import Topology
@@ -98,8 +99,8 @@ class AnalyticalNetwork(NetworkModel):
         entry[2] += size
         entry[3] += 1
         if self._compat:
-            return self.env.timeout(math.floor(entry[0] + size / entry[1]))
-        return self.env.timeout(entry[0] + size / entry[1])
+            return Timeout(self.env, math.floor(entry[0] + size / entry[1]))
+        return Timeout(self.env, entry[0] + size / entry[1])
 
     def link_stats(self) -> list[LinkStats]:
         """Bytes and messages per link, summed over the routes of all messages sent so far."""

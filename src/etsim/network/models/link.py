@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import simpy
+from simpy.events import Timeout
 
 from etsim.errors import ConfigError
 from etsim.network.model import NETWORK_MODELS, LinkStats, NetworkModel, option, parse_bool_option, succeed_at
@@ -42,14 +43,29 @@ class _Hop:
         env = model.env
         now = env.now
         i = self.index
-        arrival = model._reserve(self.route[i], now, self.size, self.count)
+        link = self.route[i]
+        size = self.size
+        if model._compat:
+            arrival = model._reserve(link, now, size, self.count)
+        else:  # _reserve, inlined: this is the hottest path of the model
+            ser = size / model._bw[link]
+            free = model._free
+            start = free[link]
+            if start < now:
+                start = now
+            free[link] = start + ser
+            model._busy[link] += ser
+            model._bytes[link] += size
+            if self.count:
+                model._msgs[link] += 1
+            arrival = start + ser + model._lat[link]
         i += 1
         if i == len(self.route):
             if self.done is not None:
                 succeed_at(env, self.done, arrival - now)
         else:
             self.index = i
-            env.timeout(arrival - now).callbacks.append(self.arrive)
+            Timeout(env, arrival - now).callbacks.append(self.arrive)
 
 
 @NETWORK_MODELS.register("link")
@@ -142,9 +158,9 @@ class LinkNetwork(NetworkModel):
         now = env.now
         arrival = self._reserve(route[0], now, size, True)
         if len(route) == 1:
-            return env.timeout(arrival - now)
+            return Timeout(env, arrival - now)
         done = env.event()
-        env.timeout(arrival - now).callbacks.append(_Hop(self, route, size, done, True).arrive)
+        Timeout(env, arrival - now).callbacks.append(_Hop(self, route, size, done, True).arrive)
         return done
 
     def _transfer_packets(self, route: list[int], size: float, packet: int) -> simpy.Event:
