@@ -49,6 +49,7 @@ class IdealNetwork(NetworkModel):
         """Deliver after the fixed delay (0 ns when ``src == dst``)."""
         if not size >= 0:
             raise self._bad_size(size)
-        if not (0 <= src < self._npus and 0 <= dst < self._npus):
+        npus = self._npus
+        if src.__class__ is not int or dst.__class__ is not int or not (0 <= src < npus and 0 <= dst < npus):
             self.router.lookup(src, dst)  # raises the standard error
         return self.env.timeout(0 if src == dst else self._delay)
