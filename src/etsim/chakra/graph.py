@@ -14,12 +14,13 @@ in ``missing_data_deps``/``missing_ctrl_deps`` for validation to report.
 from __future__ import annotations
 
 import enum
+import gc
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from etsim.chakra.attributes import attribute_value, numeric_value
+from etsim.chakra.attributes import attribute_value
 from etsim.chakra.schema import et_def_pb2 as pb
 
 __all__ = [
@@ -64,6 +65,13 @@ COLLECTIVE_NAMES: dict[int, str] = {c.value: c.name.lower() for c in CollectiveT
 
 # Attributes lifted into flat columns. Values read from any numeric member; a string where a
 # number belongs is recorded in `bad_attributes` for validation instead of raising here.
+_NUMERIC_MEMBERS = frozenset(
+    f"{kind}_val"
+    for kind in (
+        "double", "float", "int32", "int64", "uint32", "uint64", "sint32", "sint64",
+        "fixed32", "fixed64", "sfixed32", "sfixed64", "bool",
+    )
+)  # fmt: skip
 _INT_COLUMNS = ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "comm_priority", "num_ops", "tensor_size")
 
 
@@ -132,82 +140,92 @@ class Trace:
         names = trace.names
         types = trace.types
         durs = trace.duration_micros
-        data_dep_ids: list[list[int]] = []
-        ctrl_dep_ids: list[list[int]] = []
-        columns = {name: getattr(trace, name) for name in _INT_COLUMNS}
-        is_cpu = trace.is_cpu_op
-        pg = trace.pg_name
+        # Dependencies are gathered as flat id lists with running end offsets, then resolved.
+        data_dep_ids: list[int] = []
+        data_end: list[int] = []
+        ctrl_dep_ids: list[int] = []
+        ctrl_end: list[int] = []
+        # Attribute columns are sparse while reading (most nodes carry few attributes).
+        sparse: dict[str, dict[int, Any]] = {name: {} for name in (*_INT_COLUMNS, "is_cpu_op", "pg_name")}
+        int_columns = frozenset(_INT_COLUMNS)
         bad = trace.bad_attributes
         mismatch = trace.member_mismatches
         index_of = trace.index_of
-        for pos, node in enumerate(nodes):
-            if keep_raw:
-                raw.append(node)
-            nid = node.id
-            if nid in index_of:
-                trace.duplicate_ids.append(nid)
-            else:
-                index_of[nid] = pos
-            ids.append(nid)
-            names.append(node.name)
-            types.append(node.type)
-            durs.append(node.duration_micros)
-            data_dep_ids.append(list(node.data_deps))
-            ctrl_dep_ids.append(list(node.ctrl_deps))
-            for col in columns.values():
-                col.append(None)
-            is_cpu.append(None)
-            pg.append(None)
-            seen: set[str] = set()
-            for attr in node.attr:
-                name = attr.name
-                if name in seen:  # FeederV3 takes the first attribute with a name
-                    continue
-                if name in columns:
-                    seen.add(name)
-                    value = numeric_value(attr)
-                    if value is None or (isinstance(value, float) and value != int(value)):
-                        bad.append((pos, name, f"expected an integer, found {attr.WhichOneof('value') or 'no value'}"))
+        duplicates = trace.duplicate_ids
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # building millions of long-lived objects triggers needless full collections
+        try:
+            for pos, node in enumerate(nodes):
+                if keep_raw:
+                    raw.append(node)
+                nid = node.id
+                if nid in index_of:
+                    duplicates.append(nid)
+                else:
+                    index_of[nid] = pos
+                ids.append(nid)
+                names.append(node.name)
+                types.append(node.type)
+                durs.append(node.duration_micros)
+                data_dep_ids.extend(node.data_deps)
+                data_end.append(len(data_dep_ids))
+                ctrl_dep_ids.extend(node.ctrl_deps)
+                ctrl_end.append(len(ctrl_dep_ids))
+                for attr in node.attr:
+                    name = attr.name
+                    column = sparse.get(name)
+                    if column is None or pos in column:  # not lifted, or a repeat (the first one wins)
                         continue
-                    columns[name][pos] = int(value)
                     member = attr.WhichOneof("value")
-                    if member != EXPECTED_MEMBER[name]:
-                        mismatch.append((pos, name, member or ""))
-                elif name == "is_cpu_op":
-                    seen.add(name)
-                    value = numeric_value(attr)
-                    if value is None:
-                        bad.append((pos, name, f"expected a bool, found {attr.WhichOneof('value') or 'no value'}"))
-                        continue
-                    is_cpu[pos] = bool(value)
-                elif name == "pg_name":
-                    seen.add(name)
-                    member = attr.WhichOneof("value")
-                    if member == "string_val":
-                        pg[pos] = attr.string_val
-                    elif numeric_value(attr) is not None:
-                        pg[pos] = str(int(numeric_value(attr) or 0))
-                        mismatch.append((pos, name, member or ""))
+                    if name in int_columns:
+                        value = getattr(attr, member) if member in _NUMERIC_MEMBERS else None
+                        if value is None or isinstance(value, float) and not value.is_integer():
+                            bad.append((pos, name, f"expected an integer, found {member or 'no value'}"))
+                            continue
+                        column[pos] = int(value)
+                        if member != EXPECTED_MEMBER[name]:
+                            mismatch.append((pos, name, member or ""))
+                    elif name == "is_cpu_op":
+                        if member not in _NUMERIC_MEMBERS:
+                            bad.append((pos, name, f"expected a bool, found {member or 'no value'}"))
+                            continue
+                        column[pos] = bool(getattr(attr, member))
+                    elif member == "string_val":
+                        column[pos] = attr.string_val
+                    elif member in _NUMERIC_MEMBERS and float(getattr(attr, member)).is_integer():
+                        column[pos] = str(int(getattr(attr, member)))
+                        mismatch.append((pos, name, member))
                     else:
                         bad.append((pos, name, f"expected a string, found {member or 'no value'}"))
-        trace.nodes = raw
-        trace._build_csr(data_dep_ids, ctrl_dep_ids)
+            n = len(ids)
+            for name, values in sparse.items():
+                column = [None] * n
+                for pos, value in values.items():
+                    column[pos] = value
+                setattr(trace, name, column)
+            trace.nodes = raw
+            trace._build_csr(data_dep_ids, data_end, ctrl_dep_ids, ctrl_end)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         return trace
 
-    def _build_csr(self, data_dep_ids: list[list[int]], ctrl_dep_ids: list[list[int]]) -> None:
+    def _build_csr(self, data_ids: list[int], data_end: list[int], ctrl_ids: list[int], ctrl_end: list[int]) -> None:
         index_of = self.index_of
-        for dep_lists, ptr, idx, missing in (
-            (data_dep_ids, self.data_ptr, self.data_idx, self.missing_data_deps),
-            (ctrl_dep_ids, self.ctrl_ptr, self.ctrl_idx, self.missing_ctrl_deps),
+        for dep_ids, ends, ptr, idx, missing in (
+            (data_ids, data_end, self.data_ptr, self.data_idx, self.missing_data_deps),
+            (ctrl_ids, ctrl_end, self.ctrl_ptr, self.ctrl_idx, self.missing_ctrl_deps),
         ):
-            for pos, deps in enumerate(dep_lists):
-                for dep in deps:
-                    target = index_of.get(dep)
+            start = 0
+            for pos, end in enumerate(ends):
+                for k in range(start, end):
+                    target = index_of.get(dep_ids[k])
                     if target is None:
-                        missing.append((pos, dep))
+                        missing.append((pos, dep_ids[k]))
                     else:
                         idx.append(target)
                 ptr.append(len(idx))
+                start = end
 
     # -- convenience accessors (tools; the simulator reads the columns directly) --
 

@@ -19,6 +19,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from google.protobuf import descriptor_pb2, message_factory
 from google.protobuf.message import DecodeError
 
 from etsim.chakra.graph import Trace, Workload
@@ -39,6 +40,30 @@ __all__ = [
 ]
 
 _GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _node_stream_class() -> type:
+    """A private ``NodeStream { repeated ChakraProtoMsg.Node nodes = 1; }`` message class.
+
+    Not part of the Chakra schema (which stays wire-identical to Chakra's): it only lets one
+    protobuf call parse every node frame of a file (see :func:`_parse_nodes`).
+    """
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name="etsim_node_stream.proto", package="etsim_internal", syntax="proto3", dependency=["et_def.proto"]
+    )
+    message = fdp.message_type.add(name="NodeStream")
+    message.field.add(
+        name="nodes",
+        number=1,
+        type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
+        label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
+        type_name=".ChakraProtoMsg.Node",
+    )
+    pb._POOL.Add(fdp)
+    return message_factory.GetMessageClass(pb._POOL.FindMessageTypeByName("etsim_internal.NodeStream"))
+
+
+NodeStream = _node_stream_class()
 # Frame lengths are varint32 (FeederV3 rejects more than 5 bytes).
 _MAX_VARINT_BYTES = 5
 
@@ -132,24 +157,41 @@ def read_trace(path: str | os.PathLike[str], *, rank: int | None = None, keep_ra
     data = read_bytes(p)
     if not data:
         raise TraceError(f"{p}: empty file (a trace starts with a GlobalMetadata frame)")
-    frames = iter_frames(data, p)
     metadata = pb.GlobalMetadata()
-    first = next(frames)
+    payloads = iter_frames(data, p)
     try:
-        metadata.ParseFromString(first)
+        metadata.ParseFromString(next(payloads))
     except DecodeError as exc:
         raise TraceError(f"{p}: frame 0 is not a GlobalMetadata message: {exc}") from None
+    nodes = _parse_nodes(data, p, payloads)
+    return Trace.from_nodes(nodes, metadata, path=p, rank=rank, keep_raw=keep_raw)
 
-    def nodes() -> Iterator[pb.Node]:
-        for index, payload in enumerate(frames, start=1):
-            node = pb.Node()
-            try:
-                node.ParseFromString(payload)
-            except DecodeError as exc:
-                raise TraceError(f"{p}: frame {index} (node {index - 1}) is not a Node message: {exc}") from None
-            yield node
 
-    return Trace.from_nodes(nodes(), metadata, path=p, rank=rank, keep_raw=keep_raw)
+def _parse_nodes(data: bytes, path: Path, payloads: Iterator[memoryview]) -> Iterator[pb.Node]:
+    """Parse all node frames with one protobuf call.
+
+    Each frame ``varint(len) payload`` becomes ``0a varint(len) payload``, an element of the
+    repeated field 1 of ``NodeStream``; upb then parses the whole file in C and the nodes share
+    one arena, which is several times faster and smaller than one parse per frame. If that
+    fails, frames are parsed one by one to name the bad one.
+    """
+    pieces: list[bytes | memoryview] = []
+    for payload in payloads:
+        pieces.append(b"\x0a")
+        pieces.append(encode_varint(len(payload)))
+        pieces.append(payload)
+    stream = NodeStream()
+    try:
+        stream.ParseFromString(b"".join(pieces))
+    except DecodeError:
+        for index, payload in enumerate(iter_frames(data, path)):
+            if index:
+                try:
+                    pb.Node().ParseFromString(payload)
+                except DecodeError as exc:
+                    raise TraceError(f"{path}: frame {index} (node {index - 1}) is not a Node message: {exc}") from None
+        raise TraceError(f"{path}: the node frames are not valid Node messages") from None
+    return iter(stream.nodes)
 
 
 def serialize_trace(trace: Trace) -> bytes:
