@@ -1,0 +1,68 @@
+"""The :class:`CollectiveAlgorithm` plug-in point and its registry."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from etsim.chakra.graph import CollectiveType
+from etsim.errors import ConfigError
+from etsim.producers.builder import AlgoGraph
+from etsim.registry import Registry
+
+__all__ = ["ALGORITHMS", "CollectiveAlgorithm"]
+
+
+class CollectiveAlgorithm:
+    """Base class of collective algorithms: say, per rank, which messages a collective sends.
+
+    Contract for subclasses:
+
+    - ``collectives`` (class attribute) lists the :class:`~etsim.chakra.CollectiveType` values
+      the algorithm implements; :meth:`supports` may refine it by group size (e.g. powers of two).
+    - :meth:`graph` returns the :class:`~etsim.producers.builder.AlgoGraph` of the rank at group
+      position ``position`` for a collective over ``group_size`` ranks. Peers are group
+      positions (or offsets, with ``relative_peers``); the system maps them to global ranks.
+    - Sizes are symbolic chunk counts (``total_chunks`` set) relative to the collective buffer
+      (:func:`~etsim.producers.builder.collective_buffer_bytes`), so the graph does not depend on
+      the message size; absolute byte sizes are allowed for ingested files that carry them.
+    - Graphs are pure functions of ``(collective, group_size, position)``; the system caches
+      them, so returning the same object for every position is fine.
+    - Sends and receives must pair up across ranks per (src, dst, tag), in order; COMP nodes
+      are reductions (costed by the system's reduction bandwidth unless they carry a duration).
+    - Algorithms never touch the network: the simulator walks the graph with the same walker as
+      workloads.
+    """
+
+    #: Registry name.
+    name: ClassVar[str] = ""
+    #: Collectives implemented.
+    collectives: ClassVar[frozenset[CollectiveType]] = frozenset()
+
+    def supports(self, collective: CollectiveType, group_size: int) -> str | None:
+        """None if the algorithm can run *collective* on *group_size* ranks, else the reason it cannot."""
+        if collective not in self.collectives:
+            supported = ", ".join(sorted(c.name.lower() for c in self.collectives)) or "nothing"
+            return f"algorithm {self.name!r} does not implement {collective.name.lower()} (it implements {supported})"
+        if group_size < 1:
+            return f"algorithm {self.name!r}: a group needs at least one rank, not {group_size}"
+        return None
+
+    def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
+        """The algorithm graph of the rank at *position* (0..group_size-1)."""
+        raise NotImplementedError
+
+    def check(self, collective: CollectiveType, group_size: int) -> None:
+        """Raise :class:`~etsim.errors.ConfigError` if :meth:`supports` gives a reason."""
+        reason = self.supports(collective, group_size)
+        if reason is not None:
+            raise ConfigError(reason)
+
+    def check_position(self, collective: CollectiveType, group_size: int, position: int) -> None:
+        """:meth:`check`, and raise :class:`~etsim.errors.ConfigError` if *position* is not in the group."""
+        self.check(collective, group_size)
+        if not 0 <= position < group_size:
+            raise ConfigError(f"algorithm {self.name!r}: position {position} is outside a group of {group_size} ranks")
+
+
+#: Algorithm registry: built-ins, the ``etsim.collectives`` entry points, ``module:Class``.
+ALGORITHMS: Registry[CollectiveAlgorithm] = Registry("collective algorithm", "etsim.collectives", CollectiveAlgorithm)

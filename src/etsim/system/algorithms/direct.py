@@ -1,0 +1,121 @@
+"""``direct``: every rank talks to every other rank at once (one step per phase).
+
+==============  ==========================================================================
+collective      graph (p ranks, buffer S as in ``collective_buffer_bytes``)
+==============  ==========================================================================
+all_reduce      direct reduce-scatter (chunk j of S/p to rank j, p−1 concurrent sends,
+                reductions one after another) then direct all-gather of the reduced chunk
+reduce_scatter  the first phase of all_reduce
+all_gather      own chunk (S/p of the gathered output) to every other rank
+all_to_all      p−1 concurrent sends of S/p
+gather          every rank sends its S/p to root 0
+scatter         root 0 sends chunk j (S/p) to rank j
+broadcast       root 0 sends S to every rank
+reduce          every rank sends S to root 0, which reduces them one after another
+barrier         zero-byte messages between every pair
+==============  ==========================================================================
+
+On a fully connected network without contention each phase costs one message time; with a
+single port per rank it costs p−1 of them (the network model decides). Symmetric collectives
+use relative peers, so one cached graph serves every rank.
+"""
+
+from __future__ import annotations
+
+from etsim.chakra.graph import CollectiveType
+from etsim.producers.builder import AlgoGraph, AlgorithmBuilder
+from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
+from etsim.system.algorithms.steps import empty_graph
+
+__all__ = ["DirectAlgorithm"]
+
+C = CollectiveType
+_ROOTED = frozenset({C.GATHER, C.SCATTER, C.BROADCAST, C.REDUCE})
+
+
+def _exchange(b: AlgorithmBuilder, p: int, chunks: float, tag: int, *, after: int | None, reduce: bool) -> int | None:
+    """Send *chunks* to every other rank (relative peers) and receive as much from each.
+
+    Returns the node the next phase waits for: the last reduction (if *reduce*), else the
+    last receive.
+    """
+    deps = [] if after is None else [after]
+    for off in range(1, p):
+        b.send(off, chunks, tag, deps=deps, name=f"d{tag}_send_{off}")
+    last = after
+    for off in range(1, p):
+        got = b.recv(-off, chunks, tag, name=f"d{tag}_recv_{off}")
+        if reduce:
+            last = b.reduce(chunks, deps=[got] + ([] if last is None else [last]), name=f"d{tag}_reduce_{off}")
+        else:
+            last = got
+    return last
+
+
+@ALGORITHMS.register("direct")
+class DirectAlgorithm(CollectiveAlgorithm):
+    """Direct (all-pairs, one step per phase) algorithms; see the module docstring. Root is position 0."""
+
+    name = "direct"
+    collectives = frozenset(
+        {
+            C.ALL_REDUCE,
+            C.REDUCE_SCATTER,
+            C.ALL_GATHER,
+            C.ALL_TO_ALL,
+            C.GATHER,
+            C.SCATTER,
+            C.BROADCAST,
+            C.REDUCE,
+            C.BARRIER,
+        }
+    )
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[int, int, int], AlgoGraph] = {}
+
+    def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
+        """The graph of the rank at *position*; symmetric collectives return one shared graph."""
+        self.check_position(collective, group_size, position)
+        key = (int(collective), group_size, position if collective in _ROOTED else -1)
+        graph = self._cache.get(key)
+        if graph is None:
+            graph = self._cache[key] = self._build(collective, group_size, position)
+        return graph
+
+    def _build(self, collective: CollectiveType, p: int, position: int) -> AlgoGraph:
+        if p == 1:
+            return empty_graph()
+        if collective in _ROOTED:
+            return self._rooted(collective, p, position)
+        b = AlgorithmBuilder(total_chunks=p if collective != C.BARRIER else 1, relative_peers=True)
+        if collective == C.BARRIER:
+            _exchange(b, p, 0, 0, after=None, reduce=False)
+        elif collective in (C.ALL_GATHER, C.ALL_TO_ALL):
+            _exchange(b, p, 1, 0, after=None, reduce=False)
+        else:
+            last = _exchange(b, p, 1, 0, after=None, reduce=True)
+            if collective == C.ALL_REDUCE:
+                _exchange(b, p, 1, 1, after=last, reduce=False)
+        return b.build()
+
+    @staticmethod
+    def _rooted(collective: CollectiveType, p: int, position: int) -> AlgoGraph:
+        whole = collective in (C.BROADCAST, C.REDUCE)
+        b = AlgorithmBuilder(total_chunks=1 if whole else p)
+        to_root = collective in (C.GATHER, C.REDUCE)
+        if position != 0:
+            if to_root:
+                b.send(0, 1, 0, name="to_root")
+            else:
+                b.recv(0, 1, 0, name="from_root")
+            return b.build()
+        last: int | None = None
+        for peer in range(1, p):
+            if not to_root:
+                b.send(peer, 1, 0, name=f"to_{peer}")
+                continue
+            got = b.recv(peer, 1, 0, name=f"from_{peer}")
+            if collective == C.REDUCE:
+                last = b.reduce(1, deps=[got] + ([] if last is None else [last]), name=f"reduce_{peer}")
+        return b.build()

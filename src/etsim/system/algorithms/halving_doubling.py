@@ -1,0 +1,90 @@
+"""``halving_doubling``: recursive halving and doubling between partners ``rank XOR 2^k`` (p = 2^K).
+
+==============  ==========================================================================
+collective      graph (p = 2^K ranks, buffer S as in ``collective_buffer_bytes``)
+==============  ==========================================================================
+all_reduce      Rabenseifner: recursive-halving reduce-scatter (partners at distance p/2,
+                p/4, …, 1 exchange S/2, S/4, …, S/p and reduce) then recursive-doubling
+                all-gather (distance 1 … p/2, sizes S/p … S/2): 2·K messages per rank,
+                2(p−1)/p·S sent
+reduce_scatter  the recursive-halving half (K steps)
+all_gather      the recursive-doubling half (K steps, S = gathered output)
+==============  ==========================================================================
+
+After the reduce-scatter, rank r holds chunk r. Group sizes that are not powers of two are
+refused (:meth:`HalvingDoublingAlgorithm.supports` says so).
+"""
+
+from __future__ import annotations
+
+from etsim.chakra.graph import CollectiveType
+from etsim.producers.builder import AlgoGraph, AlgorithmBuilder
+from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
+from etsim.system.algorithms.steps import empty_graph
+
+__all__ = ["HalvingDoublingAlgorithm"]
+
+C = CollectiveType
+
+
+@ALGORITHMS.register("halving_doubling")
+class HalvingDoublingAlgorithm(CollectiveAlgorithm):
+    """Recursive halving / doubling (see the module docstring)."""
+
+    name = "halving_doubling"
+    collectives = frozenset({C.ALL_REDUCE, C.REDUCE_SCATTER, C.ALL_GATHER})
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[int, int, int], AlgoGraph] = {}
+
+    def supports(self, collective: CollectiveType, group_size: int) -> str | None:
+        """As the base class, and refuse group sizes that are not powers of two."""
+        reason = super().supports(collective, group_size)
+        if reason is None and group_size & (group_size - 1):
+            reason = (
+                f"algorithm {self.name!r} needs a power-of-two group size, not {group_size} "
+                f"(use ring or direct for {group_size} ranks)"
+            )
+        return reason
+
+    def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
+        """The graph of the rank at *position* (peers are absolute: partners are ``position XOR 2^k``)."""
+        self.check_position(collective, group_size, position)
+        key = (int(collective), group_size, position)
+        graph = self._cache.get(key)
+        if graph is None:
+            graph = self._cache[key] = self._build(collective, group_size, position)
+        return graph
+
+    @staticmethod
+    def _build(collective: CollectiveType, p: int, r: int) -> AlgoGraph:
+        if p == 1:
+            return empty_graph()
+        b = AlgorithmBuilder(total_chunks=p)
+        tag = 0
+        last: int | None = None
+        if collective in (C.ALL_REDUCE, C.REDUCE_SCATTER):
+            dist, size = p // 2, p // 2  # this step keeps half of the `2·size` chunks held
+            while dist >= 1:
+                deps = [] if last is None else [last]
+                b.send(r ^ dist, size, tag, deps=deps, name=f"halve{tag}_send")
+                got = b.recv(r ^ dist, size, tag, name=f"halve{tag}_recv")
+                last = b.reduce(size, deps=[got, *deps], name=f"halve{tag}_reduce")
+                dist //= 2
+                size //= 2
+                tag += 1
+        if collective in (C.ALL_REDUCE, C.ALL_GATHER):
+            # Step k sends everything held: the reduced chunk and every block received so far.
+            held = [] if last is None else [last]
+            dist = size = 1
+            while dist < p:
+                b.send(r ^ dist, size, tag, deps=held, name=f"double{tag}_send")
+                held = [*held, b.recv(r ^ dist, size, tag, name=f"double{tag}_recv")]
+                dist *= 2
+                size *= 2
+                tag += 1
+        return b.build()
+
+
+#: Short alias.
+ALGORITHMS.register("hd")(HalvingDoublingAlgorithm)

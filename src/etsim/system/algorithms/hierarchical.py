@@ -1,0 +1,102 @@
+"""``hierarchical``: ring phases per dimension of a multi-dimensional system (ASTRA-sim localBWAware).
+
+Ranks are laid out as in ASTRA-sim, dimension 0 fastest: ``rank = x0 + n0·x1 + n0·n1·x2 + …``.
+Each phase is a ring among the ranks that differ only in one coordinate.
+
+==============  ==========================================================================
+collective      graph (dims n0 × n1 × … × n(k−1) = p, buffer S)
+==============  ==========================================================================
+all_reduce      ring reduce-scatter in dimension 0 (n0−1 steps of S/n0), then in dimension
+                1 on the 1/n0 kept (steps of S/(n0·n1)), …, then in the last dimension —
+                which with the following all-gather is a ring all-reduce there — and ring
+                all-gathers back from the last dimension to dimension 0. The largest
+                messages use dimension 0, the smallest the last one.
+reduce_scatter  the reduce-scatter half
+all_gather      the all-gather half (S = gathered output; dimension 0 moves the most)
+==============  ==========================================================================
+
+Without ``dims`` (or with one dimension) every collective is the plain ring.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from etsim.chakra.graph import CollectiveType
+from etsim.errors import ConfigError
+from etsim.producers.builder import AlgoGraph, AlgorithmBuilder
+from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
+from etsim.system.algorithms.steps import empty_graph, ring_all_gather, ring_reduce_scatter
+
+__all__ = ["HierarchicalAlgorithm"]
+
+C = CollectiveType
+
+
+@ALGORITHMS.register("hierarchical")
+class HierarchicalAlgorithm(CollectiveAlgorithm):
+    """Dimension-by-dimension ring composition (see the module docstring).
+
+    Args:
+        dims: NPUs per dimension, dimension 0 first (``(4, 8)`` for 4×8); their product must be
+            the group size. ``None`` treats the group as one dimension.
+    """
+
+    name = "hierarchical"
+    collectives = frozenset({C.ALL_REDUCE, C.REDUCE_SCATTER, C.ALL_GATHER})
+    #: The system passes the topology's dimension sizes as ``dims``.
+    needs_dims = True
+
+    def __init__(self, dims: Sequence[int] | None = None) -> None:
+        if dims is not None:
+            dims = tuple(int(d) for d in dims)
+            if not dims or any(d < 1 for d in dims):
+                raise ConfigError(f"hierarchical: dims must be positive sizes, not {dims}")
+        self.dims: tuple[int, ...] | None = dims
+        self._cache: dict[tuple[int, int, int], AlgoGraph] = {}
+
+    def supports(self, collective: CollectiveType, group_size: int) -> str | None:
+        """As the base class, and refuse a group size other than the product of ``dims``."""
+        reason = super().supports(collective, group_size)
+        if reason is None and self.dims is not None and math.prod(self.dims) != group_size:
+            shape = "x".join(map(str, self.dims))
+            reason = (
+                f"algorithm {self.name!r} with dims {shape} covers {math.prod(self.dims)} ranks, "
+                f"not a group of {group_size}"
+            )
+        return reason
+
+    def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
+        """The graph of the rank at *position* (absolute peers)."""
+        self.check_position(collective, group_size, position)
+        key = (int(collective), group_size, position)
+        graph = self._cache.get(key)
+        if graph is None:
+            graph = self._cache[key] = self._build(collective, group_size, position)
+        return graph
+
+    def _build(self, collective: CollectiveType, p: int, r: int) -> AlgoGraph:
+        if p == 1:
+            return empty_graph()
+        dims = self.dims or (p,)
+        b = AlgorithmBuilder(total_chunks=p)
+        # Per dimension: ring neighbours of r and the chunks a step moves there.
+        phases = []
+        stride = held = 1
+        for n in dims:
+            x = (r // stride) % n
+            nxt = r + ((x + 1) % n - x) * stride
+            prv = r + ((x - 1) % n - x) * stride
+            held *= n
+            phases.append((n, nxt, prv, p // held))
+            stride *= n
+        tag = 0
+        last: list[int] = []
+        if collective in (C.ALL_REDUCE, C.REDUCE_SCATTER):
+            for n, nxt, prv, chunks in phases:
+                last, tag = ring_reduce_scatter(b, nxt, prv, n - 1, chunks, tag=tag, after=last)
+        if collective in (C.ALL_REDUCE, C.ALL_GATHER):
+            for n, nxt, prv, chunks in reversed(phases):
+                last, tag = ring_all_gather(b, nxt, prv, n - 1, chunks, tag=tag, after=last)
+        return b.build()

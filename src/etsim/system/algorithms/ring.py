@@ -1,0 +1,97 @@
+"""``ring``: every collective as steps between ring neighbours (position ``i`` sends to ``i + 1``).
+
+==============  ==========================================================================
+collective      graph (p ranks, buffer S as in ``collective_buffer_bytes``)
+==============  ==========================================================================
+all_reduce      reduce-scatter then all-gather: 2(p−1) steps of S/p to the next rank, the
+                first p−1 followed by a reduction (bandwidth-optimal, 2(p−1)/p·S sent)
+reduce_scatter  p−1 steps of S/p with reductions
+all_gather      p−1 steps of S/p (S = the gathered output)
+all_to_all      relay as ASTRA-sim: step k forwards p−k chunks of S/p (p(p−1)/2 in all)
+broadcast       chain 0 → 1 → … → p−1 from root 0, pipelined in ``segments`` segments
+reduce          chain 1 → 2 → … → p−1 → 0 to root 0, pipelined in ``segments`` segments
+barrier         p−1 steps of zero-byte tokens (a ring all-gather of nothing)
+==============  ==========================================================================
+
+Symmetric collectives use relative peers, so one cached graph serves every rank.
+"""
+
+from __future__ import annotations
+
+from etsim.chakra.graph import CollectiveType
+from etsim.errors import ConfigError
+from etsim.producers.builder import AlgoGraph, AlgorithmBuilder
+from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
+from etsim.system.algorithms.steps import (
+    chain_broadcast,
+    chain_reduce,
+    empty_graph,
+    ring_all_gather,
+    ring_reduce_scatter,
+)
+
+__all__ = ["RingAlgorithm"]
+
+C = CollectiveType
+
+
+@ALGORITHMS.register("ring")
+class RingAlgorithm(CollectiveAlgorithm):
+    """Ring algorithms (see the module docstring).
+
+    Args:
+        segments: number of pipeline segments of the rooted chain collectives (broadcast,
+            reduce); 1 is the plain chain, ``(p−2+k)(α + Sβ/k)`` with k segments.
+    """
+
+    name = "ring"
+    collectives = frozenset(
+        {C.ALL_REDUCE, C.REDUCE_SCATTER, C.ALL_GATHER, C.ALL_TO_ALL, C.BROADCAST, C.REDUCE, C.BARRIER}
+    )
+
+    def __init__(self, segments: int = 1) -> None:
+        if segments < 1:
+            raise ConfigError(f"ring: segments must be at least 1, not {segments}")
+        self.segments = segments
+        self._cache: dict[tuple[int, int, int], AlgoGraph] = {}
+
+    def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
+        """The graph of the rank at *position*; symmetric collectives return one shared graph."""
+        self.check_position(collective, group_size, position)
+        rooted = collective in (C.BROADCAST, C.REDUCE)
+        key = (int(collective), group_size, position if rooted else -1)
+        graph = self._cache.get(key)
+        if graph is None:
+            graph = self._cache[key] = self._build(collective, group_size, position)
+        return graph
+
+    def _build(self, collective: CollectiveType, p: int, position: int) -> AlgoGraph:
+        if p == 1:
+            return empty_graph()
+        if collective == C.BROADCAST:
+            b = AlgorithmBuilder(total_chunks=self.segments)
+            chain_broadcast(b, position, p, (position - 1) % p, (position + 1) % p, self.segments)
+            return b.build()
+        if collective == C.REDUCE:
+            b = AlgorithmBuilder(total_chunks=self.segments)
+            order = (position - 1) % p  # the chain starts right after the root and ends at it
+            chain_reduce(b, order, p, (position - 1) % p, (position + 1) % p, self.segments)
+            return b.build()
+        if collective == C.BARRIER:
+            b = AlgorithmBuilder(total_chunks=1, relative_peers=True)
+            ring_all_gather(b, 1, -1, p - 1, 0, tag=0)
+            return b.build()
+        b = AlgorithmBuilder(total_chunks=p, relative_peers=True)
+        if collective == C.ALL_TO_ALL:
+            last = None
+            for k in range(1, p):
+                b.send(1, p - k, k - 1, deps=[] if last is None else [last], name=f"a2a{k}_send")
+                last = b.recv(-1, p - k, k - 1, name=f"a2a{k}_recv")
+            return b.build()
+        tag = 0
+        last: list[int] = []
+        if collective in (C.ALL_REDUCE, C.REDUCE_SCATTER):
+            last, tag = ring_reduce_scatter(b, 1, -1, p - 1, 1, tag=tag)
+        if collective in (C.ALL_REDUCE, C.ALL_GATHER):
+            ring_all_gather(b, 1, -1, p - 1, 1, tag=tag, after=last)
+        return b.build()

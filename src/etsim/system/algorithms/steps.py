@@ -1,0 +1,127 @@
+"""Building blocks shared by the native algorithms: ring phases, chains and binary trees.
+
+Each helper appends nodes to an :class:`~etsim.producers.builder.AlgorithmBuilder` and returns
+the node the next phase must wait for, so phases compose (the hierarchical algorithm chains ring
+phases of several dimensions). Every helper gives each message its own tag (``tag``,
+``tag + 1``, …) so sends and receives pair up unambiguously whatever order the simulator issues
+them in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from etsim.producers.builder import AlgoGraph, AlgorithmBuilder
+
+__all__ = [
+    "chain_broadcast",
+    "chain_reduce",
+    "empty_graph",
+    "heap_tree",
+    "ring_all_gather",
+    "ring_reduce_scatter",
+]
+
+
+def _after(node: int | None) -> list[int]:
+    return [] if node is None else [node]
+
+
+def ring_reduce_scatter(
+    b: AlgorithmBuilder, nxt: int, prv: int, steps: int, chunks: float, *, tag: int, after: Sequence[int] = ()
+) -> tuple[list[int], int]:
+    """Write *steps* ring reduce-scatter steps of *chunks* chunks each.
+
+    Step ``s`` sends to *nxt* the chunk reduced at step ``s - 1`` (the first step waits for the
+    nodes *after*), receives one from *prv* and reduces it after the previous reduction.
+
+    Returns:
+        ``(done, next_tag)``: the nodes the next phase waits for (the last reduction, which
+        follows all others; *after* when ``steps == 0``) and the first unused tag.
+    """
+    last = list(after)
+    for _ in range(steps):
+        b.send(nxt, chunks, tag, deps=last, name=f"rs{tag}_send")
+        r = b.recv(prv, chunks, tag, name=f"rs{tag}_recv")
+        last = [b.reduce(chunks, deps=[r, *last], name=f"rs{tag}_reduce")]
+        tag += 1
+    return last, tag
+
+
+def ring_all_gather(
+    b: AlgorithmBuilder, nxt: int, prv: int, steps: int, chunks: float, *, tag: int, after: Sequence[int] = ()
+) -> tuple[list[int], int]:
+    """Write *steps* ring all-gather steps: forward to *nxt* what was received from *prv* at the previous step.
+
+    The first step sends what the nodes *after* produced.
+
+    Returns:
+        ``(done, next_tag)``: the nodes the next phase waits for (every receive of this phase,
+        since the data gathered is spread over all of them; *after* when ``steps == 0``) and
+        the first unused tag.
+    """
+    last = list(after)
+    received: list[int] = []
+    for _ in range(steps):
+        b.send(nxt, chunks, tag, deps=last, name=f"ag{tag}_send")
+        last = [b.recv(prv, chunks, tag, name=f"ag{tag}_recv")]
+        received += last
+        tag += 1
+    return (received or list(after)), tag
+
+
+def chain_broadcast(b: AlgorithmBuilder, order: int, length: int, prv: int, nxt: int, segments: int) -> None:
+    """Pipelined chain broadcast: the rank at place *order* of a chain of *length* ranks.
+
+    Place 0 is the root. Each of *segments* segments (1 chunk, tag = segment) is forwarded as
+    soon as it arrives and the previous segment's send has been delivered, so a link carries
+    one segment at a time: ``(length - 2 + segments)`` message times in all.
+    """
+    prev_send: int | None = None
+    for seg in range(segments):
+        got = b.recv(prv, 1, seg, name=f"bcast{seg}_recv") if order > 0 else None
+        if order < length - 1:
+            prev_send = b.send(nxt, 1, seg, deps=_after(got) + _after(prev_send), name=f"bcast{seg}_send")
+
+
+def chain_reduce(b: AlgorithmBuilder, order: int, length: int, prv: int, nxt: int, segments: int) -> None:
+    """Pipelined chain reduction: the rank at place *order* of a chain ending at the root (last place).
+
+    Place 0 starts each segment; every other place receives the partial segment, reduces it
+    (after its previous reduction) and forwards it once its previous send was delivered.
+    """
+    prev_send: int | None = None
+    prev_red: int | None = None
+    for seg in range(segments):
+        ready: int | None = None
+        if order > 0:
+            got = b.recv(prv, 1, seg, name=f"reduce{seg}_recv")
+            prev_red = ready = b.reduce(1, deps=[got, *_after(prev_red)], name=f"reduce{seg}")
+        if order < length - 1:
+            prev_send = b.send(nxt, 1, seg, deps=_after(ready) + _after(prev_send), name=f"reduce{seg}_send")
+
+
+def heap_tree(size: int, mirrored: bool = False) -> tuple[list[int], list[list[int]]]:
+    """A balanced binary tree over positions ``0..size-1``: ``(parent, children)``, parent -1 at the root.
+
+    The tree is the binary heap (root 0, children of ``i`` are ``2i+1`` and ``2i+2``), depth
+    ``floor(log2 size)``. ``mirrored`` maps position ``i`` to ``size - 1 - i``: its root is the
+    last position and its interior nodes are the heap's leaves (for an even size every position
+    is interior in at most one of the two trees, as in a double binary tree).
+    """
+
+    def pos(i: int) -> int:
+        return size - 1 - i if mirrored else i
+
+    parent = [-1] * size
+    children: list[list[int]] = [[] for _ in range(size)]
+    for i in range(1, size):
+        p = (i - 1) // 2
+        parent[pos(i)] = pos(p)
+        children[pos(p)].append(pos(i))
+    return parent, children
+
+
+def empty_graph() -> AlgoGraph:
+    """The graph of a collective over one rank: nothing to send."""
+    return AlgorithmBuilder(total_chunks=1).build()
