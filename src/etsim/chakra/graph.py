@@ -179,7 +179,7 @@ class Trace:
                     member = attr.WhichOneof("value")
                     if name in int_columns:
                         value = getattr(attr, member) if member in _NUMERIC_MEMBERS else None
-                        if value is None or isinstance(value, float) and not value.is_integer():
+                        if value is None or (isinstance(value, float) and not value.is_integer()):
                             bad.append((pos, name, f"expected an integer, found {member or 'no value'}"))
                             continue
                         column[pos] = int(value)

@@ -163,8 +163,20 @@ def read_trace(path: str | os.PathLike[str], *, rank: int | None = None, keep_ra
         metadata.ParseFromString(next(payloads))
     except DecodeError as exc:
         raise TraceError(f"{p}: frame 0 is not a GlobalMetadata message: {exc}") from None
-    nodes = _parse_nodes(data, p, payloads)
+    # Kept nodes share one arena (one parse call, less memory per node); without keeping them,
+    # parsing frame by frame lets each node be freed as soon as its columns are filled.
+    nodes = _parse_nodes(data, p, payloads) if keep_raw else _parse_frames(p, payloads)
     return Trace.from_nodes(nodes, metadata, path=p, rank=rank, keep_raw=keep_raw)
+
+
+def _parse_frames(path: Path, payloads: Iterator[memoryview]) -> Iterator[pb.Node]:
+    for index, payload in enumerate(payloads, start=1):
+        node = pb.Node()
+        try:
+            node.ParseFromString(payload)
+        except DecodeError as exc:
+            raise TraceError(f"{path}: frame {index} (node {index - 1}) is not a Node message: {exc}") from None
+        yield node
 
 
 def _parse_nodes(data: bytes, path: Path, payloads: Iterator[memoryview]) -> Iterator[pb.Node]:

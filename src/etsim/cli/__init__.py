@@ -17,7 +17,7 @@ from etsim.errors import EtsimError
 __all__ = ["build_parser", "main"]
 
 #: Sub-command modules, in the order they appear in ``etsim --help``.
-COMMAND_MODULES = ("trace", "workload", "topology")
+COMMAND_MODULES = ("run", "trace", "workload", "topology")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the process exit code."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `etsim WORKLOAD …` means `etsim run WORKLOAD …`.
+    commands = set(parser._subparsers._group_actions[0].choices) if parser._subparsers else set()  # type: ignore[union-attr]
+    if argv and not argv[0].startswith("-") and argv[0] not in commands:
+        argv.insert(0, "run")
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args) or 0)

@@ -1,0 +1,104 @@
+"""``etsim run WORKLOAD …`` (also ``python -m etsim WORKLOAD …``): simulate a workload."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from etsim.chakra.graph import COLLECTIVE_NAMES
+from etsim.chakra.io import load_workload
+from etsim.errors import ConfigError
+from etsim.simulation import simulate
+from etsim.system.config import SystemConfig, load_system_config
+from etsim.units import parse_bandwidth, parse_time
+
+__all__ = ["parse_algo_options", "register"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``run`` to the ``etsim`` parser."""
+    p = subparsers.add_parser(
+        "run",
+        help="simulate a workload (default command: `etsim WORKLOAD …` means `etsim run WORKLOAD …`)",
+        description="Simulate a Chakra ET workload on a topology and print per-rank and per-collective times.",
+    )
+    p.add_argument("workload", help="a family prefix P (P.0.et …), P.et, a directory with one family, or one .et file")
+    p.add_argument(
+        "--algo",
+        action="append",
+        default=[],
+        metavar="[COLL=]ALGO",
+        help="algorithm for all collectives or for one (all_reduce=ring): a native name (ring, direct, "
+        "halving_doubling, tree, hierarchical, …) or a Chakra ET family path; repeatable",
+    )
+    p.add_argument(
+        "--topology", help="topology YAML (default: a bidirectional ring of the workload's ranks, 50 GB/s, 500 ns)"
+    )
+    p.add_argument("--model", help="network model: analytical (default), link, ideal, or package.module:Class")
+    p.add_argument(
+        "--system", help="system YAML (algorithms, chunks, reduction_bandwidth, endpoint_delay, resources, …)"
+    )
+    p.add_argument("--comm-groups", help='communicator groups: ASTRA-sim JSON {"1": [0, 1]} or YAML')
+    p.add_argument("--chunks", type=int, help="split each collective into N pipelined chunks")
+    p.add_argument("--reduction-bandwidth", help="cost reductions at this bandwidth, e.g. '100 GB/s'")
+    p.add_argument("--endpoint-delay", help="delay added to every message, e.g. '10 ns'")
+    p.add_argument("--ignore-ctrl-deps", action="store_true", help="walk data dependencies only")
+    p.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT ('-' for standard output)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    p.set_defaults(handler=cmd_run)
+
+
+def parse_algo_options(values: list[str]) -> dict[str, str]:
+    """``["ring", "all_gather=direct"]`` → ``{"default": "ring", "all_gather": "direct"}``."""
+    out: dict[str, str] = {}
+    for value in values:
+        coll, sep, algo = value.partition("=")
+        if sep and coll in COLLECTIVE_NAMES.values():
+            out[coll] = algo
+        elif sep and "/" not in coll and "." not in coll:
+            valid = ", ".join(sorted(COLLECTIVE_NAMES.values()))
+            raise ConfigError(f"--algo {value!r}: unknown collective {coll!r}; valid: {valid}")
+        else:
+            out["default"] = value
+    return out
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Load, simulate, print and optionally write JSON."""
+    config = load_system_config(args.system) if args.system else SystemConfig()
+    algorithms = dict(config.algorithms)
+    cli_algorithms = parse_algo_options(args.algo)
+    algorithms.update(cli_algorithms)
+    changes: dict[str, object] = {"algorithms": algorithms}
+    if cli_algorithms and args.system:
+        # --algo paths are relative to the working directory, the system file's to the file.
+        for key, value in cli_algorithms.items():
+            if Path(value).parent != Path("."):
+                algorithms[key] = str(Path(value).resolve())
+    if args.chunks is not None:
+        if args.chunks < 1:
+            raise ConfigError(f"--chunks must be >= 1, got {args.chunks}")
+        changes["chunks"] = args.chunks
+    if args.reduction_bandwidth:
+        changes["reduction_bandwidth"] = parse_bandwidth(args.reduction_bandwidth, key="--reduction-bandwidth")
+    if args.endpoint_delay:
+        changes["endpoint_delay"] = parse_time(args.endpoint_delay, key="--endpoint-delay")
+    if args.comm_groups:
+        changes["comm_groups"] = str(Path(args.comm_groups).resolve())
+    if args.ignore_ctrl_deps:
+        changes["ignore_ctrl_deps"] = True
+    config = config.with_overrides(**changes)
+    workload = load_workload(args.workload)
+    result = simulate(workload, topology=args.topology, model=args.model, system=config)
+    if args.json == "-":
+        sys.stdout.write(result.to_json() + "\n")
+    elif args.json:
+        try:
+            Path(args.json).write_text(result.to_json() + "\n")
+        except OSError as exc:
+            raise ConfigError(f"--json {args.json}: cannot write: {exc.strerror or exc}") from None
+    if not args.quiet and args.json != "-":
+        print(f"workload {args.workload}: {workload.num_ranks} ranks")
+        print(result.table())
+    return 0

@@ -1,0 +1,283 @@
+"""Collective algorithms as per-rank dependency graphs, and a builder to write them.
+
+An :class:`AlgoGraph` is one rank's part of a collective algorithm: SEND, RECV and COMP
+(reduction) nodes with data dependencies, in flat lists (no per-node objects). It is the
+same kind of graph whether it was written with :class:`AlgorithmBuilder` (the native
+algorithms are), read from a Chakra ET family, or converted from MSCCL-IR; the simulator
+walks all of them with one walker.
+
+Sizes are **symbolic** when ``total_chunks`` is set: a node moves ``chunks[i]`` chunks of
+``buffer / total_chunks`` bytes, where *buffer* is the collective's buffer (see
+:func:`collective_buffer_bytes`), so one graph serves every message size. Otherwise
+``chunks[i]`` are absolute bytes.
+
+Peers are positions in the communicator group (0..n-1). With ``relative_peers`` a peer is an
+offset from the rank's own position (mod n), which lets one graph object serve every rank of a
+symmetric algorithm such as a ring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from etsim.chakra.attributes import make_attribute
+from etsim.chakra.builder import TraceBuilder
+from etsim.chakra.graph import CollectiveType, NodeType, Trace
+
+__all__ = [
+    "COMP",
+    "RECV",
+    "SEND",
+    "AlgoGraph",
+    "AlgorithmBuilder",
+    "algo_graph_from_trace",
+    "algo_graph_to_trace",
+    "collective_buffer_bytes",
+]
+
+SEND = int(NodeType.COMM_SEND_NODE)
+RECV = int(NodeType.COMM_RECV_NODE)
+COMP = int(NodeType.COMP_NODE)
+
+
+def collective_buffer_bytes(collective: CollectiveType | int, comm_size: float, group_size: int) -> float:
+    """The buffer that symbolic chunk counts divide, for a workload node of *comm_size* bytes.
+
+    Workload sizes follow ASTRA-sim (all-gather: per-rank input; reduce-scatter: whole input;
+    all-reduce and all-to-all: the buffer). Chunk counts follow MSCCL-IR, which counts chunks of
+    the larger buffer: the all-gather output is ``group_size`` times the per-rank input, every
+    other collective's buffer is ``comm_size`` itself.
+    """
+    if int(collective) == CollectiveType.ALL_GATHER:
+        return comm_size * group_size
+    return comm_size
+
+
+@dataclass(eq=False)
+class AlgoGraph:
+    """One rank's part of a collective algorithm (see the module docstring)."""
+
+    kinds: list[int] = field(default_factory=list)
+    """SEND, RECV or COMP per node."""
+    peers: list[int] = field(default_factory=list)
+    """Group position of the destination (SEND) or source (RECV); -1 for COMP."""
+    tags: list[int] = field(default_factory=list)
+    chunks: list[float] = field(default_factory=list)
+    """Chunk counts (symbolic graph) or bytes (absolute graph) moved or reduced by each node."""
+    durations_ns: list[float | None] = field(default_factory=list)
+    """Explicit COMP duration, or None to use the reduction model (bytes / reduction bandwidth)."""
+    deps_ptr: list[int] = field(default_factory=lambda: [0])
+    deps_idx: list[int] = field(default_factory=list)
+    """CSR of dependencies (node positions)."""
+    names: list[str] = field(default_factory=list)
+    total_chunks: int | None = None
+    """Chunks per buffer for symbolic sizes; None for absolute byte sizes."""
+    relative_peers: bool = False
+    """Peers are offsets from the rank's own group position (mod group size)."""
+    _succ: tuple[list[int], list[int], list[int]] | None = field(default=None, repr=False)
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes."""
+        return len(self.kinds)
+
+    def successors(self) -> tuple[list[int], list[int], list[int]]:
+        """``(succ_ptr, succ_idx, indegree)``, computed once and cached."""
+        if self._succ is None:
+            n = len(self.kinds)
+            indeg = [self.deps_ptr[i + 1] - self.deps_ptr[i] for i in range(n)]
+            counts = [0] * (n + 1)
+            for dep in self.deps_idx:
+                counts[dep + 1] += 1
+            for i in range(n):
+                counts[i + 1] += counts[i]
+            fill = counts[:-1].copy()
+            succ = [0] * len(self.deps_idx)
+            for child in range(n):
+                for k in range(self.deps_ptr[child], self.deps_ptr[child + 1]):
+                    parent = self.deps_idx[k]
+                    succ[fill[parent]] = child
+                    fill[parent] += 1
+            self._succ = (counts, succ, indeg)
+        return self._succ
+
+    def deps(self, pos: int) -> list[int]:
+        """Dependencies of node *pos*."""
+        return self.deps_idx[self.deps_ptr[pos] : self.deps_ptr[pos + 1]]
+
+    def peer_position(self, pos: int, own: int, group_size: int) -> int:
+        """The group position node *pos* talks to, for the rank at position *own*."""
+        peer = self.peers[pos]
+        return (own + peer) % group_size if self.relative_peers else peer
+
+
+class AlgorithmBuilder:
+    """Write one rank's part of an algorithm: ``send``/``recv``/``reduce`` return node positions.
+
+    Args:
+        total_chunks: chunks per buffer (symbolic sizes); ``None`` means sizes are bytes.
+        relative_peers: peers given to ``send``/``recv`` are offsets from the rank's own position.
+
+    Examples:
+        >>> b = AlgorithmBuilder(total_chunks=2)
+        >>> s = b.send(1, 1)
+        >>> r = b.recv(1, 1)
+        >>> _ = b.reduce(1, deps=[r])
+        >>> b.build().num_nodes
+        3
+    """
+
+    def __init__(self, total_chunks: int | None = None, *, relative_peers: bool = False) -> None:
+        self.graph = AlgoGraph(total_chunks=total_chunks, relative_peers=relative_peers)
+
+    def _add(
+        self, kind: int, peer: int, tag: int, chunks: float, deps: Iterable[int], name: str, dur: float | None
+    ) -> int:
+        g = self.graph
+        pos = len(g.kinds)
+        g.kinds.append(kind)
+        g.peers.append(peer)
+        g.tags.append(tag)
+        g.chunks.append(chunks)
+        g.durations_ns.append(dur)
+        g.names.append(name)
+        for d in deps:
+            if not 0 <= d < pos:
+                raise ValueError(f"node {pos} ({name}): dependency {d} is not an earlier node")
+            g.deps_idx.append(d)
+        g.deps_ptr.append(len(g.deps_idx))
+        return pos
+
+    def send(self, peer: int, chunks: float, tag: int = 0, *, deps: Iterable[int] = (), name: str = "") -> int:
+        """Send *chunks* (or bytes) to group position (or offset) *peer*."""
+        return self._add(SEND, peer, tag, chunks, deps, name or f"send_{peer}", None)
+
+    def recv(self, peer: int, chunks: float, tag: int = 0, *, deps: Iterable[int] = (), name: str = "") -> int:
+        """Receive *chunks* (or bytes) from group position (or offset) *peer*."""
+        return self._add(RECV, peer, tag, chunks, deps, name or f"recv_{peer}", None)
+
+    def reduce(
+        self, chunks: float, *, deps: Iterable[int] = (), name: str = "", duration_ns: float | None = None
+    ) -> int:
+        """Reduce *chunks* (or bytes) locally; costs bytes / reduction bandwidth unless *duration_ns* is given."""
+        return self._add(COMP, -1, 0, chunks, deps, name or "reduce", duration_ns)
+
+    def build(self) -> AlgoGraph:
+        """The graph written so far."""
+        return self.graph
+
+
+def algo_graph_to_trace(graph: AlgoGraph, position: int, group_size: int) -> Trace:
+    """A Chakra ET trace of *graph* for the rank at *position* (peers made absolute).
+
+    Symbolic graphs are written with MSCCL-IR conversion's attributes ``msg_chunk_cnt`` and
+    ``total_chunk_cnt`` (int32) and no ``comm_size``; absolute graphs with ``comm_size``.
+    Reductions without an explicit duration are COMP nodes carrying their size, so the
+    simulator costs them with its reduction model.
+    """
+    b = TraceBuilder()
+    symbolic = graph.total_chunks is not None
+    for pos, kind in enumerate(graph.kinds):
+        deps = graph.deps(pos)
+        amount = graph.chunks[pos]
+        if symbolic:
+            if amount != int(amount):
+                raise ValueError(f"node {pos}: fractional chunk count {amount} cannot be written to Chakra ET")
+            size_attrs = {"msg_chunk_cnt": int(amount), "total_chunk_cnt": int(graph.total_chunks or 0)}
+            int32 = "int32_val"
+        else:
+            size_attrs = {"comm_size": int(amount)}
+            int32 = None
+        if kind == COMP:
+            dur = graph.durations_ns[pos]
+            attrs: dict[str, object] = {"is_cpu_op": False}
+            b.node(
+                NodeType.COMP_NODE,
+                graph.names[pos],
+                deps=deps,
+                duration_micros=round(dur / 1000) if dur else 0,
+                attrs=attrs,
+            )
+        else:
+            peer = graph.peer_position(pos, position, group_size)
+            key = "comm_dst" if kind == SEND else "comm_src"
+            attrs = {"is_cpu_op": False, key: peer, "comm_tag": graph.tags[pos]}
+            node_type = NodeType.COMM_SEND_NODE if kind == SEND else NodeType.COMM_RECV_NODE
+            b.node(node_type, graph.names[pos], deps=deps, attrs=attrs)
+        node = b.nodes[-1]
+        for name, value in size_attrs.items():
+            node.attr.append(make_attribute(name, value, member=int32 if name != "comm_size" else None))
+    return b.build(rank=position)
+
+
+def algo_graph_from_trace(trace: Trace, *, ignore_ctrl_deps: bool = False) -> AlgoGraph:
+    """Read one rank of an algorithm family (Chakra ET) into an :class:`AlgoGraph`.
+
+    Sizes are symbolic when every SEND/RECV carries ``msg_chunk_cnt`` and ``total_chunk_cnt``
+    (as MSCCL-IR conversion writes), else absolute ``comm_size``. A COMP node's size is its
+    own (``msg_chunk_cnt``, ``comm_size`` or ``tensor_size``) or else that of the first
+    SEND/RECV it depends on; its duration is ``duration_micros`` if set.
+
+    Raises:
+        ValueError: a node the simulator cannot run, naming file, rank and node.
+    """
+    from etsim.chakra.validate import topological_order
+
+    n = trace.num_nodes
+    chunk_cnt: list[int | None] = [None] * n
+    total: set[int] = set()
+    if trace.nodes:
+        for pos, node in enumerate(trace.nodes):
+            for attr in node.attr:
+                if attr.name == "msg_chunk_cnt":
+                    chunk_cnt[pos] = int(getattr(attr, attr.WhichOneof("value") or "int64_val"))
+                elif attr.name == "total_chunk_cnt":
+                    total.add(int(getattr(attr, attr.WhichOneof("value") or "int64_val")))
+    comm_positions = [p for p, t in enumerate(trace.types) if t in (SEND, RECV)]
+    symbolic = bool(comm_positions) and all(chunk_cnt[p] is not None for p in comm_positions) and len(total) == 1
+    g = AlgoGraph(total_chunks=total.pop() if symbolic else None)
+    order = topological_order(trace, include_ctrl=not ignore_ctrl_deps)
+    if len(order) != n:
+        raise ValueError(f"{trace.where()}the algorithm graph has a dependency cycle")
+    for pos in range(n):
+        kind = trace.types[pos]
+        name = trace.names[pos]
+        where = trace.describe(pos)
+        if kind in (SEND, RECV):
+            peer = trace.comm_dst[pos] if kind == SEND else trace.comm_src[pos]
+            if peer is None:
+                raise ValueError(f"{where}: {'send' if kind == SEND else 'receive'} without a peer")
+            amount = chunk_cnt[pos] if symbolic else trace.comm_size[pos]
+            if amount is None:
+                raise ValueError(f"{where}: no comm_size (nor msg_chunk_cnt/total_chunk_cnt)")
+            g.kinds.append(kind)
+            g.peers.append(peer)
+            g.tags.append(trace.comm_tag[pos] or 0)
+            g.chunks.append(float(amount))
+            g.durations_ns.append(None)
+        elif kind == COMP:
+            amount = chunk_cnt[pos] if symbolic else (trace.comm_size[pos] or trace.tensor_size[pos])
+            if amount is None:
+                for dep in trace.data_deps(pos):
+                    if trace.types[dep] in (SEND, RECV):
+                        amount = chunk_cnt[dep] if symbolic else trace.comm_size[dep]
+                        break
+            dur = trace.duration_micros[pos]
+            g.kinds.append(COMP)
+            g.peers.append(-1)
+            g.tags.append(0)
+            g.chunks.append(float(amount or 0))
+            g.durations_ns.append(dur * 1000.0 if dur else None)
+        else:
+            # METADATA/INVALID/MEM in an algorithm: no time, kept for dependencies.
+            g.kinds.append(COMP)
+            g.peers.append(-1)
+            g.tags.append(0)
+            g.chunks.append(0.0)
+            g.durations_ns.append(0.0)
+        g.names.append(name)
+        deps = trace.data_deps(pos) + ([] if ignore_ctrl_deps else trace.ctrl_deps(pos))
+        g.deps_idx.extend(deps)
+        g.deps_ptr.append(len(g.deps_idx))
+    return g

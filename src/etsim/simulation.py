@@ -1,0 +1,178 @@
+"""Build the layers from a resolved configuration, run SimPy, return a :class:`~etsim.report.Result`.
+
+Typical use::
+
+    from etsim.chakra import load_workload
+    from etsim.simulation import simulate
+
+    result = simulate(load_workload("workloads/allreduce_8npus_1MiB"), topology="topologies/ring8.yaml")
+    print(result.finish_ns)
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import simpy
+
+from etsim.chakra.graph import NodeType, Workload
+from etsim.errors import ConfigError, DeadlockError, SimulationError
+from etsim.network import NetworkConfig, Topology, build_model, load_network, ring
+from etsim.report.result import CollectiveRecord, RankResult, Result
+from etsim.system.collective import System
+from etsim.system.config import SystemConfig
+from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
+from etsim.units import format_bandwidth, format_time
+from etsim.workload.walker import Engine
+
+__all__ = ["DEFAULT_BANDWIDTH", "DEFAULT_LATENCY", "check_workload", "default_topology", "simulate"]
+
+#: The default topology when none is given: a bidirectional ring of the workload's ranks.
+DEFAULT_BANDWIDTH = 50.0  # bytes per ns (50 GB/s)
+DEFAULT_LATENCY = 500.0  # ns
+
+
+def default_topology(num_ranks: int) -> Topology:
+    """A bidirectional ring of *num_ranks* NPUs (at least 2), 50 GB/s and 500 ns per link."""
+    return ring(max(num_ranks, 2), DEFAULT_BANDWIDTH, DEFAULT_LATENCY)
+
+
+_COMM = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE)
+
+
+def check_workload(workload: Workload, config: SystemConfig) -> None:
+    """Reject what the walker cannot run, naming the first problems.
+
+    Dangling dependencies, and communication nodes without the attributes they need.
+    """
+    problems: list[str] = []
+    for trace in workload:
+        for pos, dep in trace.missing_data_deps[:3]:
+            problems.append(f"{trace.describe(pos)}: data dependency on node id {dep}, which is not in the file")
+        if not config.ignore_ctrl_deps:
+            for pos, dep in trace.missing_ctrl_deps[:3]:
+                problems.append(
+                    f"{trace.describe(pos)}: control dependency on node id {dep}, which is not in the file "
+                    "(run with --ignore-ctrl-deps to walk data dependencies only)"
+                )
+        n = workload.num_ranks
+        for pos, t in enumerate(trace.types):
+            if t not in _COMM or len(problems) > 10:
+                continue
+            if t == NodeType.COMM_COLL_NODE:
+                if trace.is_cpu_op[pos]:
+                    continue  # a host-side op: replayed for its duration
+                if trace.comm_type[pos] is None or trace.comm_type[pos] not in range(10):
+                    problems.append(f"{trace.describe(pos)}: collective without a valid comm_type")
+                if trace.comm_size[pos] is None or trace.comm_size[pos] < 0:
+                    problems.append(f"{trace.describe(pos)}: collective without a valid comm_size")
+                continue
+            peer = trace.comm_dst[pos] if t == NodeType.COMM_SEND_NODE else trace.comm_src[pos]
+            what = "send" if t == NodeType.COMM_SEND_NODE else "receive"
+            if peer is None or trace.comm_tag[pos] is None or trace.comm_size[pos] is None:
+                problems.append(f"{trace.describe(pos)}: {what} without comm_src/comm_dst, comm_tag or comm_size")
+            elif not 0 <= peer < n:
+                problems.append(f"{trace.describe(pos)}: {what} peer {peer} is not a rank of this {n}-rank workload")
+            elif trace.comm_size[pos] < 0:
+                problems.append(f"{trace.describe(pos)}: negative comm_size")
+    if problems:
+        more = "" if len(problems) <= 10 else "\n... and more (run `etsim validate`)"
+        raise SimulationError("the workload cannot be simulated:\n" + "\n".join(problems[:10]) + more)
+
+
+def simulate(
+    workload: Workload,
+    *,
+    topology: str | os.PathLike[str] | Topology | NetworkConfig | None = None,
+    model: str | None = None,
+    model_options: Mapping[str, Any] | None = None,
+    system: SystemConfig | None = None,
+) -> Result:
+    """Simulate *workload* and return its :class:`~etsim.report.Result`.
+
+    Args:
+        workload: one trace per rank.
+        topology: a topology YAML path, a built :class:`~etsim.network.Topology`, a loaded
+            :class:`~etsim.network.NetworkConfig`, or None for :func:`default_topology`.
+        model: network model name (overrides the topology file's ``network.model``).
+        model_options: the model's options (override the file's).
+        system: system parameters (default :class:`~etsim.system.config.SystemConfig`).
+
+    Raises:
+        DeadlockError: the run cannot progress; the message names stuck ranks and nodes.
+        SimulationError, ConfigError: inconsistent inputs, named precisely.
+    """
+    config = system or SystemConfig()
+    n = workload.num_ranks
+    if n == 0:
+        raise ConfigError("the workload has no ranks")
+    if topology is None:
+        net = NetworkConfig(default_topology(n))
+        topo_label = f"default ring of {n} NPUs ({format_bandwidth(DEFAULT_BANDWIDTH)}, {format_time(DEFAULT_LATENCY)})"
+    elif isinstance(topology, NetworkConfig):
+        net = topology
+        topo_label = net.topology.name
+    elif isinstance(topology, Topology):
+        net = NetworkConfig(topology)
+        topo_label = topology.name
+    else:
+        net = load_network(topology)
+        topo_label = os.fspath(topology)
+    topo = net.topology
+    if topo.npus < n:
+        raise ConfigError(f"the workload has {n} ranks but topology {topo_label} has only {topo.npus} NPUs")
+    failed = sorted(r for r in getattr(topo, "failed_npus", ()) if r < n)
+    if failed:
+        raise ConfigError(f"workload ranks {failed} sit on failed NPUs of topology {topo_label}")
+    model_name = model or net.model
+    options = dict(net.options) if model is None or model == net.model else {}
+    options.update(model_options or {})
+
+    check_workload(workload, config)
+    groups = CommGroups(n)
+    if config.comm_groups:
+        for name, ranks in load_comm_groups(config.resolve_path(config.comm_groups), n).groups.items():
+            groups.add(name, ranks)
+    groups_from_metadata(workload, groups)
+
+    wall0 = time.perf_counter()
+    env = simpy.Environment()
+    network = build_model(env, topo, model_name, options)
+    dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
+    sys_layer = System(config, groups, dims=dims)
+    engine = Engine(env, network, sys_layer, list(workload.traces), config)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # millions of short-lived events; the cyclic collector only costs time here
+    try:
+        engine.start()
+        env.run()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    wall = time.perf_counter() - wall0
+    if engine.ranks_done < n:
+        raise DeadlockError(
+            f"the simulation cannot progress at t = {env.now:.1f} ns; stuck ranks:\n" + engine.deadlock_report()
+        )
+    ranks = [RankResult(r.rank, r.finish_ns, r.compute_ns, r.comm_ns, r.exposed_ns) for r in engine.runs]
+    collectives = [
+        CollectiveRecord(rank, nid, ctype, size, list(group), algo, start, end)
+        for rank, nid, ctype, size, group, algo, start, end in engine.collectives
+    ]
+    links = [
+        {"link": s.link, "src": s.src, "dst": s.dst, "bytes": s.bytes, "busy_ns": s.busy, "messages": s.messages}
+        for s in network.link_stats()
+        if s.messages
+    ]
+    return Result(
+        finish_ns=max((r.finish_ns for r in ranks), default=0.0),
+        ranks=ranks,
+        collectives=collectives,
+        network={"model": model_name, "topology": topo_label, "messages": engine.messages, "bytes": engine.bytes},
+        sim={"events": engine.events, "wall_s": wall},
+        links=links,
+    )

@@ -1,0 +1,1 @@
+"""The system layer: communicator groups, collective matching and algorithms."""

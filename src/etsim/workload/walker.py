@@ -1,0 +1,535 @@
+"""The one dependency-graph walker, and the engine that runs every rank with it.
+
+A :class:`GraphRun` walks one flat dependency graph: a rank's workload trace, or one rank's
+part of a collective algorithm (:class:`~etsim.producers.builder.AlgoGraph`). A node is
+issued when all its dependencies have finished. There is no SimPy process per node or per
+message: nodes that take time schedule one SimPy event whose callback finishes them, nodes
+that take none finish at once (through a work list, so long zero-time chains do not recurse).
+
+Workload runs respect per-NPU slots (compute, communication, CPU; receives take none), and
+issue ready nodes of a slot class smallest-id first, as ASTRA-sim does. Algorithm runs issue
+every ready node at once.
+
+Point-to-point messages match on (namespace, src, dst, tag) in order: the k-th send matches
+the k-th receive. The namespace keeps workload SEND/RECV (namespace -1) apart from every
+collective instance and chunk. A send finishes when its message is delivered; a receive when
+the matching message has arrived (at once if it already had).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from etsim.chakra.graph import CollectiveType, NodeType, Trace
+from etsim.errors import SimulationError
+from etsim.producers.builder import COMP, RECV, SEND
+
+if TYPE_CHECKING:
+    import simpy
+
+    from etsim.network.model import NetworkModel
+    from etsim.system.collective import CollectivePart, System
+    from etsim.system.config import SystemConfig
+
+__all__ = ["Engine", "GraphRun"]
+
+# Slot classes of workload nodes.
+FREE, CPU, COMPUTE, COMM = 0, 1, 2, 3
+_WORKLOAD_NS = -1
+
+_T_COMP = int(NodeType.COMP_NODE)
+_T_SEND = int(NodeType.COMM_SEND_NODE)
+_T_RECV = int(NodeType.COMM_RECV_NODE)
+_T_COLL = int(NodeType.COMM_COLL_NODE)
+_T_LOAD = int(NodeType.MEM_LOAD_NODE)
+_T_STORE = int(NodeType.MEM_STORE_NODE)
+
+
+class GraphRun:
+    """Walk one dependency graph; subclasses say how a node executes and what it describes.
+
+    The walker's invariant: ``indeg[j]`` counts unfinished dependencies of node ``j``; a node
+    is issued (``ready``) exactly once, when it reaches 0, and finished exactly once.
+    """
+
+    __slots__ = ("done", "engine", "indeg", "on_done", "rank", "remaining", "succ", "succ_ptr")
+
+    def __init__(
+        self,
+        engine: Engine,
+        rank: int,
+        succ_ptr: list[int],
+        succ: list[int],
+        indeg: list[int],
+        on_done: Callable[[GraphRun], None],
+    ) -> None:
+        self.engine = engine
+        self.rank = rank
+        self.succ_ptr = succ_ptr
+        self.succ = succ
+        self.indeg = indeg.copy()
+        self.done = bytearray(len(indeg))
+        self.remaining = len(indeg)
+        self.on_done = on_done
+
+    def start(self) -> None:
+        """Issue every dependency-free node (or finish at once if the graph is empty)."""
+        if self.remaining == 0:
+            self.on_done(self)
+            return
+        for j in [j for j, d in enumerate(self.indeg) if d == 0]:
+            self.ready(j)
+
+    def ready(self, j: int) -> None:
+        """Node *j* has no unfinished dependencies: issue it."""
+        self.execute(j)
+
+    def execute(self, j: int) -> None:
+        """Start node *j*; it must eventually call :meth:`finish` (directly or via the engine)."""
+        raise NotImplementedError
+
+    def finish(self, j: int) -> None:
+        """Node *j* finished: release its successors."""
+        self.done[j] = 1
+        indeg = self.indeg
+        succ = self.succ
+        for k in range(self.succ_ptr[j], self.succ_ptr[j + 1]):
+            c = succ[k]
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                self.ready(c)
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.on_done(self)
+
+    def _finish_event(self, j: int, _event: Any) -> None:
+        self.finish(j)
+
+    def describe(self, j: int) -> str:
+        """Where node *j* is, for messages."""
+        raise NotImplementedError
+
+    def waiting(self) -> list[str]:
+        """Issued-but-unfinished and blocked nodes, for the deadlock report."""
+        out = []
+        for j, d in enumerate(self.indeg):
+            if self.done[j]:
+                continue
+            if d == 0:
+                out.append(f"{self.describe(j)} was issued and waits: {self.engine.why(self, j)}")
+        blocked = [j for j, d in enumerate(self.indeg) if d > 0 and not self.done[j]]
+        if blocked:
+            sample = ", ".join(self.describe(j) for j in blocked[:3])
+            out.append(f"{len(blocked)} node(s) wait for unfinished dependencies, e.g. {sample}")
+        return out
+
+
+class AlgoRun(GraphRun):
+    """One chunk of one rank's part of a collective algorithm."""
+
+    __slots__ = ("graph", "group", "n", "namespace", "part", "position", "unit")
+
+    def __init__(self, engine: Engine, rank: int, part: CollectivePart, on_done: Callable[[GraphRun], None]) -> None:
+        succ_ptr, succ, indeg = part.graph.successors()
+        super().__init__(engine, rank, succ_ptr, succ, indeg, on_done)
+        self.part = part
+        self.graph = part.graph
+        self.position = part.position
+        self.group = part.group
+        self.n = len(part.group)
+        self.namespace = part.namespace
+        self.unit = part.bytes_per_unit
+
+    def execute(self, j: int) -> None:
+        """SEND/RECV through the engine's channels; COMP as a reduction."""
+        g = self.graph
+        kind = g.kinds[j]
+        size = g.chunks[j] * self.unit
+        if kind == COMP:
+            dur = g.durations_ns[j]
+            if dur is None:
+                bw = self.engine.reduction_bandwidth
+                dur = size / bw if bw else 0.0
+            self.engine.delay(self, j, dur)
+            return
+        peer = g.peers[j]
+        if g.relative_peers:
+            peer = (self.position + peer) % self.n
+        peer = self.group[peer]
+        if kind == SEND:
+            self.engine.send(self, j, self.rank, peer, self.namespace, g.tags[j], size)
+        else:
+            self.engine.recv(self, j, peer, self.rank, self.namespace, g.tags[j], size)
+
+    def describe(self, j: int) -> str:
+        """``rank R: collective algorithm node J (name)``."""
+        name = self.graph.names[j] if self.graph.names else ""
+        return f"rank {self.rank}: algorithm node {j} ({name}) of a collective"
+
+
+class WorkloadRun(GraphRun):
+    """One rank's workload trace, with per-NPU slots and time accounting."""
+
+    __slots__ = (
+        "comm_ns",
+        "compute_ns",
+        "exposed_ns",
+        "finish_ns",
+        "heaps",
+        "in_use",
+        "limits",
+        "n_comm",
+        "n_comp",
+        "node_class",
+        "t_last",
+        "trace",
+    )
+
+    def __init__(self, engine: Engine, trace: Trace, rank: int, config: SystemConfig) -> None:
+        include_ctrl = not config.ignore_ctrl_deps
+        succ_ptr, succ = trace.successors(include_ctrl=include_ctrl)
+        indeg = [trace.data_ptr[i + 1] - trace.data_ptr[i] for i in range(trace.num_nodes)]
+        if include_ctrl:
+            for i in range(trace.num_nodes):
+                indeg[i] += trace.ctrl_ptr[i + 1] - trace.ctrl_ptr[i]
+        super().__init__(engine, rank, succ_ptr, succ, indeg, engine._rank_done)
+        self.trace = trace
+        r = config.resources
+        self.limits = [0, r.cpu_ops, r.compute_streams, r.comm_streams]
+        self.in_use = [0, 0, 0, 0]
+        self.heaps: list[list[tuple[int, int]]] = [[], [], [], []]
+        classes = []
+        for j, t in enumerate(trace.types):
+            if trace.is_cpu_op[j] and t in (_T_COMP, _T_COLL):
+                classes.append(CPU)
+            elif t == _T_COMP:
+                classes.append(COMPUTE)
+            elif t in (_T_COLL, _T_SEND, _T_LOAD, _T_STORE):
+                classes.append(COMM)
+            else:
+                classes.append(FREE)
+        self.node_class = classes
+        self.n_comp = 0
+        self.n_comm = 0
+        self.t_last = 0.0
+        self.compute_ns = 0.0
+        self.comm_ns = 0.0
+        self.exposed_ns = 0.0
+        self.finish_ns = 0.0
+
+    # -- slots --
+
+    def ready(self, j: int) -> None:
+        """Queue *j* on its slot class and issue what the slots allow (smallest id first)."""
+        cls = self.node_class[j]
+        if cls == FREE:
+            self.execute(j)
+            return
+        heapq.heappush(self.heaps[cls], (self.trace.ids[j], j))
+        self._dispatch(cls)
+
+    def _dispatch(self, cls: int) -> None:
+        heap = self.heaps[cls]
+        limit = self.limits[cls]
+        while heap and (limit == 0 or self.in_use[cls] < limit):
+            _, j = heapq.heappop(heap)
+            self.in_use[cls] += 1
+            self.execute(j)
+
+    def finish(self, j: int) -> None:
+        """Release the slot and the time accounting of *j*, then its successors."""
+        t = self.trace.types[j]
+        if t == _T_COMP or (t == _T_COLL and self.node_class[j] == CPU):
+            self._account()
+            self.n_comp -= 1
+        elif t in (_T_COLL, _T_SEND, _T_RECV):
+            self._account()
+            self.n_comm -= 1
+        cls = self.node_class[j]
+        if cls != FREE:
+            self.in_use[cls] -= 1
+            # Successors first (they join the queue), then the freed slot goes to the smallest id.
+            heap = self.heaps[cls]
+            # Hold dispatch (a limit of -1 admits nothing) while the successors join the queue, so the
+            # freed slot goes to the smallest ready id, not to whichever successor came first.
+            self.limits[cls], limit = -1, self.limits[cls]
+            try:
+                GraphRun.finish(self, j)
+            finally:
+                self.limits[cls] = limit
+            if heap:
+                self._dispatch(cls)
+            return
+        GraphRun.finish(self, j)
+
+    def _account(self) -> None:
+        now = self.engine.env.now
+        dt = now - self.t_last
+        if dt > 0:
+            if self.n_comp:
+                self.compute_ns += dt
+            if self.n_comm:
+                self.comm_ns += dt
+                if not self.n_comp:
+                    self.exposed_ns += dt
+        self.t_last = now
+
+    # -- execution --
+
+    def execute(self, j: int) -> None:
+        """Run workload node *j* by type."""
+        tr = self.trace
+        t = tr.types[j]
+        eng = self.engine
+        if t == _T_COMP or (t == _T_COLL and self.node_class[j] == CPU):
+            self._account()
+            self.n_comp += 1
+            eng.delay(self, j, eng.compute_time(tr, j))
+        elif t == _T_SEND:
+            self._account()
+            self.n_comm += 1
+            eng.send(self, j, self.rank, tr.comm_dst[j], _WORKLOAD_NS, tr.comm_tag[j], tr.comm_size[j])
+        elif t == _T_RECV:
+            self._account()
+            self.n_comm += 1
+            eng.recv(self, j, tr.comm_src[j], self.rank, _WORKLOAD_NS, tr.comm_tag[j], tr.comm_size[j])
+        elif t == _T_COLL:
+            self._account()
+            self.n_comm += 1
+            eng.collective(self, j)
+        elif t in (_T_LOAD, _T_STORE):
+            eng.delay(self, j, eng.memory_time(tr.tensor_size[j] or 0))
+        else:  # METADATA, INVALID
+            eng.complete_now(self, j)
+
+    def describe(self, j: int) -> str:
+        """``file, rank R: node ID (name)``."""
+        return self.trace.describe(j)
+
+
+class Engine:
+    """Runs every rank's workload with the shared walker, the system layer and a network model.
+
+    Args:
+        env: the SimPy environment.
+        network: the network model (``transfer(src, dst, size)``).
+        system: collective matching and expansion.
+        traces: one trace per rank.
+        config: system parameters.
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        network: NetworkModel,
+        system: System,
+        traces: list[Trace],
+        config: SystemConfig,
+    ) -> None:
+        self.env = env
+        self.network = network
+        self._transfer = network.transfer
+        self.system = system
+        self.config = config
+        self.reduction_bandwidth = config.reduction_bandwidth
+        self.endpoint_delay = config.endpoint_delay
+        self.channels: dict[tuple[int, int, int, int], list[Any]] = {}
+        self.messages = 0
+        self.bytes = 0.0
+        self.events = 0
+        self.collectives: list[tuple[Any, ...]] = []
+        self._instant: list[tuple[GraphRun, int]] = []
+        self._draining = False
+        self.ranks_done = 0
+        self.runs = [WorkloadRun(self, trace, rank, config) for rank, trace in enumerate(traces)]
+        self._coll_waiting: dict[tuple[int, int], list[AlgoRun]] = {}
+
+    # -- time --
+
+    def complete_now(self, run: GraphRun, j: int) -> None:
+        """Finish node *j* of *run* at the current time, without recursing."""
+        self._instant.append((run, j))
+        if self._draining:
+            return
+        self._draining = True
+        try:
+            pending = self._instant
+            while pending:
+                r, k = pending.pop()
+                r.finish(k)
+        finally:
+            self._draining = False
+
+    def delay(self, run: GraphRun, j: int, duration: float) -> None:
+        """Finish node *j* of *run* after *duration* ns (at once if 0)."""
+        if duration > 0:
+            self.events += 1
+            self.env.timeout(duration).callbacks.append(partial(run._finish_event, j))
+        else:
+            self.complete_now(run, j)
+
+    def compute_time(self, trace: Trace, j: int) -> float:
+        """Ns of a COMP node: roofline for GPU ops when configured, else ``duration_micros``."""
+        cfg = self.config
+        if cfg.peak_flops and cfg.memory_bandwidth and not trace.is_cpu_op[j]:
+            ops, size = trace.num_ops[j], trace.tensor_size[j]
+            if ops is not None and size:
+                return max(ops / cfg.peak_flops, size / cfg.memory_bandwidth)
+        return trace.duration_micros[j] * 1000.0
+
+    def memory_time(self, size: int) -> float:
+        """Ns of a MEM_LOAD/MEM_STORE of *size* bytes."""
+        return self.config.remote_memory_latency + size / self.config.remote_memory_bandwidth
+
+    # -- point to point --
+
+    def _channel(self, key: tuple[int, int, int, int]) -> list[Any]:
+        ch = self.channels.get(key)
+        if ch is None:
+            # [next send seq, next recv seq, arrived {seq: (size, run, j)}, posted {seq: (size, run, j)}]
+            ch = self.channels[key] = [0, 0, {}, {}]
+        return ch
+
+    def send(self, run: GraphRun, j: int, src: int, dst: int, namespace: int, tag: int, size: float) -> None:
+        """Send *size* bytes; the SEND node finishes on delivery, and the matching RECV with it."""
+        key = (namespace, src, dst, tag)
+        ch = self.channels.get(key)
+        if ch is None:
+            ch = self._channel(key)
+        seq = ch[0]
+        ch[0] = seq + 1
+        self.messages += 1
+        self.bytes += size
+        if self.endpoint_delay > 0:
+            self.events += 1
+            self.env.timeout(self.endpoint_delay).callbacks.append(
+                partial(self._inject, run, j, src, dst, key, ch, seq, size)
+            )
+            return
+        self.events += 1
+        self._transfer(src, dst, size).callbacks.append(partial(self._delivered, run, j, key, ch, seq, size))
+
+    def _inject(
+        self, run: GraphRun, j: int, src: int, dst: int, key: Any, ch: list[Any], seq: int, size: float, _e: Any
+    ) -> None:
+        self.events += 1
+        self._transfer(src, dst, size).callbacks.append(partial(self._delivered, run, j, key, ch, seq, size))
+
+    def _delivered(self, run: GraphRun, j: int, key: Any, ch: list[Any], seq: int, size: float, _event: Any) -> None:
+        run.finish(j)
+        posted = ch[3].pop(seq, None)
+        if posted is None:
+            ch[2][seq] = (size, run, j)
+            return
+        rsize, rrun, rj = posted
+        if rsize != size:
+            self._size_mismatch(run, j, size, rrun, rj, rsize)
+        if ch[0] == ch[1] and not ch[2] and not ch[3]:
+            del self.channels[key]
+        rrun.finish(rj)
+
+    def recv(self, run: GraphRun, j: int, src: int, dst: int, namespace: int, tag: int, size: float) -> None:
+        """Post a receive; it finishes when the matching message has arrived."""
+        key = (namespace, src, dst, tag)
+        ch = self.channels.get(key)
+        if ch is None:
+            ch = self._channel(key)
+        seq = ch[1]
+        ch[1] = seq + 1
+        arrived = ch[2].pop(seq, None)
+        if arrived is None:
+            ch[3][seq] = (size, run, j)
+            return
+        ssize, srun, sj = arrived
+        if ssize != size:
+            self._size_mismatch(srun, sj, ssize, run, j, size)
+        if ch[0] == ch[1] and not ch[2] and not ch[3]:
+            del self.channels[key]
+        self.complete_now(run, j)
+
+    @staticmethod
+    def _size_mismatch(srun: GraphRun, sj: int, ssize: float, rrun: GraphRun, rj: int, rsize: float) -> None:
+        raise SimulationError(
+            f"size mismatch: {srun.describe(sj)} sends {ssize:g} bytes but the matching "
+            f"{rrun.describe(rj)} receives {rsize:g} bytes"
+        )
+
+    # -- collectives --
+
+    def collective(self, run: WorkloadRun, j: int) -> None:
+        """Join the collective of node *j* and walk this rank's share of its algorithm."""
+        tr = run.trace
+        ctype = CollectiveType(tr.comm_type[j])
+        size = tr.comm_size[j] or 0
+        share = self.system.join(run.rank, ctype, size, tr.pg_name[j], tr.describe(j))
+        start = self.env.now
+        record = [run.rank, tr.ids[j], ctype.name, size, share.group, share.algorithm, start, start]
+        self.collectives.append(record)  # type: ignore[arg-type]
+        if not share.parts or size == 0:
+            self.complete_now(run, j)
+            return
+        pending = [len(share.parts)]
+
+        def part_done(_run: GraphRun) -> None:
+            pending[0] -= 1
+            if pending[0] == 0:
+                record[7] = self.env.now
+                self._coll_waiting.pop((run.rank, j), None)
+                run.finish(j)
+
+        algo_runs = [AlgoRun(self, run.rank, part, part_done) for part in share.parts]
+        self._coll_waiting[(run.rank, j)] = algo_runs
+        for algo_run in algo_runs:
+            algo_run.start()
+
+    # -- the run --
+
+    def _rank_done(self, run: GraphRun) -> None:
+        assert isinstance(run, WorkloadRun)
+        run._account()
+        run.finish_ns = self.env.now
+        self.ranks_done += 1
+
+    def start(self) -> None:
+        """Issue every rank's dependency-free nodes."""
+        for run in self.runs:
+            run.start()
+
+    def why(self, run: GraphRun, j: int) -> str:
+        """What an issued node waits for (deadlock report)."""
+        if isinstance(run, WorkloadRun):
+            t = run.trace.types[j]
+            if t == _T_COLL:
+                inner = self._coll_waiting.get((run.rank, j), [])
+                lines = [w for r in inner for w in r.waiting()][:4]
+                return "its collective never completes" + ("; " + "; ".join(lines) if lines else "")
+            if t == _T_RECV:
+                return (
+                    f"a message from rank {run.trace.comm_src[j]} with tag {run.trace.comm_tag[j]} that is never sent"
+                )
+            return "completion"
+        if isinstance(run, AlgoRun) and run.graph.kinds[j] == RECV:
+            g = run.graph
+            peer = g.peers[j]
+            if g.relative_peers:
+                peer = (run.position + peer) % run.n
+            return f"a message from rank {run.group[peer]} (tag {g.tags[j]}) that is never sent"
+        return "completion"
+
+    def deadlock_report(self) -> str:
+        """Which ranks are stuck and on what."""
+        lines = []
+        stuck = [r for r in self.runs if r.remaining > 0]
+        for run in stuck[:16]:
+            lines.append(f"rank {run.rank}: {run.remaining} of {len(run.indeg)} nodes unfinished")
+            queued = sum(len(h) for h in run.heaps)
+            if queued:
+                lines.append(f"  {queued} ready node(s) queued for a slot")
+            for w in run.waiting()[:6]:
+                lines.append(f"  {w}")
+        if len(stuck) > 16:
+            lines.append(f"... and {len(stuck) - 16} more stuck ranks")
+        return "\n".join(lines)

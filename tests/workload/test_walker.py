@@ -1,0 +1,162 @@
+"""The walker on workloads: point-to-point timing and matching, slots, compute models, deadlocks."""
+
+from __future__ import annotations
+
+import pytest
+
+from etsim.chakra import TraceBuilder, Workload
+from etsim.chakra.graph import Trace
+from etsim.chakra.schema import et_def_pb2 as pb
+from etsim.errors import DeadlockError, SimulationError
+from etsim.network import fully_connected, ring
+from etsim.simulation import simulate
+from etsim.system.config import Resources, SystemConfig
+
+B, L = 50.0, 500.0  # bytes/ns, ns
+
+
+def wl(*builders: TraceBuilder) -> Workload:
+    return Workload([b.build(rank=r) for r, b in enumerate(builders)])
+
+
+def test_send_recv_time_is_latency_plus_serialisation() -> None:
+    a, b = TraceBuilder(), TraceBuilder()
+    a.send(dst=1, size=1 << 20, tag=0)
+    b.recv(src=0, size=1 << 20, tag=0)
+    result = simulate(wl(a, b), topology=ring(2, B, L))
+    assert result.finish_ns == pytest.approx(L + (1 << 20) / B, rel=1e-12)
+    assert result.network["messages"] == 1 and result.network["bytes"] == 1 << 20
+
+
+def test_recv_posted_late_completes_at_post_time() -> None:
+    a, b = TraceBuilder(), TraceBuilder()
+    a.send(dst=1, size=1000, tag=3)
+    c = b.comp(duration_micros=50)
+    b.recv(src=0, size=1000, tag=3, deps=[c])
+    result = simulate(wl(a, b), topology=ring(2, B, L))
+    assert result.ranks[0].finish_ns == pytest.approx(L + 20)
+    assert result.ranks[1].finish_ns == pytest.approx(50_000)
+
+
+def test_kth_send_matches_kth_recv_per_tag() -> None:
+    a, b = TraceBuilder(), TraceBuilder()
+    a.send(dst=1, size=100, tag=1)
+    a.send(dst=1, size=5000, tag=2)
+    r2 = b.recv(src=0, size=5000, tag=2)
+    b.recv(src=0, size=100, tag=1, deps=[r2])
+    result = simulate(wl(a, b), topology=ring(2, B, L))
+    # One communication slot: the second send starts when the first is delivered.
+    assert result.ranks[1].finish_ns == pytest.approx((L + 100 / B) + (L + 5000 / B))
+    free = SystemConfig(resources=Resources(comm_streams=0))
+    assert simulate(wl(a, b), topology=ring(2, B, L), system=free).ranks[1].finish_ns == pytest.approx(L + 5000 / B)
+
+
+def test_size_mismatch_names_both_nodes() -> None:
+    a, b = TraceBuilder(), TraceBuilder()
+    a.send(dst=1, size=100, tag=0, name="snd")
+    b.recv(src=0, size=200, tag=0, name="rcv")
+    with pytest.raises(
+        SimulationError, match=r"rank 0: node 0 \(snd\) sends 100 bytes.*rank 1: node 0 \(rcv\) receives 200"
+    ):
+        simulate(wl(a, b), topology=ring(2, B, L))
+
+
+def test_unmatched_recv_is_a_deadlock_report() -> None:
+    a, b = TraceBuilder(), TraceBuilder()
+    a.comp(duration_micros=1)
+    b.recv(src=0, size=64, tag=9, name="lonely")
+    with pytest.raises(DeadlockError) as info:
+        simulate(wl(a, b), topology=ring(2, B, L))
+    text = str(info.value)
+    assert "rank 1: 1 of 1 nodes unfinished" in text
+    assert "node 0 (lonely) was issued and waits: a message from rank 0 with tag 9" in text
+    assert "rank 0" not in text.split("stuck ranks:")[1].replace("from rank 0", "")
+
+
+def test_cycle_is_a_deadlock_report() -> None:
+    nodes = [pb.Node(id=1, type=pb.COMP_NODE, data_deps=[2]), pb.Node(id=2, type=pb.COMP_NODE, data_deps=[1])]
+    trace = Trace.from_nodes(nodes, rank=0)
+    with pytest.raises(DeadlockError, match=r"2 node.s. wait for unfinished dependencies"):
+        simulate(Workload([trace]))
+
+
+def test_collective_never_issued_by_a_peer_is_a_deadlock() -> None:
+    builders = [TraceBuilder() for _ in range(4)]
+    for b in builders[:3]:
+        b.collective(0, 4096)
+    builders[3].comp(duration_micros=1)
+    with pytest.raises(DeadlockError) as info:
+        simulate(wl(*builders), topology=fully_connected(4, B, L))
+    text = str(info.value)
+    assert "rank 0:" in text and "its collective never completes" in text and "rank 3" in text
+
+
+def test_dangling_dependency_is_rejected_up_front() -> None:
+    b = TraceBuilder()
+    b.comp(deps=[42])
+    with pytest.raises(SimulationError, match="data dependency on node id 42"):
+        simulate(wl(b))
+
+
+def test_compute_slots_serialise_and_order_by_id() -> None:
+    b = TraceBuilder()
+    b.comp("a", duration_micros=10)
+    b.comp("b", duration_micros=10)
+    b.comp("c", duration_micros=10)
+    assert simulate(wl(b)).finish_ns == 30_000
+    two = SystemConfig(resources=Resources(compute_streams=2))
+    assert simulate(wl(b), system=two).finish_ns == 20_000
+    unlimited = SystemConfig(resources=Resources(compute_streams=0))
+    result = simulate(wl(b), system=unlimited)
+    assert result.finish_ns == 10_000 and result.ranks[0].compute_ns == 10_000
+
+
+def test_comm_and_compute_overlap_and_exposed_time() -> None:
+    a, b = TraceBuilder(), TraceBuilder()
+    a.comp(duration_micros=10)  # runs while the send is in flight
+    a.send(dst=1, size=50 * 30_000, tag=0)  # 30 us + latency on the wire
+    b.recv(src=0, size=50 * 30_000, tag=0)
+    r = simulate(wl(a, b), topology=ring(2, B, L)).ranks[0]
+    assert r.finish_ns == pytest.approx(30_500)
+    assert r.compute_ns == pytest.approx(10_000)
+    assert r.comm_ns == pytest.approx(30_500)
+    assert r.exposed_comm_ns == pytest.approx(20_500)
+
+
+def test_roofline_and_memory_models() -> None:
+    b = TraceBuilder()
+    b.comp(num_ops=2_000_000, tensor_size=1000)  # compute bound: 2e6 ops at 1000 ops/ns
+    b.comp(num_ops=10, tensor_size=1_000_000)  # memory bound: 1e6 B at 100 B/ns
+    b.mem(store=False, tensor_size=5000)
+    cfg = SystemConfig(
+        peak_flops=1000.0, memory_bandwidth=100.0, remote_memory_bandwidth=10.0, remote_memory_latency=7.0
+    )
+    # The MEM node runs on the comm slot, concurrently with the compute chain.
+    r = simulate(wl(b), system=cfg).ranks[0]
+    assert r.compute_ns == pytest.approx(2_000 + 10_000)
+    assert r.finish_ns == pytest.approx(12_000)
+    # Replay is the default: durations are 0 here.
+    assert simulate(wl(b), system=SystemConfig(remote_memory_bandwidth=10.0)).finish_ns == pytest.approx(500)
+
+
+def test_ctrl_deps_enforced_unless_ignored() -> None:
+    b = TraceBuilder()
+    first = b.comp("first", duration_micros=5)
+    b.node(4, "second", ctrl_deps=[first], duration_micros=5)
+    cfg = SystemConfig(resources=Resources(compute_streams=0))
+    assert simulate(wl(b), system=cfg).finish_ns == 10_000
+    ignore = SystemConfig(resources=Resources(compute_streams=0), ignore_ctrl_deps=True)
+    assert simulate(wl(b), system=ignore).finish_ns == 5_000
+
+
+def test_deterministic_results() -> None:
+    builders = [TraceBuilder() for _ in range(4)]
+    for r, b in enumerate(builders):
+        c = b.comp(duration_micros=r + 1)
+        b.collective(0, 1 << 16, deps=[c])
+        b.send(dst=(r + 1) % 4, size=777, tag=1)
+        b.recv(src=(r - 1) % 4, size=777, tag=1)
+    first = simulate(wl(*builders), topology=ring(4, B, L)).to_dict()
+    second = simulate(wl(*builders), topology=ring(4, B, L)).to_dict()
+    first["sim"] = second["sim"] = None
+    assert first == second
