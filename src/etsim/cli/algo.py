@@ -1,0 +1,124 @@
+"""``etsim algo``: list the native collective algorithms and export them as Chakra ET families.
+
+``etsim algo list`` prints every registered algorithm and the collectives it implements.
+``etsim algo export NAME --collective C --npus N -o PREFIX [--dims 4x8]`` writes the
+algorithm's per-rank graphs, with symbolic sizes, to ``PREFIX.0.et … PREFIX.{N-1}.et``; the
+family runs with ``--algo PREFIX`` exactly as the native algorithm does.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from etsim.chakra.graph import CollectiveType
+from etsim.chakra.io import write_workload
+from etsim.errors import ConfigError
+from etsim.producers.builder import algo_graph_to_trace
+from etsim.system.algorithms import ALGORITHMS, CollectiveAlgorithm
+
+__all__ = ["export_algorithm", "make_algorithm", "parse_collective", "parse_dims", "register"]
+
+
+def _squash(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "")
+
+
+def parse_collective(text: str) -> CollectiveType:
+    """A collective from its name: ``all_reduce``, ``allreduce`` and ``all-reduce`` are all accepted."""
+    for c in CollectiveType:
+        if _squash(c.name) == _squash(text):
+            return c
+    names = ", ".join(c.name.lower() for c in CollectiveType)
+    raise ConfigError(f"unknown collective {text!r}; choose one of: {names}")
+
+
+def parse_dims(text: str) -> tuple[int, ...]:
+    """Dimension sizes written ``4x8`` (or ``4,8``), dimension 0 first."""
+    parts = text.lower().replace(",", "x").split("x")
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        raise ConfigError(f"--dims {text!r}: expected sizes such as 4x8") from None
+    if any(d < 1 for d in dims):
+        raise ConfigError(f"--dims {text!r}: sizes must be positive")
+    return dims
+
+
+def make_algorithm(name: str, dims: tuple[int, ...] | None = None) -> CollectiveAlgorithm:
+    """Instantiate the algorithm registered as *name*, passing *dims* if it takes them.
+
+    Raises:
+        ConfigError: unknown name (the message lists the registered ones) or *dims* given to
+            an algorithm that takes none.
+    """
+    cls = ALGORITHMS.get(name)
+    if getattr(cls, "needs_dims", False):
+        return cls(dims=dims)  # type: ignore[call-arg]
+    if dims is not None and len(dims) > 1:
+        raise ConfigError(f"algorithm {name!r} runs on a flat group and takes no --dims")
+    return cls()
+
+
+def export_algorithm(
+    algo: CollectiveAlgorithm, collective: CollectiveType, npus: int, prefix: str | Path
+) -> list[Path]:
+    """Write *algo*'s graphs of *collective* over *npus* ranks to ``PREFIX.<rank>.et``; return the paths.
+
+    A trailing ``.et`` on *prefix* is dropped (``ring.et`` writes ``ring.0.et …``).
+
+    Raises:
+        ConfigError: the algorithm does not support the collective or group size (with its reason).
+    """
+    algo.check(collective, npus)
+    text = str(prefix)
+    if text.endswith(".et"):
+        text = text[: -len(".et")]
+    traces = [algo_graph_to_trace(algo.graph(collective, npus, r), r, npus) for r in range(npus)]
+    Path(text).parent.mkdir(parents=True, exist_ok=True)
+    return write_workload(traces, text)
+
+
+def _list(args: argparse.Namespace) -> int:
+    rows = []
+    for name in ALGORITHMS.names():
+        cls = ALGORITHMS.get(name)
+        colls = ", ".join(c.name.lower() for c in sorted(cls.collectives, key=lambda c: c.name))
+        notes = []
+        if cls.name and cls.name != name:
+            notes.append(f"alias of {cls.name}")
+        if getattr(cls, "needs_dims", False):
+            notes.append("takes --dims")
+        rows.append((name, colls + (f"  ({'; '.join(notes)})" if notes else "")))
+    width = max((len(n) for n, _ in rows), default=0)
+    for name, text in rows:
+        print(f"{name:<{width}}  {text}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    if args.npus < 1:
+        raise ConfigError(f"--npus must be at least 1, not {args.npus}")
+    collective = parse_collective(args.collective)
+    dims = parse_dims(args.dims) if args.dims else None
+    algo = make_algorithm(args.name, dims)
+    paths = export_algorithm(algo, collective, args.npus, args.output)
+    first, last = paths[0], paths[-1]
+    print(f"wrote {len(paths)} files: {first}" + (f" … {last}" if len(paths) > 1 else ""))
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register ``etsim algo`` and its actions ``list`` and ``export``."""
+    parser = subparsers.add_parser("algo", help="list native collective algorithms, export them as .et")
+    sub = parser.add_subparsers(dest="algo_command", metavar="ACTION")
+    sub.required = True
+    p = sub.add_parser("list", help="print each algorithm and the collectives it implements")
+    p.set_defaults(handler=_list)
+    p = sub.add_parser("export", help="write an algorithm's per-rank graphs as PREFIX.<rank>.et")
+    p.add_argument("name", metavar="NAME", help="algorithm name (see 'etsim algo list') or package.module:Class")
+    p.add_argument("--collective", required=True, help="all_reduce, reduce_scatter, all_gather, all_to_all, …")
+    p.add_argument("--npus", required=True, type=int, help="group size")
+    p.add_argument("--dims", help="dimension sizes for hierarchical algorithms, dimension 0 first (e.g. 4x8)")
+    p.add_argument("-o", "--output", required=True, help="output prefix (PREFIX or PREFIX.et)")
+    p.set_defaults(handler=_export)
