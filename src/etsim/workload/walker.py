@@ -38,7 +38,6 @@ __all__ = ["Engine", "GraphRun"]
 
 # Slot classes of workload nodes.
 FREE, CPU, COMPUTE, COMM = 0, 1, 2, 3
-_WORKLOAD_NS = -1
 
 _T_COMP = int(NodeType.COMP_NODE)
 _T_SEND = int(NodeType.COMM_SEND_NODE)
@@ -128,45 +127,95 @@ class GraphRun:
 
 
 class AlgoRun(GraphRun):
-    """One chunk of one rank's part of a collective algorithm."""
+    """One chunk of one rank's part of a collective algorithm.
 
-    __slots__ = ("graph", "group", "n", "namespace", "part", "position", "unit")
+    This is the hot path of collective-heavy runs, so the graph's columns are bound to slots
+    and ready nodes are executed without the slot machinery of workload runs.
+    """
 
-    def __init__(self, engine: Engine, rank: int, part: CollectivePart, on_done: Callable[[GraphRun], None]) -> None:
-        succ_ptr, succ, indeg = part.graph.successors()
+    __slots__ = (
+        "chans",
+        "chunks",
+        "durs",
+        "group",
+        "kinds",
+        "n",
+        "names",
+        "namespace",
+        "peers",
+        "position",
+        "relative",
+        "tags",
+        "unit",
+    )
+
+    def __init__(
+        self, engine: Engine, rank: int, part: CollectivePart, chans: dict[Any, Any], on_done: Callable[[GraphRun], None]
+    ) -> None:
+        g = part.graph
+        succ_ptr, succ, indeg = g.successors()
         super().__init__(engine, rank, succ_ptr, succ, indeg, on_done)
-        self.part = part
-        self.graph = part.graph
+        self.kinds = g.kinds
+        self.peers = g.peers
+        self.tags = g.tags
+        self.chunks = g.chunks
+        self.durs = g.durations_ns
+        self.names = g.names
+        self.relative = g.relative_peers
         self.position = part.position
         self.group = part.group
         self.n = len(part.group)
-        self.namespace = part.namespace
         self.unit = part.bytes_per_unit
+        self.namespace = part.namespace
+        self.chans = chans
+
+    def finish(self, j: int) -> None:
+        """As :meth:`GraphRun.finish`, executing ready successors directly (no slots here)."""
+        self.done[j] = 1
+        indeg = self.indeg
+        succ = self.succ
+        for k in range(self.succ_ptr[j], self.succ_ptr[j + 1]):
+            c = succ[k]
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                self.execute(c)
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.on_done(self)
 
     def execute(self, j: int) -> None:
         """SEND/RECV through the engine's channels; COMP as a reduction."""
-        g = self.graph
-        kind = g.kinds[j]
-        size = g.chunks[j] * self.unit
+        kind = self.kinds[j]
+        size = self.chunks[j] * self.unit
         if kind == COMP:
-            dur = g.durations_ns[j]
+            dur = self.durs[j]
             if dur is None:
                 bw = self.engine.reduction_bandwidth
                 dur = size / bw if bw else 0.0
-            self.engine.delay(self, j, dur)
+            if dur > 0:
+                self.engine.delay(self, j, dur)
+            else:
+                self.engine.complete_now(self, j)
             return
-        peer = g.peers[j]
-        if g.relative_peers:
+        peer = self.peers[j]
+        if self.relative:
             peer = (self.position + peer) % self.n
         peer = self.group[peer]
         if kind == SEND:
-            self.engine.send(self, j, self.rank, peer, self.namespace, g.tags[j], size)
+            self.engine.send(self, j, self.rank, peer, self.chans, self.tags[j], size)
         else:
-            self.engine.recv(self, j, peer, self.rank, self.namespace, g.tags[j], size)
+            self.engine.recv(self, j, peer, self.rank, self.chans, self.tags[j], size)
+
+    def peer_of(self, j: int) -> int:
+        """Global rank node *j* talks to."""
+        peer = self.peers[j]
+        if self.relative:
+            peer = (self.position + peer) % self.n
+        return self.group[peer]
 
     def describe(self, j: int) -> str:
-        """``rank R: collective algorithm node J (name)``."""
-        name = self.graph.names[j] if self.graph.names else ""
+        """``rank R: algorithm node J (name) of a collective``."""
+        name = self.names[j] if self.names else ""
         return f"rank {self.rank}: algorithm node {j} ({name}) of a collective"
 
 
@@ -291,11 +340,11 @@ class WorkloadRun(GraphRun):
         elif t == _T_SEND:
             self._account()
             self.n_comm += 1
-            eng.send(self, j, self.rank, tr.comm_dst[j], _WORKLOAD_NS, tr.comm_tag[j], tr.comm_size[j])
+            eng.send(self, j, self.rank, tr.comm_dst[j], eng.workload_channels, tr.comm_tag[j], tr.comm_size[j])
         elif t == _T_RECV:
             self._account()
             self.n_comm += 1
-            eng.recv(self, j, tr.comm_src[j], self.rank, _WORKLOAD_NS, tr.comm_tag[j], tr.comm_size[j])
+            eng.recv(self, j, tr.comm_src[j], self.rank, eng.workload_channels, tr.comm_tag[j], tr.comm_size[j])
         elif t == _T_COLL:
             self._account()
             self.n_comm += 1
@@ -336,13 +385,17 @@ class Engine:
         self.config = config
         self.reduction_bandwidth = config.reduction_bandwidth
         self.endpoint_delay = config.endpoint_delay
-        self.channels: dict[tuple[int, int, int, int], list[Any]] = {}
+        # Point-to-point channels: one dict per namespace, (src, dst, tag) -> channel state. A
+        # collective's namespace is dropped when every rank of its group has finished its part.
+        self.workload_channels: dict[tuple[int, int, int], list[Any]] = {}
+        self.namespaces: dict[int, list[Any]] = {}
         self.messages = 0
         self.bytes = 0.0
         self.events = 0
         self.collectives: list[tuple[Any, ...]] = []
         self._instant: list[tuple[GraphRun, int]] = []
         self._draining = False
+        self._depth = 0
         self.ranks_done = 0
         self.runs = [WorkloadRun(self, trace, rank, config) for rank, trace in enumerate(traces)]
         self._coll_waiting: dict[tuple[int, int], list[AlgoRun]] = {}
@@ -350,11 +403,24 @@ class Engine:
     # -- time --
 
     def complete_now(self, run: GraphRun, j: int) -> None:
-        """Finish node *j* of *run* at the current time, without recursing."""
+        """Finish node *j* of *run* at the current time.
+
+        Finishing directly is fastest but recurses (finish → successor → finish …); past a small
+        depth the node goes on a work list drained by the outermost call, so arbitrarily long
+        chains of zero-time nodes never overflow the stack.
+        """
+        if self._depth < 32:
+            self._depth += 1
+            try:
+                run.finish(j)
+            finally:
+                self._depth -= 1
+            return
         self._instant.append((run, j))
         if self._draining:
             return
         self._draining = True
+        saved, self._depth = self._depth, 1 << 30  # everything below is queued, not recursed
         try:
             pending = self._instant
             while pending:
@@ -362,6 +428,7 @@ class Engine:
                 r.finish(k)
         finally:
             self._draining = False
+            self._depth = saved
 
     def delay(self, run: GraphRun, j: int, duration: float) -> None:
         """Finish node *j* of *run* after *duration* ns (at once if 0)."""
@@ -385,40 +452,30 @@ class Engine:
         return self.config.remote_memory_latency + size / self.config.remote_memory_bandwidth
 
     # -- point to point --
+    #
+    # A channel is [next send seq, next recv seq, arrived {seq: (size, run, j)}, posted {seq: (size, run, j)}].
 
-    def _channel(self, key: tuple[int, int, int, int]) -> list[Any]:
-        ch = self.channels.get(key)
-        if ch is None:
-            # [next send seq, next recv seq, arrived {seq: (size, run, j)}, posted {seq: (size, run, j)}]
-            ch = self.channels[key] = [0, 0, {}, {}]
-        return ch
-
-    def send(self, run: GraphRun, j: int, src: int, dst: int, namespace: int, tag: int, size: float) -> None:
+    def send(self, run: GraphRun, j: int, src: int, dst: int, chans: dict[Any, Any], tag: int, size: float) -> None:
         """Send *size* bytes; the SEND node finishes on delivery, and the matching RECV with it."""
-        key = (namespace, src, dst, tag)
-        ch = self.channels.get(key)
+        key = (src, dst, tag)
+        ch = chans.get(key)
         if ch is None:
-            ch = self._channel(key)
+            ch = chans[key] = [0, 0, {}, {}]
         seq = ch[0]
         ch[0] = seq + 1
         self.messages += 1
         self.bytes += size
+        self.events += 1
         if self.endpoint_delay > 0:
             self.events += 1
-            self.env.timeout(self.endpoint_delay).callbacks.append(
-                partial(self._inject, run, j, src, dst, key, ch, seq, size)
-            )
+            self.env.timeout(self.endpoint_delay).callbacks.append(partial(self._inject, run, j, src, dst, ch, seq, size))
             return
-        self.events += 1
-        self._transfer(src, dst, size).callbacks.append(partial(self._delivered, run, j, key, ch, seq, size))
+        self._transfer(src, dst, size).callbacks.append(partial(self._delivered, run, j, ch, seq, size))
 
-    def _inject(
-        self, run: GraphRun, j: int, src: int, dst: int, key: Any, ch: list[Any], seq: int, size: float, _e: Any
-    ) -> None:
-        self.events += 1
-        self._transfer(src, dst, size).callbacks.append(partial(self._delivered, run, j, key, ch, seq, size))
+    def _inject(self, run: GraphRun, j: int, src: int, dst: int, ch: list[Any], seq: int, size: float, _e: Any) -> None:
+        self._transfer(src, dst, size).callbacks.append(partial(self._delivered, run, j, ch, seq, size))
 
-    def _delivered(self, run: GraphRun, j: int, key: Any, ch: list[Any], seq: int, size: float, _event: Any) -> None:
+    def _delivered(self, run: GraphRun, j: int, ch: list[Any], seq: int, size: float, _event: Any) -> None:
         run.finish(j)
         posted = ch[3].pop(seq, None)
         if posted is None:
@@ -427,16 +484,14 @@ class Engine:
         rsize, rrun, rj = posted
         if rsize != size:
             self._size_mismatch(run, j, size, rrun, rj, rsize)
-        if ch[0] == ch[1] and not ch[2] and not ch[3]:
-            del self.channels[key]
         rrun.finish(rj)
 
-    def recv(self, run: GraphRun, j: int, src: int, dst: int, namespace: int, tag: int, size: float) -> None:
+    def recv(self, run: GraphRun, j: int, src: int, dst: int, chans: dict[Any, Any], tag: int, size: float) -> None:
         """Post a receive; it finishes when the matching message has arrived."""
-        key = (namespace, src, dst, tag)
-        ch = self.channels.get(key)
+        key = (src, dst, tag)
+        ch = chans.get(key)
         if ch is None:
-            ch = self._channel(key)
+            ch = chans[key] = [0, 0, {}, {}]
         seq = ch[1]
         ch[1] = seq + 1
         arrived = ch[2].pop(seq, None)
@@ -446,8 +501,6 @@ class Engine:
         ssize, srun, sj = arrived
         if ssize != size:
             self._size_mismatch(srun, sj, ssize, run, j, size)
-        if ch[0] == ch[1] and not ch[2] and not ch[3]:
-            del self.channels[key]
         self.complete_now(run, j)
 
     @staticmethod
@@ -472,15 +525,27 @@ class Engine:
             self.complete_now(run, j)
             return
         pending = [len(share.parts)]
+        group_size = len(share.group)
 
-        def part_done(_run: GraphRun) -> None:
+        def part_done(done_run: GraphRun) -> None:
+            ns = done_run.namespace  # type: ignore[attr-defined]
+            state = self.namespaces[ns]
+            state[1] -= 1
+            if state[1] == 0:
+                del self.namespaces[ns]
             pending[0] -= 1
             if pending[0] == 0:
                 record[7] = self.env.now
                 self._coll_waiting.pop((run.rank, j), None)
                 run.finish(j)
 
-        algo_runs = [AlgoRun(self, run.rank, part, part_done) for part in share.parts]
+        algo_runs = []
+        for part in share.parts:
+            state = self.namespaces.get(part.namespace)
+            if state is None:
+                state = self.namespaces[part.namespace] = [{}, group_size]
+            algo_run = AlgoRun(self, run.rank, part, state[0], part_done)
+            algo_runs.append(algo_run)
         self._coll_waiting[(run.rank, j)] = algo_runs
         for algo_run in algo_runs:
             algo_run.start()
@@ -511,12 +576,8 @@ class Engine:
                     f"a message from rank {run.trace.comm_src[j]} with tag {run.trace.comm_tag[j]} that is never sent"
                 )
             return "completion"
-        if isinstance(run, AlgoRun) and run.graph.kinds[j] == RECV:
-            g = run.graph
-            peer = g.peers[j]
-            if g.relative_peers:
-                peer = (run.position + peer) % run.n
-            return f"a message from rank {run.group[peer]} (tag {g.tags[j]}) that is never sent"
+        if isinstance(run, AlgoRun) and run.kinds[j] == RECV:
+            return f"a message from rank {run.peer_of(j)} (tag {run.tags[j]}) that is never sent"
         return "completion"
 
     def deadlock_report(self) -> str:
