@@ -162,9 +162,10 @@ def validate_trace(trace: Trace, num_ranks: int | None = None, *, ignore_ctrl_de
         peer_key, self_key = ("comm_dst", "comm_src") if is_send else ("comm_src", "comm_dst")
         kind = "send" if is_send else "receive"
         peer = getattr(trace, peer_key)[pos]
-        missing = [
-            k for k, v in ((peer_key, peer), ("comm_tag", trace.comm_tag[pos]), ("comm_size", size)) if v is None
-        ]
+        if size is None and _symbolic_size(trace, pos):
+            size = 1  # algorithm files may give sizes as chunk counts (msg_chunk_cnt of total_chunk_cnt)
+        checks = ((peer_key, peer), ("comm_tag", trace.comm_tag[pos]), ("comm_size", size))
+        missing = [k for k, v in checks if v is None]
         if missing:
             error(pos, f"{kind} without {', '.join(missing)}")
         if size is not None and size < 0:
@@ -182,6 +183,20 @@ def validate_trace(trace: Trace, num_ranks: int | None = None, *, ignore_ctrl_de
         if peer is not None and trace.rank is not None and peer == trace.rank:
             warning(pos, f"{kind} to itself")
     return issues
+
+
+def _symbolic_size(trace: Trace, pos: int) -> bool:
+    if not trace.nodes:
+        return False
+    names = {a.name for a in trace.nodes[pos].attr}
+    return {"msg_chunk_cnt", "total_chunk_cnt"} <= names
+
+
+def _symbolic_size(trace: Trace, pos: int) -> bool:
+    if not trace.nodes:
+        return False
+    names = {a.name for a in trace.nodes[pos].attr}
+    return {"msg_chunk_cnt", "total_chunk_cnt"} <= names
 
 
 def validate_workload(workload: Workload, *, ignore_ctrl_deps: bool = False) -> list[Issue]:

@@ -35,17 +35,24 @@ def ring_reduce_scatter(
     Step ``s`` sends to *nxt* the chunk reduced at step ``s - 1`` (the first step waits for the
     nodes *after*), receives one from *prv* and reduces it after the previous reduction.
 
+    All steps share one tag: each send depends on the previous one and each receive on the
+    previous receive, so the k-th send matches the k-th receive and a rank holds
+    one channel and one posted receive per phase, not one per step (what keeps a 1024-rank ring
+    small).
+
     Returns:
         ``(done, next_tag)``: the nodes the next phase waits for (the last reduction, which
         follows all others; *after* when ``steps == 0``) and the first unused tag.
     """
     last = list(after)
-    for _ in range(steps):
-        b.send(nxt, chunks, tag, deps=last, name=f"rs{tag}_send")
-        r = b.recv(prv, chunks, tag, name=f"rs{tag}_recv")
-        last = [b.reduce(chunks, deps=[r, *last], name=f"rs{tag}_reduce")]
-        tag += 1
-    return last, tag
+    prev_recv: list[int] = []
+    prev_send: list[int] = []
+    for step in range(steps):
+        prev_send = [b.send(nxt, chunks, tag, deps=last + prev_send, name=f"rs{step}_send")]
+        r = b.recv(prv, chunks, tag, deps=prev_recv, name=f"rs{step}_recv")
+        prev_recv = [r]
+        last = [b.reduce(chunks, deps=[r, *last], name=f"rs{step}_reduce")]
+    return last, tag + 1
 
 
 def ring_all_gather(
@@ -53,7 +60,8 @@ def ring_all_gather(
 ) -> tuple[list[int], int]:
     """Write *steps* ring all-gather steps: forward to *nxt* what was received from *prv* at the previous step.
 
-    The first step sends what the nodes *after* produced.
+    The first step sends what the nodes *after* produced. All steps share one tag (see
+    :func:`ring_reduce_scatter`); each receive is posted after the previous one.
 
     Returns:
         ``(done, next_tag)``: the nodes the next phase waits for (every receive of this phase,
@@ -62,12 +70,12 @@ def ring_all_gather(
     """
     last = list(after)
     received: list[int] = []
-    for _ in range(steps):
-        b.send(nxt, chunks, tag, deps=last, name=f"ag{tag}_send")
-        last = [b.recv(prv, chunks, tag, name=f"ag{tag}_recv")]
+    prev_send: list[int] = []
+    for step in range(steps):
+        prev_send = [b.send(nxt, chunks, tag, deps=last + prev_send, name=f"ag{step}_send")]
+        last = [b.recv(prv, chunks, tag, deps=last[-1:] if received else [], name=f"ag{step}_recv")]
         received += last
-        tag += 1
-    return (received or list(after)), tag
+    return (received or list(after)), tag + 1
 
 
 def chain_broadcast(b: AlgorithmBuilder, order: int, length: int, prv: int, nxt: int, segments: int) -> None:
