@@ -88,7 +88,10 @@ def main() -> int:
             runs = []
             for _ in range(repeat):
                 out = subprocess.run(
-                    [sys.executable, __file__, "--child", case, str(workdir)], capture_output=True, text=True, check=True
+                    [sys.executable, __file__, "--child", case, str(workdir)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
                 )
                 runs.append(json.loads(out.stdout))
                 print(case, " ".join(f"{k}={v:.3g}" for k, v in runs[-1].items()))

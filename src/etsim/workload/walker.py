@@ -150,7 +150,12 @@ class AlgoRun(GraphRun):
     )
 
     def __init__(
-        self, engine: Engine, rank: int, part: CollectivePart, chans: dict[Any, Any], on_done: Callable[[GraphRun], None]
+        self,
+        engine: Engine,
+        rank: int,
+        part: CollectivePart,
+        chans: dict[Any, Any],
+        on_done: Callable[[GraphRun], None],
     ) -> None:
         g = part.graph
         succ_ptr, succ, indeg = g.successors()
@@ -468,7 +473,9 @@ class Engine:
         self.events += 1
         if self.endpoint_delay > 0:
             self.events += 1
-            self.env.timeout(self.endpoint_delay).callbacks.append(partial(self._inject, run, j, src, dst, ch, seq, size))
+            self.env.timeout(self.endpoint_delay).callbacks.append(
+                partial(self._inject, run, j, src, dst, ch, seq, size)
+            )
             return
         self._transfer(src, dst, size).callbacks.append(partial(self._delivered, run, j, ch, seq, size))
 

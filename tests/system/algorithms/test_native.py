@@ -9,6 +9,7 @@ bytes·γ — then checks the closed forms of reference/cost-models.md to 1e-9 r
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Callable
@@ -251,7 +252,7 @@ def test_structure(algo, coll, p):
         assert send_sizes == recv_sizes, key
         # Messages sharing a key match in issue order, so that order must be fixed by dependencies.
         for side, positions in ((graphs[src], spos), (graphs[dst], recvs[key])):
-            for before, after in zip(positions, positions[1:], strict=False):
+            for before, after in itertools.pairwise(positions):
                 assert before in ancestors(side, after), f"{key}: nodes {before} and {after} are not ordered"
     # Bytes sent per rank.
     for r, g in enumerate(graphs):
