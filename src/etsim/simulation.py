@@ -112,7 +112,10 @@ def simulate(
         raise ConfigError("the workload has no ranks")
     if topology is None:
         net = NetworkConfig(default_topology(n))
-        topo_label = f"default ring of {n} NPUs ({format_bandwidth(DEFAULT_BANDWIDTH)}, {format_time(DEFAULT_LATENCY)})"
+        npus = net.topology.npus
+        topo_label = (
+            f"default ring of {npus} NPUs ({format_bandwidth(DEFAULT_BANDWIDTH)}, {format_time(DEFAULT_LATENCY)})"
+        )
     elif isinstance(topology, NetworkConfig):
         net = topology
         topo_label = net.topology.name
