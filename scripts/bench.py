@@ -5,8 +5,12 @@ Prints one line per run (wall s, CPU s, peak RSS MB, and a case-specific rate) a
 median of the repetitions.
 
 Cases:
-  load-1m        read a 1,000,000-node trace (chain of COMP nodes with SEND/RECV every 10th node)
-  load-1m-lean   the same with keep_raw=False (flat columns only)
+  load-1m              read a 1,000,000-node trace (chain of COMP nodes with SEND/RECV every 10th node)
+  load-1m-lean         the same with keep_raw=False (flat columns only)
+  ring-ar-P-MODEL      full stack (workload -> system -> network): one 256 MiB ring all-reduce on P NPUs of a
+                       bidirectional ring, 50 GB/s, 1 us, MODEL analytical or link (P = 256, 1024, 4096)
+  heap-ring-P          the reference loop of performance.md: a bare heapq loop over the same ring all-reduce
+                       with busy-until links, no simulator (the yardstick for the full-stack cases)
 """
 
 from __future__ import annotations
@@ -49,9 +53,58 @@ def make_trace(path: Path, nodes: int = NODES) -> None:
             f.write(encode_varint(len(payload)) + payload)
 
 
+def heap_ring(p: int, size: float = 256 * 2**20, bw: float = 50.0, lat: float = 1000.0) -> tuple[float, int]:
+    """Ring all-reduce on a bare heap: message (i, k) leaves NPU i when (i-1, k-1) arrived; links are
+    busy-until values. Returns (finish time, messages)."""
+    import heapq
+
+    chunk = size / p
+    t_ser = chunk / bw
+    steps = 2 * (p - 1)
+    link_free = [0.0] * p
+    heap = [(0.0, i, 0) for i in range(p)]  # (ready time, npu, step)
+    messages = 0
+    finish = 0.0
+    while heap:
+        ready, i, k = heapq.heappop(heap)
+        start = ready if ready > link_free[i] else link_free[i]
+        link_free[i] = start + t_ser
+        arrival = start + t_ser + lat
+        messages += 1
+        if k + 1 < steps:
+            heapq.heappush(heap, (arrival, (i + 1) % p, k + 1))
+        elif arrival > finish:
+            finish = arrival
+    return finish, messages
+
+
 def run_case(case: str, workdir: Path) -> dict[str, float]:
     """Run one case in this process and return its measurements."""
     trace_path = workdir / "big.et"
+    if case.startswith("ring-ar-"):
+        from etsim.chakra import CollectiveType, Workload
+        from etsim.network import ring
+        from etsim.producers import collective_workload
+        from etsim.simulation import simulate
+
+        _, _, p_text, model = case.split("-")
+        p = int(p_text)
+        workload = Workload(collective_workload(CollectiveType.ALL_REDUCE, 256 * 2**20, p))
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = simulate(workload, topology=ring(p, 50.0, 1000.0), model=model)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        closed = 2 * (p - 1) * (1000.0 + 256 * 2**20 / p / 50.0)
+        assert abs(result.finish_ns - closed) <= 1e-9 * closed, (result.finish_ns, closed)
+        msgs = result.network["messages"]
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": rss, "messages": msgs, "msgs_per_cpu_s": msgs / cpu}
+    if case.startswith("heap-ring-"):
+        p = int(case.split("-")[2])
+        t0, c0 = time.perf_counter(), time.process_time()
+        _finish, msgs = heap_ring(p)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": rss, "messages": msgs, "msgs_per_cpu_s": msgs / cpu}
     if case in ("load-1m", "load-1m-lean"):
         from etsim.chakra import read_trace
 
@@ -64,7 +117,8 @@ def run_case(case: str, workdir: Path) -> dict[str, float]:
     raise SystemExit(f"unknown case {case!r}")
 
 
-CASES = ("load-1m", "load-1m-lean")
+CASES = ("load-1m", "load-1m-lean", "heap-ring-256", "ring-ar-256-analytical", "ring-ar-256-link",
+         "heap-ring-1024", "ring-ar-1024-analytical", "ring-ar-1024-link")  # fmt: skip
 
 
 def main() -> int:
@@ -80,10 +134,12 @@ def main() -> int:
     cases = args or list(CASES)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        t0 = time.perf_counter()
-        make_trace(workdir / "big.et")
-        size_mb = (workdir / "big.et").stat().st_size / 1e6
-        print(f"# wrote {NODES} nodes ({size_mb:.1f} MB) in {time.perf_counter() - t0:.1f} s; {os.cpu_count()} cores")
+        print(f"# {os.cpu_count()} cores, Python {sys.version.split()[0]}")
+        if any(c.startswith("load-") for c in cases):
+            t0 = time.perf_counter()
+            make_trace(workdir / "big.et")
+            size_mb = (workdir / "big.et").stat().st_size / 1e6
+            print(f"# wrote {NODES} nodes ({size_mb:.1f} MB) in {time.perf_counter() - t0:.1f} s")
         for case in cases:
             runs = []
             for _ in range(repeat):
