@@ -15,7 +15,7 @@ import gc
 import os
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TextIO
 
 import simpy
 
@@ -84,6 +84,31 @@ def check_workload(workload: Workload, config: SystemConfig) -> None:
         raise SimulationError("the workload cannot be simulated:\n" + "\n".join(problems[:10]) + more)
 
 
+def _attach_progress(engine: Engine, stream: TextIO, interval: float, wall0: float) -> None:
+    """Redraw a progress line every *interval* seconds, checked every few thousand messages."""
+    step = 4096
+    state = {"last": time.perf_counter()}
+
+    def report(eng: Engine) -> None:
+        eng.progress_at = eng.messages + step
+        now = time.perf_counter()
+        if now - state["last"] < interval:
+            return
+        state["last"] = now
+        done = eng.ranks_done
+        total = len(eng.runs)
+        width = 20
+        filled = width * done // total if total else width
+        stream.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} ranks done, "
+            f"t = {format_time(eng.env.now)}, {eng.messages} messages, {now - wall0:.1f} s"
+        )
+        stream.flush()
+
+    engine.progress = report
+    engine.progress_at = step
+
+
 def simulate(
     workload: Workload,
     *,
@@ -91,6 +116,8 @@ def simulate(
     model: str | None = None,
     model_options: Mapping[str, Any] | None = None,
     system: SystemConfig | None = None,
+    progress: TextIO | None = None,
+    progress_interval: float = 0.5,
 ) -> Result:
     """Simulate *workload* and return its :class:`~etsim.report.Result`.
 
@@ -101,6 +128,8 @@ def simulate(
         model: network model name (overrides the topology file's ``network.model``).
         model_options: the model's options (override the file's).
         system: system parameters (default :class:`~etsim.system.config.SystemConfig`).
+        progress: a stream to draw a one-line progress display on (e.g. ``sys.stderr``), or None.
+        progress_interval: seconds between progress updates.
 
     Raises:
         DeadlockError: the run cannot progress; the message names stuck ranks and nodes.
@@ -148,6 +177,8 @@ def simulate(
     dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
     sys_layer = System(config, groups, dims=dims)
     engine = Engine(env, network, sys_layer, list(workload.traces), config)
+    if progress is not None:
+        _attach_progress(engine, progress, progress_interval, wall0)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived events; the cyclic collector only costs time here
     try:
@@ -157,6 +188,9 @@ def simulate(
         if gc_was_enabled:
             gc.enable()
     wall = time.perf_counter() - wall0
+    if progress is not None and engine.progress_at != 1 << 62:
+        progress.write("\r" + " " * 78 + "\r")
+        progress.flush()
     if engine.ranks_done < n:
         raise DeadlockError(
             f"the simulation cannot progress at t = {env.now:.1f} ns; stuck ranks:\n" + engine.deadlock_report()

@@ -160,3 +160,18 @@ def test_deterministic_results() -> None:
     second = simulate(wl(*builders), topology=ring(4, B, L)).to_dict()
     first["sim"] = second["sim"] = None
     assert first == second
+
+
+def test_progress_display() -> None:
+    import io
+
+    from etsim.chakra import CollectiveType
+    from etsim.producers import collective_workload
+
+    stream = io.StringIO()
+    workload = Workload(collective_workload(CollectiveType.ALL_REDUCE, 1 << 20, 64))
+    result = simulate(workload, topology=ring(64, B, L), progress=stream, progress_interval=0.0)
+    text = stream.getvalue()
+    assert "ranks done" in text and "messages" in text  # drawn at least once (every 4096 messages)
+    assert text.endswith("\r")  # and cleared at the end
+    assert result.network["messages"] == 64 * 126

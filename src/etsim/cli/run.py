@@ -45,7 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--endpoint-delay", help="delay added to every message, e.g. '10 ns'")
     p.add_argument("--ignore-ctrl-deps", action="store_true", help="walk data dependencies only")
     p.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT ('-' for standard output)")
-    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument(
+        "-q", "--quiet", action="store_true", help="print nothing but errors (no table, no progress bar)"
+    )
     p.set_defaults(handler=cmd_run)
 
 
@@ -90,7 +92,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         changes["ignore_ctrl_deps"] = True
     config = config.with_overrides(**changes)
     workload = load_workload(args.workload)
-    result = simulate(workload, topology=args.topology, model=args.model, system=config)
+    show_progress = not args.quiet and sys.stderr.isatty()
+    result = simulate(
+        workload,
+        topology=args.topology,
+        model=args.model,
+        system=config,
+        progress=sys.stderr if show_progress else None,
+    )
     if args.json == "-":
         sys.stdout.write(result.to_json() + "\n")
     elif args.json:

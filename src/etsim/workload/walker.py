@@ -403,6 +403,8 @@ class Engine:
         self._depth = 0
         self.ranks_done = 0
         self.runs = [WorkloadRun(self, trace, rank, config) for rank, trace in enumerate(traces)]
+        self.progress: Callable[[Engine], None] | None = None
+        self.progress_at = 1 << 62  # message count of the next progress check (set by the caller)
         self._coll_waiting: dict[tuple[int, int], list[AlgoRun]] = {}
 
     # -- time --
@@ -471,6 +473,8 @@ class Engine:
         self.messages += 1
         self.bytes += size
         self.events += 1
+        if self.messages >= self.progress_at and self.progress is not None:
+            self.progress(self)
         if self.endpoint_delay > 0:
             self.events += 1
             self.env.timeout(self.endpoint_delay).callbacks.append(
