@@ -165,3 +165,16 @@ def test_data_parallel_overlap() -> None:
         assert 0 < r.exposed_comm_ns < r.comm_ns
         assert r.finish_ns == pytest.approx(r.compute_ns + r.exposed_comm_ns)
     assert len(result.collectives) == 16
+
+
+def test_hierarchical_uses_the_topology_dimensions() -> None:
+    from etsim.network import Dim, product
+
+    a0, b0, a1, b1 = 100.0, 100.0, 1000.0, 25.0
+    topo = product([Dim("ring", 4, b0, a0), Dim("ring", 4, b1, a1)])
+    n = 1 << 24
+    # Reduce-scatter in dimension 0, all-reduce of n/4 in dimension 1, all-gather back in dimension 0.
+    expected = 2 * 3 * (a0 + n / 4 / b0) + 2 * 3 * (a1 + n / 16 / b1)
+    assert run(AR, n, 16, "hierarchical", topo) == pytest.approx(expected, rel=REL)
+    # The flat ring over the same product crosses dimension 1 on every 4th hop and is slower.
+    assert run(AR, n, 16, "ring", topo) > expected
