@@ -93,6 +93,10 @@ def resolve_algorithm(
             return spec, cls(dims=tuple(dims) if dims else None)  # type: ignore[call-arg]
         return spec, cls()
     path = spec if os.path.isabs(spec) else os.fspath(Path(base_dir) / spec)
+    if spec.endswith(".xml"):  # MSCCL-IR, converted on the fly (cached per file)
+        from etsim.producers.msccl import load_msccl_algorithm
+
+        return spec, load_msccl_algorithm(path)
     try:
         return spec, ChakraAlgorithm(path, ignore_ctrl_deps=ignore_ctrl_deps)
     except ConfigError as exc:
