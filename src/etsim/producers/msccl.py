@@ -253,6 +253,29 @@ def _children(elem: etree._Element, tag: str) -> list[etree._Element]:
     return [c for c in elem if isinstance(c.tag, str) and c.tag == tag]
 
 
+def _locate(data: bytes, line: int | None) -> dict[str, int | None]:
+    """The gpu/tb/step ids around *line* of a malformed document, read with lxml's recovering parser."""
+    if line is None:
+        return {}
+    try:
+        root = etree.fromstring(data, etree.XMLParser(recover=True, resolve_entities=False, no_network=True))
+    except etree.XMLSyntaxError:
+        return {}
+    if root is None:
+        return {}
+    found: dict[str, int | None] = {}
+    best = None
+    for el in root.iter("gpu", "tb", "step"):
+        if el.sourceline is not None and el.sourceline <= line:
+            best = el
+    for el in [] if best is None else [best, *best.iterancestors()]:
+        key = {"gpu": "gpu", "tb": "tb", "step": "step"}.get(el.tag)
+        raw = el.get("s" if el.tag == "step" else "id")
+        if key and key not in found and raw is not None and raw.strip().lstrip("-").isdigit():
+            found[key] = int(raw)
+    return found
+
+
 def parse_msccl(source: str | os.PathLike[str] | bytes, *, name: str | None = None) -> MscclProgram:
     """Parse an MSCCL-IR document of any dialect into an :class:`MscclProgram`.
 
@@ -279,7 +302,10 @@ def parse_msccl(source: str | os.PathLike[str] | bytes, *, name: str | None = No
         root = etree.fromstring(data, parser)
     except etree.XMLSyntaxError as exc:
         line = exc.lineno if isinstance(exc.lineno, int) else None
-        raise MscclError(path, f"not well-formed XML: {exc.msg}", line=line) from None
+        hint = ""
+        if "redefined" in str(exc.msg) and any(f"Attribute {a} " in str(exc.msg) for a in ("send", "recv")):
+            hint = " (a tb sends to at most one peer and receives from at most one peer)"
+        raise MscclError(path, f"not well-formed XML: {exc.msg}{hint}", line=line, **_locate(data, line)) from None
     algo = root if root.tag == "algo" else next(iter(root.iter("algo")), None)
     if algo is None:
         raise MscclError(path, f"no <algo> element (the root is <{root.tag}>)", line=root.sourceline)
