@@ -79,7 +79,12 @@ class ChakraAlgorithm(CollectiveAlgorithm):
 
 
 def resolve_algorithm(
-    spec: str, *, base_dir: str = ".", dims: Sequence[int] | None = None, ignore_ctrl_deps: bool = False
+    spec: str,
+    *,
+    base_dir: str = ".",
+    dims: Sequence[int] | None = None,
+    ignore_ctrl_deps: bool = False,
+    phase_delay: float = 0.0,
 ) -> tuple[str, CollectiveAlgorithm]:
     """Turn an ``--algo`` value into ``(label, algorithm)``: a registry name, else a Chakra ET family.
 
@@ -90,7 +95,7 @@ def resolve_algorithm(
     if spec in names or (":" in spec and not os.path.exists(spec)):
         cls = ALGORITHMS.get(spec)
         if getattr(cls, "needs_dims", False):
-            return spec, cls(dims=tuple(dims) if dims else None)  # type: ignore[call-arg]
+            return spec, cls(dims=tuple(dims) if dims else None, phase_delay=phase_delay)  # type: ignore[call-arg]
         return spec, cls()
     path = spec if os.path.isabs(spec) else os.fspath(Path(base_dir) / spec)
     if spec.endswith(".xml"):  # MSCCL-IR, converted on the fly (cached per file)
@@ -118,6 +123,12 @@ class CollectivePart:
     """Unique per collective instance and chunk; keeps its messages apart from all others."""
     bytes_per_unit: float
     """Bytes per graph size unit (per chunk for symbolic graphs, 1 for byte-sized graphs)."""
+    endpoint_delay: float = 0.0
+    """ns every message of this part waits before entering the network."""
+    start_delay: float = 0.0
+    """ns before the part starts (ASTRA-sim: one endpoint delay per stream)."""
+    comp_ns: float | None = None
+    """Duration of COMP nodes that carry none; None = the reduction model (bytes / bandwidth)."""
 
 
 @dataclass(slots=True)
@@ -176,6 +187,7 @@ class System:
                     base_dir=self.config.base_dir,
                     dims=self.dims,
                     ignore_ctrl_deps=self.config.ignore_ctrl_deps,
+                    phase_delay=self.config.astra.endpoint_delay if self.config.astra else 0.0,
                 )
             except RegistryError as exc:
                 raise ConfigError(str(exc)) from None
@@ -195,7 +207,15 @@ class System:
                 return label, algo
         return self._resolve(default_algorithm(collective))
 
-    def join(self, rank: int, collective: CollectiveType, size: int, pg_name: str | None, where: str) -> Participation:
+    def join(
+        self,
+        rank: int,
+        collective: CollectiveType,
+        size: int,
+        pg_name: str | None,
+        where: str,
+        node_id: int | None = None,
+    ) -> Participation:
         """Rank *rank* issues a collective; return its share (algorithm graphs per chunk).
 
         Raises:
@@ -217,12 +237,13 @@ class System:
         inst = self._instances.get(key)
         if inst is None:
             lookup = CollectiveType.REDUCE_SCATTER if collective == CollectiveType.REDUCE_SCATTER_BLOCK else collective
-            label, algo = self.algorithm_for(lookup)
+            node_spec = self.config.node_algorithms.get(node_id) if node_id is not None else None
+            label, algo = self._resolve(node_spec) if node_spec else self.algorithm_for(lookup)
             reason = algo.supports(lookup, len(group))
             if reason is not None and len(group) > 1:
                 raise ConfigError(f"{where}: {reason}")
             inst = _Instance(collective, size, where, label, algo, self._next_namespace)
-            self._next_namespace += self.config.chunks
+            self._next_namespace += len(self._stream_sizes(collective, size, len(group)))
             self._instances[key] = inst
         elif inst.collective != collective or inst.size != size:
             raise SimulationError(
@@ -243,11 +264,30 @@ class System:
         if graph is None:
             graph = inst.algorithm.graph(lookup, n, position)
             self._graphs[graph_key] = graph
-        chunks = self.config.chunks
-        if graph.total_chunks is not None:
-            unit = collective_buffer_bytes(lookup, size, n) / graph.total_chunks / chunks
-        else:
-            unit = 1.0 / chunks
-        for c in range(chunks):
-            share.parts.append(CollectivePart(graph, position, group, inst.namespace + c, unit))
+        astra = self.config.astra
+        custom = isinstance(inst.algorithm, ChakraAlgorithm)
+        if astra is not None and custom:
+            # ASTRA-sim runs a custom collective as one stream of the ET's own sizes, with no endpoint
+            # delay or reduction charge; COMP nodes take their duration (1 ns if none).
+            share.parts.append(CollectivePart(graph, position, group, inst.namespace, 1.0, comp_ns=1.0))
+            return share
+        start = float(astra.endpoint_delay) if astra is not None else 0.0
+        for c, stream in enumerate(self._stream_sizes(collective, size, n)):
+            if graph.total_chunks is not None:
+                unit = collective_buffer_bytes(lookup, stream, n) / graph.total_chunks
+            else:
+                unit = stream / size if size else 0.0  # byte-sized graphs: scaled by the stream's share
+            part = CollectivePart(graph, position, group, inst.namespace + c, unit, self.config.endpoint_delay, start)
+            share.parts.append(part)
         return share
+
+    def _stream_sizes(self, collective: CollectiveType, size: int, group_size: int) -> list[float]:
+        """Bytes of each chunk (stream) of a collective; equal shares unless ASTRA-sim's rule applies."""
+        astra = self.config.astra
+        if astra is not None:
+            return [
+                float(s)
+                for s in astra.stream_sizes(size, group_size, all_gather=collective == CollectiveType.ALL_GATHER)
+            ]
+        k = self.config.chunks
+        return [size / k] * k

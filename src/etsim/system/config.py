@@ -10,6 +10,7 @@ endpoint delay, no reduction cost. Turn them on with ``chunks: 4``, ``endpoint_d
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field, fields, replace
@@ -21,7 +22,7 @@ import yaml
 from etsim.errors import ConfigError
 from etsim.units import parse_bandwidth, parse_time
 
-__all__ = ["Resources", "SystemConfig", "load_system_config", "parse_flops"]
+__all__ = ["AstraCompat", "Resources", "SystemConfig", "load_system_config", "parse_flops"]
 
 _FLOPS = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 
@@ -54,11 +55,55 @@ class Resources:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AstraCompat:
+    """ASTRA-sim's system-layer conventions as a policy the layers consult (``etsim astra``).
+
+    Set on :attr:`SystemConfig.astra`; None (the default) keeps etsim's own behaviour. Times are whole
+    ns. What it changes:
+
+    - every collective stream starts after one endpoint delay (and every message pays one, as
+      :attr:`SystemConfig.endpoint_delay` does in either mode);
+    - reductions cost ``3 * floor(bytes / local_mem_bw)`` ns (two reads and a write; ``local-mem-bw`` in
+      GB/s of 10^9 bytes, i.e. bytes per ns);
+    - a collective of S bytes is split into ``preferred-dataset-splits`` streams of ``S // splits`` bytes
+      (raised to the group size for collectives other than all-gather), at most
+      ``active-chunks-per-dimension`` of them in flight, queued LIFO or FIFO;
+    - COMP nodes of 0 µs take 1 ns.
+    """
+
+    endpoint_delay: int = 10
+    local_mem_bw: float = 0.0
+    preferred_dataset_splits: int = 1
+    active_chunks_per_dimension: int = 1
+    scheduling_policy: str = "LIFO"
+
+    def reduction_time(self, nbytes: float) -> float:
+        """Ns of a reduction of *nbytes* bytes."""
+        if self.local_mem_bw <= 0:
+            return 0.0
+        return 3.0 * math.floor(nbytes / self.local_mem_bw)
+
+    def stream_sizes(self, size: int, group_size: int, *, all_gather: bool) -> list[int]:
+        """Bytes of each stream (chunk) a collective of *size* bytes is split into."""
+        splits = self.preferred_dataset_splits
+        chunk = size // splits
+        if not all_gather and chunk < group_size:
+            chunk = group_size
+            size = splits * group_size
+        if chunk <= 0:
+            return [size]
+        streams = -(-size // chunk)
+        return [chunk] * (streams - 1) + [size - chunk * (streams - 1)]
+
+
+@dataclass(frozen=True, kw_only=True)
 class SystemConfig:
     """Everything the system and workload layers need besides the workload and the network."""
 
     algorithms: dict[str, str] = field(default_factory=dict)
     """Collective name (``all_reduce`` …, or ``default``) → algorithm name or ET family path."""
+    node_algorithms: dict[int, str] = field(default_factory=dict)
+    """Workload node id → algorithm for that collective node only (ASTRA-sim's per-node custom)."""
     chunks: int = 1
     """Split every collective into this many pipelined chunks (concurrent algorithm instances)."""
     reduction_bandwidth: float | None = None
@@ -80,6 +125,8 @@ class SystemConfig:
     """Walk ``data_deps`` only (PyTorch-derived traces keep call-stack parents in ``ctrl_deps``)."""
     base_dir: str = "."
     """Directory relative paths in this config resolve against."""
+    astra: AstraCompat | None = None
+    """ASTRA-sim compatibility policy (``etsim astra``), or None."""
 
     def with_overrides(self, **changes: Any) -> SystemConfig:
         """A copy with some fields replaced (``None`` values are ignored)."""
@@ -114,7 +161,7 @@ def load_system_config(source: str | os.PathLike[str] | dict[str, Any], *, base_
         base = base_dir or str(path.parent)
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping of keys to values")
-    known = {f.name for f in fields(SystemConfig)} - {"base_dir"}
+    known = {f.name for f in fields(SystemConfig)} - {"base_dir", "astra", "node_algorithms"}
     values: dict[str, Any] = {"base_dir": base}
     for key, value in data.items():
         k = f"{where}: {key}"

@@ -54,7 +54,7 @@ class GraphRun:
     is issued (``ready``) exactly once, when it reaches 0, and finished exactly once.
     """
 
-    __slots__ = ("done", "engine", "indeg", "on_done", "rank", "remaining", "succ", "succ_ptr")
+    __slots__ = ("done", "endpoint_delay", "engine", "indeg", "on_done", "rank", "remaining", "succ", "succ_ptr")
 
     def __init__(
         self,
@@ -73,6 +73,7 @@ class GraphRun:
         self.done = bytearray(len(indeg))
         self.remaining = len(indeg)
         self.on_done = on_done
+        self.endpoint_delay = engine.endpoint_delay
 
     def start(self) -> None:
         """Issue every dependency-free node (or finish at once if the graph is empty)."""
@@ -136,12 +137,14 @@ class AlgoRun(GraphRun):
     __slots__ = (
         "chans",
         "chunks",
+        "comp_ns",
         "durs",
         "group",
         "kinds",
         "n",
         "names",
         "namespace",
+        "part",
         "peers",
         "position",
         "relative",
@@ -172,7 +175,10 @@ class AlgoRun(GraphRun):
         self.n = len(part.group)
         self.unit = part.bytes_per_unit
         self.namespace = part.namespace
+        self.part = part
         self.chans = chans
+        self.endpoint_delay = part.endpoint_delay
+        self.comp_ns = part.comp_ns
 
     def finish(self, j: int) -> None:
         """As :meth:`GraphRun.finish`, executing ready successors directly (no slots here)."""
@@ -195,8 +201,7 @@ class AlgoRun(GraphRun):
         if kind == COMP:
             dur = self.durs[j]
             if dur is None:
-                bw = self.engine.reduction_bandwidth
-                dur = size / bw if bw else 0.0
+                dur = self.comp_ns if self.comp_ns is not None else self.engine.reduction_time(size)
             if dur > 0:
                 self.engine.delay(self, j, dur)
             else:
@@ -389,6 +394,7 @@ class Engine:
         self.system = system
         self.config = config
         self.reduction_bandwidth = config.reduction_bandwidth
+        self.astra = config.astra
         self.endpoint_delay = config.endpoint_delay
         # Point-to-point channels: one dict per namespace, (src, dst, tag) -> channel state. A
         # collective's namespace is dropped when every rank of its group has finished its part.
@@ -445,9 +451,18 @@ class Engine:
         else:
             self.complete_now(run, j)
 
+    def reduction_time(self, nbytes: float) -> float:
+        """Ns of a reduction of *nbytes* (free unless a reduction bandwidth or ASTRA-sim policy is set)."""
+        if self.astra is not None:
+            return self.astra.reduction_time(nbytes)
+        bw = self.reduction_bandwidth
+        return nbytes / bw if bw else 0.0
+
     def compute_time(self, trace: Trace, j: int) -> float:
         """Ns of a COMP node: roofline for GPU ops when configured, else ``duration_micros``."""
         cfg = self.config
+        if self.astra is not None and not (cfg.peak_flops and cfg.memory_bandwidth):
+            return trace.duration_micros[j] * 1000.0 or 1.0  # ASTRA-sim: 0 µs takes 1 ns
         if cfg.peak_flops and cfg.memory_bandwidth and not trace.is_cpu_op[j]:
             ops, size = trace.num_ops[j], trace.tensor_size[j]
             if ops is not None and size:
@@ -475,9 +490,9 @@ class Engine:
         self.events += 1
         if self.messages >= self.progress_at and self.progress is not None:
             self.progress(self)
-        if self.endpoint_delay > 0:
+        if run.endpoint_delay > 0:
             self.events += 1
-            self.env.timeout(self.endpoint_delay).callbacks.append(
+            self.env.timeout(run.endpoint_delay).callbacks.append(
                 partial(self._inject, run, j, src, dst, ch, seq, size)
             )
             return
@@ -528,7 +543,7 @@ class Engine:
         tr = run.trace
         ctype = CollectiveType(tr.comm_type[j])
         size = tr.comm_size[j] or 0
-        share = self.system.join(run.rank, ctype, size, tr.pg_name[j], tr.describe(j))
+        share = self.system.join(run.rank, ctype, size, tr.pg_name[j], tr.describe(j), tr.ids[j])
         start = self.env.now
         record = [run.rank, tr.ids[j], ctype.name, size, share.group, share.algorithm, start, start]
         self.collectives.append(record)  # type: ignore[arg-type]
@@ -558,8 +573,34 @@ class Engine:
             algo_run = AlgoRun(self, run.rank, part, state[0], part_done)
             algo_runs.append(algo_run)
         self._coll_waiting[(run.rank, j)] = algo_runs
-        for algo_run in algo_runs:
-            algo_run.start()
+        astra = self.astra
+        if astra is None:
+            for algo_run in algo_runs:
+                algo_run.start()
+            return
+        # ASTRA-sim: at most `active` streams in flight, queued FIFO or LIFO; each starts after an
+        # endpoint delay.
+        queue = list(algo_runs) if astra.scheduling_policy == "FIFO" else algo_runs[::-1]
+        active = astra.active_chunks_per_dimension or len(queue)
+
+        def launch(_event: Any = None) -> None:
+            nxt = queue.pop(0)
+            original = nxt.on_done
+
+            def done_then_next(r: GraphRun) -> None:
+                original(r)
+                if queue:
+                    launch()
+
+            nxt.on_done = done_then_next
+            if nxt.part.start_delay > 0:
+                self.events += 1
+                self.env.timeout(nxt.part.start_delay).callbacks.append(lambda _e: nxt.start())
+            else:
+                nxt.start()
+
+        for _ in range(min(active, len(queue))):
+            launch()
 
     # -- the run --
 

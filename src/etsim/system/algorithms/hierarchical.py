@@ -29,7 +29,7 @@ from etsim.producers.builder import AlgoGraph, AlgorithmBuilder
 from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
 from etsim.system.algorithms.steps import empty_graph, ring_all_gather, ring_reduce_scatter
 
-__all__ = ["HierarchicalAlgorithm"]
+__all__ = ["HierarchicalAlgorithm", "HierarchicalBaselineAlgorithm"]
 
 C = CollectiveType
 
@@ -47,13 +47,17 @@ class HierarchicalAlgorithm(CollectiveAlgorithm):
     collectives = frozenset({C.ALL_REDUCE, C.REDUCE_SCATTER, C.ALL_GATHER})
     #: The system passes the topology's dimension sizes as ``dims``.
     needs_dims = True
+    #: All-reduce as one all-reduce per dimension instead of reduce-scatter/all-gather phases.
+    baseline = False
 
-    def __init__(self, dims: Sequence[int] | None = None) -> None:
+    def __init__(self, dims: Sequence[int] | None = None, *, phase_delay: float = 0.0) -> None:
         if dims is not None:
             dims = tuple(int(d) for d in dims)
             if not dims or any(d < 1 for d in dims):
                 raise ConfigError(f"hierarchical: dims must be positive sizes, not {dims}")
         self.dims: tuple[int, ...] | None = dims
+        #: ns between consecutive dimension phases (ASTRA-sim starts each phase after an endpoint delay).
+        self.phase_delay = phase_delay
         self._cache: dict[tuple[int, int, int], AlgoGraph] = {}
 
     def supports(self, collective: CollectiveType, group_size: int) -> str | None:
@@ -93,10 +97,35 @@ class HierarchicalAlgorithm(CollectiveAlgorithm):
             stride *= n
         tag = 0
         last: list[int] = []
+
+        def boundary(deps: list[int]) -> list[int]:
+            if not self.phase_delay or not deps:
+                return deps
+            return [b.reduce(0, deps=deps, duration_ns=self.phase_delay, name="phase")]
+
+        if self.baseline and collective == C.ALL_REDUCE:
+            # One full all-reduce per dimension, in order (ASTRA-sim's `baseline`).
+            for n, nxt, prv, _ in phases:
+                last, tag = ring_reduce_scatter(b, nxt, prv, n - 1, p // n, tag=tag, after=boundary(last))
+                last, tag = ring_all_gather(b, nxt, prv, n - 1, p // n, tag=tag, after=last)
+            return b.build()
         if collective in (C.ALL_REDUCE, C.REDUCE_SCATTER):
             for n, nxt, prv, chunks in phases:
-                last, tag = ring_reduce_scatter(b, nxt, prv, n - 1, chunks, tag=tag, after=last)
+                last, tag = ring_reduce_scatter(b, nxt, prv, n - 1, chunks, tag=tag, after=boundary(last))
         if collective in (C.ALL_REDUCE, C.ALL_GATHER):
-            for n, nxt, prv, chunks in reversed(phases):
-                last, tag = ring_all_gather(b, nxt, prv, n - 1, chunks, tag=tag, after=last)
+            for i, (n, nxt, prv, chunks) in enumerate(reversed(phases)):
+                # The last dimension's reduce-scatter and all-gather form one all-reduce phase.
+                after = last if i == 0 and collective == C.ALL_REDUCE else boundary(last)
+                last, tag = ring_all_gather(b, nxt, prv, n - 1, chunks, tag=tag, after=after)
         return b.build()
+
+
+@ALGORITHMS.register("hierarchical_baseline")
+class HierarchicalBaselineAlgorithm(HierarchicalAlgorithm):
+    """As ``hierarchical``, but an all-reduce is one full ring all-reduce per dimension.
+
+    Each dimension reduces the whole buffer in turn (ASTRA-sim's ``collective-optimization: baseline``).
+    """
+
+    name = "hierarchical_baseline"
+    baseline = True

@@ -1,0 +1,250 @@
+"""Run ASTRA-sim inputs and reproduce its analytical back end's numbers.
+
+This is configuration, not a second simulator: ASTRA-sim's system JSON becomes a
+:class:`~etsim.system.config.SystemConfig` carrying an
+:class:`~etsim.system.config.AstraCompat` policy, its network YAML is read by the network layer
+(1 GB = 2^30 bytes, latency in ns), and the network model runs with ``astra_compat`` (integer-ns
+truncation; congestion-unaware: whole message charged to the first dimension where source and
+destination differ; congestion-aware: store-and-forward per hop). Native algorithm names map to
+etsim's (``halvingDoubling`` → ``halving_doubling``, a multi-dimensional list of rings →
+``hierarchical`` or ``hierarchical_baseline``), custom collectives to ingested Chakra ET families.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from etsim.chakra.graph import NodeType, Workload
+from etsim.chakra.io import load_workload
+from etsim.errors import ConfigError
+from etsim.network import load_network
+from etsim.report.result import Result
+from etsim.simulation import simulate
+from etsim.system.config import AstraCompat, SystemConfig
+
+__all__ = ["SYSTEM_KEYS", "astra_output", "load_astra_remote_memory", "load_astra_system", "run_astra"]
+
+_COLLECTIVE_KEYS = {
+    "all-reduce": "all_reduce",
+    "all-gather": "all_gather",
+    "reduce-scatter": "reduce_scatter",
+    "all-to-all": "all_to_all",
+}
+_NATIVE = {
+    "ring": "astra_ring",
+    "onering": "astra_ring",
+    "direct": "astra_direct",
+    "onedirect": "astra_direct",
+    "halvingdoubling": "astra_halving_doubling",
+    "onehalvingdoubling": "astra_halving_doubling",
+    "doublebinarytree": "tree",
+}
+
+#: Keys of ASTRA-sim's system JSON that etsim reads.
+SYSTEM_KEYS = frozenset(
+    {
+        "scheduling-policy",
+        "collective-optimization",
+        "preferred-dataset-splits",
+        "active-chunks-per-dimension",
+        "endpoint-delay",
+        "local-mem-bw",
+        "peak-perf",
+        "roofline-enabled",
+        "replay-only",
+        "per-node-custom-implementation",
+        *(f"{c}-implementation" for c in _COLLECTIVE_KEYS),
+        *(f"{c}-implementation-custom" for c in _COLLECTIVE_KEYS),
+    }
+)
+#: Keys ASTRA-sim reads that change nothing here (LogGP shared bus, debug traces).
+_IGNORED_KEYS = frozenset(
+    {
+        "local-reduction-delay",
+        "L",
+        "o",
+        "g",
+        "G",
+        "model-shared-bus",
+        "trace-enabled",
+        "track-local-mem",
+        "local-mem-trace-filename",
+        "boost-mode",
+    }
+)
+
+
+def _int(data: dict[str, Any], key: str, where: str, default: int | None, minimum: int) -> int:
+    value = data.get(key, default)
+    if value is None:
+        raise ConfigError(f"{where}: {key!r} is required")
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value or value < minimum:
+        raise ConfigError(f"{where}: {key!r} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _algorithm(names: Any, key: str, where: str, optimization: str) -> str:
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"{where}: {key!r} must be a non-empty list of algorithm names")
+    first = names[0].lower()
+    if first.startswith("one"):  # oneRing & co: one logical ring over all NPUs, the rest is ignored
+        names = [names[0]]
+    mapped = []
+    for name in names:
+        etsim_name = _NATIVE.get(name.lower().rstrip("0123456789"))  # directK -> direct
+        if etsim_name is None:
+            raise ConfigError(f"{where}: {key!r}: unknown algorithm {name!r}; ASTRA-sim knows {sorted(_NATIVE)}")
+        mapped.append(etsim_name)
+    if len(mapped) == 1:
+        return mapped[0]
+    if set(mapped) != {"astra_ring"}:
+        raise ConfigError(f"{where}: {key!r}: multi-dimensional {names} is supported for rings in every dimension only")
+    return (
+        "hierarchical"
+        if optimization == "localBWAware" or key != "all-reduce-implementation"
+        else ("hierarchical_baseline")
+    )
+
+
+def load_astra_system(path: str | os.PathLike[str], *, warn: Callable[[str], None] | None = None) -> SystemConfig:
+    """Read ASTRA-sim's system JSON into a :class:`SystemConfig` with the ASTRA-sim policy.
+
+    Unknown or unsupported keys are named through *warn*; invalid values are errors.
+    """
+    p = Path(path)
+    where = str(p)
+    try:
+        data = json.loads(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{p}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a JSON object")
+    for key in sorted(data):
+        if key in _IGNORED_KEYS and warn:
+            warn(f"{where}: {key!r} is accepted but has no effect in etsim")
+        elif key not in SYSTEM_KEYS and key not in _IGNORED_KEYS and warn:
+            warn(f"{where}: unknown key {key!r} ignored")
+    policy = data.get("scheduling-policy", "LIFO")
+    if policy not in ("LIFO", "FIFO", "EXPLICIT"):
+        raise ConfigError(f"{where}: 'scheduling-policy' must be LIFO, FIFO or EXPLICIT, got {policy!r}")
+    optimization = data.get("collective-optimization", "baseline")
+    if optimization not in ("baseline", "localBWAware"):
+        raise ConfigError(f"{where}: 'collective-optimization' must be baseline or localBWAware, got {optimization!r}")
+    splits = _int(data, "preferred-dataset-splits", where, None, 1)
+    active = _int(data, "active-chunks-per-dimension", where, 1, 1)
+    endpoint = _int(data, "endpoint-delay", where, 10, 0)
+    local_bw = data.get("local-mem-bw", 0)
+    if isinstance(local_bw, bool) or not isinstance(local_bw, int | float) or local_bw < 0:
+        raise ConfigError(f"{where}: 'local-mem-bw' must be a number of GB/s >= 0, got {local_bw!r}")
+    algorithms: dict[str, str] = {}
+    for prefix, coll in _COLLECTIVE_KEYS.items():
+        custom = data.get(f"{prefix}-implementation-custom")
+        if custom is not None:
+            if not isinstance(custom, list) or len(custom) != 1 or not isinstance(custom[0], str):
+                raise ConfigError(f"{where}: '{prefix}-implementation-custom' must be a list with one ET prefix")
+            algorithms[coll] = os.path.abspath(custom[0])  # ASTRA-sim resolves it against the working directory
+        elif f"{prefix}-implementation" in data:
+            key = f"{prefix}-implementation"
+            algorithms[coll] = _algorithm(data[key], key, where, optimization)
+    node_algorithms: dict[int, str] = {}
+    per_node = data.get("per-node-custom-implementation")
+    if per_node:
+        try:
+            mapping = yaml.safe_load(Path(per_node).read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"{where}: per-node-custom-implementation {per_node}: {exc.strerror or exc}") from None
+        if not isinstance(mapping, dict):
+            raise ConfigError(f"{per_node}: expected a mapping of workload node id to ET prefix")
+        node_algorithms = {int(k): os.path.abspath(str(v)) for k, v in mapping.items()}
+    peak = data.get("peak-perf")
+    roofline = bool(data.get("roofline-enabled", 0)) and not bool(data.get("replay-only", 0))
+    if roofline and not (isinstance(peak, int | float) and peak > 0 and local_bw > 0):
+        raise ConfigError(f"{where}: 'roofline-enabled' needs 'peak-perf' (TFLOPS) and 'local-mem-bw' > 0")
+    return SystemConfig(
+        algorithms=algorithms,
+        node_algorithms=node_algorithms,
+        endpoint_delay=float(endpoint),
+        peak_flops=float(peak) * 1e3 if roofline else None,  # TFLOPS -> operations per ns
+        memory_bandwidth=float(local_bw) if roofline else None,  # GB/s of 10^9 B = bytes per ns
+        base_dir=os.getcwd(),
+        astra=AstraCompat(
+            endpoint_delay=endpoint,
+            local_mem_bw=float(local_bw),
+            preferred_dataset_splits=splits,
+            active_chunks_per_dimension=active,
+            scheduling_policy="FIFO" if policy == "FIFO" else "LIFO",
+        ),
+    )
+
+
+def load_astra_remote_memory(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read ASTRA-sim's remote-memory JSON (``memory-type``, ``remote-mem-latency``, ``remote-mem-bw``)."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{p}: not valid JSON: {exc}") from None
+    kinds = ("NO_MEMORY_EXPANSION", "PER_NODE_MEMORY_EXPANSION", "PER_NPU_MEMORY_EXPANSION", "MEMORY_POOL")
+    if not isinstance(data, dict) or data.get("memory-type") not in kinds:
+        raise ConfigError(f"{p}: 'memory-type' must be one of {', '.join(kinds)}")
+    return data
+
+
+def run_astra(
+    workload: str | os.PathLike[str],
+    system: str | os.PathLike[str],
+    network: str | os.PathLike[str],
+    *,
+    remote_memory: str | os.PathLike[str] | None = None,
+    comm_groups: str | os.PathLike[str] | None = None,
+    model: str = "unaware",
+    warn: Callable[[str], None] | None = None,
+) -> Result:
+    """Simulate ASTRA-sim inputs (workload prefix, system JSON, network YAML) the way ASTRA-sim does."""
+    if model not in ("unaware", "aware"):
+        raise ConfigError(f"--model must be unaware or aware, got {model!r}")
+    net = load_network(network)
+    config = load_astra_system(system, warn=warn)
+    if comm_groups and os.fspath(comm_groups) != "empty":
+        config = config.with_overrides(comm_groups=os.path.abspath(comm_groups))
+    wl: Workload = load_workload(workload)
+    npus = net.topology.npus
+    if wl.num_ranks != npus:
+        raise ConfigError(
+            f"the network {network} has {npus} NPUs but workload {workload} has {wl.num_ranks} rank files "
+            "(ASTRA-sim reads one file per NPU)"
+        )
+    has_memory = any(t in (NodeType.MEM_LOAD_NODE, NodeType.MEM_STORE_NODE) for tr in wl for t in tr.types)
+    if remote_memory is not None:
+        mem = load_astra_remote_memory(remote_memory)
+        if has_memory and mem["memory-type"] == "NO_MEMORY_EXPANSION":
+            raise ConfigError(f"{remote_memory}: memory-type NO_MEMORY_EXPANSION but the workload has MEM nodes")
+        changes: dict[str, Any] = {}
+        if "remote-mem-latency" in mem:
+            changes["remote_memory_latency"] = float(mem["remote-mem-latency"])
+        if "remote-mem-bw" in mem:
+            changes["remote_memory_bandwidth"] = float(mem["remote-mem-bw"])
+        config = config.with_overrides(**changes)
+    name = "analytical" if model == "unaware" else "link"
+    return simulate(wl, topology=net, model=name, model_options={"astra_compat": True}, system=config)
+
+
+def astra_output(result: Result) -> str:
+    """ASTRA-sim's per-rank finish lines (``exposed communication`` = finish − compute time)."""
+    lines = []
+    for r in result.ranks:
+        finish = int(r.finish_ns)
+        lines.append(
+            f"sys[{r.rank}] finished, {finish} cycles, exposed communication {finish - int(r.compute_ns)} cycles."
+        )
+    return "\n".join(lines)
