@@ -180,20 +180,6 @@ class AlgoRun(GraphRun):
         self.endpoint_delay = part.endpoint_delay
         self.comp_ns = part.comp_ns
 
-    def finish(self, j: int) -> None:
-        """As :meth:`GraphRun.finish`, executing ready successors directly (no slots here)."""
-        self.done[j] = 1
-        indeg = self.indeg
-        succ = self.succ
-        for k in range(self.succ_ptr[j], self.succ_ptr[j + 1]):
-            c = succ[k]
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                self.execute(c)
-        self.remaining -= 1
-        if self.remaining == 0:
-            self.on_done(self)
-
     def execute(self, j: int) -> None:
         """SEND/RECV through the engine's channels; COMP as a reduction."""
         kind = self.kinds[j]
@@ -215,6 +201,9 @@ class AlgoRun(GraphRun):
             self.engine.send(self, j, self.rank, peer, self.chans, self.tags[j], size)
         else:
             self.engine.recv(self, j, peer, self.rank, self.chans, self.tags[j], size)
+
+    #: Ready nodes run at once: no slots inside an algorithm.
+    ready = execute
 
     def peer_of(self, j: int) -> int:
         """Global rank node *j* talks to."""

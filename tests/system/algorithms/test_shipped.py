@@ -29,7 +29,8 @@ def test_regeneration_is_identical(tmp_path):
     written = GEN.generate(tmp_path)
     assert set(written) == set(GEN.FAMILIES)
     fresh = sorted(p.name for p in tmp_path.iterdir())
-    shipped = sorted(p.name for p in SHIPPED.glob("*.et"))
+    # Other generators (MSCCL conversions) ship families here too; every family of this script is shipped.
+    shipped = sorted(p.name for p in SHIPPED.glob("*.et") if p.name.split(".")[0] in GEN.FAMILIES)
     assert fresh == shipped
     for name in fresh:
         assert (tmp_path / name).read_bytes() == (SHIPPED / name).read_bytes(), name
