@@ -40,6 +40,38 @@ SIZES = (1 << 20, 1 << 30)
 BANDWIDTH = 50.0  # bytes/ns
 LATENCY = 500.0  # ns
 
+NOTES = """
+## How the converter reads MSCCL-IR
+
+| step | Chakra ET nodes (each waits on the one before) | local buffer read / written |
+|---|---|---|
+| `s` | SEND `cnt` chunks to `tb.send` | reads `src` |
+| `r` | RECV from `tb.recv` | writes `dst` |
+| `rcs` | RECV, SEND | writes `dst`, forwards it |
+| `rrs` | RECV, COMP (reduce), SEND | reads `src`, no local write |
+| `rrc` | RECV, COMP | reads `src`, writes `dst` |
+| `rrcs` | RECV, COMP, SEND | reads `src`, writes `dst` |
+| `cpy` | COMP of `cnt` chunks (memory time) | reads `src`, writes `dst` |
+| `re` | COMP of `cnt` chunks | reads `src` and `dst`, writes `dst` |
+| `nop` | none: its `depid/deps` wait moves to the next real step | — |
+
+- Steps of a tb run in order (step *i*'s first node waits on step *i−1*'s last node); `depid/deps` waits
+  on the completion of that step of another tb of the same GPU (a wait on a nop means what the nop waited
+  on plus the steps before it). Cycles are reported with the step they pass through.
+- Messages are tagged with the tb's channel; sends and receives of each (sender, receiver, channel) must pair
+  up in number and size, else the first mismatch is reported. `instances=K` (`--instances`) replicates tbs
+  as MSCCLang does (channel `nchannels·i + chan`, interleaved chunks).
+- Sizes are symbolic: `total_chunk_cnt = nchunksperloop`, one chunk = collective buffer / `nchunksperloop`
+  (all-gather: the gathered output). COMP nodes (reductions and copies) are costed by the simulator's
+  reduction bandwidth; with none configured they are free.
+- Not modelled: the runtime's loop over protocol-sized slices of a chunk (one pass with the whole chunk,
+  as the reference converter), LL/LL128 protocol overheads, `minBytes/maxBytes` selection windows (kept on
+  the parsed program), TACCL `<copy>` hints (parsed, no node). Refused with file, line, gpu, tb and step:
+  unknown step types (including the old runtime's `ra`), missing or malformed attributes, dangling
+  `depid/deps`, a tb with two `send`/`recv` peers, sends in a tb without a send peer, offsets outside
+  their buffer, non-contiguous tb or step ids.
+"""
+
 
 def corpus_dir() -> Path:
     """The MSCCL-IR corpus: ``$ETSIM_MSCCL_CORPUS`` or ``../shared/corpus/msccl``."""
@@ -146,7 +178,7 @@ def coverage_markdown(rows: list[dict[str, object]], sizes: tuple[int, ...] = SI
             f"| `{r['file']}` | {r['coll']} | {r['ranks']} | {r['steps']} | {r['types']} | {r['nodes']} | "
             f"{r['messages']} | " + " | ".join(times) + " |"
         )
-    lines.append("")
+    lines += ["", *NOTES.strip("\n").splitlines(), ""]
     return "\n".join(lines)
 
 
