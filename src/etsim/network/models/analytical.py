@@ -21,8 +21,9 @@ class AnalyticalNetwork(NetworkModel):
 
     A message of ``size`` bytes from ``src`` to ``dst`` is delivered ``Σ_hops latency + size / B_min``
     after it is sent, where the sum runs over the links of the route and ``B_min`` is the bottleneck
-    (smallest) bandwidth on it. On a homogeneous route this is ``hops·L + size/B``. Exactly one SimPy
-    event per message; the route's (latency, bandwidth) pair is cached per ``(src, dst)``.
+    (smallest) bandwidth on it. On a homogeneous route this is ``hops·L + size/B``. At most one SimPy
+    event per message — messages due at the same instant share one; the route's (latency, bandwidth)
+    pair is cached per ``(src, dst)``.
 
     With ``astra_compat: true`` the delay is truncated to an integer number of ns and, on a
     multi-dimensional topology, the whole message is charged to the *first dimension in which src and
@@ -53,6 +54,10 @@ class AnalyticalNetwork(NetworkModel):
         # (src, dst) -> [latency ns, bandwidth B/ns, bytes sent, messages]
         self._pairs: dict[tuple[int, int], list[Any]] = {}
         self._compat = self.options.astra_compat
+        # Deliveries due at the same instant share one SimPy event (collectives on symmetric networks
+        # deliver many messages at once): delivery time -> pending event. Callbacks of one event run
+        # in the order they were added, which is the order separate events would have fired in.
+        self._due: dict[float, simpy.Event] = {}
 
     def _entry(self, src: int, dst: int) -> list[Any]:
         route = self.router.lookup(src, dst)
@@ -98,9 +103,21 @@ class AnalyticalNetwork(NetworkModel):
             raise self._bad_size(size)
         entry[2] += size
         entry[3] += 1
+        delay = entry[0] + size / entry[1]
         if self._compat:
-            return Timeout(self.env, math.floor(entry[0] + size / entry[1]))
-        return Timeout(self.env, entry[0] + size / entry[1])
+            delay = math.floor(delay)
+        env = self.env
+        when = env.now + delay
+        event = self._due.get(when)
+        if event is None:
+            event = Timeout(env, delay)
+            event.callbacks.append(self._forget)  # type: ignore[union-attr]
+            self._due[when] = event
+        return event
+
+    def _forget(self, event: simpy.Event) -> None:
+        # Runs first among the event's callbacks: later transfers due at this instant get a new event.
+        self._due.pop(self.env.now, None)
 
     def link_stats(self) -> list[LinkStats]:
         """Bytes and messages per link, summed over the routes of all messages sent so far."""
