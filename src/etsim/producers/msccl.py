@@ -445,10 +445,7 @@ def _parse_step(path: str, el: etree._Element, tb: MscclTb, at_tb: dict[str, int
     )
     if cnt < 0:
         raise MscclError(path, f"cnt={cnt} is negative", line=el.sourceline, **where)
-    if nop:
-        if depid < 0:
-            # Legal (a nop that waits on nothing), but worth no node.
-            pass
+    if nop:  # a nop without depid waits on nothing: legal, and it makes no node
         return step
     if cnt == 0:
         raise MscclError(
