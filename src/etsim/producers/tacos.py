@@ -177,20 +177,26 @@ def greedy_all_gather(lg: LinkGraph, w: Sequence[float], chunks_per_npu: int, se
                 nd = need[d]
                 if not nd:
                     continue
-                cands = [hold[src[lid]] & nd for lid in lids]
                 m = len(lids)
-                later = [0] * m
-                acc = 0
-                for i in range(m - 1, -1, -1):
-                    later[i] = acc
-                    acc |= cands[i]
+                if m == 1:
+                    cands = [hold[src[lids[0]]]]
+                    later = [0]
+                else:
+                    cands = [hold[src[lid]] & nd for lid in lids]
+                    later = [0] * m
+                    acc = 0
+                    for i in range(m - 1, 0, -1):
+                        acc |= cands[i]
+                        later[i - 1] = acc
                 for i in range(m):
                     cand = cands[i] & nd
                     if not cand:
                         continue
-                    pref = cand & ~later[i]
-                    if pref:
-                        cand = pref
+                    other = later[i]
+                    if other:
+                        pref = cand & ~other
+                        if pref:
+                            cand = pref
                     r = int(rand() * nchunks)
                     hi = cand >> r
                     c = r + (hi & -hi).bit_length() - 1 if hi else (cand & -cand).bit_length() - 1
