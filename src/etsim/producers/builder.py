@@ -76,6 +76,7 @@ class AlgoGraph:
     relative_peers: bool = False
     """Peers are offsets from the rank's own group position (mod group size)."""
     _succ: tuple[list[int], list[int], list[int]] | None = field(default=None, repr=False)
+    _succ_lists: list[tuple[int, ...]] | None = field(default=None, repr=False)
 
     @property
     def num_nodes(self) -> int:
@@ -101,6 +102,13 @@ class AlgoGraph:
                     fill[parent] += 1
             self._succ = (counts, succ, indeg)
         return self._succ
+
+    def successor_lists(self) -> list[tuple[int, ...]]:
+        """Successors of each node as a tuple (the walker's form), computed once and cached."""
+        if self._succ_lists is None:
+            ptr, succ, _ = self.successors()
+            self._succ_lists = [tuple(succ[ptr[i] : ptr[i + 1]]) for i in range(len(self.kinds))]
+        return self._succ_lists
 
     def deps(self, pos: int) -> list[int]:
         """Dependencies of node *pos*."""

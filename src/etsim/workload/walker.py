@@ -54,23 +54,20 @@ class GraphRun:
     is issued (``ready``) exactly once, when it reaches 0, and finished exactly once.
     """
 
-    __slots__ = ("done", "endpoint_delay", "engine", "indeg", "on_done", "rank", "remaining", "succ", "succ_ptr")
+    __slots__ = ("endpoint_delay", "engine", "indeg", "on_done", "rank", "remaining", "succs")
 
     def __init__(
         self,
         engine: Engine,
         rank: int,
-        succ_ptr: list[int],
-        succ: list[int],
+        succs: list[tuple[int, ...]],
         indeg: list[int],
         on_done: Callable[[GraphRun], None],
     ) -> None:
         self.engine = engine
         self.rank = rank
-        self.succ_ptr = succ_ptr
-        self.succ = succ
+        self.succs = succs
         self.indeg = indeg.copy()
-        self.done = bytearray(len(indeg))
         self.remaining = len(indeg)
         self.on_done = on_done
         self.endpoint_delay = engine.endpoint_delay
@@ -93,13 +90,12 @@ class GraphRun:
 
     def finish(self, j: int) -> None:
         """Node *j* finished: release its successors."""
-        self.done[j] = 1
         indeg = self.indeg
-        succ = self.succ
-        for k in range(self.succ_ptr[j], self.succ_ptr[j + 1]):
-            c = succ[k]
-            indeg[c] -= 1
-            if indeg[c] == 0:
+        indeg[j] = -1  # finished
+        for c in self.succs[j]:
+            d = indeg[c] - 1
+            indeg[c] = d
+            if d == 0:
                 self.ready(c)
         self.remaining -= 1
         if self.remaining == 0:
@@ -116,11 +112,11 @@ class GraphRun:
         """Issued-but-unfinished and blocked nodes, for the deadlock report."""
         out = []
         for j, d in enumerate(self.indeg):
-            if self.done[j]:
+            if d < 0:
                 continue
             if d == 0:
                 out.append(f"{self.describe(j)} was issued and waits: {self.engine.why(self, j)}")
-        blocked = [j for j, d in enumerate(self.indeg) if d > 0 and not self.done[j]]
+        blocked = [j for j, d in enumerate(self.indeg) if d > 0]
         if blocked:
             sample = ", ".join(self.describe(j) for j in blocked[:3])
             out.append(f"{len(blocked)} node(s) wait for unfinished dependencies, e.g. {sample}")
@@ -161,8 +157,7 @@ class AlgoRun(GraphRun):
         on_done: Callable[[GraphRun], None],
     ) -> None:
         g = part.graph
-        succ_ptr, succ, indeg = g.successors()
-        super().__init__(engine, rank, succ_ptr, succ, indeg, on_done)
+        super().__init__(engine, rank, g.successor_lists(), g.successors()[2], on_done)
         self.kinds = g.kinds
         self.peers = g.peers
         self.tags = g.tags
@@ -239,11 +234,12 @@ class WorkloadRun(GraphRun):
     def __init__(self, engine: Engine, trace: Trace, rank: int, config: SystemConfig) -> None:
         include_ctrl = not config.ignore_ctrl_deps
         succ_ptr, succ = trace.successors(include_ctrl=include_ctrl)
+        succs = [tuple(succ[succ_ptr[i] : succ_ptr[i + 1]]) for i in range(trace.num_nodes)]
         indeg = [trace.data_ptr[i + 1] - trace.data_ptr[i] for i in range(trace.num_nodes)]
         if include_ctrl:
             for i in range(trace.num_nodes):
                 indeg[i] += trace.ctrl_ptr[i + 1] - trace.ctrl_ptr[i]
-        super().__init__(engine, rank, succ_ptr, succ, indeg, engine._rank_done)
+        super().__init__(engine, rank, succs, indeg, engine._rank_done)
         self.trace = trace
         r = config.resources
         self.limits = [0, r.cpu_ops, r.compute_streams, r.comm_streams]
