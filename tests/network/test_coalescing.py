@@ -2,30 +2,31 @@
 
 from __future__ import annotations
 
+import pytest
 import simpy
 
 from etsim.network import build_model, fully_connected
 
 
-def test_same_instant_deliveries_keep_order_and_later_ones_get_new_events() -> None:
-    for model in ("analytical", "link"):
-        env = simpy.Environment()
-        net = build_model(env, fully_connected(4, 10.0, 100.0), model)
-        log: list[tuple[str, float]] = []
+@pytest.mark.parametrize("model", ["analytical", "link"])
+def test_same_instant_deliveries_keep_order_and_later_ones_get_new_events(model: str) -> None:
+    env = simpy.Environment()
+    net = build_model(env, fully_connected(4, 10.0, 100.0), model)
+    log: list[tuple[str, float]] = []
 
-        def record(name: str):  # type: ignore[no-untyped-def]
-            return lambda _e: log.append((name, env.now))
+    def record(name: str):  # type: ignore[no-untyped-def]
+        return lambda _e: log.append((name, env.now))
 
-        a = net.transfer(0, 1, 1000)
-        b = net.transfer(2, 3, 1000)
-        a.callbacks.append(record("a"))
-        b.callbacks.append(record("b"))
+    a = net.transfer(0, 1, 1000)
+    b = net.transfer(2, 3, 1000)
+    a.callbacks.append(record("a"))
+    b.callbacks.append(record("b"))
 
-        def chain(_e: simpy.Event) -> None:
-            # At the shared instant: a zero-time local delivery and a new message due later.
-            net.transfer(1, 1, 0).callbacks.append(record("local"))
-            net.transfer(1, 2, 1000).callbacks.append(record("c"))
+    def chain(_e: simpy.Event) -> None:
+        # At the shared instant: a zero-time local delivery and a new message due later.
+        net.transfer(1, 1, 0).callbacks.append(record("local"))
+        net.transfer(1, 2, 1000).callbacks.append(record("c"))
 
-        a.callbacks.append(chain)
-        env.run()
-        assert log == [("a", 200.0), ("b", 200.0), ("local", 200.0), ("c", 400.0)], model
+    a.callbacks.append(chain)
+    env.run()
+    assert log == [("a", 200.0), ("b", 200.0), ("local", 200.0), ("c", 400.0)], model
