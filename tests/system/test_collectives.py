@@ -178,3 +178,13 @@ def test_hierarchical_uses_the_topology_dimensions() -> None:
     assert run(AR, n, 16, "hierarchical", topo) == pytest.approx(expected, rel=REL)
     # The flat ring over the same product crosses dimension 1 on every 4th hop and is slower.
     assert run(AR, n, 16, "ring", topo) > expected
+
+
+def test_endpoint_delay_same_under_both_models() -> None:
+    # Ring neighbours, no contention: the link model's default transfer_after equals the analytical fold.
+    p, n = 8, 1 << 20
+    expected = 2 * (p - 1) * (L + 10 + n / p / B)
+    assert run(AR, n, p, "ring", endpoint_delay=10.0) == pytest.approx(expected, rel=REL)
+    workload = Workload(collective_workload(AR, n, p))
+    result = simulate(workload, topology=ring(p, B, L), model="link", system=SystemConfig(endpoint_delay=10.0))
+    assert result.finish_ns == pytest.approx(expected, rel=REL)

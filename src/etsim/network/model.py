@@ -189,6 +189,20 @@ class NetworkModel:
         """Send *size* bytes from NPU *src* to NPU *dst*; return an event that succeeds on delivery."""
         raise NotImplementedError
 
+    def transfer_after(self, src: int, dst: int, size: float, after: float) -> simpy.Event:
+        """Start :meth:`transfer` *after* ns from now (e.g. an endpoint delay); return its delivery event.
+
+        The default waits with a timeout and then transfers; models whose delivery time does not
+        depend on when a message starts (no link state) may add *after* to the delay instead.
+        """
+        done = self.env.event()
+
+        def start(_event: simpy.Event) -> None:
+            self.transfer(src, dst, size).callbacks.append(lambda _e: done.succeed())
+
+        self.env.timeout(after).callbacks.append(start)
+        return done
+
     def setup(self) -> None:
         """Hook called once after construction and before the simulation runs (default: nothing)."""
 

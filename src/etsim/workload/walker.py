@@ -376,6 +376,7 @@ class Engine:
         self.env = env
         self.network = network
         self._transfer = network.transfer
+        self._transfer_after = network.transfer_after
         self.system = system
         self.config = config
         self.reduction_bandwidth = config.reduction_bandwidth
@@ -476,15 +477,10 @@ class Engine:
         if self.messages >= self.progress_at and self.progress is not None:
             self.progress(self)
         if run.endpoint_delay > 0:
-            self.events += 1
-            self.env.timeout(run.endpoint_delay).callbacks.append(
-                partial(self._inject, run, j, src, dst, ch, seq, size)
-            )
-            return
-        self._transfer(src, dst, size).callbacks.append(partial(self._delivered, run, j, ch, seq, size))
-
-    def _inject(self, run: GraphRun, j: int, src: int, dst: int, ch: list[Any], seq: int, size: float, _e: Any) -> None:
-        self._transfer(src, dst, size).callbacks.append(partial(self._delivered, run, j, ch, seq, size))
+            event = self._transfer_after(src, dst, size, run.endpoint_delay)
+        else:
+            event = self._transfer(src, dst, size)
+        event.callbacks.append(partial(self._delivered, run, j, ch, seq, size))
 
     def _delivered(self, run: GraphRun, j: int, ch: list[Any], seq: int, size: float, _event: Any) -> None:
         run.finish(j)

@@ -95,6 +95,10 @@ class AnalyticalNetwork(NetworkModel):
 
     def transfer(self, src: int, dst: int, size: float) -> simpy.Event:
         """Deliver after ``Σ latency + size / B_min`` (one SimPy timeout)."""
+        return self.transfer_after(src, dst, size, 0.0)
+
+    def transfer_after(self, src: int, dst: int, size: float, after: float) -> simpy.Event:
+        """Deliver after ``after + Σ latency + size / B_min``: no link state, so no extra event."""
         try:
             entry = self._pairs[src, dst]
         except KeyError:
@@ -106,6 +110,7 @@ class AnalyticalNetwork(NetworkModel):
         delay = entry[0] + size / entry[1]
         if self._compat:
             delay = math.floor(delay)
+        delay += after
         env = self.env
         when = env.now + delay
         event = self._due.get(when)
