@@ -39,12 +39,14 @@ Typical use::
 
 from __future__ import annotations
 
+import gc
 import heapq
 import random
 import time
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import permutations
 from pathlib import Path
 
 from etsim.chakra.graph import CollectiveType
@@ -115,6 +117,13 @@ class Schedule:
 def greedy_all_gather(lg: LinkGraph, w: Sequence[float], chunks_per_npu: int, seed: int) -> Schedule:
     """Synthesise an All-Gather over *lg* by greedy link–chunk matching (see the module docstring).
 
+    At each event the destinations that may have gained a candidate (those that just received a chunk,
+    and their out-neighbours) are examined; each looks at its free in-links whose source holds something
+    it still needs. Those links pick in turn — fastest first, ties in a seeded random order — each
+    preferring chunks the links after it cannot provide (so that none is left without one), then a
+    seeded random chunk. A free link not examined has no candidate: it had none when last examined,
+    its source has received nothing since, and its destination's needs only shrink.
+
     Args:
         lg: logical links.
         w: time (ns) one chunk occupies each link.
@@ -125,18 +134,42 @@ def greedy_all_gather(lg: LinkGraph, w: Sequence[float], chunks_per_npu: int, se
         An ASAP schedule: each transfer starts when its link is free and its chunk has arrived.
     """
     n, k = lg.n, chunks_per_npu
-    nchunks = n * k
     sched = Schedule(lg, k, list(w))
     if n <= 1:
         return sched
-    rng = random.Random(seed)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # only short-lived lists of ints are allocated; the collector would just rescan them
+    try:
+        _greedy(sched, n, k, random.Random(seed))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return sched
+
+
+#: Largest in-degree whose link orders are drawn from a table of permutations (one random draw).
+_PERM_TABLE_MAX = 6
+_PERMS: list[list[tuple[int, ...]]] = [list(permutations(range(m))) for m in range(_PERM_TABLE_MAX + 1)]
+
+
+def _greedy(sched: Schedule, n: int, k: int, rng: random.Random) -> None:
+    """The event loop of :func:`greedy_all_gather`; appends the transfers to *sched*."""
+    lg = sched.links
+    nchunks = n * k
     rand = rng.random
     shuffle = rng.shuffle
     src, dst = lg.src, lg.dst
     wl = sched.w
     nlinks = len(src)
-    hetero = len(set(wl)) > 1
-    outs = lg.out_links()
+    ins = lg.in_links()
+    # out-neighbours (destinations of out-links) of each position
+    nbrs: list[list[int]] = [[] for _ in range(n)]
+    for lid in range(nlinks):
+        nbrs[src[lid]].append(dst[lid])
+    # destinations whose in-links differ in w: their links are ordered fastest first
+    mixed = [len({wl[lid] for lid in ins[d]}) > 1 for d in range(n)]
+    uniform_w = wl[0] if nlinks and len(set(wl)) == 1 else None
+    perms = _PERMS
     bit = [1 << c for c in range(nchunks)]
     full = (1 << nchunks) - 1
     hold = [0] * n
@@ -149,45 +182,53 @@ def greedy_all_gather(lg: LinkGraph, w: Sequence[float], chunks_per_npu: int, se
         need[p] = full ^ own
     remaining = n * (n - 1) * k  # (chunk, NPU) pairs not yet matched
     busy = bytearray(nlinks)
-    stamp = [-1] * nlinks
+    seen = [-1] * n
     t_link, t_chunk, t_start = sched.link, sched.chunk, sched.start
-    pending: dict[float, list[int]] = {}
+    # arrival time -> (links, chunks) of the transfers ending then
+    pending: dict[float, tuple[list[int], list[int]]] = {}
     times: list[float] = []
     t = 0.0
     epoch = 0
-    examine = list(range(nlinks))
+    affected = list(range(n))
     last = 0.0
     while True:
         if remaining:
-            if len(examine) > 1:
-                shuffle(examine)
-                if hetero:
-                    examine.sort(key=wl.__getitem__)
-            # Group the examined links by destination; a destination's links pick in turn, each
-            # preferring chunks the links after it cannot provide (so that none is left without one).
-            by_dst: dict[int, list[int]] = {}
-            for lid in examine:
-                d = dst[lid]
-                lst = by_dst.get(d)
-                if lst is None:
-                    by_dst[d] = [lid]
-                else:
-                    lst.append(lid)
-            for d, lids in by_dst.items():
+            ev_l: list[int] = []
+            ev_c: list[int] = []
+            for d in affected:
                 nd = need[d]
                 if not nd:
                     continue
+                lids = []
+                cands = []
+                for lid in ins[d]:
+                    if not busy[lid]:
+                        x = hold[src[lid]] & nd
+                        if x:
+                            lids.append(lid)
+                            cands.append(x)
                 m = len(lids)
-                if m == 1:
-                    cands = [hold[src[lids[0]]]]
-                    later = [0]
-                else:
-                    cands = [hold[src[lid]] & nd for lid in lids]
+                if not m:
+                    continue
+                if m > 1:
+                    # a seeded random order, then fastest first
+                    if m <= _PERM_TABLE_MAX:
+                        table = perms[m]
+                        order = list(table[int(rand() * len(table))])
+                    else:
+                        order = list(range(m))
+                        shuffle(order)
+                    if mixed[d]:
+                        order.sort(key=lambda i: wl[lids[i]])
+                    lids = [lids[i] for i in order]
+                    cands = [cands[i] for i in order]
                     later = [0] * m
                     acc = 0
                     for i in range(m - 1, 0, -1):
                         acc |= cands[i]
                         later[i - 1] = acc
+                else:
+                    later = [0]
                 for i in range(m):
                     cand = cands[i] & nd
                     if not cand:
@@ -203,42 +244,68 @@ def greedy_all_gather(lg: LinkGraph, w: Sequence[float], chunks_per_npu: int, se
                     lid = lids[i]
                     nd ^= bit[c]
                     busy[lid] = 1
-                    remaining -= 1
-                    t_link.append(lid)
-                    t_chunk.append(c)
-                    t_start.append(t)
-                    end = t + wl[lid]
-                    bucket = pending.get(end)
-                    if bucket is None:
-                        pending[end] = [lid, c]
-                        heapq.heappush(times, end)
-                    else:
-                        bucket.append(lid)
-                        bucket.append(c)
+                    ev_l.append(lid)
+                    ev_c.append(c)
                 need[d] = nd
+            count = len(ev_l)
+            if count:
+                remaining -= count
+                t_link.extend(ev_l)
+                t_chunk.extend(ev_c)
+                t_start.extend([t] * count)
+                if uniform_w is not None:
+                    _add_pending(pending, times, t + uniform_w, ev_l, ev_c)
+                else:
+                    by_end: dict[float, tuple[list[int], list[int]]] = {}
+                    for lid, c in zip(ev_l, ev_c, strict=True):
+                        end = t + wl[lid]
+                        entry = by_end.get(end)
+                        if entry is None:
+                            by_end[end] = ([lid], [c])
+                        else:
+                            entry[0].append(lid)
+                            entry[1].append(c)
+                    for end, (el, ec) in by_end.items():
+                        _add_pending(pending, times, end, el, ec)
         if not times:
             break
         t = heapq.heappop(times)
-        arrivals = pending.pop(t)
+        arr_l, arr_c = pending.pop(t)
         last = t
         epoch += 1
-        examine = []
-        for j in range(0, len(arrivals), 2):
-            lid = arrivals[j]
+        affected = []
+        for lid, c in zip(arr_l, arr_c, strict=True):
             d = dst[lid]
-            hold[d] |= bit[arrivals[j + 1]]
+            hold[d] |= bit[c]
             busy[lid] = 0
-            if stamp[lid] != epoch:
-                stamp[lid] = epoch
-                examine.append(lid)
-            for l2 in outs[d]:
-                if not busy[l2] and stamp[l2] != epoch:
-                    stamp[l2] = epoch
-                    examine.append(l2)
+            if seen[d] != epoch:
+                seen[d] = epoch
+                affected.append(d)
+        for d in affected[:]:
+            for v in nbrs[d]:
+                if seen[v] != epoch:
+                    seen[v] = epoch
+                    affected.append(v)
     if remaining:  # cannot happen on a strongly connected graph
         raise ConfigError(f"synthesis stalled with {remaining} chunk deliveries unmatched")
     sched.time_ns = last
-    return sched
+
+
+def _add_pending(
+    pending: dict[float, tuple[list[int], list[int]]],
+    times: list[float],
+    end: float,
+    lids: list[int],
+    chunks: list[int],
+) -> None:
+    """Record transfers (*lids*, *chunks*) arriving at *end* in the event queue."""
+    entry = pending.get(end)
+    if entry is None:
+        pending[end] = (lids, chunks)
+        heapq.heappush(times, end)
+    else:
+        entry[0].extend(lids)
+        entry[1].extend(chunks)
 
 
 def reverse(ag: Schedule) -> Schedule:
