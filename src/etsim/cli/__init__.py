@@ -33,12 +33,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_names(parser: argparse.ArgumentParser) -> set[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return set(action.choices)
+    return set()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the process exit code."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     # `etsim WORKLOAD …` means `etsim run WORKLOAD …`.
-    commands = set(parser._subparsers._group_actions[0].choices) if parser._subparsers else set()  # type: ignore[union-attr]
+    commands = _command_names(parser)
     if argv and not argv[0].startswith("-") and argv[0] not in commands:
         argv.insert(0, "run")
     args = parser.parse_args(argv)
