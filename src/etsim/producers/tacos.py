@@ -47,7 +47,10 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import permutations
+from operator import itemgetter
 from pathlib import Path
+
+import numpy as np
 
 from etsim.chakra.graph import CollectiveType
 from etsim.chakra.io import write_workload
@@ -140,7 +143,7 @@ def greedy_all_gather(lg: LinkGraph, w: Sequence[float], chunks_per_npu: int, se
     gc_was_enabled = gc.isenabled()
     gc.disable()  # only short-lived lists of ints are allocated; the collector would just rescan them
     try:
-        _greedy(sched, n, k, random.Random(seed))
+        _greedy(sched, n, k, seed)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -150,14 +153,15 @@ def greedy_all_gather(lg: LinkGraph, w: Sequence[float], chunks_per_npu: int, se
 #: Largest in-degree whose link orders are drawn from a table of permutations (one random draw).
 _PERM_TABLE_MAX = 6
 _PERMS: list[list[tuple[int, ...]]] = [list(permutations(range(m))) for m in range(_PERM_TABLE_MAX + 1)]
+#: ``_GETTERS[m][x](seq)``: the items of *seq* (length m >= 2) in the order of permutation ``_PERMS[m][x]``.
+_GETTERS: list[list[itemgetter]] = [[itemgetter(*p) for p in perms] if len(perms[0]) > 1 else [] for perms in _PERMS]
 
 
-def _greedy(sched: Schedule, n: int, k: int, rng: random.Random) -> None:
+def _greedy(sched: Schedule, n: int, k: int, seed: int) -> None:
     """The event loop of :func:`greedy_all_gather`; appends the transfers to *sched*."""
     lg = sched.links
     nchunks = n * k
-    rand = rng.random
-    shuffle = rng.shuffle
+    shuffle = random.Random(seed).shuffle
     src, dst = lg.src, lg.dst
     wl = sched.w
     nlinks = len(src)
@@ -168,8 +172,10 @@ def _greedy(sched: Schedule, n: int, k: int, rng: random.Random) -> None:
         nbrs[src[lid]].append(dst[lid])
     # destinations whose in-links differ in w: their links are ordered fastest first
     mixed = [len({wl[lid] for lid in ins[d]}) > 1 for d in range(n)]
-    uniform_w = wl[0] if nlinks and len(set(wl)) == 1 else None
+    uniform = len(set(wl)) == 1
+    uniform_w = wl[0]
     perms = _PERMS
+    getters = _GETTERS
     bit = [1 << c for c in range(nchunks)]
     full = (1 << nchunks) - 1
     hold = [0] * n
@@ -184,68 +190,90 @@ def _greedy(sched: Schedule, n: int, k: int, rng: random.Random) -> None:
     busy = bytearray(nlinks)
     seen = [-1] * n
     t_link, t_chunk, t_start = sched.link, sched.chunk, sched.start
-    # arrival time -> (links, chunks) of the transfers ending then
-    pending: dict[float, tuple[list[int], list[int]]] = {}
+    # arrival time -> (links freed, destinations, chunks each receives as a bitset)
+    pending: dict[float, tuple[list[int], list[int], list[int]]] = {}
     times: list[float] = []
     t = 0.0
     epoch = 0
     affected = list(range(n))
     last = 0.0
+    # seeded random numbers, drawn in blocks: chunk offsets in [0, nchunks), permutation indices in
+    # [0, 720) (720 = 6! is a multiple of m! for every in-degree m <= 6)
+    gen = np.random.default_rng(seed)
+    block = max(1 << 14, 2 * (nlinks + n))
+    rpool: list[int] = []
+    ppool: list[int] = []
+    rj = pj = block
     while True:
         if remaining:
+            if rj > block - nlinks:  # an event draws at most one chunk offset per link …
+                rpool = gen.integers(0, nchunks, block).tolist()
+                rj = 0
+            if pj > block - n:  # … and one permutation per destination
+                ppool = gen.integers(0, 720, block).tolist()
+                pj = 0
             ev_l: list[int] = []
             ev_c: list[int] = []
+            ev_d: list[int] = []  # with uniform w: destinations and the chunks (bitset) they will receive
+            ev_m: list[int] = []
             for d in affected:
                 nd = need[d]
                 if not nd:
                     continue
-                lids = []
-                cands = []
-                for lid in ins[d]:
-                    if not busy[lid]:
-                        x = hold[src[lid]] & nd
-                        if x:
-                            lids.append(lid)
-                            cands.append(x)
+                lids = [lid for lid in ins[d] if not busy[lid]]
                 m = len(lids)
-                if not m:
-                    continue
                 if m > 1:
+                    cands = [hold[src[lid]] & nd for lid in lids]
                     # a seeded random order, then fastest first
                     if m <= _PERM_TABLE_MAX:
-                        table = perms[m]
-                        order = list(table[int(rand() * len(table))])
+                        x = ppool[pj] % len(perms[m])
+                        pj += 1
+                        if mixed[d]:
+                            order = sorted(perms[m][x], key=lambda i: wl[lids[i]])
+                            lids = [lids[i] for i in order]
+                            cands = [cands[i] for i in order]
+                        else:
+                            get = getters[m][x]
+                            lids = get(lids)
+                            cands = get(cands)
                     else:
                         order = list(range(m))
                         shuffle(order)
-                    if mixed[d]:
-                        order.sort(key=lambda i: wl[lids[i]])
-                    lids = [lids[i] for i in order]
-                    cands = [cands[i] for i in order]
-                    later = [0] * m
+                        if mixed[d]:
+                            order.sort(key=lambda i: wl[lids[i]])
+                        lids = [lids[i] for i in order]
+                        cands = [cands[i] for i in order]
+                    # not_later[i]: complement of what the links after i can provide
+                    not_later = [-1] * m
                     acc = 0
                     for i in range(m - 1, 0, -1):
                         acc |= cands[i]
-                        later[i - 1] = acc
+                        not_later[i - 1] = ~acc
+                elif m:
+                    cands = [hold[src[lids[0]]]]
+                    not_later = [-1]
                 else:
-                    later = [0]
-                for i in range(m):
-                    cand = cands[i] & nd
+                    continue
+                for lid, cand, nl in zip(lids, cands, not_later, strict=True):
+                    cand &= nd
                     if not cand:
                         continue
-                    other = later[i]
-                    if other:
-                        pref = cand & ~other
-                        if pref:
-                            cand = pref
-                    r = int(rand() * nchunks)
+                    pref = cand & nl
+                    if pref:
+                        cand = pref
+                    r = rpool[rj]
+                    rj += 1
                     hi = cand >> r
                     c = r + (hi & -hi).bit_length() - 1 if hi else (cand & -cand).bit_length() - 1
-                    lid = lids[i]
                     nd ^= bit[c]
                     busy[lid] = 1
                     ev_l.append(lid)
                     ev_c.append(c)
+                if uniform:
+                    got = need[d] ^ nd
+                    if got:
+                        ev_d.append(d)
+                        ev_m.append(got)
                 need[d] = nd
             count = len(ev_l)
             if count:
@@ -253,31 +281,32 @@ def _greedy(sched: Schedule, n: int, k: int, rng: random.Random) -> None:
                 t_link.extend(ev_l)
                 t_chunk.extend(ev_c)
                 t_start.extend([t] * count)
-                if uniform_w is not None:
-                    _add_pending(pending, times, t + uniform_w, ev_l, ev_c)
+                if uniform:
+                    _add_pending(pending, times, t + uniform_w, (ev_l, ev_d, ev_m))
                 else:
-                    by_end: dict[float, tuple[list[int], list[int]]] = {}
+                    by_end: dict[float, tuple[list[int], list[int], list[int]]] = {}
                     for lid, c in zip(ev_l, ev_c, strict=True):
                         end = t + wl[lid]
                         entry = by_end.get(end)
                         if entry is None:
-                            by_end[end] = ([lid], [c])
+                            by_end[end] = ([lid], [dst[lid]], [bit[c]])
                         else:
                             entry[0].append(lid)
-                            entry[1].append(c)
-                    for end, (el, ec) in by_end.items():
-                        _add_pending(pending, times, end, el, ec)
+                            entry[1].append(dst[lid])
+                            entry[2].append(bit[c])
+                    for end, entry in by_end.items():
+                        _add_pending(pending, times, end, entry)
         if not times:
             break
         t = heapq.heappop(times)
-        arr_l, arr_c = pending.pop(t)
+        arr_l, arr_d, arr_m = pending.pop(t)
         last = t
         epoch += 1
         affected = []
-        for lid, c in zip(arr_l, arr_c, strict=True):
-            d = dst[lid]
-            hold[d] |= bit[c]
+        for lid in arr_l:
             busy[lid] = 0
+        for d, got in zip(arr_d, arr_m, strict=True):
+            hold[d] |= got
             if seen[d] != epoch:
                 seen[d] = epoch
                 affected.append(d)
@@ -292,20 +321,19 @@ def _greedy(sched: Schedule, n: int, k: int, rng: random.Random) -> None:
 
 
 def _add_pending(
-    pending: dict[float, tuple[list[int], list[int]]],
+    pending: dict[float, tuple[list[int], list[int], list[int]]],
     times: list[float],
     end: float,
-    lids: list[int],
-    chunks: list[int],
+    arrivals: tuple[list[int], list[int], list[int]],
 ) -> None:
-    """Record transfers (*lids*, *chunks*) arriving at *end* in the event queue."""
+    """Queue *arrivals* at time *end*: (links freed, destinations, chunks each receives as a bitset)."""
     entry = pending.get(end)
     if entry is None:
-        pending[end] = (lids, chunks)
+        pending[end] = arrivals
         heapq.heappush(times, end)
     else:
-        entry[0].extend(lids)
-        entry[1].extend(chunks)
+        for have, more in zip(entry, arrivals, strict=True):
+            have.extend(more)
 
 
 def reverse(ag: Schedule) -> Schedule:
