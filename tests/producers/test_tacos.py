@@ -165,6 +165,32 @@ def test_greedy_schedule_is_as_soon_as_possible():
         assert list(sched.start) == before
 
 
+def dense_hetero_graph(n=9):
+    """A fully connected graph with three link speeds: in-degree n-1 > 6, links of mixed w at every NPU."""
+    links = []
+    for a in range(n):
+        for b in range(a + 1, n):
+            links.append({"src": a, "dst": b, "bandwidth": [25.0, 50.0, 100.0][(a + b) % 3], "latency": 300.0})
+    return graph(n, links, name="dense_hetero")
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_high_in_degree_and_mixed_links(k):
+    """In-degrees above the permutation table (shuffled order) and mixed link speeds (fastest first):
+    valid, as soon as possible, and on a uniform high-degree hypercube still at the chunk-step bound."""
+    topo = dense_hetero_graph()
+    lg = build_link_graph(topo)
+    sched = greedy_all_gather(lg, lg.weights(MiB), k, seed=1)
+    check_all_gather(sched)
+    before = list(sched.start)
+    retime(sched)
+    assert list(sched.start) == before
+    cube = hypercube(128, 50.0, 500.0)  # in-degree 7
+    syn = synthesize(cube, "all_gather", size=GiB, chunks_per_npu=k, runs=2)
+    check_all_gather(syn.schedule)
+    assert syn.time_ns == pytest.approx(syn.bound.value, rel=1e-9)
+
+
 def test_deterministic_and_best_of_runs():
     topo = torus([4, 4], 50.0, 500.0)
     a = synthesize(topo, "all_gather", size=GiB, seed=7)
