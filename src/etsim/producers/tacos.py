@@ -166,12 +166,15 @@ def _greedy(sched: Schedule, n: int, k: int, seed: int) -> None:
     wl = sched.w
     nlinks = len(src)
     ins = lg.in_links()
+    in_src = [[src[lid] for lid in lids] for lids in ins]
     # out-neighbours (destinations of out-links) of each position
     nbrs: list[list[int]] = [[] for _ in range(n)]
     for lid in range(nlinks):
         nbrs[src[lid]].append(dst[lid])
     # destinations whose in-links differ in w: their links are ordered fastest first
     mixed = [len({wl[lid] for lid in ins[d]}) > 1 for d in range(n)]
+    # With a single w, every transfer started at an event ends at the next one: one pending time at
+    # a time, and every link is free at every event (``busy`` is then not maintained).
     uniform = len(set(wl)) == 1
     uniform_w = wl[0]
     perms = _PERMS
@@ -220,10 +223,14 @@ def _greedy(sched: Schedule, n: int, k: int, seed: int) -> None:
                 nd = need[d]
                 if not nd:
                     continue
-                lids = [lid for lid in ins[d] if not busy[lid]]
+                if uniform:  # every link is free at every event
+                    lids = ins[d]
+                    cands = [hold[s] & nd for s in in_src[d]]
+                else:
+                    lids = [lid for lid in ins[d] if not busy[lid]]
+                    cands = [hold[src[lid]] & nd for lid in lids]
                 m = len(lids)
                 if m > 1:
-                    cands = [hold[src[lid]] & nd for lid in lids]
                     # a seeded random order, then fastest first
                     if m <= _PERM_TABLE_MAX:
                         x = ppool[pj] % len(perms[m])
@@ -250,7 +257,6 @@ def _greedy(sched: Schedule, n: int, k: int, seed: int) -> None:
                         acc |= cands[i]
                         not_later[i - 1] = ~acc
                 elif m:
-                    cands = [hold[src[lids[0]]]]
                     not_later = [-1]
                 else:
                     continue
@@ -303,8 +309,9 @@ def _greedy(sched: Schedule, n: int, k: int, seed: int) -> None:
         last = t
         epoch += 1
         affected = []
-        for lid in arr_l:
-            busy[lid] = 0
+        if not uniform:
+            for lid in arr_l:
+                busy[lid] = 0
         for d, got in zip(arr_d, arr_m, strict=True):
             hold[d] |= got
             if seen[d] != epoch:
