@@ -6,16 +6,21 @@ algorithms, …). A name is resolved in this order:
 1. names registered in-process (built-ins register themselves with :meth:`Registry.register`);
 2. the entry-point group of the registry (loaded lazily, once; a name that clashes with an
    existing one triggers a warning and the first registration wins);
-3. a ``package.module:Class`` path, imported on demand;
+3. a ``package.module:Class`` path, imported on demand, or ``path/to/file.py:Class`` (a user's
+   file, loaded once per path);
 4. otherwise :class:`~etsim.errors.RegistryError`, listing every available name.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import sys
 import warnings
 from collections.abc import Callable
 from importlib import metadata
+from types import ModuleType
 from typing import Generic, TypeVar
 
 from etsim.errors import RegistryError
@@ -23,6 +28,31 @@ from etsim.errors import RegistryError
 __all__ = ["Registry"]
 
 T = TypeVar("T")
+
+
+_FILE_MODULES: dict[str, ModuleType] = {}
+
+
+def _load_file(path: str, kind: str, name: str) -> ModuleType:
+    """Import a plug-in from a Python file (once per absolute path)."""
+    full = os.path.abspath(path)
+    module = _FILE_MODULES.get(full)
+    if module is not None:
+        return module
+    if not os.path.isfile(full):
+        raise RegistryError(f"{kind} {name!r}: no such file {full}")
+    spec = importlib.util.spec_from_file_location(f"etsim_plugin_{len(_FILE_MODULES)}", full)
+    if spec is None or spec.loader is None:
+        raise RegistryError(f"{kind} {name!r}: cannot load {full} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and pickling look classes up through sys.modules
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: report, don't crash
+        del sys.modules[spec.name]
+        raise RegistryError(f"{kind} {name!r}: {full} failed to import: {type(exc).__name__}: {exc}") from None
+    _FILE_MODULES[full] = module
+    return module
 
 
 class Registry(Generic[T]):
@@ -89,11 +119,16 @@ class Registry(Generic[T]):
         if name in self._items:
             return self._items[name]
         if ":" in name:
-            module_name, _, attr = name.partition(":")
-            try:
-                module = importlib.import_module(module_name)
-            except ImportError as exc:
-                raise RegistryError(f"cannot import module {module_name!r} for {self.kind} {name!r}: {exc}") from None
+            module_name, _, attr = name.rpartition(":")
+            if module_name.endswith(".py"):
+                module = _load_file(module_name, self.kind, name)
+            else:
+                try:
+                    module = importlib.import_module(module_name)
+                except ImportError as exc:
+                    raise RegistryError(
+                        f"cannot import module {module_name!r} for {self.kind} {name!r}: {exc}"
+                    ) from None
             try:
                 obj = getattr(module, attr)
             except AttributeError:

@@ -32,6 +32,7 @@ Every error is a :class:`~etsim.errors.TopologyError` of the form ``FILE: KEY: r
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -306,6 +307,10 @@ def load_network(source: str | Path | Mapping[str, Any], *, name: str | None = N
         model = options.pop("model", "analytical")
         if not isinstance(model, str):
             raise TopologyError(f"network.model: expected a model name, got {model!r}")
+        module, sep, cls = model.rpartition(":")
+        if sep and module.endswith(".py") and path is not None and not os.path.isabs(module):
+            # A model defined in a user's file is found next to the topology file, not the working directory.
+            model = f"{path.parent / module}:{cls}"
         try:
             NETWORK_MODELS.get(model).parse_options(options, key="network")
         except ConfigError as exc:

@@ -1,0 +1,43 @@
+"""The worked examples in docs/ run and give the numbers the docs state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from etsim.chakra import TraceBuilder, Workload, load_workload
+from etsim.errors import RegistryError, TopologyError
+from etsim.network import NETWORK_MODELS, load_network
+from etsim.simulation import simulate
+
+
+def test_processing_switch_example(repo: Path) -> None:
+    net = load_network(repo / "docs" / "examples" / "switch8_processing.yaml")
+    assert net.model.endswith("processing_switch.py:ProcessingSwitchNetwork")
+    assert net.options == {"processing": "200 ns"}
+    result = simulate(load_workload(repo / "workloads" / "sendrecv_ring_8npus_1MiB"), topology=net)
+    assert result.finish_ns == pytest.approx(2 * (500 + (1 << 20) / 50) + 200, rel=1e-12)
+    assert f"{result.finish_ns / 1000:.5f}" == "43.14304"  # the number docs/extending-network.md quotes
+    # Two senders to one NPU queue on the switch -> NPU link: the second arrives S/B later.
+    a, b, c = TraceBuilder(), TraceBuilder(), TraceBuilder()
+    a.send(dst=2, size=50_000, tag=0)
+    b.send(dst=2, size=50_000, tag=1)
+    r = c.recv(src=0, size=50_000, tag=0)
+    c.recv(src=1, size=50_000, tag=1, deps=[r])
+    result = simulate(Workload([x.build(rank=i) for i, x in enumerate((a, b, c))]), topology=net)
+    one = 500 + 50_000 / 50
+    assert result.ranks[2].finish_ns == pytest.approx(2 * one + 200 + 50_000 / 50, rel=1e-12)
+
+
+def test_file_plugins_report_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(RegistryError, match="no such file"):
+        NETWORK_MODELS.get(str(tmp_path / "missing.py") + ":Model")
+    (tmp_path / "broken.py").write_text("raise RuntimeError('boom')\n")
+    with pytest.raises(RegistryError, match="failed to import: RuntimeError: boom"):
+        NETWORK_MODELS.get(str(tmp_path / "broken.py") + ":Model")
+    (tmp_path / "net.yaml").write_text(
+        "kind: ring\nnpus: 4\nbandwidth: 1 GB/s\nlatency: 1 ns\nnetwork: {model: nope.py:X}\n"
+    )
+    with pytest.raises(TopologyError, match=r"net.yaml: network.model: .*no such file"):
+        load_network(tmp_path / "net.yaml")
