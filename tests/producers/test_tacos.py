@@ -10,7 +10,7 @@ from etsim.chakra import CollectiveType, Workload, load_workload
 from etsim.chakra.builder import TraceBuilder
 from etsim.errors import ConfigError
 from etsim.network import graph, hypercube, load_topology, mesh, ring, switch, torus, uni_ring, with_failures
-from etsim.producers import collective_workload
+from etsim.producers import collective_workload, tacos
 from etsim.producers.builder import COMP, RECV, SEND, algo_graph_from_trace
 from etsim.producers.tacos import (
     algo_graphs,
@@ -189,6 +189,17 @@ def test_high_in_degree_and_mixed_links(k):
     syn = synthesize(cube, "all_gather", size=GiB, chunks_per_npu=k, runs=2)
     check_all_gather(syn.schedule)
     assert syn.time_ns == pytest.approx(syn.bound.value, rel=1e-9)
+
+
+def test_untabulated_chunk_masks(monkeypatch):
+    """Collectives with more chunks than the mask table compute the masks on demand: same schedule."""
+    lg = build_link_graph(torus([4, 4], 50.0, 500.0))
+    w = lg.weights(MiB)
+    tabulated = greedy_all_gather(lg, w, 2, seed=4)
+    monkeypatch.setattr(tacos, "_BELOW_TABLE_MAX", 0)
+    on_demand = greedy_all_gather(lg, w, 2, seed=4)
+    assert list(on_demand.chunk) == list(tabulated.chunk) and list(on_demand.start) == list(tabulated.start)
+    check_all_gather(on_demand)
 
 
 def test_deterministic_and_best_of_runs():

@@ -150,6 +150,17 @@ def greedy_all_gather(lg: LinkGraph, w: Sequence[float], chunks_per_npu: int, se
     return sched
 
 
+#: Most chunks for which the masks ``(1 << r) - 1`` are tabulated (the table takes nchunks²/16 bytes).
+_BELOW_TABLE_MAX = 1 << 14
+
+
+class _Below:
+    """``below[r] == (1 << r) - 1``, computed on demand (for collectives with too many chunks to tabulate)."""
+
+    def __getitem__(self, r: int) -> int:
+        return (1 << r) - 1
+
+
 #: Largest in-degree whose link orders are drawn from a table of permutations (one random draw).
 _PERM_TABLE_MAX = 6
 _PERMS: list[list[tuple[int, ...]]] = [list(permutations(range(m))) for m in range(_PERM_TABLE_MAX + 1)]
@@ -180,6 +191,7 @@ def _greedy(sched: Schedule, n: int, k: int, seed: int) -> None:
     perms = _PERMS
     getters = _GETTERS
     bit = [1 << c for c in range(nchunks)]
+    below: list[int] | _Below = [b - 1 for b in bit] if nchunks <= _BELOW_TABLE_MAX else _Below()
     full = (1 << nchunks) - 1
     hold = [0] * n
     need = [0] * n
@@ -260,17 +272,21 @@ def _greedy(sched: Schedule, n: int, k: int, seed: int) -> None:
                     not_later = [-1]
                 else:
                     continue
+                first = True
                 for lid, cand, nl in zip(lids, cands, not_later, strict=True):
-                    cand &= nd
+                    if first:  # cands were computed against this nd
+                        first = False
+                    else:
+                        cand &= nd
                     if not cand:
                         continue
                     pref = cand & nl
                     if pref:
                         cand = pref
-                    r = rpool[rj]
+                    # a seeded random chunk: the highest candidate below a random r, else the highest
+                    lo = cand & below[rpool[rj]]
                     rj += 1
-                    hi = cand >> r
-                    c = r + (hi & -hi).bit_length() - 1 if hi else (cand & -cand).bit_length() - 1
+                    c = lo.bit_length() - 1 if lo else cand.bit_length() - 1
                     nd ^= bit[c]
                     busy[lid] = 1
                     ev_l.append(lid)
