@@ -288,7 +288,6 @@ def _greedy(sched: Schedule, n: int, k: int, seed: int) -> None:
                     rj += 1
                     c = lo.bit_length() - 1 if lo else cand.bit_length() - 1
                     nd ^= bit[c]
-                    busy[lid] = 1
                     ev_l.append(lid)
                     ev_c.append(c)
                 if uniform:
@@ -306,6 +305,9 @@ def _greedy(sched: Schedule, n: int, k: int, seed: int) -> None:
                 if uniform:
                     _add_pending(pending, times, t + uniform_w, (ev_l, ev_d, ev_m))
                 else:
+                    # (a link is examined once per event, with its destination: marking it now is enough)
+                    for lid in ev_l:
+                        busy[lid] = 1
                     by_end: dict[float, tuple[list[int], list[int], list[int]]] = {}
                     for lid, c in zip(ev_l, ev_c, strict=True):
                         end = t + wl[lid]
