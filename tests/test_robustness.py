@@ -1,0 +1,71 @@
+"""Random workloads never crash the simulator: a result, or an EtsimError that names the problem."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from etsim.chakra import TraceBuilder, Workload
+from etsim.errors import EtsimError
+from etsim.network import fully_connected
+from etsim.simulation import simulate
+from etsim.system.config import SystemConfig
+
+NODE = st.tuples(
+    st.sampled_from(["comp", "send", "recv", "coll", "mem", "meta", "invalid", "cpu"]),
+    st.integers(min_value=-1, max_value=4),  # peer (may be invalid)
+    st.integers(min_value=-1, max_value=3),  # tag
+    st.integers(min_value=-10, max_value=5000),  # size
+    st.integers(min_value=0, max_value=11),  # comm_type (10, 11 invalid)
+    st.sampled_from([None, "", "0", "1", "9"]),  # pg_name
+    st.lists(st.integers(min_value=0, max_value=40), max_size=3),  # deps (may dangle or be forward)
+)
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> Workload:
+    ranks = draw(st.integers(min_value=1, max_value=4))
+    traces = []
+    for rank in range(ranks):
+        b = TraceBuilder()
+        for kind, peer, tag, size, ctype, pg, deps in draw(st.lists(NODE, max_size=8)):
+            deps = [d for d in deps if d < len(b.nodes) or draw(st.booleans())]
+            if kind == "comp":
+                b.comp(duration_micros=abs(size) % 50, deps=deps)
+            elif kind == "cpu":
+                b.comp(duration_micros=abs(size) % 50, deps=deps, is_cpu_op=True)
+            elif kind == "send":
+                b.send(dst=peer, size=size, tag=tag, deps=deps)
+            elif kind == "recv":
+                b.recv(src=peer, size=size, tag=tag, deps=deps)
+            elif kind == "coll":
+                b.collective(ctype, max(size, 0) if draw(st.booleans()) else size, deps=deps, pg_name=pg)
+            elif kind == "mem":
+                b.mem(store=bool(size % 2), tensor_size=abs(size), deps=deps)
+            elif kind == "meta":
+                b.node(1, "meta", deps=deps)
+            else:
+                b.node(0, "invalid", deps=deps)
+        traces.append(b.build(rank=rank))
+    return Workload(traces)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    workload=workloads(),
+    algo=st.sampled_from(["ring", "direct", "halving_doubling", "tree"]),
+    model=st.sampled_from(["analytical", "link"]),
+)
+def test_random_workloads_give_a_result_or_an_etsim_error(workload: Workload, algo: str, model: str) -> None:
+    try:
+        result = simulate(
+            workload,
+            topology=fully_connected(4, 10.0, 100.0),
+            model=model,
+            system=SystemConfig(algorithms={"default": algo}),
+        )
+    except EtsimError as exc:
+        assert str(exc)
+        return
+    assert len(result.ranks) == workload.num_ranks
+    assert all(r.finish_ns >= 0 for r in result.ranks)
