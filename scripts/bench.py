@@ -1,8 +1,10 @@
 """etsim benchmarks (scripts, not timed tests). Each case runs in a fresh process.
 
-Usage: ``python scripts/bench.py [CASE ...] [--repeat N]``; with no case, runs all.
-Prints one line per run (wall s, CPU s, peak RSS MB, and a case-specific rate) and the
-median of the repetitions.
+Usage: ``python scripts/bench.py [CASE|PATTERN ...] [--repeat N]``; with no case, runs the default list
+(every case below except the 4096-NPU ones and the cases ported from the former ``bench_network.py``);
+a shell pattern such as ``'net-*'`` selects among all listed cases. Prints one line per run (wall s, CPU s,
+peak RSS MB and case-specific counts and rates; rates are per CPU second), the median of the repetitions,
+and, for every model case whose heap reference also ran, the ratio of their median CPU times.
 
 Cases:
   load-1m              read a 1,000,000-node trace (chain of COMP nodes with SEND/RECV every 10th node)
@@ -10,11 +12,38 @@ Cases:
   ring-ar-P-MODEL      full stack (workload -> system -> network): one 256 MiB ring all-reduce on P NPUs of a
                        bidirectional ring, 50 GB/s, 1 us, MODEL analytical or link (P = 256, 1024, 4096)
   heap-ring-P          the reference loop of performance.md: a bare heapq loop over the same ring all-reduce
-                       with busy-until links, no simulator (the yardstick for the full-stack cases)
-"""
+                       with busy-until links, no simulator (the yardstick for the full-stack cases and for
+                       net-ring-P-MODEL); checks the closed form
+  net-ring-P-MODEL     network layer only: the messages of that ring all-reduce (NPU i's k-th message goes to
+                       i+1 once the (k-1)-th from i-1 has arrived; 2(P-1) steps, chunk 256 MiB / P) driven
+                       through ``model.transfer`` with SimPy callbacks (no walker, no process per message),
+                       MODEL analytical or link (P = 256, 1024); checks the closed form 2(P-1)(L + chunk/B).
+                       Reference: heap-ring-P (one message per link at a time: both models are exact there)
+  net-torus-a2a-link   all-to-all on an 8x8x8 torus (50 GB/s, 1 us links) under ``link``: every NPU sends one
+                       64,000-byte message to every other NPU (512 x 511 = 261,632 messages, 1,572,864 hops),
+                       all posted at t = 0 in a seeded random order; dimension-order routes, store-and-forward.
+                       After timing, re-runs heap-net-torus-a2a and asserts identical delivery time for every
+                       message and identical busy-until time for every link (the size makes all times whole ns,
+                       so float arithmetic is exact in any order and the comparison is bit-for-bit)
+  heap-net-torus-a2a   its reference: a bare heapq store-and-forward loop over the same messages and routes
+                       (``model.route``), per-link FIFO busy-until times, one heap event per hop
+  simpy-baseline-1m    (from bench_network) the driver of net-chains-1m-analytical with a bare SimPy timeout per
+                       message: the ceiling of a one-event-per-message model
+  net-chains-1m-analytical  (from bench_network) 1,000,000 analytical transfers on a 64-NPU ring, 64
+                       concurrent chains (a source sends its next message when the previous one is delivered;
+                       destinations cycle through all offsets)
+  net-a2a-ring64-link  (from bench_network) all-to-all on a 64-NPU ring under link, 1 MiB per pair, 4 rounds
+                       (16,128 messages, ~16 hops each)
+  net-a2a-ring64-link-packets  (from bench_network) one round of it with 64 KiB packets (16 per message)
+
+Route computation (``model.route``) is done before the timer starts in the torus cases, for model and
+reference alike. SimPy events are counted with the environment's event-id counter (no wrapper in the loop);
+the analytical model, and the link model for single-hop messages, let messages delivered at the same
+instant share one event, so a model case may count fewer events than messages."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import resource
@@ -26,6 +55,11 @@ import time
 from pathlib import Path
 
 NODES = 1_000_000
+RING_BYTES = 256 * 2**20  # all-reduce size per NPU
+BW, LAT = 50.0, 1000.0  # 50 GB/s (bytes per ns), 1 us
+TORUS_SHAPE = (8, 8, 8)
+A2A_BYTES = 64_000  # 1280 ns on a 50 B/ns link: every time is a whole number of ns
+A2A_SEED = 1
 
 
 def make_trace(path: Path, nodes: int = NODES) -> None:
@@ -78,6 +112,218 @@ def heap_ring(p: int, size: float = 256 * 2**20, bw: float = 50.0, lat: float = 
     return finish, messages
 
 
+def ring_closed_form(p: int) -> float:
+    """Finish time of the ring all-reduce: 2(P-1)(L + chunk/B)."""
+    return 2 * (p - 1) * (LAT + RING_BYTES / p / BW)
+
+
+def _sim_events(env) -> int:
+    """Events scheduled so far in a SimPy environment (its event-id counter; consumes one id)."""
+    return next(env._eid)
+
+
+def net_ring(p: int, model_name: str) -> dict[str, float]:
+    """The ring all-reduce's messages through ``model.transfer``, driven by callbacks."""
+    from functools import partial
+
+    import simpy
+
+    from etsim.network import build_model, ring
+
+    env = simpy.Environment()
+    model = build_model(env, ring(p, BW, LAT), model_name)
+    chunk = RING_BYTES / p
+    steps = 2 * (p - 1)
+    transfer = model.transfer
+
+    def send(i: int, k: int, _event: object = None) -> None:
+        j = i + 1 if i + 1 < p else 0
+        event = transfer(i, j, chunk)
+        if k + 1 < steps:
+            event.callbacks.append(partial(send, j, k + 1))
+
+    e0 = _sim_events(env)
+    t0, c0 = time.perf_counter(), time.process_time()
+    for i in range(p):
+        send(i, 0)
+    env.run()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    events = _sim_events(env) - e0 - 1
+    rss = _rss_mb()
+    msgs = p * steps
+    carried = sum(s.messages for s in model.link_stats())
+    assert carried == msgs, (carried, msgs)
+    closed = ring_closed_form(p)
+    assert abs(env.now - closed) <= 1e-9 * closed, (env.now, closed)
+    return _report(wall, cpu, rss, msgs, events, env.now)
+
+
+def a2a_pairs(npus: int, seed: int = A2A_SEED) -> list[tuple[int, int]]:
+    """Every ordered pair of distinct NPUs, in a seeded random order."""
+    import random
+
+    pairs = [(s, d) for s in range(npus) for d in range(npus) if s != d]
+    random.Random(seed).shuffle(pairs)
+    return pairs
+
+
+def _torus_routes():
+    """The torus, a link model on it, the all-to-all pairs and their routes (``model.route``)."""
+    import simpy
+
+    from etsim.network import build_model, torus
+
+    env = simpy.Environment()
+    model = build_model(env, torus(list(TORUS_SHAPE), BW, LAT), "link")
+    pairs = a2a_pairs(model.topology.npus)
+    routes = [model.route(s, d) for s, d in pairs]
+    return env, model, pairs, routes
+
+
+def heap_store_and_forward(
+    routes: list[list[int]], size: float, bandwidths: list[float], latencies: list[float]
+) -> tuple[list[float], list[float], int]:
+    """Bare-heap store-and-forward: message m (route ``routes[m]``, all posted at t = 0 in list order) is
+    queued FIFO on each link of its route, holds it for size/B and reaches the next node L later; one heap
+    event per hop (the last one is the delivery). Returns (delivery time per message, busy-until time per
+    link, heap events)."""
+    import heapq
+
+    heappush, heappop = heapq.heappush, heapq.heappop
+    free = [0.0] * len(bandwidths)
+    delivered = [0.0] * len(routes)
+    heap: list[tuple[float, int, int, int]] = []
+    seq = 0
+    for m, route in enumerate(routes):  # first hop, at t = 0
+        link = route[0]
+        ser = size / bandwidths[link]
+        start = free[link]
+        free[link] = start + ser
+        heappush(heap, (start + ser + latencies[link], seq, m, 1))
+        seq += 1
+    events = 0
+    while heap:
+        now, _, m, i = heappop(heap)
+        events += 1
+        route = routes[m]
+        if i == len(route):
+            delivered[m] = now
+            continue
+        link = route[i]
+        ser = size / bandwidths[link]
+        start = free[link]
+        if start < now:
+            start = now
+        free[link] = start + ser
+        heappush(heap, (start + ser + latencies[link], seq, m, i + 1))
+        seq += 1
+    return delivered, free, events
+
+
+def heap_torus_a2a() -> dict[str, float]:
+    _env, model, _pairs, routes = _torus_routes()
+    topo = model.topology
+    t0, c0 = time.perf_counter(), time.process_time()
+    delivered, _free, events = heap_store_and_forward(routes, A2A_BYTES, topo.bandwidths, topo.latencies)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return _report(wall, cpu, _rss_mb(), len(routes), events, max(delivered))
+
+
+def net_torus_a2a() -> dict[str, float]:
+    from functools import partial
+
+    env, model, pairs, routes = _torus_routes()
+    delivered = [0.0] * len(pairs)
+
+    def record(m: int, _event: object) -> None:
+        delivered[m] = env.now
+
+    transfer = model.transfer
+    e0 = _sim_events(env)
+    t0, c0 = time.perf_counter(), time.process_time()
+    for m, (s, d) in enumerate(pairs):
+        transfer(s, d, A2A_BYTES).callbacks.append(partial(record, m))
+    env.run()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    events = _sim_events(env) - e0 - 1
+    rss = _rss_mb()
+    topo = model.topology
+    ref, ref_free, _ = heap_store_and_forward(routes, A2A_BYTES, topo.bandwidths, topo.latencies)
+    bad = [m for m in range(len(pairs)) if delivered[m] != ref[m]]
+    assert not bad, f"{len(bad)} deliveries differ from the heap reference, e.g. {pairs[bad[0]]}"
+    assert all(model.link_free_at(i) == f for i, f in enumerate(ref_free)), "link busy-until times differ"
+    assert env.now == max(ref)
+    return _report(wall, cpu, rss, len(pairs), events, env.now)
+
+
+def _bench_network_case(case: str) -> dict[str, float]:
+    """The cases ported from the former scripts/bench_network.py."""
+    import simpy
+
+    from etsim.network import build_model, ring
+
+    env = simpy.Environment()
+    e0 = _sim_events(env)
+    t0, c0 = time.perf_counter(), time.process_time()
+    if case in ("simpy-baseline-1m", "net-chains-1m-analytical"):
+        npus, per_source = 64, 1_000_000 // 64
+        sent = [0] * npus
+        if case == "simpy-baseline-1m":
+
+            def send(src: int) -> None:
+                k = sent[src]
+                if k == per_source:
+                    return
+                sent[src] = k + 1
+                env.timeout(LAT + 65536 / BW).callbacks.append(lambda _e, s=src: send(s))
+
+        else:
+            transfer = build_model(env, ring(npus, BW, LAT), "analytical").transfer
+
+            def send(src: int) -> None:
+                k = sent[src]
+                if k == per_source:
+                    return
+                sent[src] = k + 1
+                dst = (src + 1 + k % (npus - 1)) % npus
+                transfer(src, dst, 65536).callbacks.append(lambda _e, s=src: send(s))
+
+        for src in range(npus):
+            send(src)
+        env.run()
+        msgs = sum(sent)
+    else:  # net-a2a-ring64-link[-packets]
+        npus, size = 64, 1 << 20
+        packets = case.endswith("-packets")
+        model = build_model(env, ring(npus, BW, LAT), "link", {"packet_size": 65536} if packets else {})
+        msgs = 0
+        for _ in range(1 if packets else 4):
+            for src in range(npus):
+                for offset in range(1, npus):
+                    model.transfer(src, (src + offset) % npus, size)
+                    msgs += 1
+        env.run()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return _report(wall, cpu, _rss_mb(), msgs, _sim_events(env) - e0 - 1, env.now)
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _report(wall: float, cpu: float, rss: float, msgs: int, events: int, sim_ns: float) -> dict[str, float]:
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "peak_rss_mb": rss,
+        "messages": msgs,
+        "events": events,
+        "msgs_per_cpu_s": msgs / cpu,
+        "events_per_s": events / cpu,
+        "sim_ns": sim_ns,
+    }
+
+
 def run_case(case: str, workdir: Path) -> dict[str, float]:
     """Run one case in this process and return its measurements."""
     trace_path = workdir / "big.et"
@@ -101,10 +347,20 @@ def run_case(case: str, workdir: Path) -> dict[str, float]:
     if case.startswith("heap-ring-"):
         p = int(case.split("-")[2])
         t0, c0 = time.perf_counter(), time.process_time()
-        _finish, msgs = heap_ring(p)
+        finish, msgs = heap_ring(p)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": rss, "messages": msgs, "msgs_per_cpu_s": msgs / cpu}
+        closed = ring_closed_form(p)
+        assert abs(finish - closed) <= 1e-9 * closed, (finish, closed)
+        return _report(wall, cpu, _rss_mb(), msgs, msgs, finish)  # one heap event per message
+    if case.startswith("net-ring-"):
+        _, _, p_text, model = case.split("-")
+        return net_ring(int(p_text), model)
+    if case == "net-torus-a2a-link":
+        return net_torus_a2a()
+    if case == "heap-net-torus-a2a":
+        return heap_torus_a2a()
+    if case in PORTED:
+        return _bench_network_case(case)
     if case in ("load-1m", "load-1m-lean"):
         from etsim.chakra import read_trace
 
@@ -117,8 +373,38 @@ def run_case(case: str, workdir: Path) -> dict[str, float]:
     raise SystemExit(f"unknown case {case!r}")
 
 
+PORTED = ("simpy-baseline-1m", "net-chains-1m-analytical", "net-a2a-ring64-link", "net-a2a-ring64-link-packets")
 CASES = ("load-1m", "load-1m-lean", "heap-ring-256", "ring-ar-256-analytical", "ring-ar-256-link",
-         "heap-ring-1024", "ring-ar-1024-analytical", "ring-ar-1024-link")  # fmt: skip
+         "heap-ring-1024", "ring-ar-1024-analytical", "ring-ar-1024-link",
+         "net-ring-256-analytical", "net-ring-256-link", "net-ring-1024-analytical", "net-ring-1024-link",
+         "heap-net-torus-a2a", "net-torus-a2a-link")  # fmt: skip
+ALL_CASES = (*CASES, "heap-ring-4096", "ring-ar-4096-analytical", "ring-ar-4096-link", *PORTED)  # fmt: skip
+#: Ratio targets of the network-layer cases (model CPU time / heap reference CPU time) by model name.
+TARGETS = {"analytical": 2.0, "link": 3.0}
+
+
+def reference(case: str) -> str | None:
+    """The bare-heap reference of a model case (None for references and other cases)."""
+    parts = case.split("-")
+    if case.startswith(("ring-ar-", "net-ring-")):
+        return f"heap-ring-{parts[2]}"
+    if case == "net-torus-a2a-link":
+        return "heap-net-torus-a2a"
+    return None
+
+
+def select(args: list[str]) -> list[str]:
+    """Case names from command-line names or shell patterns (matched against ALL_CASES)."""
+    cases: list[str] = []
+    for arg in args:
+        if any(ch in arg for ch in "*?["):
+            found = fnmatch.filter(ALL_CASES, arg)
+            if not found:
+                raise SystemExit(f"no case matches {arg!r}")
+            cases.extend(found)
+        else:
+            cases.append(arg)
+    return cases
 
 
 def main() -> int:
@@ -131,7 +417,8 @@ def main() -> int:
         i = args.index("--repeat")
         repeat = int(args[i + 1])
         del args[i : i + 2]
-    cases = args or list(CASES)
+    cases = select(args) or list(CASES)
+    medians: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         print(f"# {os.cpu_count()} cores, Python {sys.version.split()[0]}")
@@ -152,8 +439,26 @@ def main() -> int:
                 runs.append(json.loads(out.stdout))
                 print(case, " ".join(f"{k}={v:.3g}" for k, v in runs[-1].items()))
             med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            medians[case] = med
             print(f"{case} MEDIAN of {repeat}:", " ".join(f"{k}={v:.3g}" for k, v in med.items()))
+        _print_ratios(medians)
     return 0
+
+
+def _print_ratios(medians: dict[str, dict[str, float]]) -> None:
+    """For each model case whose reference ran: median CPU time over the reference's, against its target."""
+    lines = []
+    for case, med in medians.items():
+        ref = reference(case)
+        if ref is None or ref not in medians:
+            continue
+        ratio = med["cpu_s"] / medians[ref]["cpu_s"]
+        target = TARGETS.get(case.rsplit("-", 1)[1]) if case.startswith("net-") else None
+        verdict = "" if target is None else f" (target <= {target:g}x: {'met' if ratio <= target else 'MISSED'})"
+        lines.append(f"{case} / {ref}: cpu {ratio:.2f}x{verdict}")
+    if lines:
+        print("# ratio of median CPU time to the heap reference")
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":
