@@ -384,6 +384,7 @@ class Engine:
         self.endpoint_delay = config.endpoint_delay
         # Point-to-point channels: one dict per namespace, (src, dst, tag) -> channel state. A
         # collective's namespace is dropped when every rank of its group has finished its part.
+        self._batches: dict[Any, list[tuple[Any, ...]]] = {}
         self.workload_channels: dict[tuple[int, int, int], list[Any]] = {}
         self.namespaces: dict[int, list[Any]] = {}
         self.messages = 0
@@ -473,25 +474,32 @@ class Engine:
         ch[0] = seq + 1
         self.messages += 1
         self.bytes += size
-        self.events += 1
         if self.messages >= self.progress_at and self.progress is not None:
             self.progress(self)
         if run.endpoint_delay > 0:
             event = self._transfer_after(src, dst, size, run.endpoint_delay)
         else:
             event = self._transfer(src, dst, size)
-        event.callbacks.append(partial(self._delivered, run, j, ch, seq, size))
+        # Messages delivered by one event (models coalesce same-instant deliveries) form one batch,
+        # handled by one callback: no callback object and no call per message.
+        batch = self._batches.get(event)
+        if batch is None:
+            self.events += 1
+            batch = self._batches[event] = []
+            event.callbacks.append(self._deliver_batch)
+        batch.append((run, j, ch, seq, size))
 
-    def _delivered(self, run: GraphRun, j: int, ch: list[Any], seq: int, size: float, _event: Any) -> None:
-        run.finish(j)
-        posted = ch[3].pop(seq, None)
-        if posted is None:
-            ch[2][seq] = (size, run, j)
-            return
-        rsize, rrun, rj = posted
-        if rsize != size:
-            self._size_mismatch(run, j, size, rrun, rj, rsize)
-        rrun.finish(rj)
+    def _deliver_batch(self, event: Any) -> None:
+        for run, j, ch, seq, size in self._batches.pop(event):
+            run.finish(j)
+            posted = ch[3].pop(seq, None)
+            if posted is None:
+                ch[2][seq] = (size, run, j)
+                continue
+            rsize, rrun, rj = posted
+            if rsize != size:
+                self._size_mismatch(run, j, size, rrun, rj, rsize)
+            rrun.finish(rj)
 
     def recv(self, run: GraphRun, j: int, src: int, dst: int, chans: dict[Any, Any], tag: int, size: float) -> None:
         """Post a receive; it finishes when the matching message has arrived."""
