@@ -11,8 +11,8 @@ reduction has reached its owner).
 Differences from the released reference (v1.3.0), all deliberate:
 
 - **Incremental state.** Per NPU a bitset of held chunks and a bitset of chunks still needed (not held,
-  not in flight); per event only the links that were freed and the idle out-links of NPUs that just
-  received a chunk are examined. A link whose candidate set ``held(src) & needed(dst)`` was empty stays
+  not in flight); per event only the free in-links of the NPUs that just received a chunk and of their
+  out-neighbours are examined. A link whose candidate set ``held(src) & needed(dst)`` was empty stays
   empty until its source receives something, so nothing else needs looking at. The reference rebuilds
   the demand sets and scans all link pairs at every event (~N³ overall).
 - **No duplicate transfers.** A chunk in flight to an NPU is not sent to it again, so no transfer is
