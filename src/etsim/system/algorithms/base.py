@@ -9,7 +9,7 @@ from etsim.errors import ConfigError
 from etsim.producers.builder import AlgoGraph
 from etsim.registry import Registry
 
-__all__ = ["ALGORITHMS", "CollectiveAlgorithm"]
+__all__ = ["ALGORITHMS", "BuiltAlgorithm", "CollectiveAlgorithm"]
 
 
 class CollectiveAlgorithm:
@@ -62,6 +62,33 @@ class CollectiveAlgorithm:
         self.check(collective, group_size)
         if not 0 <= position < group_size:
             raise ConfigError(f"algorithm {self.name!r}: position {position} is outside a group of {group_size} ranks")
+
+
+class BuiltAlgorithm(CollectiveAlgorithm):
+    """A native algorithm whose graphs a subclass builds in :meth:`_build`; :meth:`graph` caches them.
+
+    Subclasses implement ``_build(collective, group_size, position)`` and, when one graph with
+    relative peers serves every rank of a collective, return True from :meth:`shares_graph`.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[int, int, int], AlgoGraph] = {}
+
+    def shares_graph(self, collective: CollectiveType) -> bool:
+        """True if every position uses the same graph for *collective* (relative peers)."""
+        return False
+
+    def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
+        """The (cached) graph of the rank at *position*."""
+        self.check_position(collective, group_size, position)
+        key = (int(collective), group_size, -1 if self.shares_graph(collective) else position)
+        graph = self._cache.get(key)
+        if graph is None:
+            graph = self._cache[key] = self._build(collective, group_size, position)
+        return graph
+
+    def _build(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
+        raise NotImplementedError
 
 
 #: Algorithm registry: built-ins, the ``etsim.collectives`` entry points, ``module:Class``.

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from etsim.chakra.graph import CollectiveType
 from etsim.producers.builder import AlgoGraph, AlgorithmBuilder
-from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
+from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm
 from etsim.system.algorithms.steps import empty_graph
 
 __all__ = ["DirectAlgorithm"]
@@ -53,7 +53,7 @@ def _exchange(b: AlgorithmBuilder, p: int, chunks: float, tag: int, *, after: in
 
 
 @ALGORITHMS.register("direct")
-class DirectAlgorithm(CollectiveAlgorithm):
+class DirectAlgorithm(BuiltAlgorithm):
     """Direct (all-pairs, one step per phase) algorithms; see the module docstring. Root is position 0."""
 
     name = "direct"
@@ -71,17 +71,9 @@ class DirectAlgorithm(CollectiveAlgorithm):
         }
     )
 
-    def __init__(self) -> None:
-        self._cache: dict[tuple[int, int, int], AlgoGraph] = {}
-
-    def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
-        """The graph of the rank at *position*; symmetric collectives return one shared graph."""
-        self.check_position(collective, group_size, position)
-        key = (int(collective), group_size, position if collective in _ROOTED else -1)
-        graph = self._cache.get(key)
-        if graph is None:
-            graph = self._cache[key] = self._build(collective, group_size, position)
-        return graph
+    def shares_graph(self, collective: CollectiveType) -> bool:
+        """Symmetric collectives use one graph with relative peers for every rank."""
+        return collective not in _ROOTED
 
     def _build(self, collective: CollectiveType, p: int, position: int) -> AlgoGraph:
         if p == 1:

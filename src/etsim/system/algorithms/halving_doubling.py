@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from etsim.chakra.graph import CollectiveType
 from etsim.producers.builder import AlgoGraph, AlgorithmBuilder
-from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
+from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm
 from etsim.system.algorithms.steps import empty_graph
 
 __all__ = ["HalvingDoublingAlgorithm"]
@@ -28,14 +28,11 @@ C = CollectiveType
 
 
 @ALGORITHMS.register("halving_doubling")
-class HalvingDoublingAlgorithm(CollectiveAlgorithm):
+class HalvingDoublingAlgorithm(BuiltAlgorithm):
     """Recursive halving / doubling (see the module docstring)."""
 
     name = "halving_doubling"
     collectives = frozenset({C.ALL_REDUCE, C.REDUCE_SCATTER, C.ALL_GATHER})
-
-    def __init__(self) -> None:
-        self._cache: dict[tuple[int, int, int], AlgoGraph] = {}
 
     def supports(self, collective: CollectiveType, group_size: int) -> str | None:
         """As the base class, and refuse group sizes that are not powers of two."""
@@ -46,15 +43,6 @@ class HalvingDoublingAlgorithm(CollectiveAlgorithm):
                 f"(use ring or direct for {group_size} ranks)"
             )
         return reason
-
-    def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
-        """The graph of the rank at *position* (peers are absolute: partners are ``position XOR 2^k``)."""
-        self.check_position(collective, group_size, position)
-        key = (int(collective), group_size, position)
-        graph = self._cache.get(key)
-        if graph is None:
-            graph = self._cache[key] = self._build(collective, group_size, position)
-        return graph
 
     @staticmethod
     def _build(collective: CollectiveType, p: int, r: int) -> AlgoGraph:

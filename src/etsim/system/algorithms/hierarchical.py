@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError
 from etsim.producers.builder import AlgoGraph, AlgorithmBuilder
-from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
+from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm
 from etsim.system.algorithms.steps import empty_graph, ring_all_gather, ring_reduce_scatter
 
 __all__ = ["HierarchicalAlgorithm", "HierarchicalBaselineAlgorithm"]
@@ -35,7 +35,7 @@ C = CollectiveType
 
 
 @ALGORITHMS.register("hierarchical")
-class HierarchicalAlgorithm(CollectiveAlgorithm):
+class HierarchicalAlgorithm(BuiltAlgorithm):
     """Dimension-by-dimension ring composition (see the module docstring).
 
     Args:
@@ -58,7 +58,7 @@ class HierarchicalAlgorithm(CollectiveAlgorithm):
         self.dims: tuple[int, ...] | None = dims
         #: ns between consecutive dimension phases (ASTRA-sim starts each phase after an endpoint delay).
         self.phase_delay = phase_delay
-        self._cache: dict[tuple[int, int, int], AlgoGraph] = {}
+        super().__init__()
 
     def supports(self, collective: CollectiveType, group_size: int) -> str | None:
         """As the base class, and refuse a group size other than the product of ``dims``."""
@@ -70,15 +70,6 @@ class HierarchicalAlgorithm(CollectiveAlgorithm):
                 f"not a group of {group_size}"
             )
         return reason
-
-    def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
-        """The graph of the rank at *position* (absolute peers)."""
-        self.check_position(collective, group_size, position)
-        key = (int(collective), group_size, position)
-        graph = self._cache.get(key)
-        if graph is None:
-            graph = self._cache[key] = self._build(collective, group_size, position)
-        return graph
 
     def _build(self, collective: CollectiveType, p: int, r: int) -> AlgoGraph:
         if p == 1:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError
 from etsim.producers.builder import AlgoGraph, AlgorithmBuilder
-from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
+from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm
 from etsim.system.algorithms.steps import (
     chain_broadcast,
     chain_reduce,
@@ -36,7 +36,7 @@ C = CollectiveType
 
 
 @ALGORITHMS.register("ring")
-class RingAlgorithm(CollectiveAlgorithm):
+class RingAlgorithm(BuiltAlgorithm):
     """Ring algorithms (see the module docstring).
 
     Args:
@@ -53,17 +53,11 @@ class RingAlgorithm(CollectiveAlgorithm):
         if segments < 1:
             raise ConfigError(f"ring: segments must be at least 1, not {segments}")
         self.segments = segments
-        self._cache: dict[tuple[int, int, int], AlgoGraph] = {}
+        super().__init__()
 
-    def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
-        """The graph of the rank at *position*; symmetric collectives return one shared graph."""
-        self.check_position(collective, group_size, position)
-        rooted = collective in (C.BROADCAST, C.REDUCE)
-        key = (int(collective), group_size, position if rooted else -1)
-        graph = self._cache.get(key)
-        if graph is None:
-            graph = self._cache[key] = self._build(collective, group_size, position)
-        return graph
+    def shares_graph(self, collective: CollectiveType) -> bool:
+        """Symmetric collectives use one graph with relative peers for every rank."""
+        return collective not in (C.BROADCAST, C.REDUCE)
 
     def _build(self, collective: CollectiveType, p: int, position: int) -> AlgoGraph:
         if p == 1:

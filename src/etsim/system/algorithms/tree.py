@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from etsim.chakra.graph import CollectiveType
 from etsim.producers.builder import AlgoGraph, AlgorithmBuilder
-from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
+from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm
 from etsim.system.algorithms.steps import empty_graph, heap_tree
 
 __all__ = ["TreeAlgorithm"]
@@ -54,23 +54,11 @@ def _tree_broadcast(
 
 
 @ALGORITHMS.register("tree")
-class TreeAlgorithm(CollectiveAlgorithm):
+class TreeAlgorithm(BuiltAlgorithm):
     """Binary-tree algorithms; all-reduce on a double binary tree (see the module docstring)."""
 
     name = "tree"
     collectives = frozenset({C.ALL_REDUCE, C.BROADCAST, C.REDUCE})
-
-    def __init__(self) -> None:
-        self._cache: dict[tuple[int, int, int], AlgoGraph] = {}
-
-    def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
-        """The graph of the rank at *position* (absolute peers)."""
-        self.check_position(collective, group_size, position)
-        key = (int(collective), group_size, position)
-        graph = self._cache.get(key)
-        if graph is None:
-            graph = self._cache[key] = self._build(collective, group_size, position)
-        return graph
 
     @staticmethod
     def _build(collective: CollectiveType, p: int, r: int) -> AlgoGraph:
