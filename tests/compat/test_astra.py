@@ -255,3 +255,23 @@ def test_custom_collective_uses_its_own_sizes(tmp_path: Path) -> None:
         paths = setup(sub, CollectiveType.ALL_REDUCE, size, ["Ring"], [n],
                       **{"all-reduce-implementation-custom": [str(tmp_path / "custom_ar")]})  # fmt: skip
         assert finishes(paths) == {expected}
+
+
+def test_per_node_custom_implementation(tmp_path: Path) -> None:
+    """`per-node-custom-implementation` maps one workload node to a custom ET; the others keep `ring`."""
+    from etsim.chakra import TraceBuilder
+
+    n, size, E = 4, 1 << 20, 10
+    custom = []
+    for r in range(n):  # one 1000-byte message around the ring, absolute size
+        b = TraceBuilder()
+        s = b.send(dst=(r + 1) % n, size=1000, tag=0)
+        b.recv(src=(r - 1) % n, size=1000, tag=0, deps=[s])
+        custom.append(b.build())
+    write_workload(custom, tmp_path / "one_hop")
+    (tmp_path / "per_node.yaml").write_text(f"1: {tmp_path / 'one_hop'}\n")
+    paths = setup(tmp_path, CollectiveType.ALL_REDUCE, size, ["Ring"], [n], **{"per-node-custom-implementation": str(tmp_path / "per_node.yaml")})  # fmt: skip
+    write_workload(collective_workload(CollectiveType.ALL_REDUCE, size, n, count=2), tmp_path / "wl")  # ids 0, 1
+    m = size / n
+    ring_time = E + 2 * (n - 1) * net(m) + (n - 1) * (2 * E + P(m))
+    assert finishes(paths) == {ring_time + net(1000)}
