@@ -270,7 +270,8 @@ def test_per_node_custom_implementation(tmp_path: Path) -> None:
         custom.append(b.build())
     write_workload(custom, tmp_path / "one_hop")
     (tmp_path / "per_node.yaml").write_text(f"1: {tmp_path / 'one_hop'}\n")
-    paths = setup(tmp_path, CollectiveType.ALL_REDUCE, size, ["Ring"], [n], **{"per-node-custom-implementation": str(tmp_path / "per_node.yaml")})  # fmt: skip
+    per_node = {"per-node-custom-implementation": str(tmp_path / "per_node.yaml")}
+    paths = setup(tmp_path, CollectiveType.ALL_REDUCE, size, ["Ring"], [n], **per_node)
     write_workload(collective_workload(CollectiveType.ALL_REDUCE, size, n, count=2), tmp_path / "wl")  # ids 0, 1
     m = size / n
     ring_time = E + 2 * (n - 1) * net(m) + (n - 1) * (2 * E + P(m))
