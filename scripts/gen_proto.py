@@ -1,6 +1,7 @@
 """Regenerate ``src/etsim/chakra/schema/et_def_pb2.py`` from ``et_def.proto``.
 
-Usage: ``pip install grpcio-tools && python scripts/gen_proto.py``
+Usage: ``pip install grpcio-tools && python scripts/gen_proto.py`` (also writes ``et_def_pb2.pyi``, the
+type stubs that let mypy check code using the messages)
 
 protoc's output is post-processed for two reasons, both learnt from Chakra users' bug
 reports (chakra#195, astra-sim#214):
@@ -27,7 +28,15 @@ SCHEMA_DIR = Path(__file__).resolve().parent.parent / "src" / "etsim" / "chakra"
 def main() -> int:
     """Run protoc and rewrite its output; return a process exit code."""
     subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", f"-I{SCHEMA_DIR}", f"--python_out={SCHEMA_DIR}", "et_def.proto"],
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{SCHEMA_DIR}",
+            f"--python_out={SCHEMA_DIR}",
+            f"--pyi_out={SCHEMA_DIR}",
+            "et_def.proto",
+        ],
         check=True,
         cwd=SCHEMA_DIR,
     )

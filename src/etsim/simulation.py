@@ -152,7 +152,7 @@ def simulate(
         net = NetworkConfig(topology)
         topo_label = topology.name
     else:
-        net = load_network(topology)
+        net = load_network(os.fspath(topology))
         topo_label = os.fspath(topology)
     topo = net.topology
     if topo.npus < n:
@@ -167,8 +167,8 @@ def simulate(
     check_workload(workload, config)
     groups = CommGroups(n)
     if config.comm_groups:
-        for name, ranks in load_comm_groups(config.resolve_path(config.comm_groups), n).groups.items():
-            groups.add(name, ranks)
+        for name, members in load_comm_groups(config.resolve_path(config.comm_groups), n).groups.items():
+            groups.add(name, members)
     groups_from_metadata(workload, groups)
 
     wall0 = time.perf_counter()

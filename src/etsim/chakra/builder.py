@@ -47,7 +47,8 @@ class TraceBuilder:
         """Add a node of any type with the given attributes; return its id."""
         nid = self._next_id
         self._next_id += 1
-        node = pb.Node(id=nid, name=name, type=int(node_type), duration_micros=duration_micros)
+        # Any integer is written as given (unknown node types must survive a round trip).
+        node = pb.Node(id=nid, name=name, type=int(node_type), duration_micros=duration_micros)  # type: ignore[arg-type]
         node.data_deps.extend(deps)
         node.ctrl_deps.extend(ctrl_deps)
         for key, value in (attrs or {}).items():

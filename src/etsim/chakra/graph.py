@@ -199,10 +199,10 @@ class Trace:
                         bad.append((pos, name, f"expected a string, found {member or 'no value'}"))
             n = len(ids)
             for name, values in sparse.items():
-                column = [None] * n
+                dense: list[Any] = [None] * n
                 for pos, value in values.items():
-                    column[pos] = value
-                setattr(trace, name, column)
+                    dense[pos] = value
+                setattr(trace, name, dense)
             trace.nodes = raw
             trace._build_csr(data_dep_ids, data_end, ctrl_dep_ids, ctrl_end)
         finally:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from google.protobuf import descriptor_pb2, message_factory
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from etsim.chakra.graph import Trace, Workload
 from etsim.chakra.schema import et_def_pb2 as pb
@@ -59,8 +59,9 @@ def _node_stream_class() -> type:
         label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
         type_name=".ChakraProtoMsg.Node",
     )
-    pb._POOL.Add(fdp)
-    return message_factory.GetMessageClass(pb._POOL.FindMessageTypeByName("etsim_internal.NodeStream"))
+    pool = pb.DESCRIPTOR.pool  # the schema's private pool (see scripts/gen_proto.py)
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("etsim_internal.NodeStream"))
 
 
 NodeStream = _node_stream_class()
@@ -211,7 +212,8 @@ def serialize_trace(trace: Trace) -> bytes:
     if not trace.nodes and trace.num_nodes:
         raise TraceError(f"{trace.where()}cannot write a trace loaded with keep_raw=False")
     parts: list[bytes] = []
-    for message in (trace.metadata, *trace.nodes):
+    messages: list[Message] = [trace.metadata, *trace.nodes]
+    for message in messages:
         payload = message.SerializeToString()
         parts.append(encode_varint(len(payload)))
         parts.append(payload)
@@ -306,11 +308,11 @@ def resolve_family(spec: str | os.PathLike[str]) -> list[Path]:
             return _check_complete(prefix, family)
     if path.is_file():
         return [path]
-    directory = path.parent if path.parent.is_dir() else None
+    parent = path.parent if path.parent.is_dir() else None
     near = []
-    if directory is not None:
+    if parent is not None:
         stem = path.name.split(".")[0]
-        near = sorted(e.name for e in directory.iterdir() if e.name.startswith(stem))[:10]
+        near = sorted(e.name for e in parent.iterdir() if e.name.startswith(stem))[:10]
     hint = f"; similar names there: {', '.join(near)}" if near else ""
     raise TraceError(f"workload {raw!r}: no such file, family ({raw}.0.et …) or directory{hint}")
 

@@ -192,13 +192,6 @@ def _symbolic_size(trace: Trace, pos: int) -> bool:
     return {"msg_chunk_cnt", "total_chunk_cnt"} <= names
 
 
-def _symbolic_size(trace: Trace, pos: int) -> bool:
-    if not trace.nodes:
-        return False
-    names = {a.name for a in trace.nodes[pos].attr}
-    return {"msg_chunk_cnt", "total_chunk_cnt"} <= names
-
-
 def validate_workload(workload: Workload, *, ignore_ctrl_deps: bool = False) -> list[Issue]:
     """Check every rank and the cross-rank consistency of point-to-point and collective traffic."""
     num_ranks = workload.num_ranks

@@ -45,9 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--endpoint-delay", help="delay added to every message, e.g. '10 ns'")
     p.add_argument("--ignore-ctrl-deps", action="store_true", help="walk data dependencies only")
     p.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT ('-' for standard output)")
-    p.add_argument(
-        "-q", "--quiet", action="store_true", help="print nothing but errors (no table, no progress bar)"
-    )
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors (no table, no progress bar)")
     p.set_defaults(handler=cmd_run)
 
 

@@ -46,7 +46,8 @@ def describe(config: NetworkConfig) -> dict[str, Any]:
     }
 
 
-def _range(low: float, high: float, fmt: Any) -> str:
+def _range(bounds: dict[str, float], fmt: Any) -> str:
+    low, high = bounds["min"], bounds["max"]
     return fmt(low) if low == high else f"{fmt(low)} .. {fmt(high)}"
 
 
@@ -70,8 +71,8 @@ def _show(args: argparse.Namespace) -> int:
         ("NPUs", npus),
         ("switches", str(info["switches"])),
         ("links", f"{info['links']} directed"),
-        ("link bandwidth", _range(*info["bandwidth_bytes_per_ns"].values(), format_bandwidth)),
-        ("link latency", _range(*info["latency_ns"].values(), format_time)),
+        ("link bandwidth", _range(info["bandwidth_bytes_per_ns"], format_bandwidth)),
+        ("link latency", _range(info["latency_ns"], format_time)),
         ("bisection", f"{format_bandwidth(info['bisection_bandwidth_bytes_per_ns'])} ({info['bisection_method']})"),
         ("diameter", f"{info['diameter_hops']} hops"),
     ]

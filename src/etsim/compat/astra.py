@@ -165,15 +165,17 @@ def load_astra_system(path: str | os.PathLike[str], *, warn: Callable[[str], Non
             raise ConfigError(f"{per_node}: expected a mapping of workload node id to ET prefix")
         node_algorithms = {int(k): os.path.abspath(str(v)) for k, v in mapping.items()}
     peak = data.get("peak-perf")
-    roofline = bool(data.get("roofline-enabled", 0)) and not bool(data.get("replay-only", 0))
-    if roofline and not (isinstance(peak, int | float) and peak > 0 and local_bw > 0):
-        raise ConfigError(f"{where}: 'roofline-enabled' needs 'peak-perf' (TFLOPS) and 'local-mem-bw' > 0")
+    peak_flops: float | None = None
+    if bool(data.get("roofline-enabled", 0)) and not bool(data.get("replay-only", 0)):
+        if not (isinstance(peak, int | float) and peak > 0 and local_bw > 0):
+            raise ConfigError(f"{where}: 'roofline-enabled' needs 'peak-perf' (TFLOPS) and 'local-mem-bw' > 0")
+        peak_flops = float(peak) * 1e3  # TFLOPS -> operations per ns
     return SystemConfig(
         algorithms=algorithms,
         node_algorithms=node_algorithms,
         endpoint_delay=float(endpoint),
-        peak_flops=float(peak) * 1e3 if roofline else None,  # TFLOPS -> operations per ns
-        memory_bandwidth=float(local_bw) if roofline else None,  # GB/s of 10^9 B = bytes per ns
+        peak_flops=peak_flops,
+        memory_bandwidth=float(local_bw) if peak_flops else None,  # GB/s of 10^9 B = bytes per ns
         base_dir=os.getcwd(),
         astra=AstraCompat(
             endpoint_delay=endpoint,
@@ -213,7 +215,7 @@ def run_astra(
     """Simulate ASTRA-sim inputs (workload prefix, system JSON, network YAML) the way ASTRA-sim does."""
     if model not in ("unaware", "aware"):
         raise ConfigError(f"--model must be unaware or aware, got {model!r}")
-    net = load_network(network)
+    net = load_network(os.fspath(network))
     config = load_astra_system(system, warn=warn)
     if comm_groups and os.fspath(comm_groups) != "empty":
         config = config.with_overrides(comm_groups=os.path.abspath(comm_groups))

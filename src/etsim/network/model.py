@@ -197,8 +197,11 @@ class NetworkModel:
         """
         done = self.env.event()
 
+        def delivered(_event: simpy.Event) -> None:
+            done.succeed()
+
         def start(_event: simpy.Event) -> None:
-            self.transfer(src, dst, size).callbacks.append(lambda _e: done.succeed())
+            self.transfer(src, dst, size).callbacks.append(delivered)
 
         self.env.timeout(after).callbacks.append(start)
         return done

@@ -335,11 +335,12 @@ class WorkloadRun(GraphRun):
         elif t == _T_SEND:
             self._account()
             self.n_comm += 1
-            eng.send(self, j, self.rank, tr.comm_dst[j], eng.workload_channels, tr.comm_tag[j], tr.comm_size[j])
+            # check_workload guaranteed peer, tag and size before the run.
+            eng.send(self, j, self.rank, tr.comm_dst[j], eng.workload_channels, tr.comm_tag[j], tr.comm_size[j])  # type: ignore[arg-type]
         elif t == _T_RECV:
             self._account()
             self.n_comm += 1
-            eng.recv(self, j, tr.comm_src[j], self.rank, eng.workload_channels, tr.comm_tag[j], tr.comm_size[j])
+            eng.recv(self, j, tr.comm_src[j], self.rank, eng.workload_channels, tr.comm_tag[j], tr.comm_size[j])  # type: ignore[arg-type]
         elif t == _T_COLL:
             self._account()
             self.n_comm += 1
@@ -530,7 +531,7 @@ class Engine:
     def collective(self, run: WorkloadRun, j: int) -> None:
         """Join the collective of node *j* and walk this rank's share of its algorithm."""
         tr = run.trace
-        ctype = CollectiveType(tr.comm_type[j])
+        ctype = CollectiveType(tr.comm_type[j])  # type: ignore[arg-type]  # checked by check_workload
         size = tr.comm_size[j] or 0
         share = self.system.join(run.rank, ctype, size, tr.pg_name[j], tr.describe(j), tr.ids[j])
         start = self.env.now

@@ -127,6 +127,8 @@ class LinkNetwork(NetworkModel):
     def _reserve(self, link: int, now: float, size: float, count: bool) -> float:
         """Queue *size* bytes on *link* arriving at *now*; return when they reach the link's head node."""
         bw = self._bw[link]
+        ser: float
+        travel: float
         if self._compat:
             ser = math.floor(size / bw)
             travel = math.floor(self._lat[link] + size / bw)

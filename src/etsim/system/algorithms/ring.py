@@ -77,10 +77,10 @@ class RingAlgorithm(BuiltAlgorithm):
             return b.build()
         b = AlgorithmBuilder(total_chunks=p, relative_peers=True)
         if collective == C.ALL_TO_ALL:
-            last = None
+            got: list[int] = []
             for k in range(1, p):
-                b.send(1, p - k, k - 1, deps=[] if last is None else [last], name=f"a2a{k}_send")
-                last = b.recv(-1, p - k, k - 1, name=f"a2a{k}_recv")
+                b.send(1, p - k, k - 1, deps=got, name=f"a2a{k}_send")
+                got = [b.recv(-1, p - k, k - 1, name=f"a2a{k}_recv")]
             return b.build()
         tag = 0
         last: list[int] = []
