@@ -314,7 +314,8 @@ def resolve_family(spec: str | os.PathLike[str]) -> list[Path]:
         stem = path.name.split(".")[0]
         near = sorted(e.name for e in parent.iterdir() if e.name.startswith(stem))[:10]
     hint = f"; similar names there: {', '.join(near)}" if near else ""
-    raise TraceError(f"workload {raw!r}: no such file, family ({raw}.0.et …) or directory{hint}")
+    prefix = candidates[-1]  # without .et/.et.gz when given
+    raise TraceError(f"workload {raw!r}: no such file, family ({prefix}.0.et …) or directory{hint}")
 
 
 def load_workload(spec: str | os.PathLike[str], *, keep_raw: bool = True) -> Workload:
