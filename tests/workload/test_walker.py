@@ -69,7 +69,7 @@ def test_unmatched_recv_is_a_deadlock_report() -> None:
         simulate(wl(a, b), topology=ring(2, B, L))
     text = str(info.value)
     assert "rank 1: 1 of 1 nodes unfinished" in text
-    assert "node 0 (lonely) was issued and waits: a message from rank 0 with tag 9" in text
+    assert "node 0 (lonely) was issued and waits: a message from rank 0 with tag 9 that has not been sent" in text
     assert "rank 0" not in text.split("stuck ranks:")[1].replace("from rank 0", "")
 
 
@@ -175,3 +175,25 @@ def test_progress_display() -> None:
     assert "ranks done" in text and "messages" in text  # drawn at least once (every 4096 messages)
     assert text.endswith("\r")  # and cleared at the end
     assert result.network["messages"] == 64 * 126
+
+
+@pytest.mark.parametrize("big_first", [True, False])
+def test_free_slot_goes_to_smallest_ready_id_whatever_the_file_order(big_first: bool) -> None:
+    def node(nid: int, ntype: int, deps: list[int], **attrs: int) -> pb.Node:
+        n = pb.Node(id=nid, type=ntype, data_deps=deps, duration_micros=attrs.pop("dur", 0))
+        for key, value in attrs.items():
+            n.attr.add(name=key).int32_val = value
+        n.attr.add(name="is_cpu_op").bool_val = False
+        return n
+
+    comp = node(0, pb.COMP_NODE, [], dur=1)
+    big = node(5, pb.COMM_SEND_NODE, [0], comm_dst=1, comm_tag=0, comm_size=1_000_000)
+    small = node(2, pb.COMM_SEND_NODE, [0], comm_dst=2, comm_tag=0, comm_size=100)
+    sends = [big, small] if big_first else [small, big]
+    r0 = Trace.from_nodes([comp, *sends], rank=0)
+    r1 = Trace.from_nodes([node(1, pb.COMM_RECV_NODE, [], comm_src=0, comm_tag=0, comm_size=1_000_000)], rank=1)
+    r2 = Trace.from_nodes([node(1, pb.COMM_RECV_NODE, [], comm_src=0, comm_tag=0, comm_size=100)], rank=2)
+    result = simulate(Workload([r0, r1, r2]), topology=fully_connected(3, B, L))
+    small_done = 1000 + L + 100 / B
+    assert result.ranks[2].finish_ns == pytest.approx(small_done)  # id 2 takes the comm slot first
+    assert result.ranks[1].finish_ns == pytest.approx(small_done + L + 1_000_000 / B)

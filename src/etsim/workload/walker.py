@@ -101,6 +101,10 @@ class GraphRun:
         if self.remaining == 0:
             self.on_done(self)
 
+    def queued(self) -> set[int]:
+        """Ready nodes waiting for a slot (none outside workload runs)."""
+        return set()
+
     def _finish_event(self, j: int, _event: Any) -> None:
         self.finish(j)
 
@@ -111,10 +115,13 @@ class GraphRun:
     def waiting(self) -> list[str]:
         """Issued-but-unfinished and blocked nodes, for the deadlock report."""
         out = []
+        queued = self.queued()
         for j, d in enumerate(self.indeg):
             if d < 0:
                 continue
-            if d == 0:
+            if d == 0 and j in queued:
+                out.append(f"{self.describe(j)} is ready but queued for a busy slot")
+            elif d == 0:
                 out.append(f"{self.describe(j)} was issued and waits: {self.engine.why(self, j)}")
         blocked = [j for j, d in enumerate(self.indeg) if d > 0]
         if blocked:
@@ -222,6 +229,7 @@ class WorkloadRun(GraphRun):
         "exposed_ns",
         "finish_ns",
         "heaps",
+        "holding",
         "in_use",
         "limits",
         "n_comm",
@@ -245,6 +253,7 @@ class WorkloadRun(GraphRun):
         self.limits = [0, r.cpu_ops, r.compute_streams, r.comm_streams]
         self.in_use = [0, 0, 0, 0]
         self.heaps: list[list[tuple[int, int]]] = [[], [], [], []]
+        self.holding = False
         classes = []
         for j, t in enumerate(trace.types):
             if trace.is_cpu_op[j] and t in (_T_COMP, _T_COLL):
@@ -273,7 +282,32 @@ class WorkloadRun(GraphRun):
             self.execute(j)
             return
         heapq.heappush(self.heaps[cls], (self.trace.ids[j], j))
-        self._dispatch(cls)
+        if not self.holding:
+            self._dispatch(cls)
+
+    def queued(self) -> set[int]:
+        """Ready nodes waiting for a slot."""
+        return {j for heap in self.heaps for _, j in heap}
+
+    def start(self) -> None:
+        """Queue every dependency-free node, then fill the slots smallest id first."""
+        self._hold(GraphRun.start, self)
+
+    def _hold(self, action: Callable[..., None], *args: Any) -> None:
+        # While nodes finish (and zero-time successors finish with them) ready nodes only join the
+        # queues; the outermost call then hands every free slot to the smallest ready id, whatever
+        # the order nodes appear in the file.
+        if self.holding:
+            action(*args)
+            return
+        self.holding = True
+        try:
+            action(*args)
+        finally:
+            self.holding = False
+        for cls in (CPU, COMPUTE, COMM):
+            if self.heaps[cls]:
+                self._dispatch(cls)
 
     def _dispatch(self, cls: int) -> None:
         heap = self.heaps[cls]
@@ -295,19 +329,7 @@ class WorkloadRun(GraphRun):
         cls = self.node_class[j]
         if cls != FREE:
             self.in_use[cls] -= 1
-            # Successors first (they join the queue), then the freed slot goes to the smallest id.
-            heap = self.heaps[cls]
-            # Hold dispatch (a limit of -1 admits nothing) while the successors join the queue, so the
-            # freed slot goes to the smallest ready id, not to whichever successor came first.
-            self.limits[cls], limit = -1, self.limits[cls]
-            try:
-                GraphRun.finish(self, j)
-            finally:
-                self.limits[cls] = limit
-            if heap:
-                self._dispatch(cls)
-            return
-        GraphRun.finish(self, j)
+        self._hold(GraphRun.finish, self, j)
 
     def _account(self) -> None:
         now = self.engine.env.now
@@ -614,12 +636,10 @@ class Engine:
                 lines = [w for r in inner for w in r.waiting()][:4]
                 return "its collective never completes" + ("; " + "; ".join(lines) if lines else "")
             if t == _T_RECV:
-                return (
-                    f"a message from rank {run.trace.comm_src[j]} with tag {run.trace.comm_tag[j]} that is never sent"
-                )
+                return f"a message from rank {run.trace.comm_src[j]} with tag {run.trace.comm_tag[j]} that has not been sent"
             return "completion"
         if isinstance(run, AlgoRun) and run.kinds[j] == RECV:
-            return f"a message from rank {run.peer_of(j)} (tag {run.tags[j]}) that is never sent"
+            return f"a message from rank {run.peer_of(j)} (tag {run.tags[j]}) that has not been sent"
         return "completion"
 
     def deadlock_report(self) -> str:
