@@ -17,11 +17,10 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-import simpy
-
 from etsim.chakra.graph import NodeType, Workload
 from etsim.errors import ConfigError, DeadlockError, SimulationError
 from etsim.network import NetworkConfig, Topology, build_model, load_network, ring
+from etsim.network.model import CountingEnvironment
 from etsim.report.result import CollectiveRecord, RankResult, Result
 from etsim.system.collective import System
 from etsim.system.config import SystemConfig
@@ -172,7 +171,7 @@ def simulate(
     groups_from_metadata(workload, groups)
 
     wall0 = time.perf_counter()
-    env = simpy.Environment()
+    env = CountingEnvironment()
     network = build_model(env, topo, model_name, options)
     dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
     sys_layer = System(config, groups, dims=dims)

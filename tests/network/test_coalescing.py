@@ -6,6 +6,7 @@ import pytest
 import simpy
 
 from etsim.network import build_model, fully_connected
+from etsim.network.model import CountingEnvironment
 
 
 @pytest.mark.parametrize("model", ["analytical", "link"])
@@ -30,3 +31,27 @@ def test_same_instant_deliveries_keep_order_and_later_ones_get_new_events(model:
     a.callbacks.append(chain)
     env.run()
     assert log == [("a", 200.0), ("b", 200.0), ("local", 200.0), ("c", 400.0)], model
+
+
+@pytest.mark.parametrize("model", ["analytical", "link"])
+def test_an_event_scheduled_in_between_keeps_its_place(model: str) -> None:
+    """Message A due at T, then another event due at T, then message B due at T: B must fire after it."""
+    env = CountingEnvironment()
+    net = build_model(env, fully_connected(4, 10.0, 100.0), model)
+    log: list[str] = []
+    net.transfer(0, 1, 1000).callbacks.append(lambda _e: log.append("a"))  # due at 200
+    env.timeout(200).callbacks.append(lambda _e: log.append("other"))
+    net.transfer(2, 3, 1000).callbacks.append(lambda _e: log.append("b"))  # also due at 200
+    env.run()
+    assert log == ["a", "other", "b"]
+
+
+@pytest.mark.parametrize("model", ["analytical", "link"])
+def test_nothing_scheduled_in_between_shares_one_event(model: str) -> None:
+    env = CountingEnvironment()
+    net = build_model(env, fully_connected(4, 10.0, 100.0), model)
+    first, second = net.transfer(0, 1, 1000), net.transfer(2, 3, 1000)
+    assert first is second
+    plain = simpy.Environment()  # without the count nothing is shared
+    net = build_model(plain, fully_connected(4, 10.0, 100.0), model)
+    assert net.transfer(0, 1, 1000) is not net.transfer(2, 3, 1000)

@@ -275,8 +275,15 @@ def test_link_stats_busy_time_conserves_bytes():
 
 
 def test_load_network_build():
-    config = load_network({"kind": "ring", "npus": 4, "bandwidth": "64 B/ns", "latency": "512 ns",
-                           "network": {"model": "link", "packet_size": 1024}})
+    config = load_network(
+        {
+            "kind": "ring",
+            "npus": 4,
+            "bandwidth": "64 B/ns",
+            "latency": "512 ns",
+            "network": {"model": "link", "packet_size": 1024},
+        }
+    )
     model = config.build(simpy.Environment())
     assert isinstance(model, LinkNetwork) and model.options.packet_size == 1024
 

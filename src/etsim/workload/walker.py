@@ -636,7 +636,8 @@ class Engine:
                 lines = [w for r in inner for w in r.waiting()][:4]
                 return "its collective never completes" + ("; " + "; ".join(lines) if lines else "")
             if t == _T_RECV:
-                return f"a message from rank {run.trace.comm_src[j]} with tag {run.trace.comm_tag[j]} that has not been sent"
+                src, tag = run.trace.comm_src[j], run.trace.comm_tag[j]
+                return f"a message from rank {src} with tag {tag} that has not been sent"
             return "completion"
         if isinstance(run, AlgoRun) and run.kinds[j] == RECV:
             return f"a message from rank {run.peer_of(j)} (tag {run.tags[j]}) that has not been sent"

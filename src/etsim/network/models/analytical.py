@@ -7,9 +7,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import simpy
-from simpy.events import Timeout
 
-from etsim.network.model import NETWORK_MODELS, LinkStats, NetworkModel, option, parse_bool_option
+from etsim.network.model import (
+    NETWORK_MODELS,
+    LinkStats,
+    NetworkModel,
+    SharedDeliveries,
+    option,
+    parse_bool_option,
+)
 from etsim.network.topology import Topology
 
 __all__ = ["AnalyticalNetwork"]
@@ -54,10 +60,8 @@ class AnalyticalNetwork(NetworkModel):
         # (src, dst) -> [latency ns, bandwidth B/ns, bytes sent, messages]
         self._pairs: dict[tuple[int, int], list[Any]] = {}
         self._compat = self.options.astra_compat
-        # Deliveries due at the same instant share one SimPy event (collectives on symmetric networks
-        # deliver many messages at once): delivery time -> pending event. Callbacks of one event run
-        # in the order they were added, which is the order separate events would have fired in.
-        self._due: dict[float, simpy.Event] = {}
+        # Collectives on symmetric networks deliver many messages at one instant: share the event.
+        self._shared = SharedDeliveries(env)
 
     def _entry(self, src: int, dst: int) -> list[Any]:
         route = self.router.lookup(src, dst)
@@ -110,19 +114,7 @@ class AnalyticalNetwork(NetworkModel):
         delay = entry[0] + size / entry[1]
         if self._compat:
             delay = math.floor(delay)
-        delay += after
-        env = self.env
-        when = env.now + delay
-        event = self._due.get(when)
-        if event is None:
-            event = Timeout(env, delay)
-            event.callbacks.append(self._forget)  # type: ignore[union-attr]
-            self._due[when] = event
-        return event
-
-    def _forget(self, event: simpy.Event) -> None:
-        # Runs first among the event's callbacks: later transfers due at this instant get a new event.
-        self._due.pop(self.env.now, None)
+        return self._shared.event(delay + after)
 
     def link_stats(self) -> list[LinkStats]:
         """Bytes and messages per link, summed over the routes of all messages sent so far."""

@@ -10,7 +10,15 @@ import simpy
 from simpy.events import Timeout
 
 from etsim.errors import ConfigError
-from etsim.network.model import NETWORK_MODELS, LinkStats, NetworkModel, option, parse_bool_option, succeed_at
+from etsim.network.model import (
+    NETWORK_MODELS,
+    LinkStats,
+    NetworkModel,
+    SharedDeliveries,
+    option,
+    parse_bool_option,
+    succeed_at,
+)
 from etsim.network.topology import Topology
 from etsim.units import parse_size
 
@@ -122,7 +130,7 @@ class LinkNetwork(NetworkModel):
         self._routes: dict[tuple[int, int], list[int]] = {}
         self._packet = self.options.packet_size
         self._compat = self.options.astra_compat
-        self._due: dict[float, simpy.Event] = {}
+        self._shared = SharedDeliveries(env)
 
     def _reserve(self, link: int, now: float, size: float, count: bool) -> float:
         """Queue *size* bytes on *link* arriving at *now*; return when they reach the link's head node."""
@@ -161,21 +169,11 @@ class LinkNetwork(NetworkModel):
         now = env.now
         arrival = self._reserve(route[0], now, size, True)
         if len(route) == 1:
-            # Single-hop deliveries due at the same instant share one event (callbacks keep their order).
-            delay = arrival - now
-            when = now + delay  # the float SimPy will schedule at, so _forget finds it
-            event = self._due.get(when)
-            if event is None:
-                event = Timeout(env, delay)
-                event.callbacks.append(self._forget)  # type: ignore[union-attr]
-                self._due[when] = event
-            return event
+            # Single-hop deliveries due at the same instant share one event where that is exact.
+            return self._shared.event(arrival - now)
         done = env.event()
         Timeout(env, arrival - now).callbacks.append(_Hop(self, route, size, done, True).arrive)
         return done
-
-    def _forget(self, event: simpy.Event) -> None:
-        self._due.pop(self.env.now, None)
 
     def _transfer_packets(self, route: list[int], size: float, packet: int) -> simpy.Event:
         env = self.env
