@@ -50,6 +50,8 @@ def check_workload(workload: Workload, config: SystemConfig) -> None:
     """
     problems: list[str] = []
     for trace in workload:
+        for nid in sorted(set(trace.duplicate_ids))[:3]:
+            problems.append(f"{trace.where()}node id {nid} is defined more than once")
         for pos, dep in trace.missing_data_deps[:3]:
             problems.append(f"{trace.describe(pos)}: data dependency on node id {dep}, which is not in the file")
         if not config.ignore_ctrl_deps:

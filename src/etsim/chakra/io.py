@@ -249,7 +249,13 @@ def _families_in(directory: Path) -> dict[str, dict[int, Path]]:
     for entry in sorted(directory.iterdir()):
         m = _FAMILY_RE.match(entry.name)
         if m and entry.is_file():
-            families.setdefault(m["prefix"], {})[int(m["rank"])] = entry
+            ranks = families.setdefault(m["prefix"], {})
+            rank = int(m["rank"])
+            if rank in ranks:
+                raise TraceError(
+                    f"{directory}: {ranks[rank].name} and {entry.name} are both rank {rank} of {m['prefix']}"
+                )
+            ranks[rank] = entry
     return families
 
 

@@ -199,17 +199,19 @@ def validate_workload(workload: Workload, *, ignore_ctrl_deps: bool = False) -> 
     for trace in workload.traces:
         issues.extend(validate_trace(trace, num_ranks, ignore_ctrl_deps=ignore_ctrl_deps))
     if num_ranks > 1:
-        issues.extend(_check_point_to_point(workload))
-        issues.extend(_check_collectives(workload))
+        # Issue order per rank, computed once, with the dependencies a run would enforce.
+        orders = [topological_order(t, include_ctrl=not ignore_ctrl_deps) for t in workload.traces]
+        issues.extend(_check_point_to_point(workload, orders))
+        issues.extend(_check_collectives(workload, orders))
     return issues
 
 
-def _check_point_to_point(workload: Workload) -> list[Issue]:
+def _check_point_to_point(workload: Workload, orders: list[list[int]]) -> list[Issue]:
     # (src, dst, tag) -> list of (size, trace, pos) in issue order, for sends and for receives.
     sends: dict[tuple[int, int, int], list[tuple[int, Trace, int]]] = defaultdict(list)
     recvs: dict[tuple[int, int, int], list[tuple[int, Trace, int]]] = defaultdict(list)
     for rank, trace in enumerate(workload.traces):
-        for pos in topological_order(trace):
+        for pos in orders[rank]:
             node_type = trace.types[pos]
             tag, size = trace.comm_tag[pos], trace.comm_size[pos]
             if node_type == NodeType.COMM_SEND_NODE and trace.comm_dst[pos] is not None and tag is not None:
@@ -244,11 +246,11 @@ def _check_point_to_point(workload: Workload) -> list[Issue]:
     return issues
 
 
-def _check_collectives(workload: Workload) -> list[Issue]:
+def _check_collectives(workload: Workload, orders: list[list[int]]) -> list[Issue]:
     # Group by pg_name; "" and "0" mean all ranks. Members of other groups are the ranks that use them.
     sequences: dict[str, dict[int, list[tuple[int | None, int | None, int]]]] = defaultdict(dict)
     for rank, trace in enumerate(workload.traces):
-        for pos in topological_order(trace):
+        for pos in orders[rank]:
             if trace.types[pos] != NodeType.COMM_COLL_NODE:
                 continue
             group = trace.pg_name[pos] or "0"

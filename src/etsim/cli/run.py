@@ -10,6 +10,7 @@ from etsim.chakra.graph import COLLECTIVE_NAMES
 from etsim.chakra.io import load_workload
 from etsim.errors import ConfigError
 from etsim.simulation import simulate
+from etsim.system.algorithms import ALGORITHMS
 from etsim.system.config import SystemConfig, load_system_config
 from etsim.units import parse_bandwidth, parse_time
 
@@ -71,11 +72,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     cli_algorithms = parse_algo_options(args.algo)
     algorithms.update(cli_algorithms)
     changes: dict[str, object] = {"algorithms": algorithms}
-    if cli_algorithms and args.system:
-        # --algo paths are relative to the working directory, the system file's to the file.
-        for key, value in cli_algorithms.items():
-            if Path(value).parent != Path("."):
-                algorithms[key] = str(Path(value).resolve())
+    # --algo paths are relative to the working directory (a system file's are relative to the file).
+    names = set(ALGORITHMS.names())
+    for key, value in cli_algorithms.items():
+        if not value:
+            raise ConfigError(f"--algo {key}=: no algorithm given")
+        if args.system and value not in names and ":" not in value:
+            algorithms[key] = str(Path(value).resolve())
     if args.chunks is not None:
         if args.chunks < 1:
             raise ConfigError(f"--chunks must be >= 1, got {args.chunks}")

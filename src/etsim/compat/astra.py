@@ -157,13 +157,20 @@ def load_astra_system(path: str | os.PathLike[str], *, warn: Callable[[str], Non
     node_algorithms: dict[int, str] = {}
     per_node = data.get("per-node-custom-implementation")
     if per_node:
+        if not isinstance(per_node, str):
+            raise ConfigError(f"{where}: 'per-node-custom-implementation' must be the path of a YAML file")
         try:
             mapping = yaml.safe_load(Path(per_node).read_text()) or {}
         except OSError as exc:
             raise ConfigError(f"{where}: per-node-custom-implementation {per_node}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{per_node}: not valid YAML: {exc}") from None
         if not isinstance(mapping, dict):
             raise ConfigError(f"{per_node}: expected a mapping of workload node id to ET prefix")
-        node_algorithms = {int(k): os.path.abspath(str(v)) for k, v in mapping.items()}
+        for node_id, prefix in mapping.items():
+            if isinstance(node_id, bool) or not isinstance(node_id, int) or not isinstance(prefix, str):
+                raise ConfigError(f"{per_node}: {node_id!r}: {prefix!r}: expected a node id and an ET prefix")
+            node_algorithms[node_id] = os.path.abspath(prefix)
     peak = data.get("peak-perf")
     peak_flops: float | None = None
     if bool(data.get("roofline-enabled", 0)) and not bool(data.get("replay-only", 0)):
@@ -232,10 +239,18 @@ def run_astra(
         if has_memory and mem["memory-type"] == "NO_MEMORY_EXPANSION":
             raise ConfigError(f"{remote_memory}: memory-type NO_MEMORY_EXPANSION but the workload has MEM nodes")
         changes: dict[str, Any] = {}
-        if "remote-mem-latency" in mem:
-            changes["remote_memory_latency"] = float(mem["remote-mem-latency"])
-        if "remote-mem-bw" in mem:
-            changes["remote_memory_bandwidth"] = float(mem["remote-mem-bw"])
+        for key, field_name, minimum in (
+            ("remote-mem-latency", "remote_memory_latency", 0.0),
+            ("remote-mem-bw", "remote_memory_bandwidth", None),
+        ):
+            if key not in mem:
+                continue
+            value = mem[key]
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if not ok or (value < minimum if minimum is not None else value <= 0):
+                need = ">= 0" if minimum is not None else "> 0"
+                raise ConfigError(f"{remote_memory}: {key!r} must be a number {need}, got {value!r}")
+            changes[field_name] = float(value)
         config = config.with_overrides(**changes)
     name = "analytical" if model == "unaware" else "link"
     return simulate(wl, topology=net, model=name, model_options={"astra_compat": True}, system=config)

@@ -269,6 +269,12 @@ class System:
         if astra is not None and custom:
             # ASTRA-sim runs a custom collective as one stream of the ET's own sizes, with no endpoint
             # delay or reduction charge; COMP nodes take their duration (1 ns if none).
+            if graph.total_chunks is not None:
+                raise ConfigError(
+                    f"{where}: custom collective {inst.label!r} gives sizes as chunk counts "
+                    "(msg_chunk_cnt/total_chunk_cnt); ASTRA-sim runs custom collectives with the absolute "
+                    "comm_size of each node — simulate it with `etsim run`, which scales chunk counts"
+                )
             share.parts.append(CollectivePart(graph, position, group, inst.namespace, 1.0, comp_ns=1.0))
             return share
         start = float(astra.endpoint_delay) if astra is not None else 0.0

@@ -174,7 +174,12 @@ def load_system_config(source: str | os.PathLike[str] | dict[str, Any], *, base_
         elif key == "chunks":
             values[key] = _positive_int(value, k)
         elif key in ("reduction_bandwidth", "memory_bandwidth", "remote_memory_bandwidth"):
-            values[key] = None if value is None else parse_bandwidth(value, key=k)
+            if value is None and key == "remote_memory_bandwidth":
+                raise ConfigError(f"{k}: expected a bandwidth such as '50 GB/s'")
+            bandwidth = None if value is None else parse_bandwidth(value, key=k)
+            if bandwidth is not None and bandwidth <= 0:
+                raise ConfigError(f"{k}: must be positive, got {value!r}")
+            values[key] = bandwidth
         elif key in ("endpoint_delay", "remote_memory_latency"):
             values[key] = parse_time(value, key=k)
         elif key == "peak_flops":
@@ -189,7 +194,9 @@ def load_system_config(source: str | os.PathLike[str] | dict[str, Any], *, base_
                 _positive_int(rv, f"{k}.{rk}", minimum=0)
             values[key] = Resources(**value)
         elif key == "comm_groups":
-            values[key] = str(value)
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"{k}: expected the path of a comm-group file, got {value!r}")
+            values[key] = value
         elif key == "ignore_ctrl_deps":
             if not isinstance(value, bool):
                 raise ConfigError(f"{k}: expected true or false")

@@ -115,4 +115,6 @@ def groups_from_metadata(workload: Workload, groups: CommGroups) -> None:
             for entry in entries:
                 if isinstance(entry, dict) and "pg_name" in entry:
                     ranks = entry.get("ranks") or []
+                    if not isinstance(ranks, list):
+                        raise ConfigError(f"{trace.describe(pos)}: process group ranks must be a list, got {ranks!r}")
                     groups.add(str(entry["pg_name"]), list(ranks), source=trace.describe(pos))
