@@ -220,12 +220,8 @@ def test_corpus_examples_run(corpus: Path, tmp_path: Path, capsys: pytest.Captur
     assert code == 0 and out == [
         f"sys[{r}] finished, {expected} cycles, exposed communication {expected} cycles." for r in range(n)
     ]
-    # The custom all-reduce ET (131072-byte messages and 7 us reductions baked in) as a custom collective:
-    # its two shipped ranks form a 2-rank ring whose time is its critical path (no E, no P charged by ASTRA-sim
-    # for custom collectives, but every message still pays E here: documented in docs/astra-sim.md).
-    stem = "examples_system_custom_collectives_custom_ring_allreduce_8npus_1MB_custom_allreduce"
-    custom = read_trace(src / f"{stem}.0.et")
-    assert custom.comm_size[0] == 131072 and custom.duration_micros[2] == 7
+    # The corpus keeps only ranks 0 and 1 of ASTRA-sim's 8-rank custom all-reduce example, so it cannot run
+    # as a custom collective here; test_custom_collective_uses_its_own_sizes rebuilds it for all 8 ranks.
 
 
 def test_custom_collective_uses_its_own_sizes(tmp_path: Path) -> None:

@@ -90,8 +90,27 @@ def test_symbolic_sizes_scale_with_the_workload(tmp_path: Path) -> None:
         assert run(AR, n, p, str(prefix)) == pytest.approx(2 * (p - 1) * (L + n / p / B), rel=REL)
 
 
-def test_absolute_size_ingested_algorithm_uses_its_own_sizes(corpus: Path, tmp_path: Path) -> None:
-    # ASTRA-sim's shipped custom ring all-reduce: 131072-byte messages baked in, 7 us reductions.
+def test_absolute_size_ingested_algorithm_uses_its_own_sizes(tmp_path: Path) -> None:
+    """An algorithm family with absolute comm_size: its own sizes, whatever the workload's; chunks split them."""
+    p = 4
+    traces = []
+    for r in range(p):
+        b = TraceBuilder()
+        s = b.send(dst=(r + 1) % p, size=100_000, tag=0)
+        rv = b.recv(src=(r - 1) % p, size=100_000, tag=0, deps=[s])
+        b.comp(duration_micros=3, deps=[rv])
+        traces.append(b.build())
+    write_workload(traces, tmp_path / "abs")
+    one_chunk = L + 100_000 / B + 3000
+    for size in (1 << 10, 1 << 30):
+        assert run(AR, size, p, str(tmp_path / "abs"), fully_connected(p, B, L)) == pytest.approx(one_chunk)
+    # Two chunks carry half the bytes each, concurrently; explicit durations are charged per chunk.
+    halves = L + 50_000 / B + 3000
+    assert run(AR, 1 << 20, p, str(tmp_path / "abs"), fully_connected(p, B, L), chunks=2) == pytest.approx(halves)
+
+
+def test_corpus_family_with_missing_ranks_is_rejected(corpus: Path, tmp_path: Path) -> None:
+    # ASTRA-sim's shipped custom ring all-reduce; the corpus keeps only 2 of its 8 ranks.
     src = corpus / "chakra" / "astrasim_examples"
     stem = "examples_system_custom_collectives_custom_ring_allreduce_8npus_1MB_custom_allreduce"
     from etsim.chakra import read_trace, write_trace
