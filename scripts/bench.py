@@ -126,11 +126,10 @@ def net_ring(p: int, model_name: str) -> dict[str, float]:
     """The ring all-reduce's messages through ``model.transfer``, driven by callbacks."""
     from functools import partial
 
-    import simpy
-
     from etsim.network import build_model, ring
+    from etsim.network.model import CountingEnvironment
 
-    env = simpy.Environment()
+    env = CountingEnvironment()  # as etsim.simulation uses: lets same-instant deliveries share events
     model = build_model(env, ring(p, BW, LAT), model_name)
     chunk = RING_BYTES / p
     steps = 2 * (p - 1)
@@ -169,11 +168,10 @@ def a2a_pairs(npus: int, seed: int = A2A_SEED) -> list[tuple[int, int]]:
 
 def _torus_routes():
     """The torus, a link model on it, the all-to-all pairs and their routes (``model.route``)."""
-    import simpy
-
     from etsim.network import build_model, torus
+    from etsim.network.model import CountingEnvironment
 
-    env = simpy.Environment()
+    env = CountingEnvironment()
     model = build_model(env, torus(list(TORUS_SHAPE), BW, LAT), "link")
     pairs = a2a_pairs(model.topology.npus)
     routes = [model.route(s, d) for s, d in pairs]
@@ -258,11 +256,10 @@ def net_torus_a2a() -> dict[str, float]:
 
 def _bench_network_case(case: str) -> dict[str, float]:
     """The cases ported from the former scripts/bench_network.py."""
-    import simpy
-
     from etsim.network import build_model, ring
+    from etsim.network.model import CountingEnvironment
 
-    env = simpy.Environment()
+    env = CountingEnvironment()
     e0 = _sim_events(env)
     t0, c0 = time.perf_counter(), time.process_time()
     if case in ("simpy-baseline-1m", "net-chains-1m-analytical"):
