@@ -112,13 +112,8 @@ def _algorithm(names: Any, key: str, where: str, optimization: str) -> str:
     )
 
 
-def load_astra_system(path: str | os.PathLike[str], *, warn: Callable[[str], None] | None = None) -> SystemConfig:
-    """Read ASTRA-sim's system JSON into a :class:`SystemConfig` with the ASTRA-sim policy.
-
-    Unknown or unsupported keys are named through *warn*; invalid values are errors.
-    """
-    p = Path(path)
-    where = str(p)
+def _read_json_object(p: Path) -> dict[str, Any]:
+    """The JSON object in file *p*; unreadable files, bad JSON and non-objects are ConfigErrors."""
     try:
         data = json.loads(p.read_text())
     except OSError as exc:
@@ -127,6 +122,17 @@ def load_astra_system(path: str | os.PathLike[str], *, warn: Callable[[str], Non
         raise ConfigError(f"{p}: not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a JSON object")
+    return data
+
+
+def load_astra_system(path: str | os.PathLike[str], *, warn: Callable[[str], None] | None = None) -> SystemConfig:
+    """Read ASTRA-sim's system JSON into a :class:`SystemConfig` with the ASTRA-sim policy.
+
+    Unknown or unsupported keys are named through *warn*; invalid values are errors.
+    """
+    p = Path(path)
+    where = str(p)
+    data = _read_json_object(p)
     for key in sorted(data):
         if key in _IGNORED_KEYS and warn:
             warn(f"{where}: {key!r} is accepted but has no effect in etsim")
@@ -197,14 +203,9 @@ def load_astra_system(path: str | os.PathLike[str], *, warn: Callable[[str], Non
 def load_astra_remote_memory(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read ASTRA-sim's remote-memory JSON (``memory-type``, ``remote-mem-latency``, ``remote-mem-bw``)."""
     p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{p}: not valid JSON: {exc}") from None
+    data = _read_json_object(p)
     kinds = ("NO_MEMORY_EXPANSION", "PER_NODE_MEMORY_EXPANSION", "PER_NPU_MEMORY_EXPANSION", "MEMORY_POOL")
-    if not isinstance(data, dict) or data.get("memory-type") not in kinds:
+    if data.get("memory-type") not in kinds:
         raise ConfigError(f"{p}: 'memory-type' must be one of {', '.join(kinds)}")
     return data
 
