@@ -104,7 +104,7 @@ BAD = [
     (RING + "network: {model: warp}\n", r"network\.model: .*'warp'.*analytical"),
     (
         RING + "network: {model: link, mtu: 5}\n",
-        r"network\.mtu: unknown option .*valid: astra_compat, packet_size, router, seed",
+        r"network\.mtu: unknown option .*valid: integer_ns, packet_size, router, seed",
     ),
     (
         RING + "network: {model: link, packet_size: 4 KiBs}\n",

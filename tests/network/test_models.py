@@ -80,11 +80,13 @@ def test_module_class_path():
 
 
 def test_unknown_option_lists_valid_ones():
-    valid = r"valid: astra_compat, packet_size, router, seed"
+    valid = r"valid: integer_ns, packet_size, router, seed"
     with pytest.raises(ConfigError, match=rf"network\.mtu: unknown option .*{valid}"):
         make("link", ring(4, B, L), mtu=1500)
-    with pytest.raises(ConfigError, match=r"network\.astra_compat: expected true or false"):
-        make("analytical", ring(4, B, L), astra_compat="yes")
+    with pytest.raises(ConfigError, match=r"network\.integer_ns: expected true or false"):
+        make("analytical", ring(4, B, L), integer_ns="yes")
+    with pytest.raises(ConfigError, match=r"network\.dimension_charge: expected one of route, first_differing"):
+        make("analytical", ring(4, B, L), dimension_charge="first")
     assert "packet_size" in LinkNetwork.option_help()
 
 
@@ -138,17 +140,17 @@ def test_analytical_heterogeneous_route_uses_bottleneck():
     assert run(make("analytical", t), [(0, 1, 30, S)]) == [100.0 + 2 * 1000.0 + S / 64.0]
 
 
-def test_analytical_astra_compat():
-    t = load_network(
-        {"topology": ["Ring", "Switch"], "npus_count": [8, 4], "bandwidth": [50, 25], "latency": [500, 700]}
-    ).topology
-    model = make("analytical", t, astra_compat=True)
+def test_analytical_integer_ns_first_differing_dimension():
+    gib = 2**30 / 1e9
+    t = product([Dim("ring", 8, 50 * gib, 500.0), Dim("switch", 4, 25 * gib, 700.0)])
+    model = make("analytical", t, integer_ns=True, dimension_charge="first_differing")
     m = 131072
     b0 = 50 * 2**30 / 1e9
     # neighbour in dim 0: floor(500 + 2441.40625) = 2941 (ASTRA-sim worked example)
     assert run(model, [(0, 0, 1, m)]) == [2941]
     # 0 -> 8 + 3 differs in both dims: charged to dim 0 only (3 ring hops)
-    assert run(make("analytical", t, astra_compat=True), [(0, 0, 11, m)]) == [math.floor(3 * 500 + m / b0)]
+    charged = make("analytical", t, integer_ns=True, dimension_charge="first_differing")
+    assert run(charged, [(0, 0, 11, m)]) == [math.floor(3 * 500 + m / b0)]
 
 
 def test_analytical_link_stats():
@@ -246,10 +248,10 @@ def test_link_model_on_multidimensional_switched_topology():
     assert run(make("link", t3), [(0, 0, 7, S)]) == [3 * (L + S / B)]
 
 
-def test_link_astra_compat_truncates_per_hop():
+def test_link_integer_ns_truncates_per_hop():
     t = switch(4, 50 * 2**30 / 1e9, 500.0)
     m = 131072
-    assert run(make("link", t, astra_compat=True), [(0, 0, 1, m)]) == [2 * 2941]
+    assert run(make("link", t, integer_ns=True), [(0, 0, 1, m)]) == [2 * 2941]
 
 
 def all_to_all(npus, size):

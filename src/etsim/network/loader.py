@@ -20,12 +20,10 @@ etsim's own format (one mapping; units written out)::
       model: link
       packet_size: 4 KiB
 
-ASTRA-sim's network YAML is accepted unchanged (recognised by its ``topology`` list)::
-
-    topology: [Ring, Switch]       # Ring | FullyConnected | Switch (also etsim dimension kinds)
-    npus_count: [4, 8]
-    bandwidth: [50.0, 25.0]        # bare numbers: GB/s with ASTRA-sim's 1 GB = 2^30 B
-    latency: [500.0, 700.0]        # bare numbers: ns
+Other simulators' file formats are read by registered formats
+(:data:`~etsim.network.builders.TOPOLOGY_FORMATS`, e.g. one in :mod:`etsim.compat`), recognised by
+their keys when ``kind`` is absent. New kinds register a builder in
+:data:`~etsim.network.builders.TOPOLOGY_BUILDERS`.
 
 Every error is a :class:`~etsim.errors.TopologyError` of the form ``FILE: KEY: reason``.
 """
@@ -42,45 +40,11 @@ import simpy
 import yaml
 
 from etsim.errors import ConfigError, TopologyError
+from etsim.network.builders import TOPOLOGY_KINDS, build_topology, check_keys, int_value
 from etsim.network.model import NETWORK_MODELS, NetworkModel, build_model
-from etsim.network.topology import (
-    DIM_KINDS,
-    Dim,
-    Topology,
-    fully_connected,
-    graph,
-    hypercube,
-    mesh,
-    product,
-    ring,
-    switch,
-    torus,
-    uni_ring,
-    with_failures,
-)
-from etsim.units import parse_bandwidth, parse_time
+from etsim.network.topology import Topology, with_failures
 
 __all__ = ["TOPOLOGY_KINDS", "NetworkConfig", "load_network", "load_topology", "topology_from_dict"]
-
-#: Values of the ``kind`` key.
-TOPOLOGY_KINDS = ("ring", "uni_ring", "fully_connected", "switch", "mesh", "torus", "hypercube", "product", "graph")
-
-_COMMON_KEYS = {"kind", "name", "description", "failed", "network"}
-_KIND_KEYS = {
-    "ring": {"npus", "bandwidth", "latency", "bidirectional"},
-    "uni_ring": {"npus", "bandwidth", "latency"},
-    "fully_connected": {"npus", "bandwidth", "latency"},
-    "switch": {"npus", "bandwidth", "latency"},
-    "hypercube": {"npus", "bandwidth", "latency"},
-    "mesh": {"shape", "bandwidth", "latency"},
-    "torus": {"shape", "bandwidth", "latency"},
-    "product": {"dims"},
-    "graph": {"npus", "switches", "links", "bandwidth", "latency"},
-}
-_ASTRA_KEYS = {"topology", "npus_count", "bandwidth", "latency", "name", "description", "failed", "network"}
-_ASTRA_KINDS = {"ring": "ring", "fullyconnected": "fully_connected", "switch": "switch"}
-_DIM_KEYS = {"kind", "npus", "bandwidth", "latency"}
-
 
 @dataclass(frozen=True)
 class NetworkConfig:
@@ -118,103 +82,6 @@ def _read(source: str | Path | Mapping[str, Any]) -> tuple[Mapping[str, Any], st
     return data, str(path), path
 
 
-def _require(data: Mapping[str, Any], key: str, prefix: str = "") -> Any:
-    if key not in data:
-        raise TopologyError(f"{prefix}{key}: missing")
-    return data[key]
-
-
-def _check_keys(data: Mapping[str, Any], allowed: set[str], what: str, prefix: str = "") -> None:
-    for key in data:
-        if key not in allowed:
-            raise TopologyError(f"{prefix}{key}: unknown key for {what}; expected one of {', '.join(sorted(allowed))}")
-
-
-def _int(value: object, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TopologyError(f"{key}: expected an integer, got {value!r}")
-    return value
-
-
-def _dim(entry: object, prefix: str) -> Dim:
-    if not isinstance(entry, Mapping):
-        raise TopologyError(f"{prefix}: expected a mapping {{kind, npus, bandwidth, latency}}, got {entry!r}")
-    _check_keys(entry, _DIM_KEYS, "a dimension", f"{prefix}.")
-    kind = _require(entry, "kind", f"{prefix}.")
-    if kind not in DIM_KINDS:
-        raise TopologyError(f"{prefix}.kind: unknown dimension kind {kind!r}; expected one of {', '.join(DIM_KINDS)}")
-    npus = _int(_require(entry, "npus", f"{prefix}."), f"{prefix}.npus")
-    if npus < 2:
-        raise TopologyError(f"{prefix}.npus: a dimension needs at least 2 NPUs, got {npus}")
-    bw = parse_bandwidth(_require(entry, "bandwidth", f"{prefix}."), key=f"{prefix}.bandwidth")
-    lat = parse_time(_require(entry, "latency", f"{prefix}."), key=f"{prefix}.latency")
-    return Dim(kind, npus, bw, lat)
-
-
-def _build_native(data: Mapping[str, Any], name: str | None) -> Topology:
-    kind = _require(data, "kind")
-    if kind not in TOPOLOGY_KINDS:
-        raise TopologyError(f"kind: unknown topology kind {kind!r}; expected one of {', '.join(TOPOLOGY_KINDS)}")
-    _check_keys(data, _KIND_KEYS[kind] | _COMMON_KEYS, f"kind {kind}")
-    if kind == "product":
-        dims = _require(data, "dims")
-        if not isinstance(dims, list) or not dims:
-            raise TopologyError(f"dims: expected a non-empty list of dimensions, got {dims!r}")
-        return product([_dim(d, f"dims[{i}]") for i, d in enumerate(dims)], name=name)
-    if kind == "graph":
-        links = _require(data, "links")
-        if not isinstance(links, list):
-            raise TopologyError(f"links: expected a list of links, got {links!r}")
-        return graph(
-            _int(_require(data, "npus"), "npus"),
-            links,
-            switches=data.get("switches", 0),
-            bandwidth=data.get("bandwidth"),
-            latency=data.get("latency"),
-            name=name,
-        )
-    bw = parse_bandwidth(_require(data, "bandwidth"), key="bandwidth")
-    lat = parse_time(_require(data, "latency"), key="latency")
-    if kind in ("mesh", "torus"):
-        shape = _require(data, "shape")
-        return (mesh if kind == "mesh" else torus)(shape, bw, lat, name=name)
-    npus = _int(_require(data, "npus"), "npus")
-    if kind == "ring":
-        bidirectional = data.get("bidirectional", True)
-        if not isinstance(bidirectional, bool):
-            raise TopologyError(f"bidirectional: expected true or false, got {bidirectional!r}")
-        return ring(npus, bw, lat, bidirectional=bidirectional, name=name)
-    builder = {"uni_ring": uni_ring, "fully_connected": fully_connected, "switch": switch, "hypercube": hypercube}[kind]
-    return builder(npus, bw, lat, name=name)
-
-
-def _build_astra(data: Mapping[str, Any], name: str | None) -> Topology:
-    _check_keys(data, _ASTRA_KEYS, "an ASTRA-sim network file")
-    lists = {}
-    for key in ("topology", "npus_count", "bandwidth", "latency"):
-        value = _require(data, key)
-        if not isinstance(value, list) or not value:
-            raise TopologyError(f"{key}: expected a non-empty list (one entry per dimension), got {value!r}")
-        lists[key] = value
-    lengths = {key: len(value) for key, value in lists.items()}
-    if len(set(lengths.values())) != 1:
-        raise TopologyError(f"topology, npus_count, bandwidth and latency must have equal lengths, got {lengths}")
-    dims = []
-    for i, kind in enumerate(lists["topology"]):
-        text = str(kind)
-        internal = _ASTRA_KINDS.get(text.lower().replace("_", ""), text if text in DIM_KINDS else None)
-        if internal is None:
-            raise TopologyError(f"topology[{i}]: unknown dimension {kind!r}; expected Ring, FullyConnected or Switch")
-        npus = _int(lists["npus_count"][i], f"npus_count[{i}]")
-        if npus < 2:
-            raise TopologyError(f"npus_count[{i}]: each dimension needs more than one NPU, got {npus}")
-        bw = parse_bandwidth(lists["bandwidth"][i], key=f"bandwidth[{i}]", default_unit="GiB/s")
-        lat = parse_time(lists["latency"][i], key=f"latency[{i}]", default_unit="ns")
-        dims.append(Dim(internal, npus, bw, lat))
-    kind = dims[0].kind if len(dims) == 1 else "product"
-    return product(dims, kind=kind, name=name)
-
-
 def _apply_failures(topology: Topology, failed: object) -> Topology:
     if not isinstance(failed, list):
         raise TopologyError(f"failed: expected a list such as [{{npu: 3}}, {{link: [0, 1]}}], got {failed!r}")
@@ -224,7 +91,7 @@ def _apply_failures(topology: Topology, failed: object) -> Topology:
         if not isinstance(entry, Mapping) or not ({"npu"} == set(entry) or "link" in entry):
             raise TopologyError(f"{key}: expected {{npu: RANK}} or {{link: [U, V]}}, got {entry!r}")
         if "npu" in entry:
-            npus.append(_int(entry["npu"], f"{key}.npu"))
+            npus.append(int_value(entry["npu"], f"{key}.npu"))
     try:
         topology = with_failures(topology, npus=npus)
     except TopologyError as exc:
@@ -233,7 +100,7 @@ def _apply_failures(topology: Topology, failed: object) -> Topology:
         if "link" not in entry:
             continue
         key = f"failed[{i}]"
-        _check_keys(entry, {"link", "bidirectional"}, "a failed link", f"{key}.")
+        check_keys(entry, {"link", "bidirectional"}, "a failed link", f"{key}.")
         link = entry["link"]
         if not isinstance(link, list) or len(link) != 2:
             raise TopologyError(f"{key}.link: expected [U, V], got {link!r}")
@@ -252,8 +119,7 @@ def _topology(data: Mapping[str, Any], name: str | None, source: Path | None) ->
     if given is not None and not isinstance(given, str):
         raise TopologyError(f"name: expected a string, got {given!r}")
     name = given or name or (source.stem if source else None)
-    astra = "kind" not in data and "topology" in data
-    topo = _build_astra(data, name) if astra else _build_native(data, name)
+    topo = build_topology(data, name)
     if "failed" in data:
         topo = _apply_failures(topo, data["failed"])
     topo.source = str(source) if source else None

@@ -25,6 +25,7 @@ import itertools
 import networkx as nx
 
 from etsim.errors import SimulationError, TopologyError
+from etsim.network.dims import SWITCH
 from etsim.network.topology import Node, Topology
 from etsim.registry import Registry
 
@@ -126,24 +127,8 @@ class DimensionOrderRouter(ShortestPathRouter):
             if a == b:
                 continue
             base = cur - a * stride
-            kind = dim.kind
-            if kind == "fully_connected":
-                nodes.append(base + b * stride)
-            elif kind == "switch":
-                nodes.append(topo.dim_switch(d, base))
-                nodes.append(base + b * stride)
-            else:
-                if kind == "line":
-                    step = 1 if b > a else -1
-                elif kind == "uni_ring":
-                    step = 1
-                else:  # ring: shorter way, ties go +1
-                    forward = (b - a) % n
-                    step = 1 if forward <= n - forward else -1
-                x = a
-                while x != b:
-                    x = (x + step) % n
-                    nodes.append(base + x * stride)
+            for x in dim.shape.path(a, b, n):
+                nodes.append(topo.dim_switch(d, base) if x == SWITCH else base + x * stride)
             cur = base + b * stride
         return nodes
 

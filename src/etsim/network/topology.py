@@ -34,6 +34,7 @@ from typing import Any
 import networkx as nx
 
 from etsim.errors import ConfigError, TopologyError
+from etsim.network.dims import DIMENSION_KINDS, SWITCH, DimensionKind, dimension_kind
 from etsim.units import parse_bandwidth, parse_time
 
 __all__ = [
@@ -56,7 +57,7 @@ __all__ = [
 #: A node id: an NPU rank (int) or a switch name (str).
 Node = int | str
 
-#: Kinds a dimension of a regular topology can have.
+#: Built-in kinds a dimension of a regular topology can have (more through :data:`~etsim.network.dims.DIMENSION_KINDS`).
 DIM_KINDS = ("ring", "uni_ring", "line", "fully_connected", "switch")
 
 
@@ -87,7 +88,8 @@ class Dim:
     """One dimension of a regular topology.
 
     Attributes:
-        kind: one of :data:`DIM_KINDS`.
+        kind: a registered dimension kind (:data:`~etsim.network.dims.DIMENSION_KINDS`: ring, uni_ring,
+            line, fully_connected, switch, …).
         npus: NPUs along this dimension (>= 2).
         bandwidth: per link and direction, bytes per ns.
         latency: per link, ns.
@@ -99,29 +101,27 @@ class Dim:
     latency: float
 
     def __post_init__(self) -> None:
-        if self.kind not in DIM_KINDS:
-            raise TopologyError(f"unknown dimension kind {self.kind!r}; expected one of {', '.join(DIM_KINDS)}")
+        if self.kind not in DIMENSION_KINDS.names():
+            raise TopologyError(
+                f"unknown dimension kind {self.kind!r}; expected one of {', '.join(DIMENSION_KINDS.names())}"
+            )
         if isinstance(self.npus, bool) or not isinstance(self.npus, int) or self.npus < 2:
             raise TopologyError(f"a {self.kind} dimension needs an integer npus >= 2, got {self.npus!r}")
 
     @property
+    def shape(self) -> DimensionKind:
+        """The kind's behaviour (links, paths, hops, diameter, bisection)."""
+        return dimension_kind(self.kind)
+
+    @property
     def diameter(self) -> int:
         """Largest hop count between two NPUs of this dimension."""
-        n = self.npus
-        return {"ring": n // 2, "uni_ring": n - 1, "line": n - 1, "fully_connected": 1, "switch": 2}[self.kind]
+        return self.shape.diameter(self.npus)
 
     @property
     def bisection(self) -> float:
         """Bandwidth (bytes per ns, one direction) across the cut halving this dimension by rank."""
-        n, b = self.npus, self.bandwidth
-        half = n // 2
-        if self.kind == "ring":
-            return b if n == 2 else 2 * b
-        if self.kind in ("uni_ring", "line"):
-            return b
-        if self.kind == "fully_connected":
-            return half * (n - half) * b
-        return half * b  # switch: the smaller half's NPU→switch links
+        return self.shape.bisection(self.npus, self.bandwidth)
 
 
 class Topology:
@@ -294,31 +294,22 @@ def product(
         n = dim.npus
         attrs = {"bandwidth": dim.bandwidth, "latency": dim.latency, "dim": d}
         block = stride * n
+        pairs = dim.shape.links(n)
+        uses_switch = any(SWITCH in pair for pair in pairs)
         for base in range(npus):
             if (base // stride) % n:
                 continue
-            members = [base + i * stride for i in range(n)]
-            if dim.kind in ("ring", "line", "uni_ring"):
-                last = n if (dim.kind != "line" and n > 2) else n - 1
-                for i in range(last):
-                    u, v = members[i], members[(i + 1) % n]
-                    g.add_edge(u, v, **attrs)
-                    if dim.kind != "uni_ring":
-                        g.add_edge(v, u, **attrs)
-                if dim.kind == "uni_ring" and n == 2:
-                    g.add_edge(members[1], members[0], **attrs)
-            elif dim.kind == "fully_connected":
-                for u in members:
-                    for v in members:
-                        if u != v:
-                            g.add_edge(u, v, **attrs)
-            else:  # switch
+            sw = ""
+            if uses_switch:
                 sw = f"s{nswitch}"
                 nswitch += 1
                 g.add_node(sw, kind="switch", dim=d, base=base)
-                for u in members:
-                    g.add_edge(u, sw, **attrs)
-                    g.add_edge(sw, u, **attrs)
+            for u, v in pairs:
+                g.add_edge(
+                    sw if u == SWITCH else base + u * stride,
+                    sw if v == SWITCH else base + v * stride,
+                    **attrs,
+                )
         stride = block
     return Topology(g, npus, kind=kind, dims=dims, name=name)
 

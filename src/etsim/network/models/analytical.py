@@ -8,6 +8,7 @@ from typing import Any
 
 import simpy
 
+from etsim.errors import ConfigError
 from etsim.network.model import (
     NETWORK_MODELS,
     LinkStats,
@@ -21,6 +22,15 @@ from etsim.network.topology import Topology
 __all__ = ["AnalyticalNetwork"]
 
 
+_CHARGES = ("route", "first_differing")
+
+
+def _parse_charge(value: object, *, key: str) -> str:
+    if value not in _CHARGES:
+        raise ConfigError(f"{key}: expected one of {', '.join(_CHARGES)}, got {value!r}")
+    return str(value)
+
+
 @NETWORK_MODELS.register("analytical")
 class AnalyticalNetwork(NetworkModel):
     """Congestion-unaware model: no link state, any number of messages share no bandwidth.
@@ -31,10 +41,10 @@ class AnalyticalNetwork(NetworkModel):
     event per message — messages due at the same instant share one; the route's (latency, bandwidth)
     pair is cached per ``(src, dst)``.
 
-    With ``astra_compat: true`` the delay is truncated to an integer number of ns and, on a
-    multi-dimensional topology, the whole message is charged to the *first dimension in which src and
-    dst differ* (``floor(h·L_d + size/B_d)`` with that dimension's hop count h), as ASTRA-sim's
-    congestion-unaware back end does.
+    Options change two conventions: ``integer_ns: true`` truncates every delay to whole ns, and
+    ``dimension_charge: first_differing`` charges a message on a multi-dimensional topology to the
+    *first dimension in which src and dst differ* only (``h·L_d + size/B_d`` with that dimension's
+    hop count h) instead of its whole route.
 
     :meth:`link_stats` attributes each message's bytes to every link of its route; busy time is
     bytes / bandwidth (what the link would need, as the model ignores contention).
@@ -42,7 +52,7 @@ class AnalyticalNetwork(NetworkModel):
     Args:
         env: the SimPy environment.
         topology: the network.
-        **options: ``astra_compat`` plus the base options (``router``, ``seed``).
+        **options: ``integer_ns``, ``dimension_charge`` plus the base options (``router``, ``seed``).
     """
 
     name = "analytical"
@@ -51,15 +61,20 @@ class AnalyticalNetwork(NetworkModel):
     class Options(NetworkModel.Options):
         """Options of the analytical model."""
 
-        astra_compat: bool = option(
-            False, "truncate to integer ns and charge the first differing dimension (ASTRA-sim)", parse_bool_option
+        integer_ns: bool = option(False, "truncate every delivery delay to whole ns", parse_bool_option)
+        dimension_charge: str = option(
+            "route",
+            "multi-dimensional messages: 'route' (every link of the route) or 'first_differing' (only the "
+            "first dimension in which source and destination differ)",
+            _parse_charge,
         )
 
     def __init__(self, env: simpy.Environment, topology: Topology, **options: Any) -> None:
         super().__init__(env, topology, **options)
         # (src, dst) -> [latency ns, bandwidth B/ns, bytes sent, messages]
         self._pairs: dict[tuple[int, int], list[Any]] = {}
-        self._compat = self.options.astra_compat
+        self._integer = self.options.integer_ns
+        self._first_differing = self.options.dimension_charge == "first_differing"
         # Collectives on symmetric networks deliver many messages at one instant: share the event.
         self._shared = SharedDeliveries(env)
 
@@ -68,18 +83,11 @@ class AnalyticalNetwork(NetworkModel):
         topo = self.topology
         if not route:
             entry: list[Any] = [0.0, math.inf, 0, 0]
-        elif self._compat and topo.regular:
+        elif self._first_differing and topo.regular:
             cs, cd = topo.coords(src), topo.coords(dst)
             d = next(i for i, (a, b) in enumerate(zip(cs, cd, strict=True)) if a != b)
             dim = topo.dims[d]
-            n, dist = dim.npus, (cd[d] - cs[d]) % dim.npus
-            hops = {
-                "ring": min(dist, n - dist),
-                "uni_ring": dist,
-                "line": abs(cd[d] - cs[d]),
-                "fully_connected": 1,
-                "switch": 2,
-            }[dim.kind]
+            hops = dim.shape.hops(cs[d], cd[d], dim.npus)
             entry = [hops * dim.latency, dim.bandwidth, 0, 0]
         else:
             entry = [
@@ -95,7 +103,7 @@ class AnalyticalNetwork(NetworkModel):
         """Delivery delay in ns of a message sent now (without sending it)."""
         entry = self._pairs.get((src, dst)) or self._entry(src, dst)
         value = entry[0] + size / entry[1]
-        return math.floor(value) if self._compat else value
+        return math.floor(value) if self._integer else value
 
     def transfer(self, src: int, dst: int, size: float) -> simpy.Event:
         """Deliver after ``Σ latency + size / B_min`` (one SimPy timeout)."""
@@ -112,7 +120,7 @@ class AnalyticalNetwork(NetworkModel):
         entry[2] += size
         entry[3] += 1
         delay = entry[0] + size / entry[1]
-        if self._compat:
+        if self._integer:
             delay = math.floor(delay)
         return self._shared.event(delay + after)
 

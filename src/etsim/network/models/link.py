@@ -53,7 +53,7 @@ class _Hop:
         i = self.index
         link = self.route[i]
         size = self.size
-        if model._compat:
+        if model._integer:
             arrival = model._reserve(link, now, size, self.count)
         else:  # _reserve, inlined: this is the hottest path of the model
             ser = size / model._bw[link]
@@ -94,8 +94,8 @@ class LinkNetwork(NetworkModel):
     delivery takes ``k·(L + P/B) + (S − P)/B``. All packets of a message enter the first link back to
     back; the message is delivered when its last packet arrives.
 
-    ``astra_compat: true`` truncates, as ASTRA-sim's congestion-aware back end, the busy time to
-    ``floor(S/B)`` and the hop time to ``floor(L + S/B)``.
+    ``integer_ns: true`` truncates to whole ns per hop: the busy time to ``floor(S/B)`` and the hop
+    time to ``floor(L + S/B)``.
 
     Implementation: links are busy-until floats (no ``simpy.Resource``, no process per message); a
     message costs one scheduled SimPy event per hop, so that FIFO order at downstream links follows
@@ -104,7 +104,7 @@ class LinkNetwork(NetworkModel):
     Args:
         env: the SimPy environment.
         topology: the network.
-        **options: ``packet_size``, ``astra_compat`` plus the base options (``router``, ``seed``).
+        **options: ``packet_size``, ``integer_ns`` plus the base options (``router``, ``seed``).
     """
 
     name = "link"
@@ -116,7 +116,7 @@ class LinkNetwork(NetworkModel):
         packet_size: int | None = option(
             None, "split messages into packets of this size (e.g. '4 KiB'; bare numbers are bytes)", _parse_packet_size
         )
-        astra_compat: bool = option(False, "truncate busy and hop times to integer ns (ASTRA-sim)", parse_bool_option)
+        integer_ns: bool = option(False, "truncate busy and hop times to whole ns, per hop", parse_bool_option)
 
     def __init__(self, env: simpy.Environment, topology: Topology, **options: Any) -> None:
         super().__init__(env, topology, **options)
@@ -129,7 +129,7 @@ class LinkNetwork(NetworkModel):
         self._lat = topology.latencies
         self._routes: dict[tuple[int, int], list[int]] = {}
         self._packet = self.options.packet_size
-        self._compat = self.options.astra_compat
+        self._integer = self.options.integer_ns
         self._shared = SharedDeliveries(env)
 
     def _reserve(self, link: int, now: float, size: float, count: bool) -> float:
@@ -137,7 +137,7 @@ class LinkNetwork(NetworkModel):
         bw = self._bw[link]
         ser: float
         travel: float
-        if self._compat:
+        if self._integer:
             ser = math.floor(size / bw)
             travel = math.floor(self._lat[link] + size / bw)
         else:
