@@ -69,6 +69,7 @@ class Registry(Generic[T]):
         self.group = group
         self.base = base
         self._items: dict[str, type[T]] = {}
+        self._from_entry_points: set[str] = set()
         self._entry_points_loaded = False
 
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
@@ -100,11 +101,27 @@ class Registry(Generic[T]):
                 warnings.warn(f"cannot load {self.kind} plug-in {ep.name!r}: {exc}", RuntimeWarning, stacklevel=3)
                 continue
             self._items[ep.name] = self._check(ep.name, cls)
+            self._from_entry_points.add(ep.name)
 
     def _check(self, name: str, obj: object) -> type[T]:
         if not (isinstance(obj, type) and issubclass(obj, self.base)):
             raise RegistryError(f"{self.kind} {name!r} is {obj!r}, not a subclass of {self.base.__name__}")
         return obj
+
+    def items(self) -> list[tuple[str, type[T]]]:
+        """Every ``(name, class)`` available without an import path (built-ins first, then entry points)."""
+        self._load_entry_points()
+        return list(self._items.items())
+
+    def reload_entry_points(self) -> None:
+        """Forget the entry points loaded so far and scan the group again on next use.
+
+        For tests and long-lived processes that install plug-ins after the first lookup.
+        """
+        for name in self._from_entry_points:
+            self._items.pop(name, None)
+        self._from_entry_points.clear()
+        self._entry_points_loaded = False
 
     def names(self) -> list[str]:
         """All names available without an import path, sorted."""

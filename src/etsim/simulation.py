@@ -17,7 +17,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from etsim.chakra.graph import NodeType, Workload
+from etsim.chakra.graph import Workload
+from etsim.chakra.validate import preflight
 from etsim.errors import ConfigError, DeadlockError, SimulationError
 from etsim.network import NetworkConfig, Topology, build_model, load_network, ring
 from etsim.network.model import CountingEnvironment
@@ -26,7 +27,7 @@ from etsim.system.collective import System
 from etsim.system.config import SystemConfig
 from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
 from etsim.units import format_bandwidth, format_time
-from etsim.workload.walker import Engine
+from etsim.workload.engine import Engine
 
 __all__ = ["DEFAULT_BANDWIDTH", "DEFAULT_LATENCY", "check_workload", "default_topology", "simulate"]
 
@@ -40,46 +41,9 @@ def default_topology(num_ranks: int) -> Topology:
     return ring(max(num_ranks, 2), DEFAULT_BANDWIDTH, DEFAULT_LATENCY)
 
 
-_COMM = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE)
-
-
 def check_workload(workload: Workload, config: SystemConfig) -> None:
-    """Reject what the walker cannot run, naming the first problems.
-
-    Dangling dependencies, and communication nodes without the attributes they need.
-    """
-    problems: list[str] = []
-    for trace in workload:
-        for nid in sorted(set(trace.duplicate_ids))[:3]:
-            problems.append(f"{trace.where()}node id {nid} is defined more than once")
-        for pos, dep in trace.missing_data_deps[:3]:
-            problems.append(f"{trace.describe(pos)}: data dependency on node id {dep}, which is not in the file")
-        if not config.ignore_ctrl_deps:
-            for pos, dep in trace.missing_ctrl_deps[:3]:
-                problems.append(
-                    f"{trace.describe(pos)}: control dependency on node id {dep}, which is not in the file "
-                    "(run with --ignore-ctrl-deps to walk data dependencies only)"
-                )
-        n = workload.num_ranks
-        for pos, t in enumerate(trace.types):
-            if t not in _COMM or len(problems) > 10:
-                continue
-            if t == NodeType.COMM_COLL_NODE:
-                if trace.is_cpu_op[pos]:
-                    continue  # a host-side op: replayed for its duration
-                if trace.comm_type[pos] is None or trace.comm_type[pos] not in range(10):
-                    problems.append(f"{trace.describe(pos)}: collective without a valid comm_type")
-                if trace.comm_size[pos] is None or trace.comm_size[pos] < 0:
-                    problems.append(f"{trace.describe(pos)}: collective without a valid comm_size")
-                continue
-            peer = trace.comm_dst[pos] if t == NodeType.COMM_SEND_NODE else trace.comm_src[pos]
-            what = "send" if t == NodeType.COMM_SEND_NODE else "receive"
-            if peer is None or trace.comm_tag[pos] is None or trace.comm_size[pos] is None:
-                problems.append(f"{trace.describe(pos)}: {what} without comm_src/comm_dst, comm_tag or comm_size")
-            elif not 0 <= peer < n:
-                problems.append(f"{trace.describe(pos)}: {what} peer {peer} is not a rank of this {n}-rank workload")
-            elif trace.comm_size[pos] < 0:
-                problems.append(f"{trace.describe(pos)}: negative comm_size")
+    """Reject what the walker cannot run, naming the first problems (:func:`etsim.chakra.validate.preflight`)."""
+    problems = [issue.message for issue in preflight(workload, ignore_ctrl_deps=config.ignore_ctrl_deps)]
     if problems:
         more = "" if len(problems) <= 10 else "\n... and more (run `etsim validate`)"
         raise SimulationError("the workload cannot be simulated:\n" + "\n".join(problems[:10]) + more)
@@ -87,11 +51,9 @@ def check_workload(workload: Workload, config: SystemConfig) -> None:
 
 def _attach_progress(engine: Engine, stream: TextIO, interval: float, wall0: float) -> None:
     """Redraw a progress line every *interval* seconds, checked every few thousand messages."""
-    step = 4096
     state = {"last": time.perf_counter()}
 
     def report(eng: Engine) -> None:
-        eng.progress_at = eng.messages + step
         now = time.perf_counter()
         if now - state["last"] < interval:
             return
@@ -106,8 +68,7 @@ def _attach_progress(engine: Engine, stream: TextIO, interval: float, wall0: flo
         )
         stream.flush()
 
-    engine.progress = report
-    engine.progress_at = step
+    engine.on_progress(report, every=4096)
 
 
 def simulate(
@@ -189,7 +150,7 @@ def simulate(
         if gc_was_enabled:
             gc.enable()
     wall = time.perf_counter() - wall0
-    if progress is not None and engine.progress_at != 1 << 62:
+    if progress is not None:
         progress.write("\r" + " " * 78 + "\r")
         progress.flush()
     if engine.ranks_done < n:
@@ -198,8 +159,8 @@ def simulate(
         )
     ranks = [RankResult(r.rank, r.finish_ns, r.compute_ns, r.comm_ns, r.exposed_ns) for r in engine.runs]
     collectives = [
-        CollectiveRecord(rank, nid, ctype, size, list(group), algo, start, end)
-        for rank, nid, ctype, size, group, algo, start, end in engine.collectives
+        CollectiveRecord(c.rank, c.node_id, c.type, c.bytes, list(c.group), c.algorithm, c.start_ns, c.end_ns)
+        for c in engine.collectives
     ]
     links = [
         {"link": s.link, "src": s.src, "dst": s.dst, "bytes": s.bytes, "busy_ns": s.busy, "messages": s.messages}

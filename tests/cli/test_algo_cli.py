@@ -3,9 +3,9 @@ import argparse
 import pytest
 
 from etsim.chakra import load_workload
+from etsim.chakra.algorithm import SEND, algo_graph_from_trace
 from etsim.cli import algo as algo_cli
 from etsim.errors import ConfigError
-from etsim.producers.builder import SEND, algo_graph_from_trace
 
 
 def run(argv):

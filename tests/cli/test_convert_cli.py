@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from etsim.chakra import load_workload
+from etsim.chakra.algorithm import COMP, RECV, SEND, algo_graph_from_trace
 from etsim.cli import main
-from etsim.producers.builder import COMP, RECV, SEND, algo_graph_from_trace
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -5,11 +5,11 @@ import re
 import pytest
 
 from etsim.chakra import CollectiveType, load_workload, write_workload
+from etsim.chakra.algorithm import algo_graph_from_trace
 from etsim.cli import main
 from etsim.cli import synth as synth_cli
 from etsim.errors import ConfigError
 from etsim.producers import collective_workload
-from etsim.producers.builder import algo_graph_from_trace
 
 
 def run(argv):

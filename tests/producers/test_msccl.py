@@ -5,22 +5,21 @@ from __future__ import annotations
 import pytest
 
 from etsim.chakra import Workload, load_workload
+from etsim.chakra.algorithm import COMP, RECV, SEND, AlgorithmBuilder, algo_graph_from_trace
 from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError, TraceError
 from etsim.network import fully_connected
 from etsim.producers import collective_workload
-from etsim.producers.builder import COMP, RECV, SEND, AlgorithmBuilder, algo_graph_from_trace
 from etsim.producers.msccl import (
-    MscclAlgorithm,
     MscclError,
     convert_msccl,
-    load_msccl_algorithm,
+    graphs_to_msccl,
     parse_msccl,
     replicate_instances,
     write_msccl_et,
 )
-from etsim.producers.msccl_export import graphs_to_msccl
 from etsim.simulation import simulate
+from etsim.system.algorithms.msccl import MscclAlgorithm, load_msccl_algorithm
 from etsim.system.config import SystemConfig
 
 

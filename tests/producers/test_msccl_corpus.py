@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from etsim.chakra import Workload, load_workload
+from etsim.chakra.algorithm import SEND, algo_graph_from_trace, collective_buffer_bytes
 from etsim.chakra.graph import CollectiveType
 from etsim.cli.algo import export_algorithm, make_algorithm
 from etsim.network import fully_connected, ring
 from etsim.producers import collective_workload
-from etsim.producers.builder import SEND, algo_graph_from_trace, collective_buffer_bytes
-from etsim.producers.msccl import convert_msccl, load_msccl_algorithm
-from etsim.producers.msccl_export import workload_to_msccl
+from etsim.producers.msccl import convert_msccl, workload_to_msccl
 from etsim.simulation import simulate
+from etsim.system.algorithms.msccl import load_msccl_algorithm
 from etsim.system.config import SystemConfig
 
 REPO = Path(__file__).resolve().parents[2]

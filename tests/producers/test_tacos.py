@@ -7,11 +7,11 @@ from itertools import pairwise
 import pytest
 
 from etsim.chakra import CollectiveType, Workload, load_workload
+from etsim.chakra.algorithm import COMP, RECV, SEND, algo_graph_from_trace
 from etsim.chakra.builder import TraceBuilder
 from etsim.errors import ConfigError
 from etsim.network import graph, hypercube, load_topology, mesh, ring, switch, torus, uni_ring, with_failures
 from etsim.producers import collective_workload, tacos
-from etsim.producers.builder import COMP, RECV, SEND, algo_graph_from_trace
 from etsim.producers.tacos import (
     algo_graphs,
     greedy_all_gather,

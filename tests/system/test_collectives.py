@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from etsim.chakra import CollectiveType, TraceBuilder, Workload, write_workload
+from etsim.chakra.algorithm import algo_graph_to_trace
 from etsim.errors import ConfigError, SimulationError
 from etsim.network import fully_connected, ring
 from etsim.producers import collective_workload, data_parallel_workload
-from etsim.producers.builder import algo_graph_to_trace
 from etsim.simulation import simulate
 from etsim.system.algorithms import ALGORITHMS
 from etsim.system.config import SystemConfig

@@ -1,4 +1,4 @@
-"""Collective algorithms as per-rank dependency graphs, and a builder to write them.
+"""Collective algorithms as per-rank dependency graphs: the format every algorithm source shares.
 
 An :class:`AlgoGraph` is one rank's part of a collective algorithm: SEND, RECV and COMP
 (reduction) nodes with data dependencies, in flat lists (no per-node objects). It is the
@@ -18,12 +18,17 @@ symmetric algorithm such as a ring.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from etsim.chakra.attributes import make_attribute
 from etsim.chakra.builder import TraceBuilder
+from etsim.chakra.dag import in_degrees, transpose
 from etsim.chakra.graph import CollectiveType, NodeType, Trace
+from etsim.chakra.io import write_workload
+from etsim.errors import TraceError
 
 __all__ = [
     "COMP",
@@ -33,7 +38,10 @@ __all__ = [
     "AlgorithmBuilder",
     "algo_graph_from_trace",
     "algo_graph_to_trace",
+    "algorithm_traces",
     "collective_buffer_bytes",
+    "family_prefix",
+    "write_family",
 ]
 
 SEND = int(NodeType.COMM_SEND_NODE)
@@ -87,20 +95,9 @@ class AlgoGraph:
         """``(succ_ptr, succ_idx, indegree)``, computed once and cached."""
         if self._succ is None:
             n = len(self.kinds)
-            indeg = [self.deps_ptr[i + 1] - self.deps_ptr[i] for i in range(n)]
-            counts = [0] * (n + 1)
-            for dep in self.deps_idx:
-                counts[dep + 1] += 1
-            for i in range(n):
-                counts[i + 1] += counts[i]
-            fill = counts[:-1].copy()
-            succ = [0] * len(self.deps_idx)
-            for child in range(n):
-                for k in range(self.deps_ptr[child], self.deps_ptr[child + 1]):
-                    parent = self.deps_idx[k]
-                    succ[fill[parent]] = child
-                    fill[parent] += 1
-            self._succ = (counts, succ, indeg)
+            sources = [(self.deps_ptr, self.deps_idx)]
+            ptr, succ = transpose(n, sources)
+            self._succ = (ptr, succ, in_degrees(n, sources))
         return self._succ
 
     def successor_lists(self) -> list[tuple[int, ...]]:
@@ -289,3 +286,37 @@ def algo_graph_from_trace(trace: Trace, *, ignore_ctrl_deps: bool = False) -> Al
         g.deps_idx.extend(deps)
         g.deps_ptr.append(len(g.deps_idx))
     return g
+
+
+def algorithm_traces(graphs: Sequence[AlgoGraph], *, metadata: Mapping[str, str] | None = None) -> list[Trace]:
+    """One Chakra ET trace per algorithm rank (:func:`algo_graph_to_trace`), with *metadata* as string attributes."""
+    n = len(graphs)
+    traces = [algo_graph_to_trace(g, position, n) for position, g in enumerate(graphs)]
+    for trace in traces:
+        for key, value in (metadata or {}).items():
+            trace.metadata.attr.append(make_attribute(key, value, member="string_val"))
+    return traces
+
+
+def family_prefix(prefix: str | os.PathLike[str]) -> str:
+    """*prefix* without a trailing ``.et`` (``ring.et`` names the family ``ring.0.et …``)."""
+    text = os.fspath(prefix)
+    return text[: -len(".et")] if text.endswith(".et") else text
+
+
+def write_family(traces: Sequence[Trace], prefix: str | os.PathLike[str]) -> list[Path]:
+    """Write an algorithm family ``PREFIX.<rank>.et`` (a trailing ``.et`` on *prefix* is dropped).
+
+    This is the one family writer: native exports, MSCCL-IR conversions and synthesised
+    algorithms all go through it.
+
+    Raises:
+        TraceError: the directory cannot be created or a file cannot be written (named).
+    """
+    text = family_prefix(prefix)
+    parent = Path(text).parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TraceError(f"{parent}: cannot create the output directory: {exc.strerror or exc}") from None
+    return write_workload(list(traces), text)

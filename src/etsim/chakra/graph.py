@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from etsim.chakra.attributes import attribute_value
+from etsim.chakra.dag import transpose
 from etsim.chakra.schema import et_def_pb2 as pb
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "NodeType",
     "Trace",
     "Workload",
+    "parse_collective",
 ]
 
 
@@ -62,6 +64,35 @@ class CollectiveType(enum.IntEnum):
 
 #: Lower-case names of collectives (``all_reduce`` …) by value, as used on the command line.
 COLLECTIVE_NAMES: dict[int, str] = {c.value: c.name.lower() for c in CollectiveType}
+
+
+def _squash(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "").replace(" ", "")
+
+
+_BY_SQUASHED = {_squash(c.name): c for c in CollectiveType}
+
+
+def parse_collective(text: str | int | CollectiveType) -> CollectiveType:
+    """A collective from its name or value: ``all_reduce``, ``allreduce``, ``All-Reduce``, ``0`` all work.
+
+    This is the one collective-name parser; file formats with their own vocabulary (MSCCL-IR's
+    ``coll``, metadata written by other tools) map their extra words before calling it.
+
+    Raises:
+        ValueError: not a collective; the message lists the valid names.
+    """
+    if isinstance(text, int):
+        try:
+            return CollectiveType(text)
+        except ValueError:
+            pass
+    else:
+        found = _BY_SQUASHED.get(_squash(str(text)))
+        if found is not None:
+            return found
+    names = ", ".join(c.name.lower() for c in CollectiveType)
+    raise ValueError(f"unknown collective {text!r}; choose one of: {names}")
 
 # Attributes lifted into flat columns. Values read from any numeric member; a string where a
 # number belongs is recorded in `bad_attributes` for validation instead of raising here.
@@ -271,28 +302,14 @@ class Trace:
 
     def successors(self, *, include_ctrl: bool = True) -> tuple[list[int], list[int]]:
         """CSR of successors (``ptr``, ``idx``) over data (and optionally control) dependencies."""
-        n = len(self.ids)
-        counts = [0] * (n + 1)
-        sources: list[tuple[list[int], list[int]]] = [(self.data_ptr, self.data_idx)]
+        return transpose(len(self.ids), self.dependency_csrs(include_ctrl=include_ctrl))
+
+    def dependency_csrs(self, *, include_ctrl: bool = True) -> list[tuple[list[int], list[int]]]:
+        """The dependency CSRs a walk enforces: data, then control when *include_ctrl*."""
+        sources = [(self.data_ptr, self.data_idx)]
         if include_ctrl:
             sources.append((self.ctrl_ptr, self.ctrl_idx))
-        for _, idx in sources:
-            for dep in idx:
-                counts[dep + 1] += 1
-        ptr = [0] * (n + 1)
-        running = 0
-        for i in range(n):
-            running += counts[i + 1]
-            ptr[i + 1] = running
-        fill = ptr[:-1].copy()
-        out = [0] * running
-        for dep_ptr, idx in sources:
-            for child in range(n):
-                for k in range(dep_ptr[child], dep_ptr[child + 1]):
-                    parent = idx[k]
-                    out[fill[parent]] = child
-                    fill[parent] += 1
-        return ptr, out
+        return sources
 
 
 @dataclass(eq=False)

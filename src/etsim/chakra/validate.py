@@ -14,13 +14,14 @@ communicator group.
 
 from __future__ import annotations
 
-import heapq
 from collections import defaultdict
 from dataclasses import dataclass
 
+from etsim.chakra.dag import in_degrees, transpose
+from etsim.chakra.dag import topological_order as dag_order
 from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Trace, Workload
 
-__all__ = ["Issue", "find_cycle", "topological_order", "validate_trace", "validate_workload"]
+__all__ = ["Issue", "find_cycle", "preflight", "topological_order", "validate_trace", "validate_workload"]
 
 _COMM_TYPES = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE)
 
@@ -33,35 +34,21 @@ class Issue:
     """``"error"`` or ``"warning"``."""
     message: str
     """Where (file, rank, node) and what is wrong."""
+    blocking: bool = False
+    """A simulator cannot run the workload at all (checked before every simulation)."""
 
     def __str__(self) -> str:
         return f"{self.severity}: {self.message}"
 
 
 def topological_order(trace: Trace, *, include_ctrl: bool = True) -> list[int]:
-    """Node positions in issue order: ready nodes smallest-id first (as ASTRA-sim issues them).
+    """Node positions in issue order: ready nodes smallest-id first (the order a walk issues them).
 
     Nodes on or behind a cycle are left out; compare the length with ``trace.num_nodes``.
     """
-    n = trace.num_nodes
-    succ_ptr, succ = trace.successors(include_ctrl=include_ctrl)
-    indeg = [trace.data_ptr[i + 1] - trace.data_ptr[i] for i in range(n)]
-    if include_ctrl:
-        for i in range(n):
-            indeg[i] += trace.ctrl_ptr[i + 1] - trace.ctrl_ptr[i]
-    ids = trace.ids
-    ready = [(ids[i], i) for i in range(n) if indeg[i] == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        _, i = heapq.heappop(ready)
-        order.append(i)
-        for k in range(succ_ptr[i], succ_ptr[i + 1]):
-            child = succ[k]
-            indeg[child] -= 1
-            if indeg[child] == 0:
-                heapq.heappush(ready, (ids[child], child))
-    return order
+    sources = trace.dependency_csrs(include_ctrl=include_ctrl)
+    succ_ptr, succ = transpose(trace.num_nodes, sources)
+    return dag_order(succ_ptr, succ, in_degrees(trace.num_nodes, sources), key=trace.ids)
 
 
 def find_cycle(trace: Trace, *, include_ctrl: bool = True) -> list[int] | None:
@@ -100,17 +87,33 @@ def find_cycle(trace: Trace, *, include_ctrl: bool = True) -> list[int] | None:
     return None
 
 
-def validate_trace(trace: Trace, num_ranks: int | None = None, *, ignore_ctrl_deps: bool = False) -> list[Issue]:
+def validate_trace(
+    trace: Trace,
+    num_ranks: int | None = None,
+    *,
+    ignore_ctrl_deps: bool = False,
+    symbolic_sizes: bool = True,
+    cycles: bool = True,
+) -> list[Issue]:
     """Check one rank in isolation (and peers against *num_ranks* when known).
 
     With *ignore_ctrl_deps* (as a simulation run with ``--ignore-ctrl-deps``), dangling control
-    dependencies are warnings and cycles are searched over data dependencies only.
+    dependencies are warnings and cycles are searched over data dependencies only. Issues a
+    simulator cannot run past are marked :attr:`Issue.blocking`.
+
+    Args:
+        trace: the rank.
+        num_ranks: ranks of the workload, to check peers.
+        ignore_ctrl_deps: walk data dependencies only.
+        symbolic_sizes: accept SEND/RECV sized by chunk counts (``msg_chunk_cnt`` of
+            ``total_chunk_cnt``, as algorithm files are) instead of ``comm_size``.
+        cycles: search for a dependency cycle (a walk of the whole graph).
     """
     issues: list[Issue] = []
     where = trace.where()
 
-    def error(pos: int, text: str) -> None:
-        issues.append(Issue("error", f"{trace.describe(pos)}: {text}"))
+    def error(pos: int, text: str, blocking: bool = False) -> None:
+        issues.append(Issue("error", f"{trace.describe(pos)}: {text}", blocking))
 
     def warning(pos: int, text: str) -> None:
         issues.append(Issue("warning", f"{trace.describe(pos)}: {text}"))
@@ -118,20 +121,25 @@ def validate_trace(trace: Trace, num_ranks: int | None = None, *, ignore_ctrl_de
     if trace.num_nodes == 0:
         issues.append(Issue("warning", f"{where}trace has no nodes"))
     for nid in sorted(set(trace.duplicate_ids)):
-        issues.append(Issue("error", f"{where}node id {nid} is defined more than once"))
+        issues.append(Issue("error", f"{where}node id {nid} is defined more than once", True))
     for pos, dep in trace.missing_data_deps:
-        error(pos, f"data dependency on node id {dep}, which is not in the file")
+        error(pos, f"data dependency on node id {dep}, which is not in the file", True)
     for pos, dep in trace.missing_ctrl_deps:
         if ignore_ctrl_deps:
             warning(pos, f"control dependency on node id {dep}, which is not in the file (ignored)")
         else:
-            error(pos, f"control dependency on node id {dep}, which is not in the file (--ignore-ctrl-deps skips it)")
+            error(
+                pos,
+                f"control dependency on node id {dep}, which is not in the file "
+                "(run with --ignore-ctrl-deps to walk data dependencies only)",
+                True,
+            )
     for pos, name, what in trace.bad_attributes:
         error(pos, f"attribute {name!r}: {what}")
     for pos, name, member in trace.member_mismatches:
         warning(pos, f"attribute {name!r} is written as {member}; the mlcommons feeder reads only the expected member")
 
-    cycle = find_cycle(trace, include_ctrl=not ignore_ctrl_deps)
+    cycle = find_cycle(trace, include_ctrl=not ignore_ctrl_deps) if cycles else None
     if cycle is not None:
         chain = " -> ".join(str(trace.ids[p]) for p in [*cycle, cycle[0]])
         issues.append(Issue("error", f"{where}dependency cycle (each node waits for the next): {chain}"))
@@ -142,19 +150,21 @@ def validate_trace(trace: Trace, num_ranks: int | None = None, *, ignore_ctrl_de
             continue
         if node_type not in _COMM_TYPES:
             continue
-        if trace.is_cpu_op[pos]:
-            error(pos, "communication node is marked is_cpu_op=true (ASTRA-sim rejects it)")
+        host_op = bool(trace.is_cpu_op[pos])
+        if host_op:
+            error(pos, "communication node is marked is_cpu_op=true (some simulators reject it; etsim replays it)")
         size = trace.comm_size[pos]
         if node_type == NodeType.COMM_COLL_NODE:
+            # A host-side collective is replayed for its duration: its attributes cannot stop a run.
             comm_type = trace.comm_type[pos]
             if comm_type is None:
-                error(pos, "collective without a comm_type attribute")
+                error(pos, "collective without a comm_type attribute", not host_op)
             elif comm_type not in COLLECTIVE_NAMES:
-                error(pos, f"unknown comm_type {comm_type} (valid: 0..{max(COLLECTIVE_NAMES)})")
+                error(pos, f"unknown comm_type {comm_type} (valid: 0..{max(COLLECTIVE_NAMES)})", not host_op)
             if size is None:
-                error(pos, "collective without a comm_size attribute")
+                error(pos, "collective without a comm_size attribute", not host_op)
             elif size < 0:
-                error(pos, f"negative comm_size {size}")
+                error(pos, f"negative comm_size {size}", not host_op)
             elif size == 0 and comm_type != CollectiveType.BARRIER:
                 warning(pos, "comm_size is 0; the collective completes at once")
             continue
@@ -162,21 +172,21 @@ def validate_trace(trace: Trace, num_ranks: int | None = None, *, ignore_ctrl_de
         peer_key, self_key = ("comm_dst", "comm_src") if is_send else ("comm_src", "comm_dst")
         kind = "send" if is_send else "receive"
         peer = getattr(trace, peer_key)[pos]
-        if size is None and _symbolic_size(trace, pos):
+        if size is None and symbolic_sizes and _symbolic_size(trace, pos):
             size = 1  # algorithm files may give sizes as chunk counts (msg_chunk_cnt of total_chunk_cnt)
         checks = ((peer_key, peer), ("comm_tag", trace.comm_tag[pos]), ("comm_size", size))
         missing = [k for k, v in checks if v is None]
         if missing:
-            error(pos, f"{kind} without {', '.join(missing)}")
+            error(pos, f"{kind} without {', '.join(missing)}", True)
         if size is not None and size < 0:
-            error(pos, f"negative comm_size {size}")
+            error(pos, f"negative comm_size {size}", True)
         elif size == 0:
-            warning(pos, f"zero-byte {kind} (ASTRA-sim asserts size > 0)")
+            warning(pos, f"zero-byte {kind} (some simulators assert size > 0)")
         tag = trace.comm_tag[pos]
         if tag is not None and tag < 0:
             error(pos, f"negative comm_tag {tag}")
         if peer is not None and num_ranks is not None and not 0 <= peer < num_ranks:
-            error(pos, f"{peer_key}={peer} is not a rank of this {num_ranks}-rank workload")
+            error(pos, f"{peer_key}={peer} is not a rank of this {num_ranks}-rank workload", True)
         own = getattr(trace, self_key)[pos]
         if own is not None and trace.rank is not None and own != trace.rank:
             error(pos, f"{self_key}={own} on a {kind} of rank {trace.rank} (must be the rank itself)")
@@ -190,6 +200,20 @@ def _symbolic_size(trace: Trace, pos: int) -> bool:
         return False
     names = {a.name for a in trace.nodes[pos].attr}
     return {"msg_chunk_cnt", "total_chunk_cnt"} <= names
+
+
+def preflight(workload: Workload, *, ignore_ctrl_deps: bool = False) -> list[Issue]:
+    """The blocking issues of *workload*: what a simulation checks before it starts.
+
+    The same checks as :func:`validate_workload` (one validator), restricted to what no run can
+    get past and without the whole-graph cycle search (a cycle stops a run with a deadlock report).
+    """
+    n = workload.num_ranks
+    found: list[Issue] = []
+    for trace in workload:
+        issues = validate_trace(trace, n, ignore_ctrl_deps=ignore_ctrl_deps, symbolic_sizes=False, cycles=False)
+        found.extend(i for i in issues if i.blocking)
+    return found
 
 
 def validate_workload(workload: Workload, *, ignore_ctrl_deps: bool = False) -> list[Issue]:

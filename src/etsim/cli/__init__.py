@@ -1,8 +1,9 @@
 """The ``etsim`` command line.
 
-Each sub-command lives in a module of this package exposing ``register(subparsers)``; the
-registered handler receives the parsed arguments and returns an exit code. Errors of type
-:class:`~etsim.errors.EtsimError` are printed as one ``etsim: error: …`` line with exit code 1.
+Each sub-command lives in a module exposing ``register(subparsers)`` (listed in
+:data:`COMMAND_MODULES`); the registered handler receives the parsed arguments and returns an exit
+code. Errors of type :class:`~etsim.errors.EtsimError` are printed as one ``etsim: error: …`` line
+with exit code 1.
 """
 
 from __future__ import annotations
@@ -17,7 +18,16 @@ from etsim.errors import EtsimError
 __all__ = ["build_parser", "main"]
 
 #: Sub-command modules, in the order they appear in ``etsim --help``.
-COMMAND_MODULES = ("run", "trace", "workload", "algo", "topology", "convert", "astra", "synth")
+COMMAND_MODULES = (
+    "etsim.cli.run",
+    "etsim.cli.trace",
+    "etsim.cli.workload",
+    "etsim.cli.algo",
+    "etsim.cli.topology",
+    "etsim.cli.convert",
+    "etsim.compat.cli",
+    "etsim.cli.synth",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for name in COMMAND_MODULES:
-        importlib.import_module(f"etsim.cli.{name}").register(subparsers)
+        importlib.import_module(name).register(subparsers)
     return parser
 
 

@@ -11,26 +11,25 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from etsim.chakra.algorithm import algorithm_traces, write_family
 from etsim.chakra.graph import CollectiveType
-from etsim.chakra.io import write_workload
+from etsim.chakra.graph import parse_collective as chakra_parse_collective
 from etsim.errors import ConfigError
-from etsim.producers.builder import algo_graph_to_trace
 from etsim.system.algorithms import ALGORITHMS, CollectiveAlgorithm
 
 __all__ = ["export_algorithm", "make_algorithm", "parse_collective", "parse_dims", "register"]
 
 
-def _squash(name: str) -> str:
-    return name.lower().replace("_", "").replace("-", "")
-
-
 def parse_collective(text: str) -> CollectiveType:
-    """A collective from its name: ``all_reduce``, ``allreduce`` and ``all-reduce`` are all accepted."""
-    for c in CollectiveType:
-        if _squash(c.name) == _squash(text):
-            return c
-    names = ", ".join(c.name.lower() for c in CollectiveType)
-    raise ConfigError(f"unknown collective {text!r}; choose one of: {names}")
+    """A collective from its name: ``all_reduce``, ``allreduce`` and ``all-reduce`` are all accepted.
+
+    Raises:
+        ConfigError: not a collective (the message lists the valid names).
+    """
+    try:
+        return chakra_parse_collective(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def parse_dims(text: str) -> tuple[int, ...]:
@@ -71,12 +70,7 @@ def export_algorithm(
         ConfigError: the algorithm does not support the collective or group size (with its reason).
     """
     algo.check(collective, npus)
-    text = str(prefix)
-    if text.endswith(".et"):
-        text = text[: -len(".et")]
-    traces = [algo_graph_to_trace(algo.graph(collective, npus, r), r, npus) for r in range(npus)]
-    Path(text).parent.mkdir(parents=True, exist_ok=True)
-    return write_workload(traces, text)
+    return write_family(algorithm_traces([algo.graph(collective, npus, r) for r in range(npus)]), prefix)
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -15,8 +15,7 @@ from pathlib import Path
 
 from etsim.cli.algo import parse_collective
 from etsim.errors import ConfigError, TraceError
-from etsim.producers.msccl import convert_msccl, step_counts, write_msccl_et
-from etsim.producers.msccl_export import workload_to_msccl
+from etsim.producers.msccl import convert_msccl, step_counts, workload_to_msccl, write_msccl_et
 
 __all__ = ["register"]
 

@@ -1,5 +1,11 @@
-"""Compatibility with other simulators' inputs and conventions (ASTRA-sim)."""
+"""Compatibility with other simulators' inputs and conventions (ASTRA-sim).
 
-from etsim.compat.astra import astra_output, load_astra_system, run_astra
+Everything specific to another simulator lives here: :mod:`~etsim.compat.astra` (ASTRA-sim's
+system/remote-memory JSON, its settings of etsim's general mechanisms, ``run_astra``),
+:mod:`~etsim.compat.algorithms` (its variants of the native algorithms),
+:mod:`~etsim.compat.network` (its network YAML) and :mod:`~etsim.compat.cli` (``etsim astra``).
+"""
 
-__all__ = ["astra_output", "load_astra_system", "run_astra"]
+from etsim.compat.astra import astra_output, astra_settings, load_astra_system, run_astra
+
+__all__ = ["astra_output", "astra_settings", "load_astra_system", "run_astra"]

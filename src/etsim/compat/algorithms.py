@@ -1,5 +1,8 @@
 """ASTRA-sim's own versions of ``ring`` and ``halvingDoubling``, used by ``etsim astra``.
 
+They are published through the ``etsim.collectives`` entry points of this package (names
+``astra_ring``, ``astra_direct``, ``astra_halving_doubling``), like any third-party algorithm.
+
 They differ from etsim's natives only where ASTRA-sim's state machines do something else, so
 that compatibility runs reproduce its numbers:
 
@@ -17,9 +20,8 @@ that compatibility runs reproduce its numbers:
 
 from __future__ import annotations
 
+from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder
 from etsim.chakra.graph import CollectiveType
-from etsim.producers.builder import AlgoGraph, AlgorithmBuilder
-from etsim.system.algorithms.base import ALGORITHMS
 from etsim.system.algorithms.direct import DirectAlgorithm
 from etsim.system.algorithms.halving_doubling import HalvingDoublingAlgorithm
 from etsim.system.algorithms.ring import RingAlgorithm
@@ -30,7 +32,6 @@ __all__ = ["AstraDirectAlgorithm", "AstraHalvingDoublingAlgorithm", "AstraRingAl
 C = CollectiveType
 
 
-@ALGORITHMS.register("astra_ring")
 class AstraRingAlgorithm(RingAlgorithm):
     """``ring`` with ASTRA-sim's quadratic all-to-all (see the module docstring)."""
 
@@ -50,7 +51,6 @@ class AstraRingAlgorithm(RingAlgorithm):
         return b.build()
 
 
-@ALGORITHMS.register("astra_halving_doubling")
 class AstraHalvingDoublingAlgorithm(HalvingDoublingAlgorithm):
     """``halving_doubling`` in ASTRA-sim's step order (see the module docstring)."""
 
@@ -82,7 +82,6 @@ class AstraHalvingDoublingAlgorithm(HalvingDoublingAlgorithm):
         return b.build()
 
 
-@ALGORITHMS.register("astra_direct")
 class AstraDirectAlgorithm(DirectAlgorithm):
     """``direct`` with concurrent reductions (see the module docstring)."""
 

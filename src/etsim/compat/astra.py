@@ -1,12 +1,15 @@
 """Run ASTRA-sim inputs and reproduce its analytical back end's numbers.
 
 This is configuration, not a second simulator: ASTRA-sim's system JSON becomes a
-:class:`~etsim.system.config.SystemConfig` carrying an
-:class:`~etsim.system.config.AstraCompat` policy, its network YAML is read by the network layer
-(1 GB = 2^30 bytes, latency in ns), and the network model runs with ``astra_compat`` (integer-ns
-truncation; congestion-unaware: whole message charged to the first dimension where source and
-destination differ; congestion-aware: store-and-forward per hop). Native algorithm names map to
-etsim's (``halvingDoubling`` → ``halving_doubling``, a multi-dimensional list of rings →
+:class:`~etsim.system.config.SystemConfig` whose general settings take ASTRA-sim's values
+(:func:`astra_settings`: integer-byte chunking, a LIFO/FIFO stream queue with ASTRA-sim's active
+streams and one endpoint delay per stream, three memory passes per reduced byte truncated to whole
+ns, 1 ns minimum compute, custom collectives run as written); its network YAML is read by
+:class:`~etsim.compat.network.AstraNetworkFormat` (1 GB = 2^30 bytes, latency in ns), and the network
+model runs with integer-ns truncation (congestion-unaware: the whole message charged to the first
+dimension where source and destination differ; congestion-aware: store-and-forward per hop). Native
+algorithm names map to etsim's or to the ``astra_*`` variants of :mod:`etsim.compat.algorithms`
+(``halvingDoubling`` → ``astra_halving_doubling``, a multi-dimensional list of rings →
 ``hierarchical`` or ``hierarchical_baseline``), custom collectives to ingested Chakra ET families.
 """
 
@@ -26,9 +29,59 @@ from etsim.errors import ConfigError
 from etsim.network import load_network
 from etsim.report.result import Result
 from etsim.simulation import simulate
-from etsim.system.config import AstraCompat, SystemConfig
+from etsim.system.config import SystemConfig
 
-__all__ = ["SYSTEM_KEYS", "astra_output", "load_astra_remote_memory", "load_astra_system", "run_astra"]
+__all__ = [
+    "MODEL_OPTIONS",
+    "SYSTEM_KEYS",
+    "astra_output",
+    "astra_settings",
+    "load_astra_remote_memory",
+    "load_astra_system",
+    "run_astra",
+]
+
+#: Network model and options of each back end: whole-ns truncation; the unaware one charges a
+#: message to the first dimension where source and destination differ.
+MODEL_OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    "unaware": ("analytical", {"integer_ns": True, "dimension_charge": "first_differing"}),
+    "aware": ("link", {"integer_ns": True}),
+}
+
+
+def astra_settings(
+    *,
+    endpoint_delay: int = 10,
+    local_mem_bw: float = 0.0,
+    preferred_dataset_splits: int = 1,
+    active_chunks_per_dimension: int = 1,
+    scheduling_policy: str = "LIFO",
+) -> dict[str, Any]:
+    """The :class:`~etsim.system.config.SystemConfig` settings that reproduce ASTRA-sim's system layer.
+
+    - a collective of S bytes is split into ``preferred-dataset-splits`` streams of ``S // splits``
+      bytes (raised to the group size for collectives other than all-gather), at most
+      ``active-chunks-per-dimension`` of them in flight, queued LIFO or FIFO, each starting after one
+      endpoint delay (and every message pays one, as ``endpoint_delay`` does in either mode);
+    - reductions cost ``3 * floor(bytes / local_mem_bw)`` ns (two reads and a write; ``local-mem-bw`` in
+      GB/s of 10^9 bytes, i.e. bytes per ns);
+    - COMP nodes of 0 µs take 1 ns; multi-dimensional phases start after one endpoint delay;
+    - custom (Chakra ET) collectives run as written.
+    """
+    return {
+        "endpoint_delay": float(endpoint_delay),
+        "chunks": preferred_dataset_splits,
+        "chunking": "integer",
+        "stream_order": "fifo" if scheduling_policy == "FIFO" else "lifo",
+        "active_streams": active_chunks_per_dimension,
+        "stream_delay": float(endpoint_delay),
+        "phase_delay": endpoint_delay,
+        "reduction_bandwidth": float(local_mem_bw) if local_mem_bw > 0 else None,
+        "reduction_passes": 3,
+        "integer_ns": True,
+        "min_compute_ns": 1.0,
+        "families_as_written": True,
+    }
 
 _COLLECTIVE_KEYS = {
     "all-reduce": "all_reduce",
@@ -186,16 +239,15 @@ def load_astra_system(path: str | os.PathLike[str], *, warn: Callable[[str], Non
     return SystemConfig(
         algorithms=algorithms,
         node_algorithms=node_algorithms,
-        endpoint_delay=float(endpoint),
         peak_flops=peak_flops,
         memory_bandwidth=float(local_bw) if peak_flops else None,  # GB/s of 10^9 B = bytes per ns
         base_dir=os.getcwd(),
-        astra=AstraCompat(
+        **astra_settings(
             endpoint_delay=endpoint,
             local_mem_bw=float(local_bw),
             preferred_dataset_splits=splits,
             active_chunks_per_dimension=active,
-            scheduling_policy="FIFO" if policy == "FIFO" else "LIFO",
+            scheduling_policy=policy,
         ),
     )
 
@@ -253,8 +305,8 @@ def run_astra(
                 raise ConfigError(f"{remote_memory}: {key!r} must be a number {need}, got {value!r}")
             changes[field_name] = float(value)
         config = config.with_overrides(**changes)
-    name = "analytical" if model == "unaware" else "link"
-    return simulate(wl, topology=net, model=name, model_options={"astra_compat": True}, system=config)
+    name, options = MODEL_OPTIONS[model]
+    return simulate(wl, topology=net, model=name, model_options=options, system=config)
 
 
 def astra_output(result: Result) -> str:

@@ -52,11 +52,10 @@ from pathlib import Path
 
 import numpy as np
 
-from etsim.chakra.graph import CollectiveType
-from etsim.chakra.io import write_workload
+from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder, algorithm_traces, write_family
+from etsim.chakra.graph import CollectiveType, parse_collective
 from etsim.errors import ConfigError
 from etsim.network.topology import Topology
-from etsim.producers.builder import AlgoGraph, AlgorithmBuilder, algo_graph_to_trace
 from etsim.producers.tacos_network import LinkGraph, LowerBound, build_link_graph, lower_bound
 
 __all__ = [
@@ -540,16 +539,15 @@ def synthesize(
 
 
 def _collective_name(collective: str | CollectiveType) -> str:
-    if isinstance(collective, CollectiveType):
-        for key, value in COLLECTIVES.items():
-            if value == collective:
-                return key
-        raise ConfigError(f"TACOS synthesis supports {', '.join(COLLECTIVES)}, not {collective.name.lower()}")
-    key = str(collective).lower().replace("-", "_")
-    squashed = {k.replace("_", ""): k for k in COLLECTIVES}
-    if key.replace("_", "") in squashed:
-        return squashed[key.replace("_", "")]
-    raise ConfigError(f"TACOS synthesis supports {', '.join(COLLECTIVES)}, not {collective!r}")
+    try:
+        parsed = parse_collective(collective)
+    except ValueError:
+        parsed = None
+    for key, value in COLLECTIVES.items():
+        if value == parsed:
+            return key
+    what = parsed.name.lower() if parsed is not None else repr(collective)
+    raise ConfigError(f"TACOS synthesis supports {', '.join(COLLECTIVES)}, not {what}")
 
 
 def algo_graphs(sched: Schedule) -> list[AlgoGraph]:
@@ -590,11 +588,4 @@ def write_synthesis(syn: Synthesis | Schedule, prefix: str | Path) -> list[Path]
     group's ranks; peers are group positions.
     """
     sched = syn.schedule if isinstance(syn, Synthesis) else syn
-    text = str(prefix)
-    if text.endswith(".et"):
-        text = text[: -len(".et")]
-    graphs = algo_graphs(sched)
-    n = len(graphs)
-    traces = [algo_graph_to_trace(g, p, n) for p, g in enumerate(graphs)]
-    Path(text).parent.mkdir(parents=True, exist_ok=True)
-    return write_workload(traces, text)
+    return write_family(algorithm_traces(algo_graphs(sched)), prefix)

@@ -9,20 +9,18 @@ barrier across ranks (a rank that arrives early simply waits for its peers' mess
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from etsim.chakra.algorithm import AlgoGraph, collective_buffer_bytes
 from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType
-from etsim.chakra.io import load_workload
-from etsim.errors import ConfigError, RegistryError, SimulationError, TraceError
-from etsim.producers.builder import AlgoGraph, algo_graph_from_trace, collective_buffer_bytes
-from etsim.system.algorithms import ALGORITHMS, CollectiveAlgorithm
-from etsim.system.config import SystemConfig
+from etsim.errors import ConfigError, SimulationError
+from etsim.system.algorithms import CollectiveAlgorithm
+from etsim.system.algorithms.sources import AlgorithmContext, resolve_algorithm
+from etsim.system.config import SystemConfig, chunk_sizes
 from etsim.system.groups import CommGroups
 
-__all__ = ["ChakraAlgorithm", "CollectivePart", "Participation", "System", "default_algorithm", "resolve_algorithm"]
+__all__ = ["CollectivePart", "Participation", "System", "default_algorithm"]
 
 #: Algorithm used when nothing is configured for a collective.
 _DEFAULTS = {CollectiveType.GATHER: "direct", CollectiveType.SCATTER: "direct"}
@@ -31,83 +29,6 @@ _DEFAULTS = {CollectiveType.GATHER: "direct", CollectiveType.SCATTER: "direct"}
 def default_algorithm(collective: CollectiveType) -> str:
     """The native algorithm used when none is configured (``ring``, or ``direct`` for gather/scatter)."""
     return _DEFAULTS.get(collective, "ring")
-
-
-class ChakraAlgorithm(CollectiveAlgorithm):
-    """An algorithm ingested from a Chakra ET family: one file per algorithm rank.
-
-    Algorithm rank *i* runs on the *i*-th rank of the communicator group. Sizes are symbolic
-    (``msg_chunk_cnt`` of ``total_chunk_cnt``, scaled to the workload's ``comm_size``) or the
-    files' absolute ``comm_size``.
-    """
-
-    name = "chakra-et"
-    collectives = frozenset(CollectiveType)
-
-    def __init__(self, spec: str, *, ignore_ctrl_deps: bool = False) -> None:
-        self.spec = spec
-        try:
-            self.workload = load_workload(spec)
-        except TraceError as exc:
-            raise ConfigError(f"algorithm {spec!r}: {exc}") from None
-        self.ignore_ctrl_deps = ignore_ctrl_deps
-        self._graphs: dict[int, AlgoGraph] = {}
-
-    def supports(self, collective: CollectiveType, group_size: int) -> str | None:
-        """Any collective, on a group as large as the family."""
-        n = self.workload.num_ranks
-        if n != group_size:
-            return f"algorithm {self.spec!r} has {n} rank files but the communicator group has {group_size} ranks"
-        return None
-
-    def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
-        """The ingested graph of algorithm rank *position*."""
-        graph = self._graphs.get(position)
-        if graph is None:
-            try:
-                graph = algo_graph_from_trace(self.workload[position], ignore_ctrl_deps=self.ignore_ctrl_deps)
-            except ValueError as exc:
-                raise ConfigError(f"algorithm {self.spec!r}: {exc}") from None
-            for pos, peer in enumerate(graph.peers):
-                if graph.kinds[pos] != 4 and not 0 <= peer < group_size:
-                    raise ConfigError(
-                        f"algorithm {self.spec!r}: {self.workload[position].describe(pos)}: peer {peer} "
-                        f"is outside the {group_size}-rank group"
-                    )
-            self._graphs[position] = graph
-        return graph
-
-
-def resolve_algorithm(
-    spec: str,
-    *,
-    base_dir: str = ".",
-    dims: Sequence[int] | None = None,
-    ignore_ctrl_deps: bool = False,
-    phase_delay: float = 0.0,
-) -> tuple[str, CollectiveAlgorithm]:
-    """Turn an ``--algo`` value into ``(label, algorithm)``: a registry name, else a Chakra ET family.
-
-    Raises:
-        ConfigError: neither a known name nor a readable family; the message lists both.
-    """
-    names = ALGORITHMS.names()
-    if spec in names or (":" in spec and not os.path.exists(spec)):
-        cls = ALGORITHMS.get(spec)
-        if getattr(cls, "needs_dims", False):
-            return spec, cls(dims=tuple(dims) if dims else None, phase_delay=phase_delay)  # type: ignore[call-arg]
-        return spec, cls()
-    path = spec if os.path.isabs(spec) else os.fspath(Path(base_dir) / spec)
-    if spec.endswith(".xml"):  # MSCCL-IR, converted on the fly (cached per file)
-        from etsim.producers.msccl import load_msccl_algorithm
-
-        return spec, load_msccl_algorithm(path)
-    try:
-        return spec, ChakraAlgorithm(path, ignore_ctrl_deps=ignore_ctrl_deps)
-    except ConfigError as exc:
-        raise ConfigError(
-            f"--algo {spec!r} is neither an algorithm name ({', '.join(names)}) nor a Chakra ET family: {exc}"
-        ) from None
 
 
 @dataclass(slots=True)
@@ -126,7 +47,7 @@ class CollectivePart:
     endpoint_delay: float = 0.0
     """ns every message of this part waits before entering the network."""
     start_delay: float = 0.0
-    """ns before the part starts (ASTRA-sim: one endpoint delay per stream)."""
+    """ns before the part starts (:attr:`SystemConfig.stream_delay`)."""
     comp_ns: float | None = None
     """Duration of COMP nodes that carry none; None = the reduction model (bytes / bandwidth)."""
 
@@ -181,17 +102,13 @@ class System:
     def _resolve(self, spec: str) -> tuple[str, CollectiveAlgorithm]:
         found = self._by_spec.get(spec)
         if found is None:
-            try:
-                found = resolve_algorithm(
-                    spec,
-                    base_dir=self.config.base_dir,
-                    dims=self.dims,
-                    ignore_ctrl_deps=self.config.ignore_ctrl_deps,
-                    phase_delay=self.config.astra.endpoint_delay if self.config.astra else 0.0,
-                )
-            except RegistryError as exc:
-                raise ConfigError(str(exc)) from None
-            self._by_spec[spec] = found
+            context = AlgorithmContext(
+                base_dir=self.config.base_dir,
+                dims=self.dims,
+                ignore_ctrl_deps=self.config.ignore_ctrl_deps,
+                phase_delay=self.config.phase_delay,
+            )
+            found = self._by_spec[spec] = resolve_algorithm(spec, context)
         return found
 
     def algorithm_for(self, collective: CollectiveType) -> tuple[str, CollectiveAlgorithm]:
@@ -264,20 +181,20 @@ class System:
         if graph is None:
             graph = inst.algorithm.graph(lookup, n, position)
             self._graphs[graph_key] = graph
-        astra = self.config.astra
-        custom = isinstance(inst.algorithm, ChakraAlgorithm)
-        if astra is not None and custom:
-            # ASTRA-sim runs a custom collective as one stream of the ET's own sizes, with no endpoint
-            # delay or reduction charge; COMP nodes take their duration (1 ns if none).
+        config = self.config
+        if config.families_as_written and inst.algorithm.source == "chakra-et":
+            # One stream of the files' own sizes, no endpoint delay or reduction model; COMP nodes
+            # without a duration take the minimum compute time.
             if graph.total_chunks is not None:
                 raise ConfigError(
-                    f"{where}: custom collective {inst.label!r} gives sizes as chunk counts "
-                    "(msg_chunk_cnt/total_chunk_cnt); ASTRA-sim runs custom collectives with the absolute "
+                    f"{where}: algorithm family {inst.label!r} gives sizes as chunk counts "
+                    "(msg_chunk_cnt/total_chunk_cnt), but families are run as written here, with the absolute "
                     "comm_size of each node — simulate it with `etsim run`, which scales chunk counts"
                 )
-            share.parts.append(CollectivePart(graph, position, group, inst.namespace, 1.0, comp_ns=1.0))
+            part = CollectivePart(graph, position, group, inst.namespace, 1.0, comp_ns=config.min_compute_ns)
+            share.parts.append(part)
             return share
-        start = float(astra.endpoint_delay) if astra is not None else 0.0
+        start = config.stream_delay
         for c, stream in enumerate(self._stream_sizes(collective, size, n)):
             if graph.total_chunks is not None:
                 unit = collective_buffer_bytes(lookup, stream, n) / graph.total_chunks
@@ -288,12 +205,6 @@ class System:
         return share
 
     def _stream_sizes(self, collective: CollectiveType, size: int, group_size: int) -> list[float]:
-        """Bytes of each chunk (stream) of a collective; equal shares unless ASTRA-sim's rule applies."""
-        astra = self.config.astra
-        if astra is not None:
-            return [
-                float(s)
-                for s in astra.stream_sizes(size, group_size, all_gather=collective == CollectiveType.ALL_GATHER)
-            ]
-        k = self.config.chunks
-        return [size / k] * k
+        """Bytes of each chunk (stream) of a collective (:func:`~etsim.system.config.chunk_sizes`)."""
+        per_rank = collective == CollectiveType.ALL_GATHER
+        return chunk_sizes(size, self.config.chunks, group_size, per_rank_size=per_rank, rule=self.config.chunking)

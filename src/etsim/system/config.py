@@ -10,7 +10,6 @@ endpoint delay, no reduction cost. Turn them on with ``chunks: 4``, ``endpoint_d
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from dataclasses import dataclass, field, fields, replace
@@ -22,7 +21,15 @@ import yaml
 from etsim.errors import ConfigError
 from etsim.units import parse_bandwidth, parse_time
 
-__all__ = ["AstraCompat", "Resources", "SystemConfig", "load_system_config", "parse_flops"]
+__all__ = [
+    "CHUNKINGS",
+    "STREAM_ORDERS",
+    "Resources",
+    "SystemConfig",
+    "chunk_sizes",
+    "load_system_config",
+    "parse_flops",
+]
 
 _FLOPS = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 
@@ -45,7 +52,7 @@ def parse_flops(value: object, *, key: str) -> float:
 class Resources:
     """Per-NPU limits on nodes in flight (0 = unlimited).
 
-    The defaults are ASTRA-sim's hardware slots: one CPU op, one GPU compute op and one
+    The defaults model an accelerator with one CPU op, one GPU compute op and one
     communication op (collective, send, memory access) at a time; receives take no slot.
     """
 
@@ -54,46 +61,34 @@ class Resources:
     cpu_ops: int = 1
 
 
-@dataclass(frozen=True, kw_only=True)
-class AstraCompat:
-    """ASTRA-sim's system-layer conventions as a policy the layers consult (``etsim astra``).
+#: Values of :attr:`SystemConfig.stream_order`.
+STREAM_ORDERS = ("fifo", "lifo")
+#: Values of :attr:`SystemConfig.chunking`.
+CHUNKINGS = ("equal", "integer")
 
-    Set on :attr:`SystemConfig.astra`; None (the default) keeps etsim's own behaviour. Times are whole
-    ns. What it changes:
 
-    - every collective stream starts after one endpoint delay (and every message pays one, as
-      :attr:`SystemConfig.endpoint_delay` does in either mode);
-    - reductions cost ``3 * floor(bytes / local_mem_bw)`` ns (two reads and a write; ``local-mem-bw`` in
-      GB/s of 10^9 bytes, i.e. bytes per ns);
-    - a collective of S bytes is split into ``preferred-dataset-splits`` streams of ``S // splits`` bytes
-      (raised to the group size for collectives other than all-gather), at most
-      ``active-chunks-per-dimension`` of them in flight, queued LIFO or FIFO;
-    - COMP nodes of 0 µs take 1 ns.
+def chunk_sizes(size: int, chunks: int, group_size: int, *, per_rank_size: bool, rule: str = "equal") -> list[float]:
+    """Bytes of each chunk (stream) a collective of *size* bytes is split into.
+
+    Args:
+        size: the collective's ``comm_size``.
+        chunks: the number of chunks asked for.
+        group_size: ranks in the communicator group.
+        per_rank_size: the size is per rank (all-gather), not the whole buffer.
+        rule: ``equal`` — *chunks* equal shares (fractional bytes allowed); ``integer`` — chunks of
+            ``size // chunks`` whole bytes, the last one taking the remainder, raised to one byte
+            per rank when the size is a whole buffer (so a chunk never splits below a byte per rank).
     """
-
-    endpoint_delay: int = 10
-    local_mem_bw: float = 0.0
-    preferred_dataset_splits: int = 1
-    active_chunks_per_dimension: int = 1
-    scheduling_policy: str = "LIFO"
-
-    def reduction_time(self, nbytes: float) -> float:
-        """Ns of a reduction of *nbytes* bytes."""
-        if self.local_mem_bw <= 0:
-            return 0.0
-        return 3.0 * math.floor(nbytes / self.local_mem_bw)
-
-    def stream_sizes(self, size: int, group_size: int, *, all_gather: bool) -> list[int]:
-        """Bytes of each stream (chunk) a collective of *size* bytes is split into."""
-        splits = self.preferred_dataset_splits
-        chunk = size // splits
-        if not all_gather and chunk < group_size:
-            chunk = group_size
-            size = splits * group_size
-        if chunk <= 0:
-            return [size]
-        streams = -(-size // chunk)
-        return [chunk] * (streams - 1) + [size - chunk * (streams - 1)]
+    if rule == "equal":
+        return [size / chunks] * chunks
+    chunk = size // chunks
+    if not per_rank_size and chunk < group_size:
+        chunk = group_size
+        size = chunks * group_size
+    if chunk <= 0:
+        return [float(size)]
+    streams = -(-size // chunk)
+    return [float(chunk)] * (streams - 1) + [float(size - chunk * (streams - 1))]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,7 +98,7 @@ class SystemConfig:
     algorithms: dict[str, str] = field(default_factory=dict)
     """Collective name (``all_reduce`` …, or ``default``) → algorithm name or ET family path."""
     node_algorithms: dict[int, str] = field(default_factory=dict)
-    """Workload node id → algorithm for that collective node only (ASTRA-sim's per-node custom)."""
+    """Workload node id → algorithm for that collective node only (overrides the per-collective choice)."""
     chunks: int = 1
     """Split every collective into this many pipelined chunks (concurrent algorithm instances)."""
     reduction_bandwidth: float | None = None
@@ -120,13 +115,32 @@ class SystemConfig:
     remote_memory_latency: float = 0.0
     """ns per MEM_LOAD/MEM_STORE node."""
     comm_groups: str | None = None
-    """Path of a comm-group file (ASTRA-sim JSON or etsim YAML)."""
+    """Path of a comm-group file (JSON `{"1": [0, 1]}` or etsim YAML)."""
     ignore_ctrl_deps: bool = False
     """Walk ``data_deps`` only (PyTorch-derived traces keep call-stack parents in ``ctrl_deps``)."""
     base_dir: str = "."
     """Directory relative paths in this config resolve against."""
-    astra: AstraCompat | None = None
-    """ASTRA-sim compatibility policy (``etsim astra``), or None."""
+    # -- how collectives are split, queued and costed; the defaults match the α-β closed forms.
+    chunking: str = "equal"
+    """How a collective's bytes split into chunks: ``equal`` or ``integer`` (see :func:`chunk_sizes`)."""
+    stream_order: str = "fifo"
+    """Order in which the queued chunks (streams) of one collective start: ``fifo`` or ``lifo``."""
+    active_streams: int = 0
+    """Chunks of one collective in flight at once; the others wait in the queue (0 = all at once)."""
+    stream_delay: float = 0.0
+    """ns each chunk stream waits before its first step."""
+    phase_delay: float = 0.0
+    """ns between consecutive dimension phases of multi-dimensional algorithms (``hierarchical``)."""
+    reduction_passes: int = 1
+    """Memory passes per reduced byte (3 = read two operands, write one): a reduction of m bytes costs
+    ``passes · m / reduction_bandwidth``."""
+    integer_ns: bool = False
+    """Truncate each reduction's ``m / reduction_bandwidth`` to whole ns before multiplying by the passes."""
+    min_compute_ns: float = 0.0
+    """Replayed COMP durations shorter than this take this long (e.g. 1 ns for 0 µs nodes)."""
+    families_as_written: bool = False
+    """Run ingested Chakra ET algorithm families as written: one stream, the files' absolute sizes, no
+    endpoint or stream delay, COMP nodes cost their own duration (at least ``min_compute_ns``)."""
 
     def with_overrides(self, **changes: Any) -> SystemConfig:
         """A copy with some fields replaced (``None`` values are ignored)."""
@@ -161,7 +175,7 @@ def load_system_config(source: str | os.PathLike[str] | dict[str, Any], *, base_
         base = base_dir or str(path.parent)
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping of keys to values")
-    known = {f.name for f in fields(SystemConfig)} - {"base_dir", "astra", "node_algorithms"}
+    known = {f.name for f in fields(SystemConfig)} - {"base_dir", "node_algorithms"}
     values: dict[str, Any] = {"base_dir": base}
     for key, value in data.items():
         k = f"{where}: {key}"
@@ -197,8 +211,17 @@ def load_system_config(source: str | os.PathLike[str] | dict[str, Any], *, base_
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"{k}: expected the path of a comm-group file, got {value!r}")
             values[key] = value
-        elif key == "ignore_ctrl_deps":
+        elif key in ("ignore_ctrl_deps", "integer_ns", "families_as_written"):
             if not isinstance(value, bool):
                 raise ConfigError(f"{k}: expected true or false")
+            values[key] = value
+        elif key in ("stream_delay", "phase_delay", "min_compute_ns"):
+            values[key] = parse_time(value, key=k)
+        elif key in ("reduction_passes", "active_streams"):
+            values[key] = _positive_int(value, k, minimum=1 if key == "reduction_passes" else 0)
+        elif key in ("chunking", "stream_order"):
+            choices = CHUNKINGS if key == "chunking" else STREAM_ORDERS
+            if value not in choices:
+                raise ConfigError(f"{k}: expected one of {', '.join(choices)}, got {value!r}")
             values[key] = value
     return SystemConfig(**values)

@@ -1,5 +1,11 @@
-"""The workload layer: the one dependency-graph walker, for workloads and algorithms alike."""
+"""The workload layer: the one dependency-graph walker, for workloads and algorithms alike.
 
-from etsim.workload.walker import Engine, GraphRun
+Modules: :mod:`~etsim.workload.runs` (the walk and its two kinds), :mod:`~etsim.workload.messages`
+(point-to-point matching), :mod:`~etsim.workload.collectives` (collective calls and their stream
+queue) and :mod:`~etsim.workload.engine` (time, wiring, deadlock report).
+"""
 
-__all__ = ["Engine", "GraphRun"]
+from etsim.workload.engine import Engine
+from etsim.workload.runs import AlgoRun, GraphRun, WorkloadRun
+
+__all__ = ["AlgoRun", "Engine", "GraphRun", "WorkloadRun"]

@@ -17,8 +17,8 @@ from collections.abc import Callable
 import pytest
 
 from etsim.chakra import CollectiveType as C
+from etsim.chakra.algorithm import COMP, RECV, SEND, AlgoGraph
 from etsim.errors import ConfigError, RegistryError
-from etsim.producers.builder import COMP, RECV, SEND, AlgoGraph
 from etsim.system.algorithms import (
     ALGORITHMS,
     CollectiveAlgorithm,

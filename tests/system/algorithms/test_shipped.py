@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from etsim.chakra import load_workload, validate_workload
+from etsim.chakra.algorithm import COMP, algo_graph_from_trace
 from etsim.cli.algo import make_algorithm
-from etsim.producers.builder import COMP, algo_graph_from_trace
 
 REPO = Path(__file__).resolve().parents[3]
 SHIPPED = REPO / "algorithms"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from etsim.chakra import Workload
-from etsim.producers.builder import collective_buffer_bytes
+from etsim.chakra.algorithm import collective_buffer_bytes
 from etsim.producers.workloads import collective_workload
 from etsim.simulation import simulate
 from etsim.system.algorithms import ALGORITHMS

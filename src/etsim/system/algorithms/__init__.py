@@ -1,22 +1,27 @@
-"""Collective algorithms: the plug-in base class, the registry and the native algorithms.
+"""Collective algorithms: the plug-in base class, the registries and the native algorithms.
 
-Importing this package registers the native algorithms in :data:`ALGORITHMS`: ``ring``,
-``direct``, ``halving_doubling``, ``tree`` (double binary tree) and ``hierarchical``.
+Importing this package registers the native algorithms in :data:`ALGORITHMS` (``ring``,
+``direct``, ``halving_doubling``/``hd``, ``tree`` (double binary tree), ``hierarchical`` and
+``hierarchical_baseline``) and the algorithm sources in :data:`SOURCES` (names, MSCCL-IR XML,
+Chakra ET families).
 """
 
-from etsim.system.algorithms.astra import AstraDirectAlgorithm, AstraHalvingDoublingAlgorithm, AstraRingAlgorithm
-from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
+from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm, CollectiveAlgorithm
 from etsim.system.algorithms.direct import DirectAlgorithm
+from etsim.system.algorithms.family import ChakraAlgorithm
 from etsim.system.algorithms.halving_doubling import HalvingDoublingAlgorithm
 from etsim.system.algorithms.hierarchical import HierarchicalAlgorithm, HierarchicalBaselineAlgorithm
 from etsim.system.algorithms.ring import RingAlgorithm
+from etsim.system.algorithms.sources import SOURCES, AlgorithmContext, AlgorithmSource, resolve_algorithm
 from etsim.system.algorithms.tree import TreeAlgorithm
 
 __all__ = [
     "ALGORITHMS",
-    "AstraDirectAlgorithm",
-    "AstraHalvingDoublingAlgorithm",
-    "AstraRingAlgorithm",
+    "SOURCES",
+    "AlgorithmContext",
+    "AlgorithmSource",
+    "BuiltAlgorithm",
+    "ChakraAlgorithm",
     "CollectiveAlgorithm",
     "DirectAlgorithm",
     "HalvingDoublingAlgorithm",
@@ -24,4 +29,5 @@ __all__ = [
     "HierarchicalBaselineAlgorithm",
     "RingAlgorithm",
     "TreeAlgorithm",
+    "resolve_algorithm",
 ]

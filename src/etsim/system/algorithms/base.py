@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from etsim.chakra.algorithm import AlgoGraph
 from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError
-from etsim.producers.builder import AlgoGraph
 from etsim.registry import Registry
 
 __all__ = ["ALGORITHMS", "BuiltAlgorithm", "CollectiveAlgorithm"]
@@ -19,11 +19,11 @@ class CollectiveAlgorithm:
 
     - ``collectives`` (class attribute) lists the :class:`~etsim.chakra.CollectiveType` values
       the algorithm implements; :meth:`supports` may refine it by group size (e.g. powers of two).
-    - :meth:`graph` returns the :class:`~etsim.producers.builder.AlgoGraph` of the rank at group
+    - :meth:`graph` returns the :class:`~etsim.chakra.algorithm.AlgoGraph` of the rank at group
       position ``position`` for a collective over ``group_size`` ranks. Peers are group
       positions (or offsets, with ``relative_peers``); the system maps them to global ranks.
     - Sizes are symbolic chunk counts (``total_chunks`` set) relative to the collective buffer
-      (:func:`~etsim.producers.builder.collective_buffer_bytes`), so the graph does not depend on
+      (:func:`~etsim.chakra.algorithm.collective_buffer_bytes`), so the graph does not depend on
       the message size; absolute byte sizes are allowed for ingested files that carry them.
     - Graphs are pure functions of ``(collective, group_size, position)``; the system caches
       them, so returning the same object for every position is fine.
@@ -35,6 +35,8 @@ class CollectiveAlgorithm:
 
     #: Registry name.
     name: ClassVar[str] = ""
+    #: Where the algorithm comes from: ``native`` (built in code), ``chakra-et`` or ``msccl-ir`` (read from files).
+    source: ClassVar[str] = "native"
     #: Collectives implemented.
     collectives: ClassVar[frozenset[CollectiveType]] = frozenset()
 

@@ -22,8 +22,8 @@ use relative peers, so one cached graph serves every rank.
 
 from __future__ import annotations
 
+from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder
 from etsim.chakra.graph import CollectiveType
-from etsim.producers.builder import AlgoGraph, AlgorithmBuilder
 from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm
 from etsim.system.algorithms.steps import empty_graph
 

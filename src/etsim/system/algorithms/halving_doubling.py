@@ -17,8 +17,8 @@ refused (:meth:`HalvingDoublingAlgorithm.supports` says so).
 
 from __future__ import annotations
 
+from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder
 from etsim.chakra.graph import CollectiveType
-from etsim.producers.builder import AlgoGraph, AlgorithmBuilder
 from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm
 from etsim.system.algorithms.steps import empty_graph
 

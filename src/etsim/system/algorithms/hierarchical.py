@@ -23,9 +23,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder
 from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError
-from etsim.producers.builder import AlgoGraph, AlgorithmBuilder
 from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm
 from etsim.system.algorithms.steps import empty_graph, ring_all_gather, ring_reduce_scatter
 

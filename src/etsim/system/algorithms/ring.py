@@ -18,9 +18,9 @@ Symmetric collectives use relative peers, so one cached graph serves every rank.
 
 from __future__ import annotations
 
+from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder
 from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError
-from etsim.producers.builder import AlgoGraph, AlgorithmBuilder
 from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm
 from etsim.system.algorithms.steps import (
     chain_broadcast,

@@ -1,6 +1,6 @@
 """Building blocks shared by the native algorithms: ring phases, chains and binary trees.
 
-Each helper appends nodes to an :class:`~etsim.producers.builder.AlgorithmBuilder` and returns
+Each helper appends nodes to an :class:`~etsim.chakra.algorithm.AlgorithmBuilder` and returns
 the node the next phase must wait for, so phases compose (the hierarchical algorithm chains ring
 phases of several dimensions). Every helper gives each message its own tag (``tag``,
 ``tag + 1``, …) so sends and receives pair up unambiguously whatever order the simulator issues
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from etsim.producers.builder import AlgoGraph, AlgorithmBuilder
+from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder
 
 __all__ = [
     "chain_broadcast",

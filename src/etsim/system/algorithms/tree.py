@@ -20,8 +20,8 @@ all-reduce halves take 2⌊log2 p⌋ message times of S/2.
 
 from __future__ import annotations
 
+from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder
 from etsim.chakra.graph import CollectiveType
-from etsim.producers.builder import AlgoGraph, AlgorithmBuilder
 from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm
 from etsim.system.algorithms.steps import empty_graph, heap_tree
 

@@ -1,13 +1,13 @@
 """Chakra ET algorithm → MSCCL-IR XML, for algorithms made of sends, receives and reductions.
 
-The inverse of :mod:`etsim.producers.msccl` for the graphs etsim writes (``etsim algo export``
+The inverse of :mod:`etsim.producers.msccl.lower` for the graphs etsim writes (``etsim algo export``
 families, synthesised algorithms): every SEND becomes an ``s`` step, every RECV an ``r`` step,
 every reduction (COMP) an ``re`` step of the same chunk count. Steps are packed into thread
 blocks as chains — a node joins the tb whose last step it depends on, when the tb's peers and
 channel allow — so program order never adds a wait the graph did not have; the node's other
 dependencies become its ``depid``/``deps`` and one ``nop`` per extra dependency, as MSCCLang
 writes them. The channel of a tb is the messages' ``comm_tag``. Reading the XML back with
-:func:`~etsim.producers.msccl.convert_msccl` gives the same nodes and dependencies, so the
+:func:`~etsim.producers.msccl.lower.convert_msccl` gives the same nodes and dependencies, so the
 simulated time is identical.
 
 What MSCCL-IR cannot say is refused with the node named: absolute byte sizes (MSCCL-IR sizes
@@ -19,16 +19,17 @@ data-correct program for a real GPU.
 
 from __future__ import annotations
 
-import heapq
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
+from etsim.chakra.algorithm import COMP, RECV, SEND, AlgoGraph, algo_graph_from_trace
+from etsim.chakra.dag import topological_order
 from etsim.chakra.graph import CollectiveType, Workload
 from etsim.chakra.io import load_workload
 from etsim.errors import ConfigError, TraceError
-from etsim.producers.builder import COMP, RECV, SEND, AlgoGraph, algo_graph_from_trace
+from etsim.producers.msccl.ir import msccl_collective
 
 __all__ = ["MSCCL_COLL_NAMES", "graphs_to_msccl", "workload_to_msccl"]
 
@@ -56,23 +57,6 @@ class _Tb:
         """(type, cnt, (depid, deps), extra waits carried by nops)"""
 
 
-def _topological(graph: AlgoGraph) -> list[int]:
-    succ_ptr, succ, indeg0 = graph.successors()
-    indeg = list(indeg0)
-    ready = [i for i in range(graph.num_nodes) if indeg[i] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        v = heapq.heappop(ready)
-        order.append(v)
-        for k in range(succ_ptr[v], succ_ptr[v + 1]):
-            c = succ[k]
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                heapq.heappush(ready, c)
-    return order
-
-
 def _chunks(graph: AlgoGraph, pos: int, where: str) -> int:
     amount = graph.chunks[pos]
     if amount != int(amount) or amount < 0:
@@ -81,7 +65,8 @@ def _chunks(graph: AlgoGraph, pos: int, where: str) -> int:
 
 
 def _gpu_tbs(graph: AlgoGraph, rank: int, group_size: int, label: str) -> list[_Tb]:
-    order = _topological(graph)
+    succ_ptr, succ, indeg = graph.successors()
+    order = topological_order(succ_ptr, succ, indeg)
     if len(order) != graph.num_nodes:
         raise ConfigError(f"{label} rank {rank}: the algorithm graph has a dependency cycle")
     tbs: list[_Tb] = []
@@ -216,16 +201,13 @@ def graphs_to_msccl(
 
 
 def _collective_of(workload: Workload) -> CollectiveType | None:
-    from etsim.producers.msccl import COLLECTIVES
-
+    """The ``collective`` recorded in the family's global metadata, if any."""
     for attr in workload[0].metadata.attr:
         if attr.name == "collective" and attr.WhichOneof("value") == "string_val":
-            text = attr.string_val.lower().replace("-", "_")
-            if text in COLLECTIVES:
-                return COLLECTIVES[text]
-            for c in CollectiveType:
-                if c.name.lower() == text or c.name.lower().replace("_", "") == text.replace("_", ""):
-                    return c
+            try:
+                return msccl_collective(attr.string_val.lower())
+            except ValueError:
+                return None
     return None
 
 

@@ -1,0 +1,275 @@
+"""Lower an MSCCL-IR program to one algorithm graph per GPU, and check that connections pair up."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from etsim.chakra.algorithm import COMP, RECV, SEND, AlgoGraph
+from etsim.chakra.dag import topological_order, transpose
+from etsim.chakra.graph import CollectiveType
+from etsim.producers.msccl.ir import STEP_TYPES, MscclError, MscclGpu, MscclProgram, MscclStep, MscclTb, step_uses
+from etsim.producers.msccl.parse import parse_msccl, replicate_instances
+
+__all__ = ["MscclConversion", "convert_msccl", "convert_program", "step_counts"]
+
+
+@dataclass(slots=True)
+class MscclConversion:
+    """The per-GPU algorithm graphs of a program, with provenance for every node.
+
+    Attributes:
+        program: the (instance-replicated) program converted.
+        graphs: one :class:`~etsim.chakra.algorithm.AlgoGraph` per GPU (peers are GPU ids).
+        origins: per GPU, per node: ``(tb, step, part, buffer, offset)`` — the step a node
+            comes from, which part of it ("send", "recv", "reduce", "copy"), and the local
+            buffer and chunk offset it reads (send, reduce) or writes (recv, copy).
+    """
+
+    program: MscclProgram
+    graphs: list[AlgoGraph]
+    origins: list[list[tuple[int, int, str, str, int]]]
+
+    @property
+    def collective(self) -> CollectiveType | None:
+        """The collective (None for ``custom``)."""
+        return self.program.collective
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes over all GPUs."""
+        return sum(g.num_nodes for g in self.graphs)
+
+    @property
+    def num_messages(self) -> int:
+        """SEND nodes over all GPUs."""
+        return sum(g.kinds.count(SEND) for g in self.graphs)
+
+
+def convert_program(program: MscclProgram) -> MscclConversion:
+    """Lower every GPU of *program* to an algorithm graph and check that the connections pair up.
+
+    Raises:
+        MscclError: a dependency cycle, or a connection whose sends and receives differ in
+            number or size (the first mismatch, with both steps named).
+    """
+    graphs: list[AlgoGraph] = []
+    origins: list[list[tuple[int, int, str, str, int]]] = []
+    for gpu in program.gpus:
+        graph, origin = _convert_gpu(program, gpu)
+        graphs.append(graph)
+        origins.append(origin)
+    _check_pairing(program)
+    return MscclConversion(program, graphs, origins)
+
+
+def _convert_gpu(program: MscclProgram, gpu: MscclGpu) -> tuple[AlgoGraph, list[tuple[int, int, str, str, int]]]:
+    path = program.path
+    kinds: list[int] = []
+    peers: list[int] = []
+    tags: list[int] = []
+    chunks: list[float] = []
+    names: list[str] = []
+    origin: list[tuple[int, int, str, str, int]] = []
+    deps: list[list[int]] = []
+    first: list[list[int]] = []  # per tb, per step: first node (-1 for nop)
+    last: list[list[int]] = []
+    for tb in gpu.tbs:
+        tb_first, tb_last = [], []
+        for st in tb.steps:
+            prev = -1
+            head = -1
+            for part in STEP_TYPES[st.type]:
+                if part == "send":
+                    kind, peer, buf, off = SEND, tb.send, st.srcbuf, st.srcoff
+                    if st.type in ("rcs",):
+                        buf, off = st.dstbuf, st.dstoff  # forwards what it just received
+                elif part == "recv":
+                    kind, peer = RECV, tb.recv
+                    buf, off = (st.dstbuf, st.dstoff) if step_uses(st.type, "dst") else (st.srcbuf, st.srcoff)
+                else:
+                    kind, peer = COMP, -1
+                    buf, off = (
+                        (st.dstbuf, st.dstoff) if st.type in ("cpy", "re", "rrc", "rrcs") else (st.srcbuf, st.srcoff)
+                    )
+                node = len(kinds)
+                kinds.append(kind)
+                peers.append(peer)
+                tags.append(tb.chan if kind != COMP else 0)
+                chunks.append(float(st.cnt))
+                names.append(f"tb{tb.id}_s{st.s}_{st.type}_{part}")
+                origin.append((tb.id, st.s, part, buf, off))
+                deps.append([prev] if prev >= 0 else [])
+                if head < 0:
+                    head = node
+                prev = node
+            tb_first.append(head)
+            tb_last.append(prev)
+        first.append(tb_first)
+        last.append(tb_last)
+
+    # done(tb, s): the nodes whose completion means step s of tb has completed.
+    memo: dict[tuple[int, int], tuple[int, ...]] = {}
+    active: set[tuple[int, int]] = set()
+
+    def waits(t: int, s: int) -> tuple[int, ...]:
+        st = gpu.tbs[t].steps[s]
+        found: list[int] = []
+        if s > 0:
+            found.extend(done(t, s - 1))
+        if st.depid >= 0:
+            found.extend(done(st.depid, st.deps))
+        return tuple(dict.fromkeys(found))
+
+    def done(t: int, s: int) -> tuple[int, ...]:
+        key = (t, s)
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        if last[t][s] >= 0:
+            result: tuple[int, ...] = (last[t][s],)
+        else:
+            if key in active:
+                raise MscclError(path, "nop dependencies form a cycle", gpu=gpu.id, tb=t, step=s)
+            active.add(key)
+            result = waits(t, s)
+            active.discard(key)
+        memo[key] = result
+        return result
+
+    try:
+        for t, tb in enumerate(gpu.tbs):
+            for s in range(len(tb.steps)):
+                head = first[t][s]
+                if head >= 0:
+                    deps[head].extend(d for d in waits(t, s) if d not in deps[head])
+    except RecursionError:
+        raise MscclError(path, "nop dependency chain too deep to resolve", gpu=gpu.id) from None
+
+    # Topological order, lowest position first so document order is kept where possible.
+    n = len(kinds)
+    dep_ptr = [0]
+    dep_idx: list[int] = []
+    for ds in deps:
+        dep_idx.extend(ds)
+        dep_ptr.append(len(dep_idx))
+    succ_ptr, succ = transpose(n, [(dep_ptr, dep_idx)])
+    indeg = [len(d) for d in deps]
+    order = topological_order(succ_ptr, succ, indeg)
+    if len(order) != n:
+        placed = set(order)
+        indeg = [sum(1 for d in deps[i] if d not in placed) for i in range(n)]
+        stuck = min(i for i in range(n) if indeg[i] > 0)
+        t, s = origin[stuck][0], origin[stuck][1]
+        raise MscclError(
+            path,
+            f"dependencies form a cycle through this step ({names[stuck]} waits on "
+            + ", ".join(names[d] for d in deps[stuck] if indeg[d] > 0)
+            + ")",
+            gpu=gpu.id,
+            tb=t,
+            step=s,
+            line=gpu.tbs[t].steps[s].line,
+        )
+    new_pos = [0] * n
+    for pos, old in enumerate(order):
+        new_pos[old] = pos
+    g = AlgoGraph(total_chunks=program.nchunksperloop)
+    new_origin = []
+    for old in order:
+        g.kinds.append(kinds[old])
+        g.peers.append(peers[old])
+        g.tags.append(tags[old])
+        g.chunks.append(chunks[old])
+        g.durations_ns.append(None)
+        g.names.append(names[old])
+        g.deps_idx.extend(sorted(new_pos[d] for d in deps[old]))
+        g.deps_ptr.append(len(g.deps_idx))
+        new_origin.append(origin[old])
+    return g, new_origin
+
+
+def _check_pairing(program: MscclProgram) -> None:
+    """Check every connection (sender, receiver, channel): same number of messages, same sizes."""
+    sends: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}
+    recvs: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}
+    send_tbs: dict[tuple[int, int, int], set[int]] = {}
+    recv_tbs: dict[tuple[int, int, int], set[int]] = {}
+    for gpu in program.gpus:
+        for tb in gpu.tbs:
+            for st in tb.steps:
+                parts = STEP_TYPES[st.type]
+                if "send" in parts:
+                    key = (gpu.id, tb.send, tb.chan)
+                    sends.setdefault(key, []).append((st.cnt, tb.id, st.s))
+                    send_tbs.setdefault(key, set()).add(tb.id)
+                if "recv" in parts:
+                    key = (tb.recv, gpu.id, tb.chan)
+                    recvs.setdefault(key, []).append((st.cnt, tb.id, st.s))
+                    recv_tbs.setdefault(key, set()).add(tb.id)
+    for key in sorted(set(sends) | set(recvs)):
+        src, dst, chan = key
+        out, inc = sends.get(key, []), recvs.get(key, [])
+        conn = f"connection gpu {src} → gpu {dst} on channel {chan}"
+        ordered = len(send_tbs.get(key, ())) <= 1 and len(recv_tbs.get(key, ())) <= 1
+        if ordered:
+            for k, ((c_out, t_out, s_out), (c_in, t_in, s_in)) in enumerate(zip(out, inc, strict=False)):
+                if c_out != c_in:
+                    raise MscclError(
+                        program.path,
+                        f"{conn}: message #{k} is sent with {c_out} chunks (gpu {src} tb {t_out} step {s_out}) "
+                        f"but received with {c_in} chunks (gpu {dst} tb {t_in} step {s_in})",
+                        gpu=src,
+                        tb=t_out,
+                        step=s_out,
+                    )
+        elif sorted(c for c, _, _ in out) != sorted(c for c, _, _ in inc) and len(out) == len(inc):
+            raise MscclError(
+                program.path,
+                f"{conn}: the message sizes sent and received differ "
+                f"(several tbs share the connection, so the order is not fixed)",
+                gpu=src,
+            )
+        if len(out) != len(inc):
+            if len(out) > len(inc):
+                c, t, s = out[len(inc)]
+                what = f"gpu {src} sends {len(out)} messages but gpu {dst} receives {len(inc)}; the first unmatched"
+                raise MscclError(program.path, f"{conn}: {what} is this send ({c} chunks)", gpu=src, tb=t, step=s)
+            c, t, s = inc[len(out)]
+            what = f"gpu {dst} receives {len(inc)} messages but gpu {src} sends {len(out)}; the first unmatched"
+            raise MscclError(program.path, f"{conn}: {what} is this receive ({c} chunks)", gpu=dst, tb=t, step=s)
+
+
+def convert_msccl(
+    source: str | os.PathLike[str] | bytes, *, instances: int = 1, name: str | None = None
+) -> MscclConversion:
+    """Parse and convert an MSCCL-IR document (see :func:`parse_msccl`, :func:`convert_program`).
+
+    Args:
+        source: a file path or the XML as bytes.
+        instances: replicate the program this many times (:func:`replicate_instances`).
+        name: how to name the source in messages.
+
+    Raises:
+        MscclError: the document cannot be converted (where and why).
+    """
+    program = parse_msccl(source, name=name)
+    return convert_program(replicate_instances(program, instances))
+
+
+
+
+def _iter_steps(program: MscclProgram) -> Iterable[tuple[MscclGpu, MscclTb, MscclStep]]:
+    for gpu in program.gpus:
+        for tb in gpu.tbs:
+            for st in tb.steps:
+                yield gpu, tb, st
+
+
+def step_counts(program: MscclProgram) -> dict[str, int]:
+    """How many steps of each type the program has."""
+    counts: dict[str, int] = {}
+    for _, _, st in _iter_steps(program):
+        counts[st.type] = counts.get(st.type, 0) + 1
+    return counts

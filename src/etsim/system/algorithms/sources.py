@@ -1,0 +1,176 @@
+"""Where algorithms come from: a registry of *sources* that turn an ``--algo`` value into an algorithm.
+
+An ``--algo`` value (or a system YAML's ``algorithms:`` entry) is offered to the sources in
+priority order; the first that claims it loads it:
+
+==========  ========  =====================================================================
+source      priority  claims
+==========  ========  =====================================================================
+native      0         a name in :data:`~etsim.system.algorithms.base.ALGORITHMS` (``ring`` …)
+                      or a ``package.module:Class`` path
+msccl-ir    50        a path ending in ``.xml`` (MSCCL-IR, any dialect; converted once per file)
+chakra-et   100       anything else: a Chakra ET family (prefix, ``P.et`` or directory)
+==========  ========  =====================================================================
+
+Third-party formats plug in through the entry-point group ``etsim.algorithm_sources`` (or
+``module:Class`` is not needed: a source is found by what it claims). A new XML/JSON dialect is
+one :class:`AlgorithmSource` subclass whose :meth:`~AlgorithmSource.claims` looks at the suffix and
+whose :meth:`~AlgorithmSource.load` returns a
+:class:`~etsim.system.algorithms.base.CollectiveAlgorithm` (usually by building
+:class:`~etsim.chakra.algorithm.AlgoGraph` objects with the shared builder).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from etsim.errors import ConfigError, RegistryError
+from etsim.registry import Registry
+from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
+from etsim.system.algorithms.family import ChakraAlgorithm
+
+__all__ = [
+    "SOURCES",
+    "AlgorithmContext",
+    "AlgorithmSource",
+    "FamilySource",
+    "MscclSource",
+    "NativeSource",
+    "resolve_algorithm",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlgorithmContext:
+    """What a source may need besides the spec."""
+
+    base_dir: str = "."
+    """Relative paths resolve against this directory."""
+    dims: tuple[int, ...] | None = None
+    """Dimension sizes of the topology (dimension 0 first) for multi-dimensional algorithms."""
+    ignore_ctrl_deps: bool = False
+    """Walk data dependencies only in ingested graphs."""
+    phase_delay: float = 0.0
+    """ns between dimension phases of multi-dimensional algorithms."""
+
+    def path(self, spec: str) -> str:
+        """*spec* made absolute against :attr:`base_dir`."""
+        return spec if os.path.isabs(spec) else os.fspath(Path(self.base_dir) / spec)
+
+
+class AlgorithmSource:
+    """Base class of algorithm sources (see the module docstring).
+
+    Contract for subclasses:
+
+    - ``priority`` (class attribute): sources are asked in increasing priority, ties by name;
+      built-ins use 0 (names), 50 (file suffixes) and 100 (the fallback family reader).
+    - :meth:`claims` says, without reading files, whether a spec is this source's (e.g. by suffix).
+    - :meth:`load` returns a :class:`~etsim.system.algorithms.base.CollectiveAlgorithm`, or raises
+      :class:`~etsim.errors.ConfigError` (or another :class:`~etsim.errors.EtsimError`) naming the spec.
+    - Sources hold no state between calls; caching, if any, is keyed by the file's identity.
+    """
+
+    #: Registry name (informational; the registry key is what lists it).
+    name: ClassVar[str] = ""
+    #: Order in which sources are asked.
+    priority: ClassVar[int] = 50
+
+    def claims(self, spec: str) -> bool:
+        """True if *spec* is for this source."""
+        raise NotImplementedError
+
+    def load(self, spec: str, context: AlgorithmContext) -> CollectiveAlgorithm:
+        """Load the algorithm *spec* names."""
+        raise NotImplementedError
+
+
+#: Algorithm sources: built-ins, the ``etsim.algorithm_sources`` entry points, ``module:Class``.
+SOURCES: Registry[AlgorithmSource] = Registry("algorithm source", "etsim.algorithm_sources", AlgorithmSource)
+
+
+@SOURCES.register("native")
+class NativeSource(AlgorithmSource):
+    """Registered algorithm names and ``package.module:Class`` paths."""
+
+    name = "native"
+    priority = 0
+
+    def claims(self, spec: str) -> bool:
+        """A registered name, or ``module:Class`` that is not an existing file."""
+        return spec in ALGORITHMS.names() or (":" in spec and not os.path.exists(spec))
+
+    def load(self, spec: str, context: AlgorithmContext) -> CollectiveAlgorithm:
+        """Instantiate the class; multi-dimensional ones get the topology's ``dims``."""
+        cls = ALGORITHMS.get(spec)
+        if getattr(cls, "needs_dims", False):
+            return cls(dims=context.dims, phase_delay=context.phase_delay)  # type: ignore[call-arg]
+        return cls()
+
+
+@SOURCES.register("msccl-ir")
+class MscclSource(AlgorithmSource):
+    """MSCCL-IR XML files (converted on the fly, once per file and process)."""
+
+    name = "msccl-ir"
+    priority = 50
+
+    def claims(self, spec: str) -> bool:
+        """Paths ending in ``.xml``."""
+        return spec.endswith(".xml")
+
+    def load(self, spec: str, context: AlgorithmContext) -> CollectiveAlgorithm:
+        """Convert (or reuse) the XML."""
+        from etsim.system.algorithms.msccl import load_msccl_algorithm  # lxml is loaded only when needed
+
+        return load_msccl_algorithm(context.path(spec))
+
+
+@SOURCES.register("chakra-et")
+class FamilySource(AlgorithmSource):
+    """Chakra ET families (the fallback: claims everything)."""
+
+    name = "chakra-et"
+    priority = 100
+
+    def claims(self, spec: str) -> bool:
+        """Everything."""
+        return True
+
+    def load(self, spec: str, context: AlgorithmContext) -> CollectiveAlgorithm:
+        """Read the family (its graphs are built per rank when first used)."""
+        return ChakraAlgorithm(context.path(spec), ignore_ctrl_deps=context.ignore_ctrl_deps)
+
+
+def _ordered_sources() -> Sequence[AlgorithmSource]:
+    classes = sorted(SOURCES.items(), key=lambda item: (item[1].priority, item[0]))
+    return [cls() for _, cls in classes]
+
+
+def resolve_algorithm(spec: str, context: AlgorithmContext | None = None) -> tuple[str, CollectiveAlgorithm]:
+    """Turn an ``--algo`` value into ``(label, algorithm)`` with the first source that claims it.
+
+    Raises:
+        ConfigError: no source can load it; for the fallback family reader the message lists the
+            algorithm names too.
+    """
+    context = context or AlgorithmContext()
+    for source in _ordered_sources():
+        if not source.claims(spec):
+            continue
+        try:
+            return spec, source.load(spec, context)
+        except RegistryError as exc:
+            raise ConfigError(str(exc)) from None
+        except ConfigError as exc:
+            if isinstance(source, FamilySource):
+                names = ", ".join(ALGORITHMS.names())
+                raise ConfigError(
+                    f"--algo {spec!r} is neither an algorithm name ({names}) nor a Chakra ET family: {exc}"
+                ) from None
+            raise
+    raise ConfigError(f"--algo {spec!r}: no algorithm source claims it")  # pragma: no cover - chakra-et claims all

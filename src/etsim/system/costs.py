@@ -1,0 +1,66 @@
+"""Cost models of the work an NPU does itself: compute, memory accesses and reductions.
+
+The walker asks these for a duration and schedules one event; it holds no cost formulas itself.
+All times are ns. The settings come from :class:`~etsim.system.config.SystemConfig`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from etsim.chakra.graph import Trace
+from etsim.system.config import SystemConfig
+
+__all__ = ["CostModel"]
+
+
+class CostModel:
+    """Durations of COMP, MEM_LOAD/MEM_STORE and reduction nodes under one configuration.
+
+    - COMP: a roofline ``max(num_ops / peak_flops, tensor_size / memory_bandwidth)`` for GPU ops
+      when both rates are configured and the node has ``num_ops`` and ``tensor_size``; otherwise the
+      replayed ``duration_micros``, raised to ``min_compute_ns``.
+    - MEM_LOAD / MEM_STORE: ``remote_memory_latency + tensor_size / remote_memory_bandwidth``.
+    - Reduction of m bytes: ``passes · m / reduction_bandwidth`` (free without a bandwidth), with
+      ``m / reduction_bandwidth`` truncated to whole ns first when ``integer_ns`` is set.
+
+    Args:
+        config: the system parameters.
+    """
+
+    __slots__ = ("_bandwidth", "_config", "_integer", "_min_compute", "_passes", "_roofline")
+
+    def __init__(self, config: SystemConfig) -> None:
+        self._config = config
+        self._bandwidth = config.reduction_bandwidth
+        self._passes = float(config.reduction_passes)
+        self._integer = config.integer_ns
+        self._min_compute = config.min_compute_ns
+        self._roofline = bool(config.peak_flops and config.memory_bandwidth)
+
+    def reduction_time(self, nbytes: float) -> float:
+        """Ns of a reduction of *nbytes* bytes."""
+        bw = self._bandwidth
+        if not bw:
+            return 0.0
+        if self._integer:
+            return self._passes * math.floor(nbytes / bw)
+        if self._passes == 1.0:
+            return nbytes / bw
+        return self._passes * (nbytes / bw)
+
+    def compute_time(self, trace: Trace, j: int) -> float:
+        """Ns of COMP node *j* of *trace* (see the class docstring)."""
+        cfg = self._config
+        if self._roofline and not trace.is_cpu_op[j]:
+            ops, size = trace.num_ops[j], trace.tensor_size[j]
+            if ops is not None and size:
+                return max(ops / cfg.peak_flops, size / cfg.memory_bandwidth)  # type: ignore[operator]
+        duration = trace.duration_micros[j] * 1000.0
+        if duration < self._min_compute:
+            return self._min_compute
+        return duration
+
+    def memory_time(self, size: int) -> float:
+        """Ns of a MEM_LOAD/MEM_STORE of *size* bytes."""
+        return self._config.remote_memory_latency + size / self._config.remote_memory_bandwidth

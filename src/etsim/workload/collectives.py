@@ -1,0 +1,124 @@
+"""Collective calls: one rank's share of one collective, walked chunk by chunk, with a stream queue.
+
+A workload's COMM_COLL node asks the system layer (:meth:`~etsim.system.collective.System.join`)
+for its share: the group, the algorithm and one :class:`~etsim.system.collective.CollectivePart`
+per chunk (stream). A :class:`CollectiveCall` walks each part with an
+:class:`~etsim.workload.runs.AlgoRun`; the workload node finishes when all parts have.
+
+Streams start through a queue whose settings come from the system configuration:
+``active_streams`` in flight at once (0 = all), started in ``stream_order`` (``fifo`` or
+``lifo``), each after ``start_delay`` ns. When a stream completes, the next queued one starts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from etsim.workload.runs import AlgoRun
+
+if TYPE_CHECKING:
+    from etsim.system.collective import Participation
+    from etsim.workload.engine import Engine
+    from etsim.workload.messages import Channel
+    from etsim.workload.runs import WorkloadRun
+
+__all__ = ["CollectiveCall", "Namespace"]
+
+
+class Namespace:
+    """The channels of one collective instance and chunk, shared by every rank of its group.
+
+    Dropped (by the engine) when every member's part of it has completed.
+    """
+
+    __slots__ = ("chans", "remaining")
+
+    def __init__(self, members: int) -> None:
+        self.chans: dict[Any, Channel] = {}
+        self.remaining = members
+
+
+class CollectiveCall:
+    """One rank's part of one collective instance: its record, its chunk streams and their queue.
+
+    Attributes:
+        rank, node_id, type, bytes, group, algorithm: what was called (as reported).
+        start_ns, end_ns: when the workload node was issued and when its last stream completed.
+        runs: one :class:`~etsim.workload.runs.AlgoRun` per chunk stream.
+    """
+
+    __slots__ = (
+        "algorithm",
+        "bytes",
+        "end_ns",
+        "engine",
+        "group",
+        "j",
+        "node_id",
+        "pending",
+        "queue",
+        "rank",
+        "run",
+        "runs",
+        "start_ns",
+        "type",
+    )
+
+    def __init__(self, engine: Engine, run: WorkloadRun, j: int, share: Participation, size: int) -> None:
+        self.engine = engine
+        self.run = run
+        self.j = j
+        self.rank = run.rank
+        self.node_id = run.trace.ids[j]
+        self.type = share.collective.name
+        self.bytes = size
+        self.group = share.group
+        self.algorithm = share.algorithm
+        self.start_ns = self.end_ns = engine.env.now
+        self.runs: list[AlgoRun] = []
+        self.queue: list[AlgoRun] = []
+        self.pending = 0
+        namespaces = engine.namespaces
+        members = len(share.group)
+        for part in share.parts:
+            ns = namespaces.get(part.namespace)
+            if ns is None:
+                ns = namespaces[part.namespace] = Namespace(members)
+            self.runs.append(AlgoRun(engine, run.rank, part, ns.chans, self))
+        self.pending = len(self.runs)
+
+    def start(self) -> None:
+        """Start the streams the queue admits (all of them unless the configuration limits it)."""
+        config = self.engine.config
+        limited = config.active_streams or config.stream_order != "fifo" or config.stream_delay > 0
+        if not limited:
+            for algo_run in self.runs:
+                algo_run.start()
+            return
+        self.queue = list(self.runs) if config.stream_order == "fifo" else self.runs[::-1]
+        active = config.active_streams or len(self.queue)
+        for _ in range(min(active, len(self.queue))):
+            self._launch()
+
+    def _launch(self) -> None:
+        nxt = self.queue.pop(0)
+        delay = nxt.part.start_delay
+        if delay > 0:
+            self.engine.after(delay, nxt.start)
+        else:
+            nxt.start()
+
+    def part_done(self, algo_run: AlgoRun) -> None:
+        """A stream completed: drop its namespace when the whole group is done, start the next stream."""
+        engine = self.engine
+        ns = engine.namespaces[algo_run.namespace]
+        ns.remaining -= 1
+        if ns.remaining == 0:
+            del engine.namespaces[algo_run.namespace]
+        self.pending -= 1
+        if self.pending == 0:
+            self.end_ns = engine.env.now
+            engine.open_calls.pop((self.rank, self.j), None)
+            self.run.finish(self.j)
+        if self.queue:
+            self._launch()

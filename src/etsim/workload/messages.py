@@ -1,0 +1,137 @@
+"""Point-to-point messages: sends and receives matched in order per channel, delivered by the network.
+
+Messages match on ``(src, dst, tag)`` within a *namespace* (a dict of channels): the k-th send
+matches the k-th receive. Workload SEND/RECV nodes share one namespace; every collective instance
+and chunk has its own, so algorithms never see each other's messages. A send finishes when the
+network delivers its message and finishes the matching receive with it, or leaves the arrival for
+a receive posted later (which then finishes at once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from etsim.errors import SimulationError
+
+if TYPE_CHECKING:
+    from etsim.network.model import NetworkModel
+    from etsim.workload.runs import GraphRun
+
+__all__ = ["Channel", "Mailbox"]
+
+
+class Channel:
+    """The messages of one ``(src, dst, tag)`` in one namespace.
+
+    Attributes:
+        sent: sends issued so far (the next send's sequence number).
+        received: receives posted so far (the next receive's sequence number).
+        arrived: delivered messages no receive has taken yet: ``seq → (size, run, node)`` of the send.
+        posted: receives waiting for their message: ``seq → (size, run, node)`` of the receive.
+    """
+
+    __slots__ = ("arrived", "posted", "received", "sent")
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.received = 0
+        self.arrived: dict[int, tuple[float, GraphRun, int]] = {}
+        self.posted: dict[int, tuple[float, GraphRun, int]] = {}
+
+
+class Mailbox:
+    """Sends messages through the network model and matches them with receives.
+
+    Counters: :attr:`messages`, :attr:`bytes` sent and :attr:`events` scheduled (one per distinct
+    delivery event). ``progress(mailbox)`` is called when :attr:`messages` reaches
+    :attr:`progress_at`.
+
+    Args:
+        network: the network model (``transfer``/``transfer_after``).
+        complete_now: finishes a node at the current time (the engine's).
+    """
+
+    __slots__ = (
+        "_batches",
+        "_complete_now",
+        "_transfer",
+        "_transfer_after",
+        "bytes",
+        "events",
+        "messages",
+        "progress",
+        "progress_at",
+    )
+
+    def __init__(self, network: NetworkModel, complete_now: Callable[[GraphRun, int], None]) -> None:
+        self._transfer = network.transfer
+        self._transfer_after = network.transfer_after
+        self._complete_now = complete_now
+        self._batches: dict[Any, list[tuple[GraphRun, int, Channel, int, float]]] = {}
+        self.messages = 0
+        self.bytes = 0.0
+        self.events = 0
+        self.progress: Callable[[Mailbox], None] | None = None
+        self.progress_at = 1 << 62  # message count of the next progress check (set by the caller)
+
+    def send(self, run: GraphRun, j: int, src: int, dst: int, chans: dict[Any, Channel], tag: int, size: float) -> None:
+        """Send *size* bytes; node *j* of *run* finishes on delivery, and the matching receive with it."""
+        key = (src, dst, tag)
+        ch = chans.get(key)
+        if ch is None:
+            ch = chans[key] = Channel()
+        seq = ch.sent
+        ch.sent = seq + 1
+        self.messages += 1
+        self.bytes += size
+        if self.messages >= self.progress_at and self.progress is not None:
+            self.progress(self)
+        if run.endpoint_delay > 0:
+            event = self._transfer_after(src, dst, size, run.endpoint_delay)
+        else:
+            event = self._transfer(src, dst, size)
+        # Messages delivered by one event (models coalesce same-instant deliveries) form one batch,
+        # handled by one callback: no callback object and no call per message.
+        batch = self._batches.get(event)
+        if batch is None:
+            self.events += 1
+            batch = self._batches[event] = []
+            event.callbacks.append(self._deliver_batch)
+        batch.append((run, j, ch, seq, size))
+
+    def _deliver_batch(self, event: Any) -> None:
+        for run, j, ch, seq, size in self._batches.pop(event):
+            run.finish(j)
+            posted = ch.posted.pop(seq, None)
+            if posted is None:
+                ch.arrived[seq] = (size, run, j)
+                continue
+            rsize, rrun, rj = posted
+            if rsize != size:
+                _size_mismatch(run, j, size, rrun, rj, rsize)
+            rrun.finish(rj)
+
+    def recv(self, run: GraphRun, j: int, src: int, dst: int, chans: dict[Any, Channel], tag: int, size: float) -> None:
+        """Post a receive; node *j* of *run* finishes when the matching message has arrived."""
+        key = (src, dst, tag)
+        ch = chans.get(key)
+        if ch is None:
+            ch = chans[key] = Channel()
+        seq = ch.received
+        ch.received = seq + 1
+        arrived = ch.arrived.pop(seq, None)
+        if arrived is None:
+            ch.posted[seq] = (size, run, j)
+            return
+        ssize, srun, sj = arrived
+        if ssize != size:
+            _size_mismatch(srun, sj, ssize, run, j, size)
+        self._complete_now(run, j)
+
+
+def _size_mismatch(srun: GraphRun, sj: int, ssize: float, rrun: GraphRun, rj: int, rsize: float) -> None:
+    raise SimulationError(
+        f"size mismatch: {srun.describe(sj)} sends {ssize:g} bytes but the matching "
+        f"{rrun.describe(rj)} receives {rsize:g} bytes"
+    )
