@@ -16,7 +16,7 @@ Decimal prefixes (k/K, M, G, T, P) are powers of 10, binary prefixes (Ki, Mi, Gi
 A capital ``B`` means bytes and a lower-case ``b`` (or ``bps``) bits. So 1 GB/s is exactly 1.0 B/ns.
 
 A bare number (``50`` or ``"50"``) is an error unless the caller passes ``default_unit``: the
-ASTRA-sim network YAML, for instance, writes bandwidth as bare GB/s meaning 2^30 B/s
+network YAML of some simulators writes bandwidth as bare GB/s meaning 2^30 B/s
 (``default_unit="GiB/s"``) and latency as bare ns (``default_unit="ns"``).
 
 Every parser takes an optional ``key`` (``"links[3].bandwidth"``) that is named in the
@@ -135,7 +135,7 @@ def parse_bandwidth(value: object, *, key: str | None = None, default_unit: str 
     Args:
         value: the string (or, with *default_unit*, a bare number) to parse.
         key: configuration key named in error messages.
-        default_unit: unit of a bare number (ASTRA-sim YAML uses ``"GiB/s"``: its GB is 2^30 B).
+        default_unit: unit of a bare number (e.g. ``"GiB/s"`` for files whose GB is 2^30 B).
 
     Returns:
         The bandwidth in bytes per nanosecond (``> 0``); 1 GB/s = 1.0.

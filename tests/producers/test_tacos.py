@@ -14,12 +14,13 @@ from etsim.network import graph, hypercube, load_topology, mesh, ring, switch, t
 from etsim.producers import collective_workload, tacos
 from etsim.producers.tacos import (
     algo_graphs,
+    build_link_graph,
     greedy_all_gather,
+    lower_bound,
     retime,
     synthesize,
     write_synthesis,
 )
-from etsim.producers.tacos_network import build_link_graph, lower_bound
 from etsim.simulation import simulate
 from etsim.system.config import SystemConfig
 
@@ -196,7 +197,7 @@ def test_untabulated_chunk_masks(monkeypatch):
     lg = build_link_graph(torus([4, 4], 50.0, 500.0))
     w = lg.weights(MiB)
     tabulated = greedy_all_gather(lg, w, 2, seed=4)
-    monkeypatch.setattr(tacos, "_BELOW_TABLE_MAX", 0)
+    monkeypatch.setattr(tacos.greedy, "_BELOW_TABLE_MAX", 0)
     on_demand = greedy_all_gather(lg, w, 2, seed=4)
     assert list(on_demand.chunk) == list(tabulated.chunk) and list(on_demand.start) == list(tabulated.start)
     check_all_gather(on_demand)

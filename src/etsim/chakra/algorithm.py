@@ -52,7 +52,7 @@ COMP = int(NodeType.COMP_NODE)
 def collective_buffer_bytes(collective: CollectiveType | int, comm_size: float, group_size: int) -> float:
     """The buffer that symbolic chunk counts divide, for a workload node of *comm_size* bytes.
 
-    Workload sizes follow ASTRA-sim (all-gather: per-rank input; reduce-scatter: whole input;
+    Workload sizes follow the Chakra trace convention (all-gather: per-rank input; reduce-scatter: whole input;
     all-reduce and all-to-all: the buffer). Chunk counts follow MSCCL-IR, which counts chunks of
     the larger buffer: the all-gather output is ``group_size`` times the per-rank input, every
     other collective's buffer is ``comm_size`` itself.

@@ -1,6 +1,6 @@
 """Chakra ``AttributeProto`` values: reading any member, writing the member consumers expect.
 
-Readers accept every numeric oneof member (ASTRA-sim's FeederV3 does), so a ``comm_size``
+Readers accept every numeric oneof member (as the reference feeders do), so a ``comm_size``
 written as ``uint64_val`` still reads as its value. Writers use the member the reference
 consumers read (``comm_size`` as ``int64_val``, ``comm_src/dst/tag`` as ``int32_val``,
 ``is_cpu_op`` as ``bool_val`` …, table in ``shared/reference/chakra-et.md`` §7) because the

@@ -92,7 +92,7 @@ class TraceBuilder:
         pg_name: str | None = None,
         **extra: Any,
     ) -> int:
-        """Add a COMM_COLL node of *size* bytes (size semantics per collective as in ASTRA-sim)."""
+        """Add a COMM_COLL node of *size* bytes (size semantics per collective: see ``collective_buffer_bytes``)."""
         attrs = {"is_cpu_op": False, "comm_type": int(comm_type), "comm_size": size, "pg_name": pg_name, **extra}
         value = int(comm_type)
         label = name or (CollectiveType(value).name if value in _COLLECTIVE_VALUES else f"collective_{value}")

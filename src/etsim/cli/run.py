@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "--system", help="system YAML (algorithms, chunks, reduction_bandwidth, endpoint_delay, resources, …)"
     )
-    p.add_argument("--comm-groups", help='communicator groups: ASTRA-sim JSON {"1": [0, 1]} or YAML')
+    p.add_argument("--comm-groups", help='communicator groups: JSON {"1": [0, 1]} or YAML groups: {1: [0, 1]}')
     p.add_argument("--chunks", type=int, help="split each collective into N pipelined chunks")
     p.add_argument("--reduction-bandwidth", help="cost reductions at this bandwidth, e.g. '100 GB/s'")
     p.add_argument("--endpoint-delay", help="delay added to every message, e.g. '10 ns'")

@@ -1,7 +1,7 @@
 """``etsim topology``: inspect topology files.
 
 ``etsim topology show FILE [--json]`` prints the NPUs, switches, links, bisection bandwidth and
-diameter of a topology YAML (etsim's or ASTRA-sim's format) and the network model it selects.
+diameter of a topology YAML (etsim's format or a registered foreign one) and the network model it selects.
 """
 
 from __future__ import annotations
@@ -92,6 +92,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     sub = parser.add_subparsers(dest="topology_command", metavar="SUBCOMMAND")
     sub.required = True
     show = sub.add_parser("show", help="print NPUs, switches, links, bisection bandwidth and diameter")
-    show.add_argument("file", metavar="FILE", help="topology YAML (etsim or ASTRA-sim format)")
+    show.add_argument("file", metavar="FILE", help="topology YAML (etsim format or a registered foreign one)")
     show.add_argument("--json", action="store_true", help="print machine-readable JSON")
     show.set_defaults(handler=_show)

@@ -18,6 +18,7 @@ This layer depends only on :mod:`etsim.units`, :mod:`etsim.errors` and :mod:`ets
 
 from __future__ import annotations
 
+from etsim.network.irregular import graph, with_failures
 from etsim.network.loader import TOPOLOGY_KINDS, NetworkConfig, load_network, load_topology, topology_from_dict
 from etsim.network.model import NETWORK_MODELS, LinkStats, NetworkModel, build_model, option
 from etsim.network.models import AnalyticalNetwork, IdealNetwork, LinkNetwork
@@ -26,7 +27,6 @@ from etsim.network.topology import (
     Dim,
     Topology,
     fully_connected,
-    graph,
     hypercube,
     mesh,
     product,
@@ -34,7 +34,6 @@ from etsim.network.topology import (
     switch,
     torus,
     uni_ring,
-    with_failures,
 )
 
 __all__ = [

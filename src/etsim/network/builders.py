@@ -16,11 +16,11 @@ from typing import Any, ClassVar
 
 from etsim.errors import TopologyError
 from etsim.network.dims import DIMENSION_KINDS
+from etsim.network.irregular import graph
 from etsim.network.topology import (
     Dim,
     Topology,
     fully_connected,
-    graph,
     hypercube,
     mesh,
     product,

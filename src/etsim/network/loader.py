@@ -41,8 +41,9 @@ import yaml
 
 from etsim.errors import ConfigError, TopologyError
 from etsim.network.builders import TOPOLOGY_KINDS, build_topology, check_keys, int_value
+from etsim.network.irregular import with_failures
 from etsim.network.model import NETWORK_MODELS, NetworkModel, build_model
-from etsim.network.topology import Topology, with_failures
+from etsim.network.topology import Topology
 
 __all__ = ["TOPOLOGY_KINDS", "NetworkConfig", "load_network", "load_topology", "topology_from_dict"]
 
@@ -138,7 +139,7 @@ def load_topology(source: str | Path | Mapping[str, Any], *, name: str | None = 
     """Load a topology from a YAML file (or an already parsed mapping).
 
     Args:
-        source: a path to a YAML file in etsim's or ASTRA-sim's format, or a mapping.
+        source: a path to a YAML file (etsim's format or a registered foreign one), or a mapping.
         name: topology name when the file gives none (default: the file stem).
 
     Raises:

@@ -15,7 +15,7 @@ full bandwidth (full duplex).
 
 Regular topologies (ring, uni_ring, fully_connected, switch, mesh, torus, hypercube and products of
 them) are all *products of one-dimensional dimensions* (:class:`Dim`): rank
-``x0 + n0·x1 + n0·n1·x2 + …`` with dimension 0 varying fastest, as in ASTRA-sim. A mesh is a
+``x0 + n0·x1 + n0·n1·x2 + …`` with dimension 0 varying fastest. A mesh is a
 product of ``line`` dimensions, a torus a product of ``ring`` dimensions and a hypercube of
 ``2^k`` NPUs a product of k two-NPU lines. This keeps routing (dimension order) and the closed-form
 metrics in one place.
@@ -26,10 +26,9 @@ Treat a :class:`Topology` as immutable once built: its flat link arrays are deri
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import networkx as nx
 
@@ -43,15 +42,15 @@ __all__ = [
     "Node",
     "Topology",
     "fully_connected",
-    "graph",
     "hypercube",
+    "link_bandwidth",
+    "link_latency",
     "mesh",
     "product",
     "ring",
     "switch",
     "torus",
     "uni_ring",
-    "with_failures",
 ]
 
 #: A node id: an NPU rank (int) or a switch name (str).
@@ -61,7 +60,8 @@ Node = int | str
 DIM_KINDS = ("ring", "uni_ring", "line", "fully_connected", "switch")
 
 
-def _bandwidth(value: float | str, key: str) -> float:
+def link_bandwidth(value: float | str, key: str) -> float:
+    """A link bandwidth in bytes per ns: a positive finite number, or a unit string."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         if not value > 0 or not math.isfinite(value):
             raise TopologyError(f"{key}: bandwidth {value!r} must be positive and finite (bytes per ns)")
@@ -72,7 +72,8 @@ def _bandwidth(value: float | str, key: str) -> float:
         raise TopologyError(str(exc)) from None
 
 
-def _latency(value: float | str, key: str) -> float:
+def link_latency(value: float | str, key: str) -> float:
+    """A link latency in ns: a finite number >= 0, or a unit string."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         if not value >= 0 or not math.isfinite(value):
             raise TopologyError(f"{key}: latency {value!r} must be >= 0 and finite (ns)")
@@ -327,7 +328,7 @@ def ring(
         name: topology name.
     """
     kind = "ring" if bidirectional else "uni_ring"
-    dim = Dim(kind, npus, _bandwidth(bandwidth, "bandwidth"), _latency(latency, "latency"))
+    dim = Dim(kind, npus, link_bandwidth(bandwidth, "bandwidth"), link_latency(latency, "latency"))
     return product([dim], kind=kind, name=name)
 
 
@@ -338,13 +339,13 @@ def uni_ring(npus: int, bandwidth: float | str, latency: float | str, *, name: s
 
 def fully_connected(npus: int, bandwidth: float | str, latency: float | str, *, name: str | None = None) -> Topology:
     """A dedicated link for every ordered pair of NPUs (see :func:`ring` for arguments)."""
-    dim = Dim("fully_connected", npus, _bandwidth(bandwidth, "bandwidth"), _latency(latency, "latency"))
+    dim = Dim("fully_connected", npus, link_bandwidth(bandwidth, "bandwidth"), link_latency(latency, "latency"))
     return product([dim], kind="fully_connected", name=name)
 
 
 def switch(npus: int, bandwidth: float | str, latency: float | str, *, name: str | None = None) -> Topology:
     """A star: every NPU has one link to and one from switch ``"s0"`` (see :func:`ring` for arguments)."""
-    dim = Dim("switch", npus, _bandwidth(bandwidth, "bandwidth"), _latency(latency, "latency"))
+    dim = Dim("switch", npus, link_bandwidth(bandwidth, "bandwidth"), link_latency(latency, "latency"))
     return product([dim], kind="switch", name=name)
 
 
@@ -359,13 +360,13 @@ def _shape(shape: Sequence[int], kind: str) -> list[int]:
 
 def mesh(shape: Sequence[int], bandwidth: float | str, latency: float | str, *, name: str | None = None) -> Topology:
     """A 1-, 2- or 3-D mesh (no wrap-around), e.g. ``mesh([8, 8], "50 GB/s", "500 ns")``."""
-    bw, lat = _bandwidth(bandwidth, "bandwidth"), _latency(latency, "latency")
+    bw, lat = link_bandwidth(bandwidth, "bandwidth"), link_latency(latency, "latency")
     return product([Dim("line", n, bw, lat) for n in _shape(shape, "mesh")], kind="mesh", name=name)
 
 
 def torus(shape: Sequence[int], bandwidth: float | str, latency: float | str, *, name: str | None = None) -> Topology:
     """A 1-, 2- or 3-D torus (bidirectional rings in every dimension), e.g. ``torus([4, 4, 4], …)``."""
-    bw, lat = _bandwidth(bandwidth, "bandwidth"), _latency(latency, "latency")
+    bw, lat = link_bandwidth(bandwidth, "bandwidth"), link_latency(latency, "latency")
     return product([Dim("ring", n, bw, lat) for n in _shape(shape, "torus")], kind="torus", name=name)
 
 
@@ -373,156 +374,6 @@ def hypercube(npus: int, bandwidth: float | str, latency: float | str, *, name: 
     """A hypercube of ``npus = 2^k`` NPUs: ranks differing in one bit are linked (both directions)."""
     if isinstance(npus, bool) or not isinstance(npus, int) or npus < 2 or npus & (npus - 1):
         raise TopologyError(f"npus: a hypercube needs a power of two >= 2, got {npus!r}")
-    bw, lat = _bandwidth(bandwidth, "bandwidth"), _latency(latency, "latency")
+    bw, lat = link_bandwidth(bandwidth, "bandwidth"), link_latency(latency, "latency")
     k = npus.bit_length() - 1
     return product([Dim("line", 2, bw, lat) for _ in range(k)], kind="hypercube", name=name)
-
-
-def graph(
-    npus: int,
-    links: Iterable[Mapping[str, Any]],
-    *,
-    switches: int | Sequence[str] = 0,
-    bandwidth: float | str | None = None,
-    latency: float | str | None = None,
-    name: str | None = None,
-) -> Topology:
-    """An explicit graph: NPUs ``0..npus-1``, named switches and a list of links.
-
-    Args:
-        npus: number of NPUs.
-        links: mappings with ``src``, ``dst`` (an NPU rank or a switch name) and optionally
-            ``bandwidth``, ``latency`` (default: the arguments below) and ``bidirectional``
-            (default True: two links, one per direction, each with the full bandwidth).
-        switches: a count (names ``s0 .. s{k-1}``) or a list of switch names.
-        bandwidth: default bandwidth of links that give none.
-        latency: default latency of links that give none.
-        name: topology name.
-
-    Raises:
-        TopologyError: a link to a missing node, a duplicate link, a bad unit, or a graph in which
-            some NPU cannot reach another.
-    """
-    if isinstance(npus, bool) or not isinstance(npus, int) or npus < 1:
-        raise TopologyError(f"npus: a graph needs an integer npus >= 1, got {npus!r}")
-    if isinstance(switches, int) and not isinstance(switches, bool):
-        if switches < 0:
-            raise TopologyError(f"switches: expected a count >= 0 or a list of names, got {switches!r}")
-        names = [f"s{i}" for i in range(switches)]
-    elif isinstance(switches, Sequence) and not isinstance(switches, str) and all(isinstance(s, str) for s in switches):
-        names = list(switches)
-        if len(set(names)) != len(names):
-            raise TopologyError(f"switches: duplicate switch names in {names!r}")
-    else:
-        raise TopologyError(f"switches: expected a count or a list of names, got {switches!r}")
-    g = nx.DiGraph()
-    g.add_nodes_from(range(npus), kind="npu")
-    g.add_nodes_from(names, kind="switch")
-    switch_set = set(names)
-
-    def node(value: object, key: str) -> Node:
-        if isinstance(value, int) and not isinstance(value, bool):
-            if 0 <= value < npus:
-                return value
-            raise TopologyError(f"{key}: no NPU {value} (npus: {npus}, ranks 0..{npus - 1})")
-        if isinstance(value, str) and value in switch_set:
-            return value
-        known = ", ".join(names) or "none declared"
-        raise TopologyError(f"{key}: no node {value!r} (NPUs are 0..{npus - 1}; switches: {known})")
-
-    for i, link in enumerate(links):
-        where = f"links[{i}]"
-        if not isinstance(link, Mapping):
-            raise TopologyError(f"{where}: expected a mapping with src, dst, bandwidth, latency; got {link!r}")
-        unknown = set(link) - {"src", "dst", "bandwidth", "latency", "bidirectional"}
-        if unknown:
-            raise TopologyError(
-                f"{where}: unknown key {sorted(unknown)[0]!r}; expected src, dst, bandwidth, latency, bidirectional"
-            )
-        for required in ("src", "dst"):
-            if required not in link:
-                raise TopologyError(f"{where}.{required}: missing")
-        u, v = node(link["src"], f"{where}.src"), node(link["dst"], f"{where}.dst")
-        if u == v:
-            raise TopologyError(f"{where}: a link from {u!r} to itself")
-        bw_value = link.get("bandwidth", bandwidth)
-        lat_value = link.get("latency", latency)
-        if bw_value is None:
-            raise TopologyError(f"{where}.bandwidth: missing (and no top-level bandwidth default)")
-        if lat_value is None:
-            raise TopologyError(f"{where}.latency: missing (and no top-level latency default)")
-        attrs = {
-            "bandwidth": _bandwidth(bw_value, f"{where}.bandwidth"),
-            "latency": _latency(lat_value, f"{where}.latency"),
-        }
-        bidirectional = link.get("bidirectional", True)
-        if not isinstance(bidirectional, bool):
-            raise TopologyError(f"{where}.bidirectional: expected true or false, got {bidirectional!r}")
-        for a, b in ((u, v), (v, u)) if bidirectional else ((u, v),):
-            if g.has_edge(a, b):
-                raise TopologyError(f"{where}: duplicate link {a!r} -> {b!r}")
-            g.add_edge(a, b, **attrs)
-    topo = Topology(g, npus, kind="graph", name=name)
-    _check_connected(topo)
-    return topo
-
-
-def with_failures(
-    topology: Topology,
-    *,
-    npus: Iterable[int] = (),
-    links: Iterable[tuple[Node, Node]] = (),
-    bidirectional: bool = True,
-) -> Topology:
-    """Return a copy of *topology* without the given NPUs and links.
-
-    Failed NPUs keep their rank (other ranks do not move) but lose all their links. Each failed link
-    ``(u, v)`` removes ``u → v`` and, when *bidirectional*, ``v → u`` too.
-
-    Raises:
-        TopologyError: a failed NPU or link that does not exist, or a result in which some live NPU
-            cannot reach another.
-    """
-    g = topology.graph.copy()
-    failed_npus = set(topology.failed_npus)
-    for rank in npus:
-        topology.check_npu(rank, "failed NPU")
-        failed_npus.add(rank)
-        g.remove_node(rank)
-    failed_links = list(topology.failed_links)
-    for u, v in links:
-        pairs = [(u, v), (v, u)] if bidirectional else [(u, v)]
-        for a, b in pairs:
-            if not g.has_edge(a, b):
-                if (a, b) in topology.link_ids and (a in failed_npus or b in failed_npus):
-                    continue
-                raise TopologyError(f"{topology.name}: cannot fail link {a!r} -> {b!r}: no such link")
-            g.remove_edge(a, b)
-            failed_links.append((a, b))
-    result = Topology(
-        g,
-        topology.npus,
-        kind=topology.kind,
-        dims=topology.dims,
-        name=topology.name,
-        source=topology.source,
-        failed_npus=failed_npus,
-        failed_links=failed_links,
-    )
-    _check_connected(result)
-    return result
-
-
-def _check_connected(topology: Topology) -> None:
-    """Raise unless every live NPU can reach every other one."""
-    live = topology.live_npus
-    if not live:
-        raise TopologyError(f"{topology.name}: no NPU is left")
-    first = live[0]
-    reach = nx.descendants(topology.graph, first) | {first}
-    back = nx.ancestors(topology.graph, first) | {first}
-    for rank in live:
-        if rank not in reach:
-            raise TopologyError(f"{topology.name}: disconnected graph: NPU {first} cannot reach NPU {rank}")
-        if rank not in back:
-            raise TopologyError(f"{topology.name}: disconnected graph: NPU {rank} cannot reach NPU {first}")

@@ -23,7 +23,7 @@ def collective_workload(
 ) -> list[Trace]:
     """*count* back-to-back collectives of *size* bytes on every one of *npus* ranks.
 
-    Size semantics follow ASTRA-sim: the buffer for all-reduce and all-to-all, the per-rank
+    Size semantics follow the Chakra trace convention: the buffer for all-reduce and all-to-all, the per-rank
     input for all-gather, the whole input for reduce-scatter.
     """
     _check_npus(npus)

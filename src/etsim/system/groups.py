@@ -1,6 +1,6 @@
 """Communicator groups: which global ranks a collective's ``pg_name`` names.
 
-Sources, merged: a comm-group file (ASTRA-sim's JSON ``{"1": [0, 1, 2, 3]}``, or the etsim YAML
+Sources, merged: a comm-group file (JSON ``{"1": [0, 1, 2, 3]}``, or the etsim YAML
 equivalent ``groups: {1: [0, 1, 2, 3]}``) and METADATA nodes of PyTorch-derived traces
 (``process_group:init``, whose ``inputs.values`` hold a JSON list of
 ``{pg_name, ranks, …}``). ``pg_name`` "" or "0" means all ranks.
@@ -63,7 +63,7 @@ class CommGroups:
 
 
 def load_comm_groups(path: str | os.PathLike[str], num_ranks: int) -> CommGroups:
-    """Read a comm-group file: ASTRA-sim JSON ``{"1": [0, 1]}`` or YAML ``groups: {1: [0, 1]}``."""
+    """Read a comm-group file: JSON ``{"1": [0, 1]}`` or YAML ``groups: {1: [0, 1]}``."""
     p = Path(path)
     try:
         text = p.read_text()

@@ -1,6 +1,6 @@
-"""``hierarchical``: ring phases per dimension of a multi-dimensional system (ASTRA-sim localBWAware).
+"""``hierarchical``: ring phases per dimension of a multi-dimensional system (bandwidth-aware order).
 
-Ranks are laid out as in ASTRA-sim, dimension 0 fastest: ``rank = x0 + n0·x1 + n0·n1·x2 + …``.
+Ranks are laid out as in the topologies, dimension 0 fastest: ``rank = x0 + n0·x1 + n0·n1·x2 + …``.
 Each phase is a ring among the ranks that differ only in one coordinate.
 
 ==============  ==========================================================================
@@ -56,7 +56,7 @@ class HierarchicalAlgorithm(BuiltAlgorithm):
             if not dims or any(d < 1 for d in dims):
                 raise ConfigError(f"hierarchical: dims must be positive sizes, not {dims}")
         self.dims: tuple[int, ...] | None = dims
-        #: ns between consecutive dimension phases (ASTRA-sim starts each phase after an endpoint delay).
+        #: ns between consecutive dimension phases (``SystemConfig.phase_delay``).
         self.phase_delay = phase_delay
         super().__init__()
 
@@ -95,7 +95,7 @@ class HierarchicalAlgorithm(BuiltAlgorithm):
             return [b.reduce(0, deps=deps, duration_ns=self.phase_delay, name="phase")]
 
         if self.baseline and collective == C.ALL_REDUCE:
-            # One full all-reduce per dimension, in order (ASTRA-sim's `baseline`).
+            # One full all-reduce per dimension, in order.
             for n, nxt, prv, _ in phases:
                 last, tag = ring_reduce_scatter(b, nxt, prv, n - 1, p // n, tag=tag, after=boundary(last))
                 last, tag = ring_all_gather(b, nxt, prv, n - 1, p // n, tag=tag, after=last)
@@ -115,7 +115,7 @@ class HierarchicalAlgorithm(BuiltAlgorithm):
 class HierarchicalBaselineAlgorithm(HierarchicalAlgorithm):
     """As ``hierarchical``, but an all-reduce is one full ring all-reduce per dimension.
 
-    Each dimension reduces the whole buffer in turn (ASTRA-sim's ``collective-optimization: baseline``).
+    Each dimension reduces the whole buffer in turn.
     """
 
     name = "hierarchical_baseline"

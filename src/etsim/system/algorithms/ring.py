@@ -7,7 +7,7 @@ all_reduce      reduce-scatter then all-gather: 2(p−1) steps of S/p to the nex
                 first p−1 followed by a reduction (bandwidth-optimal, 2(p−1)/p·S sent)
 reduce_scatter  p−1 steps of S/p with reductions
 all_gather      p−1 steps of S/p (S = the gathered output)
-all_to_all      relay as ASTRA-sim: step k forwards p−k chunks of S/p (p(p−1)/2 in all)
+all_to_all      relay: step k forwards p−k chunks of S/p (p(p−1)/2 in all)
 broadcast       chain 0 → 1 → … → p−1 from root 0, pipelined in ``segments`` segments
 reduce          chain 1 → 2 → … → p−1 → 0 to root 0, pipelined in ``segments`` segments
 barrier         p−1 steps of zero-byte tokens (a ring all-gather of nothing)

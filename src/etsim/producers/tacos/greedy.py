@@ -1,40 +1,6 @@
-"""TACOS-style topology-aware collective synthesis: any topology in, a Chakra ET algorithm out.
+"""The greedy link–chunk matching at the heart of TACOS, and the schedule it produces.
 
-All-Gather is synthesised by greedy link–chunk matching over an implicit time-expanded network
-(Won et al., TACOS; ``reference/synthesis.md`` §1): time jumps from one chunk arrival to the next, and
-at every event each free logical link whose source holds a chunk its destination still lacks (and is
-not already receiving) is given one such chunk. Reduce-Scatter is the time reverse of an All-Gather on
-the transposed graph (a chunk's broadcast tree becomes its reduction tree); All-Reduce is that
-Reduce-Scatter followed by an All-Gather, chunk by chunk (a chunk's All-Gather starts as soon as its
-reduction has reached its owner).
-
-Differences from the released reference (v1.3.0), all deliberate:
-
-- **Incremental state.** Per NPU a bitset of held chunks and a bitset of chunks still needed (not held,
-  not in flight); per event only the free in-links of the NPUs that just received a chunk and of their
-  out-neighbours are examined. A link whose candidate set ``held(src) & needed(dst)`` was empty stays
-  empty until its source receives something, so nothing else needs looking at. The reference rebuilds
-  the demand sets and scans all link pairs at every event (~N³ overall).
-- **No duplicate transfers.** A chunk in flight to an NPU is not sent to it again, so no transfer is
-  wasted or relabelled, and every transfer is causal (its chunk is at the source when it starts).
-- **Link order.** At an event the examined links are taken fastest first (smallest ``w``), ties in a
-  seeded random order; each picks a seeded-random chunk among its candidates.
-- **Schedules are ASAP.** Every transfer starts at ``max(link free, chunk arrived at source)``, which is
-  exactly when the emitted algorithm's SEND becomes ready in the simulator (it depends on the previous
-  SEND on its link and on the RECV that brought the chunk), so the synthesised time is what the
-  simulator measures under the ``link`` model (store-and-forward, one SEND in flight per link).
-
-The emitted algorithm family uses **one tag per logical link** (the k-th SEND on a link matches the
-k-th RECV) and symbolic sizes: every message is one chunk of ``buffer / (n·k)``.
-
-Typical use::
-
-    from etsim.network import load_topology
-    from etsim.producers.tacos import synthesize, write_synthesis
-
-    syn = synthesize(load_topology("topologies/mesh4x4.yaml"), "all_gather", size=1 << 30, runs=8)
-    print(syn.time_ns, syn.bound.value)
-    write_synthesis(syn, "out/tacos_ag")           # out/tacos_ag.0.et … simulate with --algo out/tacos_ag
+See :mod:`etsim.producers.tacos` for the algorithm and its differences from the reference.
 """
 
 from __future__ import annotations
@@ -42,39 +8,18 @@ from __future__ import annotations
 import gc
 import heapq
 import random
-import time
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import permutations
 from operator import itemgetter
-from pathlib import Path
 
 import numpy as np
 
-from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder, algorithm_traces, write_family
-from etsim.chakra.graph import CollectiveType, parse_collective
 from etsim.errors import ConfigError
-from etsim.network.topology import Topology
-from etsim.producers.tacos_network import LinkGraph, LowerBound, build_link_graph, lower_bound
+from etsim.producers.tacos.links import LinkGraph
 
-__all__ = [
-    "COLLECTIVES",
-    "Schedule",
-    "Synthesis",
-    "algo_graphs",
-    "greedy_all_gather",
-    "retime",
-    "synthesize",
-    "write_synthesis",
-]
-
-#: Collectives this producer synthesises.
-COLLECTIVES: dict[str, CollectiveType] = {
-    "all_gather": CollectiveType.ALL_GATHER,
-    "reduce_scatter": CollectiveType.REDUCE_SCATTER,
-    "all_reduce": CollectiveType.ALL_REDUCE,
-}
+__all__ = ["Schedule", "concat", "greedy_all_gather", "retime", "reverse"]
 
 
 @dataclass(eq=False)
@@ -412,7 +357,7 @@ def retime(sched: Schedule) -> Schedule:
     return sched
 
 
-def _concat(first: Schedule, second: Schedule) -> Schedule:
+def concat(first: Schedule, second: Schedule) -> Schedule:
     """*first* then *second* on the same links (All-Reduce = Reduce-Scatter then All-Gather), retimed."""
     out = Schedule(second.links, second.chunks_per_npu, second.w, reduce_count=first.reduce_count)
     for s in (first, second):
@@ -422,170 +367,3 @@ def _concat(first: Schedule, second: Schedule) -> Schedule:
     return retime(out)
 
 
-@dataclass(eq=False)
-class Synthesis:
-    """A synthesised collective and what is known about it.
-
-    Attributes:
-        collective: ``all_gather``, ``reduce_scatter`` or ``all_reduce``.
-        topology: the network it was synthesised for.
-        schedule: the transfers.
-        chunk_bytes: bytes per chunk (``size / (n·k)``).
-        size: the collective's whole output (All-Gather) or buffer (others) in bytes.
-        bound: lower bounds of the collective.
-        seed: seed of the kept run.
-        runs: runs tried.
-        wall_s: synthesis wall time in seconds (all runs, bounds excluded).
-    """
-
-    collective: str
-    topology: Topology
-    schedule: Schedule
-    chunk_bytes: float
-    size: float
-    bound: LowerBound
-    seed: int
-    runs: int
-    wall_s: float
-
-    @property
-    def time_ns(self) -> float:
-        """Synthesised collective time (ns)."""
-        return self.schedule.time_ns
-
-    @property
-    def links(self) -> LinkGraph:
-        """The logical network."""
-        return self.schedule.links
-
-    @property
-    def group(self) -> list[int]:
-        """Global NPU ranks of the group, by position."""
-        return self.schedule.links.group
-
-
-def _one_run(collective: str, lg: LinkGraph, w: list[float], k: int, seed: int) -> Schedule:
-    if collective == "all_gather":
-        return greedy_all_gather(lg, w, k, seed)
-    rs = retime(reverse(greedy_all_gather(lg.transposed(), w, k, seed)))
-    if collective == "reduce_scatter":
-        return rs
-    ag = greedy_all_gather(lg, w, k, seed + 0x9E3779B9)
-    return _concat(rs, ag)
-
-
-def _bound(collective: str, lg: LinkGraph, chunk_bytes: float, k: int) -> LowerBound:
-    if collective == "all_gather":
-        return lower_bound(lg, chunk_bytes, k)
-    rs = lower_bound(lg.transposed(), chunk_bytes, k)
-    if collective == "reduce_scatter":
-        return rs
-    ag = lower_bound(lg, chunk_bytes, k)
-    # Each NPU must receive (n-1)/n·M in the All-Gather part and send as much in the Reduce-Scatter part
-    # over distinct time; the chunk-step bounds add the same way. Distance: a chunk must be reduced
-    # to its owner and travel back out.
-    return LowerBound(max(rs.chunk_steps, ag.chunk_steps), rs.bandwidth + ag.bandwidth, max(rs.distance, ag.distance))
-
-
-def synthesize(
-    topology: Topology,
-    collective: str | CollectiveType,
-    *,
-    size: float,
-    chunks_per_npu: int = 1,
-    seed: int = 0,
-    runs: int = 1,
-    group: Sequence[int] | None = None,
-) -> Synthesis:
-    """Synthesise *collective* for *topology* and keep the best of *runs* seeds.
-
-    Args:
-        topology: any topology (switches are unwound, failures respected; see
-            :mod:`etsim.producers.tacos_network`).
-        collective: ``all_gather``, ``reduce_scatter`` or ``all_reduce``.
-        size: bytes of the collective's whole output buffer (each of the ``n·k`` chunks is
-            ``size / (n·k)``).
-        chunks_per_npu: k.
-        seed: first seed; run ``i`` uses ``seed + i``.
-        runs: number of seeds tried; the fastest schedule (then the smallest seed) is kept.
-        group: NPU ranks taking part (default: every live NPU).
-
-    Raises:
-        ConfigError: bad arguments or a group that cannot reach itself.
-    """
-    name = _collective_name(collective)
-    if isinstance(chunks_per_npu, bool) or not isinstance(chunks_per_npu, int) or chunks_per_npu < 1:
-        raise ConfigError(f"chunks per NPU must be an integer >= 1, got {chunks_per_npu!r}")
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise ConfigError(f"runs must be an integer >= 1, got {runs!r}")
-    if not size >= 0:
-        raise ConfigError(f"size must be >= 0 bytes, got {size!r}")
-    lg = build_link_graph(topology, group)
-    k = chunks_per_npu
-    chunk_bytes = size / (lg.n * k)
-    w = lg.weights(chunk_bytes)
-    wall0 = time.perf_counter()
-    best: Schedule | None = None
-    best_seed = seed
-    for i in range(runs):
-        sched = _one_run(name, lg, w, k, seed + i)
-        if best is None or sched.time_ns < best.time_ns:
-            best, best_seed = sched, seed + i
-    wall = time.perf_counter() - wall0
-    assert best is not None
-    return Synthesis(
-        name, topology, best, chunk_bytes, float(size), _bound(name, lg, chunk_bytes, k), best_seed, runs, wall
-    )
-
-
-def _collective_name(collective: str | CollectiveType) -> str:
-    try:
-        parsed = parse_collective(collective)
-    except ValueError:
-        parsed = None
-    for key, value in COLLECTIVES.items():
-        if value == parsed:
-            return key
-    what = parsed.name.lower() if parsed is not None else repr(collective)
-    raise ConfigError(f"TACOS synthesis supports {', '.join(COLLECTIVES)}, not {what}")
-
-
-def algo_graphs(sched: Schedule) -> list[AlgoGraph]:
-    """Per-position algorithm graphs (symbolic sizes, one chunk per message) for *sched*.
-
-    Each transfer becomes a SEND at its source and a RECV at its destination, tagged with the
-    logical link id. The SEND depends on the previous SEND on that link and on every earlier node
-    that brought its chunk to the source (the RECV, or for reductions the COMP that folded it in).
-    RECVs have no dependencies: the k-th RECV on a link matches the k-th SEND.
-    """
-    lg = sched.links
-    n = lg.n
-    nchunks = n * sched.chunks_per_npu
-    builders = [AlgorithmBuilder(total_chunks=nchunks) for _ in range(n)]
-    last_send: dict[int, int] = {}
-    have: list[dict[int, list[int]]] = [{} for _ in range(n)]
-    src, dst = lg.src, lg.dst
-    for x in range(sched.num_transfers):
-        lid = sched.link[x]
-        c = sched.chunk[x]
-        s, d = src[lid], dst[lid]
-        deps = list(have[s].get(c, ()))
-        prev = last_send.get(lid)
-        if prev is not None:
-            deps.append(prev)
-        last_send[lid] = builders[s].send(d, 1, lid, deps=deps, name=f"send_c{c}_to{d}")
-        node = builders[d].recv(s, 1, lid, name=f"recv_c{c}_from{s}")
-        if x < sched.reduce_count:
-            node = builders[d].reduce(1, deps=[node], name=f"reduce_c{c}")
-        have[d].setdefault(c, []).append(node)
-    return [b.build() for b in builders]
-
-
-def write_synthesis(syn: Synthesis | Schedule, prefix: str | Path) -> list[Path]:
-    """Write the algorithm as a Chakra ET family ``PREFIX.<position>.et``; return the paths.
-
-    A trailing ``.et`` on *prefix* is dropped. The family runs with ``--algo PREFIX`` on the
-    group's ranks; peers are group positions.
-    """
-    sched = syn.schedule if isinstance(syn, Synthesis) else syn
-    return write_family(algorithm_traces(algo_graphs(sched)), prefix)
