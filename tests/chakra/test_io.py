@@ -159,3 +159,11 @@ def test_write_workload_and_reload(tmp_path: Path) -> None:
     paths = write_workload(traces, tmp_path / "sub" / "p")
     assert [p.name for p in paths] == ["p.0.et", "p.1.et"]
     assert load_workload(tmp_path / "sub" / "p").traces[1].comm_dst == [0]
+
+
+def test_family_with_two_files_for_one_rank(tmp_path: Path) -> None:
+    trace = TraceBuilder().build()
+    for name in ("f.0.et", "f.00.et", "f.1.et"):
+        write_trace(trace, tmp_path / name)
+    with pytest.raises(TraceError, match=r"f.0.et and f.00.et are both rank 0 of f|f.00.et and f.0.et are both"):
+        resolve_family(tmp_path / "f")

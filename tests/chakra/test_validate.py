@@ -157,3 +157,19 @@ def test_corpus_generator_send_samples_are_not_runnable(corpus) -> None:  # type
     msgs = errors(wl)
     assert len(msgs) == 4 and all("send without comm_dst, comm_tag, comm_size" in m for m in msgs)
     assert errors(load_workload(corpus / "chakra" / "generator_npus4" / "ALL_REDUCE")) == []
+
+
+def test_validate_ignores_ctrl_deps_across_ranks_too() -> None:
+    # A send sitting on a control-dependency cycle: with --ignore-ctrl-deps it is issued normally.
+    a = [
+        pb.Node(id=1, type=pb.COMP_NODE, ctrl_deps=[2]),
+        pb.Node(id=2, type=pb.COMM_SEND_NODE, ctrl_deps=[1]),
+    ]
+    for key, value in (("comm_dst", 1), ("comm_tag", 0), ("comm_size", 8)):
+        a[1].attr.add(name=key).int64_val = value
+    r = TraceBuilder()
+    r.recv(src=0, size=8, tag=0)
+    wl = Workload([Trace.from_nodes(a, rank=0), r.build(rank=1)])
+    errors = [i.message for i in validate_workload(wl, ignore_ctrl_deps=True) if i.severity == "error"]
+    assert errors == []
+    assert any("0 sends but 1 receives" in i.message for i in validate_workload(wl) if i.severity == "error")

@@ -160,3 +160,20 @@ def test_every_shipped_workload_runs(repo: Path, algo: str) -> None:
             )
             assert result.finish_ns > 0, (name, topo)
             assert len(result.ranks) == workload.num_ranks
+
+
+def test_cli_algo_paths_are_relative_to_the_working_directory(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    for p in (repo / "algorithms").glob("ring_allreduce_8npus.*.et"):
+        shutil.copy(p, tmp_path / p.name)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "sys.yaml").write_text("chunks: 1\n")
+    monkeypatch.chdir(tmp_path)
+    wl = str(repo / "workloads" / "allreduce_8npus_1MiB")
+    for algo in ("ring_allreduce_8npus", "./ring_allreduce_8npus"):
+        assert main([wl, "--algo", algo, "--system", "sub/sys.yaml", "-q"]) == 0
+    assert main([wl, "--algo", "all_reduce=", "-q"]) == 1
+    assert "no algorithm given" in capsys.readouterr().err

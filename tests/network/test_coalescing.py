@@ -11,7 +11,7 @@ from etsim.network.model import CountingEnvironment
 
 @pytest.mark.parametrize("model", ["analytical", "link"])
 def test_same_instant_deliveries_keep_order_and_later_ones_get_new_events(model: str) -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()  # sharing needs the count (a plain Environment shares nothing)
     net = build_model(env, fully_connected(4, 10.0, 100.0), model)
     log: list[tuple[str, float]] = []
 
@@ -20,17 +20,23 @@ def test_same_instant_deliveries_keep_order_and_later_ones_get_new_events(model:
 
     a = net.transfer(0, 1, 1000)
     b = net.transfer(2, 3, 1000)
+    assert a is b  # the two deliveries due at 200 share one event
+    later: list[simpy.Event] = []
     a.callbacks.append(record("a"))
     b.callbacks.append(record("b"))
 
     def chain(_e: simpy.Event) -> None:
         # At the shared instant: a zero-time local delivery and a new message due later.
-        net.transfer(1, 1, 0).callbacks.append(record("local"))
-        net.transfer(1, 2, 1000).callbacks.append(record("c"))
+        local = net.transfer(1, 1, 0)
+        local.callbacks.append(record("local"))
+        c = net.transfer(1, 2, 1000)
+        c.callbacks.append(record("c"))
+        later.extend([local, c])
 
     a.callbacks.append(chain)
     env.run()
     assert log == [("a", 200.0), ("b", 200.0), ("local", 200.0), ("c", 400.0)], model
+    assert all(e is not a for e in later)  # the shared event had fired: new deliveries get new events
 
 
 @pytest.mark.parametrize("model", ["analytical", "link"])

@@ -13,12 +13,16 @@ import itertools
 import math
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from etsim.chakra import CollectiveType as C
-from etsim.chakra.algorithm import COMP, RECV, SEND, AlgoGraph
+from etsim.chakra import Workload
+from etsim.chakra.algorithm import COMP, RECV, SEND, AlgoGraph, collective_buffer_bytes
 from etsim.errors import ConfigError, RegistryError
+from etsim.producers.workloads import collective_workload
+from etsim.simulation import simulate
 from etsim.system.algorithms import (
     ALGORITHMS,
     CollectiveAlgorithm,
@@ -28,6 +32,7 @@ from etsim.system.algorithms import (
     RingAlgorithm,
     TreeAlgorithm,
 )
+from etsim.system.config import SystemConfig
 
 SIZES = (2, 3, 4, 8, 16)
 REL = 1e-9
@@ -480,3 +485,37 @@ def test_single_rank_is_empty(name):
     algo = ALGORITHMS.get(name)()
     coll = sorted(algo.collectives)[0]
     assert algo.graph(coll, 1, 0).num_nodes == 0
+
+# -- the real simulator against this evaluator ------------------------------------------------------
+#
+# On a fully connected topology with the congestion-unaware analytical model every message costs
+# latency + bytes/bandwidth, the evaluator's α + bytes·β, so both must agree to 1e-9 relative.
+
+TOPOLOGY = Path(__file__).resolve().parents[3] / "topologies" / "fully_connected8.yaml"  # 25 GB/s, 500 ns
+LATENCY, BANDWIDTH = 500.0, 25.0
+SIM_P = 8
+SIM_SIZE = 3 << 20
+
+SIMULATED_CASES = [
+    pytest.param(name, coll, id=f"{name}-{coll.name.lower()}")
+    for name in ("ring", "direct", "halving_doubling", "tree", "hierarchical")
+    for coll in sorted(ALGORITHMS.get(name).collectives)
+]
+
+
+@pytest.mark.parametrize(("name", "coll"), SIMULATED_CASES)
+@pytest.mark.parametrize("reduction_bandwidth", [None, 40.0])
+def test_simulator_matches_reference(name, coll, reduction_bandwidth):
+    workload = Workload(traces=collective_workload(coll, SIM_SIZE, SIM_P), source="test")
+    config = SystemConfig(algorithms={"default": name}, reduction_bandwidth=reduction_bandwidth)
+    result = simulate(workload, topology=TOPOLOGY, model="analytical", system=config)
+    algo = ALGORITHMS.get(name)()
+    expected = makespan(
+        algo,
+        coll,
+        SIM_P,
+        delay=uniform(LATENCY, 1 / BANDWIDTH),
+        gamma=0.0 if reduction_bandwidth is None else 1 / reduction_bandwidth,
+        buffer=collective_buffer_bytes(coll, SIM_SIZE, SIM_P),
+    )
+    assert result.finish_ns == pytest.approx(expected, rel=1e-9)

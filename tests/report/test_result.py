@@ -1,0 +1,46 @@
+"""The Result document: the documented JSON keys and the table, from a real run."""
+
+from __future__ import annotations
+
+import json
+
+from etsim.chakra import CollectiveType, Workload
+from etsim.network import ring
+from etsim.producers import collective_workload
+from etsim.simulation import simulate
+
+
+def _result():  # type: ignore[no-untyped-def]
+    workload = Workload(collective_workload(CollectiveType.ALL_REDUCE, 1 << 20, 4))
+    return simulate(workload, topology=ring(4, 50.0, 500.0), model="link")
+
+
+def test_json_has_the_documented_keys() -> None:
+    data = json.loads(_result().to_json())
+    assert {"finish_ns", "ranks", "collectives", "network", "sim", "links"} <= set(data)
+    assert set(data["ranks"][0]) == {"rank", "finish_ns", "compute_ns", "comm_ns", "exposed_comm_ns"}
+    assert set(data["collectives"][0]) == {
+        "rank", "node_id", "type", "bytes", "group", "algorithm", "start_ns", "end_ns",
+    }  # fmt: skip
+    assert {"model", "topology", "messages", "bytes"} <= set(data["network"])
+    assert {"events", "wall_s"} <= set(data["sim"])
+    link = data["links"][0]
+    assert {"link", "src", "dst", "bytes", "busy_ns", "messages"} <= set(link)
+
+
+def test_json_numbers_agree_with_the_run() -> None:
+    result = _result()
+    data = json.loads(result.to_json())
+    assert data["finish_ns"] == result.finish_ns == max(r["finish_ns"] for r in data["ranks"])
+    # a ring all-reduce sends 2(p-1) messages of S/p per rank
+    assert data["network"]["messages"] == 4 * 6
+    assert data["network"]["bytes"] == 4 * 6 * (1 << 20) / 4
+    assert sum(link["bytes"] for link in data["links"]) == data["network"]["bytes"]  # one hop each
+    assert [c["end_ns"] for c in data["collectives"]] == [r["finish_ns"] for r in data["ranks"]]
+
+
+def test_table_names_the_finish_collectives_and_network() -> None:
+    text = _result().table()
+    assert text.startswith("finish time:")
+    assert "all_reduce" in text and "ring" in text
+    assert "network: link on ring" in text
