@@ -2,20 +2,24 @@
 
 Every error etsim reports to a user is an :class:`EtsimError`; the command line prints its
 message and exits non-zero, never a traceback. Messages name the file, rank, node or key and
-say what is wrong.
+say what is wrong. What is legal but may mislead is an :class:`EtsimWarning`.
 """
 
 from __future__ import annotations
+
+import warnings
 
 __all__ = [
     "ConfigError",
     "DeadlockError",
     "EtsimError",
+    "EtsimWarning",
     "RegistryError",
     "SimulationError",
     "TopologyError",
     "TraceError",
     "ValidationError",
+    "warn",
 ]
 
 
@@ -49,3 +53,16 @@ class SimulationError(EtsimError):
 
 class DeadlockError(SimulationError):
     """A simulation cannot progress; the message names the stuck ranks and nodes."""
+
+
+class EtsimWarning(UserWarning):
+    """Something that may make a result misleading, though it is not wrong: said once, never silent.
+
+    The command line prints each as one ``etsim: warning: …`` line; a result also lists them
+    (``Result.warnings``). Library users see them through the :mod:`warnings` machinery.
+    """
+
+
+def warn(message: str) -> None:
+    """Issue *message* as an :class:`EtsimWarning` (attributed to the caller's caller)."""
+    warnings.warn(message, EtsimWarning, stacklevel=3)

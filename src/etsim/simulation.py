@@ -14,22 +14,37 @@ from __future__ import annotations
 import gc
 import os
 import time
+import warnings
 from collections.abc import Mapping
 from typing import Any, TextIO
 
 from etsim.chakra.graph import Workload
 from etsim.chakra.validate import preflight
-from etsim.errors import ConfigError, DeadlockError, SimulationError
+from etsim.errors import ConfigError, DeadlockError, EtsimWarning, SimulationError, warn
 from etsim.network import NetworkConfig, Topology, build_model, load_network, ring
-from etsim.network.model import CountingEnvironment
+from etsim.network.model import CountingEnvironment, LinkStats
 from etsim.report.result import CollectiveRecord, RankResult, Result
 from etsim.system.collective import System
 from etsim.system.config import SystemConfig
 from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
-from etsim.units import format_bandwidth, format_time
+from etsim.units import format_bandwidth, format_size, format_time
 from etsim.workload.engine import Engine
 
-__all__ = ["DEFAULT_BANDWIDTH", "DEFAULT_LATENCY", "check_workload", "default_topology", "simulate"]
+__all__ = [
+    "DEFAULT_BANDWIDTH",
+    "DEFAULT_LATENCY",
+    "DEFAULT_MODEL",
+    "MESSAGE_WARNING",
+    "check_workload",
+    "default_topology",
+    "simulate",
+]
+
+#: The network model used when neither the call nor the topology file names one: congestion-aware,
+#: so that no result is faster than the links can carry (``analytical`` is an explicit choice).
+DEFAULT_MODEL = "link"
+#: A run expected to send more messages than this is announced with a warning before it starts.
+MESSAGE_WARNING = 20_000_000
 
 #: The default topology when none is given: a bidirectional ring of the workload's ranks.
 DEFAULT_BANDWIDTH = 50.0  # bytes per ns (50 GB/s)
@@ -87,38 +102,74 @@ def simulate(
         workload: one trace per rank.
         topology: a topology YAML path, a built :class:`~etsim.network.Topology`, a loaded
             :class:`~etsim.network.NetworkConfig`, or None for :func:`default_topology`.
-        model: network model name (overrides the topology file's ``network.model``).
+        model: network model name (overrides the topology file's ``network.model``; default
+            :data:`DEFAULT_MODEL`).
         model_options: the model's options (override the file's).
         system: system parameters (default :class:`~etsim.system.config.SystemConfig`).
         progress: a stream to draw a one-line progress display on (e.g. ``sys.stderr``), or None.
         progress_interval: seconds between progress updates.
 
+    Everything that may make the result misleading is issued as an
+    :class:`~etsim.errors.EtsimWarning` and listed in ``Result.warnings``.
+
     Raises:
-        DeadlockError: the run cannot progress; the message names stuck ranks and nodes.
+        DeadlockError: the run cannot progress, or messages were sent that nothing received; the
+            message names stuck ranks and nodes.
         SimulationError, ConfigError: inconsistent inputs, named precisely.
     """
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", EtsimWarning)
+            result = _simulate(workload, topology, model, model_options, system, progress, progress_interval)
+    finally:
+        # Hand every warning on to the caller's filters (the CLI prints them; pytest may raise them).
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    result.warnings = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, EtsimWarning)))
+    return result
+
+
+def _network(
+    topology: str | os.PathLike[str] | Topology | NetworkConfig | None, n: int
+) -> tuple[NetworkConfig, str, bool]:
+    """The network to run on, its label, and whether it is the default one."""
+    if topology is None:
+        net = NetworkConfig(default_topology(n), DEFAULT_MODEL)
+        npus = net.topology.npus
+        label = f"default ring of {npus} NPUs ({format_bandwidth(DEFAULT_BANDWIDTH)}, {format_time(DEFAULT_LATENCY)})"
+        return net, label, True
+    if isinstance(topology, NetworkConfig):
+        return topology, topology.topology.name, False
+    if isinstance(topology, Topology):
+        return NetworkConfig(topology, DEFAULT_MODEL), topology.name, False
+    return load_network(os.fspath(topology)), os.fspath(topology), False
+
+
+def _simulate(
+    workload: Workload,
+    topology: str | os.PathLike[str] | Topology | NetworkConfig | None,
+    model: str | None,
+    model_options: Mapping[str, Any] | None,
+    system: SystemConfig | None,
+    progress: TextIO | None,
+    progress_interval: float,
+) -> Result:
     config = system or SystemConfig()
     n = workload.num_ranks
     if n == 0:
         raise ConfigError("the workload has no ranks")
-    if topology is None:
-        net = NetworkConfig(default_topology(n))
-        npus = net.topology.npus
-        topo_label = (
-            f"default ring of {npus} NPUs ({format_bandwidth(DEFAULT_BANDWIDTH)}, {format_time(DEFAULT_LATENCY)})"
-        )
-    elif isinstance(topology, NetworkConfig):
-        net = topology
-        topo_label = net.topology.name
-    elif isinstance(topology, Topology):
-        net = NetworkConfig(topology)
-        topo_label = topology.name
-    else:
-        net = load_network(os.fspath(topology))
-        topo_label = os.fspath(topology)
+    net, topo_label, default = _network(topology, n)
     topo = net.topology
     if topo.npus < n:
         raise ConfigError(f"the workload has {n} ranks but topology {topo_label} has only {topo.npus} NPUs")
+    idle = [r for r in topo.live_npus if r >= n]
+    if idle and not default:
+        which = f"NPU {idle[0]}" if len(idle) == 1 else f"NPUs {idle[0]}..{idle[-1]}"
+        warn(
+            f"topology {topo_label} has {len(topo.live_npus)} NPUs but the workload has only {n} rank files; "
+            f"{which} stay idle (a missing rank file? rank r runs on NPU r)"
+        )
     failed = sorted(r for r in getattr(topo, "failed_npus", ()) if r < n)
     if failed:
         raise ConfigError(f"workload ranks {failed} sit on failed NPUs of topology {topo_label}")
@@ -138,6 +189,12 @@ def simulate(
     network = build_model(env, topo, model_name, options)
     dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
     sys_layer = System(config, groups, dims=dims)
+    expected = sys_layer.message_estimate(workload.traces)
+    if expected > MESSAGE_WARNING:
+        warn(
+            f"this run will send about {expected:,} messages (more than {MESSAGE_WARNING:,}); it may take a long "
+            "time — fewer chunks or a smaller group make it cheaper"
+        )
     engine = Engine(env, network, sys_layer, list(workload.traces), config)
     if progress is not None:
         _attach_progress(engine, progress, progress_interval, wall0)
@@ -149,29 +206,49 @@ def simulate(
     finally:
         if gc_was_enabled:
             gc.enable()
+        if progress is not None:
+            progress.write("\r" + " " * 78 + "\r")
+            progress.flush()
     wall = time.perf_counter() - wall0
-    if progress is not None:
-        progress.write("\r" + " " * 78 + "\r")
-        progress.flush()
     if engine.ranks_done < n:
         raise DeadlockError(
-            f"the simulation cannot progress at t = {env.now:.1f} ns; stuck ranks:\n" + engine.deadlock_report()
+            f"the simulation cannot progress at t = {env.now:.1f} ns; " + engine.deadlock_report()
         )
+    engine.check_all_received()
     ranks = [RankResult(r.rank, r.finish_ns, r.compute_ns, r.comm_ns, r.exposed_ns) for r in engine.runs]
     collectives = [
         CollectiveRecord(c.rank, c.node_id, c.type, c.bytes, list(c.group), c.algorithm, c.start_ns, c.end_ns)
         for c in engine.collectives
     ]
+    stats = network.link_stats()
+    finish = max((r.finish_ns for r in ranks), default=0.0)
+    if not getattr(network, "congestion_aware", True):
+        _check_physical(stats, finish, model_name, topo)
     links = [
         {"link": s.link, "src": s.src, "dst": s.dst, "bytes": s.bytes, "busy_ns": s.busy, "messages": s.messages}
-        for s in network.link_stats()
+        for s in stats
         if s.messages
     ]
     return Result(
-        finish_ns=max((r.finish_ns for r in ranks), default=0.0),
+        finish_ns=finish,
         ranks=ranks,
         collectives=collectives,
         network={"model": model_name, "topology": topo_label, "messages": engine.messages, "bytes": engine.bytes},
         sim={"events": engine.events, "wall_s": wall},
         links=links,
+    )
+
+
+def _check_physical(stats: list[LinkStats], finish: float, model_name: str, topo: Topology) -> None:
+    """Warn when a congestion-unaware run finished before its busiest link could carry its bytes."""
+    over = [s for s in stats if s.busy > finish * (1 + 1e-9) and s.busy > 0]
+    if not over:
+        return
+    worst = max(over, key=lambda s: s.busy)
+    warn(
+        f"network model {model_name!r} ignores contention, and this result is faster than the links can carry: "
+        f"link {worst.link} ({worst.src} -> {worst.dst}) carried {format_size(worst.bytes)}, which takes "
+        f"{format_time(worst.busy)} at {format_bandwidth(worst.bandwidth)}, but the run finished at "
+        f"{format_time(finish)} ({len(over)} link(s) like this); use --model link (congestion-aware) for a "
+        "physical bound"
     )

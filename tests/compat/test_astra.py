@@ -8,12 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from etsim.chakra import CollectiveType, write_workload
+from etsim.chakra import CollectiveType, make_attribute, write_workload
 from etsim.compat import astra_output, run_astra
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, EtsimWarning
 from etsim.producers import collective_workload
 
 GIB = 2**30
+
+# ASTRA-sim's congestion-unaware back end gives concurrent messages full bandwidth; etsim reproduces
+# it and says so (a warning per run, tested below), which these closed-form tests do not care about.
+pytestmark = pytest.mark.filterwarnings("ignore:network model 'analytical' ignores contention")
 
 
 def setup(
@@ -242,6 +246,7 @@ def test_custom_collective_uses_its_own_sizes(tmp_path: Path) -> None:
         for _ in range(n - 1):
             s = b.send(dst=(r + 1) % n, size=131072, tag=0, deps=last)
             last = [b.recv(src=(r - 1) % n, size=131072, tag=0, deps=[s])]
+        b.metadata.attr.append(make_attribute("collective", "allreduce"))  # as ASTRA-sim's example records it
         algo.append(b.build())
     write_workload(algo, tmp_path / "custom_ar")
     expected = 14 * net(131072) + 7 * 7000
@@ -271,4 +276,5 @@ def test_per_node_custom_implementation(tmp_path: Path) -> None:
     write_workload(collective_workload(CollectiveType.ALL_REDUCE, size, n, count=2), tmp_path / "wl")  # ids 0, 1
     m = size / n
     ring_time = E + 2 * (n - 1) * net(m) + (n - 1) * (2 * E + P(m))
-    assert finishes(paths) == {ring_time + net(1000)}
+    with pytest.warns(EtsimWarning, match="records no collective type"):  # one_hop is no real all-reduce
+        assert finishes(paths) == {ring_time + net(1000)}

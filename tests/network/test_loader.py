@@ -58,7 +58,7 @@ def test_network_block(tmp_path):
     path = write(tmp_path, SWITCH + "network: {model: link, packet_size: 4 KiB}\n")
     config = load_network(path)
     assert config.model == "link" and config.options == {"packet_size": "4 KiB"}
-    assert load_network(write(tmp_path, SWITCH)).model == "analytical"
+    assert load_network(write(tmp_path, SWITCH)).model == "link"  # congestion-aware unless a file says otherwise
 
 
 def test_mapping_source():

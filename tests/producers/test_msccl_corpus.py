@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import warnings
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from etsim.chakra import Workload, load_workload
 from etsim.chakra.algorithm import SEND, algo_graph_from_trace, collective_buffer_bytes
 from etsim.chakra.graph import CollectiveType
 from etsim.cli.algo import export_algorithm, make_algorithm
+from etsim.errors import EtsimWarning
 from etsim.network import fully_connected, ring
 from etsim.producers import collective_workload
 from etsim.producers.msccl import convert_msccl, workload_to_msccl
@@ -39,11 +41,14 @@ BW, LAT = 50.0, 500.0
 
 
 def run(algo, collective, size, n, topology=None, **system):
-    return simulate(
-        Workload(collective_workload(collective, size, n)),
-        topology=topology or fully_connected(n, BW, LAT),
-        system=SystemConfig(algorithms={"default": str(algo)}, **system),
-    )
+    """Simulate under the congestion-aware default; warnings are kept in ``result.warnings`` for the tests."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EtsimWarning)
+        return simulate(
+            Workload(collective_workload(collective, size, n)),
+            topology=topology or fully_connected(n, BW, LAT),
+            system=SystemConfig(algorithms={"default": str(algo)}, **system),
+        )
 
 
 @needs_corpus
@@ -66,6 +71,12 @@ def test_every_corpus_file_converts_and_simulates(path):
     assert conv.num_messages == steps_with_send
     result = run(path, coll, MiB, n)  # raises DeadlockError if it cannot complete
     assert result.finish_ns > 0
+    # A size outside the file's minBytes/maxBytes window is said, never silently simulated.
+    buffer = collective_buffer_bytes(coll, MiB, n)
+    window = algo.byte_window
+    outside = window is not None and (buffer < window[0] or (window[1] is not None and buffer > window[1]))
+    assert any("minBytes/maxBytes" in w for w in result.warnings) == outside
+    assert not any("ignores contention" in w for w in result.warnings)
     assert result.network["messages"] == conv.num_messages
     sent_chunks = sum(c for g in conv.graphs for c, k in zip(g.chunks, g.kinds, strict=True) if k == SEND)
     expected = sent_chunks * collective_buffer_bytes(coll, MiB, n) / conv.program.nchunksperloop

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -50,6 +51,7 @@ def workloads(draw: st.DrawFn) -> Workload:
     return Workload(traces)
 
 
+@pytest.mark.filterwarnings("ignore::etsim.errors.EtsimWarning")  # warnings are legal outcomes here
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     workload=workloads(),

@@ -26,7 +26,7 @@ from pathlib import Path
 from etsim.chakra.attributes import make_attribute
 from etsim.chakra.builder import TraceBuilder
 from etsim.chakra.dag import in_degrees, transpose
-from etsim.chakra.graph import CollectiveType, NodeType, Trace
+from etsim.chakra.graph import CollectiveType, NodeType, Trace, parse_collective
 from etsim.chakra.io import write_workload
 from etsim.errors import TraceError
 
@@ -41,8 +41,12 @@ __all__ = [
     "algorithm_traces",
     "collective_buffer_bytes",
     "family_prefix",
+    "recorded_collective",
     "write_family",
 ]
+
+#: Words a family's ``collective`` metadata may hold for a program usable for any collective.
+_ANY_COLLECTIVE = frozenset({"any", "custom", "send", "recv"})
 
 SEND = int(NodeType.COMM_SEND_NODE)
 RECV = int(NodeType.COMM_RECV_NODE)
@@ -320,3 +324,26 @@ def write_family(traces: Sequence[Trace], prefix: str | os.PathLike[str]) -> lis
     except OSError as exc:
         raise TraceError(f"{parent}: cannot create the output directory: {exc.strerror or exc}") from None
     return write_workload(list(traces), text)
+
+
+def recorded_collective(trace: Trace) -> CollectiveType | str | None:
+    """The collective an algorithm file records in its global metadata (``collective``).
+
+    Returns a :class:`CollectiveType`, ``"any"`` for programs that serve every collective
+    (``custom``, point-to-point), or None when the file records nothing. Names are read as
+    :func:`~etsim.chakra.graph.parse_collective` reads them (``all_reduce``, ``allreduce`` …; MSCCL-IR's
+    ``alltoallv`` is an all-to-all).
+
+    Raises:
+        ValueError: the metadata names something that is not a collective.
+    """
+    for attr in trace.metadata.attr:
+        if attr.name != "collective" or attr.WhichOneof("value") != "string_val":
+            continue
+        text = attr.string_val.strip().lower()
+        if text in _ANY_COLLECTIVE:
+            return "any"
+        if text == "alltoallv":
+            return CollectiveType.ALL_TO_ALL
+        return parse_collective(text)
+    return None

@@ -70,7 +70,8 @@ def export_algorithm(
         ConfigError: the algorithm does not support the collective or group size (with its reason).
     """
     algo.check(collective, npus)
-    return write_family(algorithm_traces([algo.graph(collective, npus, r) for r in range(npus)]), prefix)
+    graphs = [algo.graph(collective, npus, r) for r in range(npus)]
+    return write_family(algorithm_traces(graphs, metadata={"collective": collective.name.lower()}), prefix)
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -56,12 +56,16 @@ def parse_algo_options(values: list[str]) -> dict[str, str]:
     for value in values:
         coll, sep, algo = value.partition("=")
         if sep and coll in COLLECTIVE_NAMES.values():
-            out[coll] = algo
+            key = coll
         elif sep and "/" not in coll and "." not in coll:
             valid = ", ".join(sorted(COLLECTIVE_NAMES.values()))
             raise ConfigError(f"--algo {value!r}: unknown collective {coll!r}; valid: {valid}")
         else:
-            out["default"] = value
+            key, algo = "default", value
+        if key in out:
+            what = "a default algorithm" if key == "default" else f"{key}"
+            raise ConfigError(f"--algo is given twice for {what} ({out[key]!r} and {algo!r}); give it once")
+        out[key] = algo
     return out
 
 
@@ -71,7 +75,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     algorithms = dict(config.algorithms)
     cli_algorithms = parse_algo_options(args.algo)
     algorithms.update(cli_algorithms)
-    changes: dict[str, object] = {"algorithms": algorithms}
+    origins = {k: v for k, v in config.algorithm_origins.items() if k not in cli_algorithms}
+    changes: dict[str, object] = {"algorithms": algorithms, "algorithm_origins": origins}
     # --algo paths are relative to the working directory (a system file's are relative to the file).
     names = set(ALGORITHMS.names())
     for key, value in cli_algorithms.items():

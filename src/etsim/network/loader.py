@@ -16,7 +16,7 @@ etsim's own format (one mapping; units written out)::
     failed: [{npu: 3}, {link: [0, 1]}]   # any kind; {link: [u, v], bidirectional: false} fails u -> v only
     name: my-topology       # optional (default: the file name without .yaml)
     description: free text  # optional
-    network:                # optional: the model and its options (default: model: analytical)
+    network:                # optional: the model and its options (default: model: link)
       model: link
       packet_size: 4 KiB
 
@@ -58,7 +58,7 @@ class NetworkConfig:
     """
 
     topology: Topology
-    model: str = "analytical"
+    model: str = "link"
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def build(self, env: simpy.Environment) -> NetworkModel:
@@ -171,7 +171,7 @@ def load_network(source: str | Path | Mapping[str, Any], *, name: str | None = N
         if not isinstance(network, Mapping):
             raise TopologyError(f"network: expected a mapping such as {{model: link}}, got {network!r}")
         options = dict(network)
-        model = options.pop("model", "analytical")
+        model = options.pop("model", "link")
         if not isinstance(model, str):
             raise TopologyError(f"network.model: expected a model name, got {model!r}")
         module, sep, cls = model.rpartition(":")

@@ -187,6 +187,9 @@ class NetworkModel:
 
     #: Registry name of the model (informational; the registry key is what selects it).
     name: ClassVar[str] = ""
+    #: Whether concurrent messages share link bandwidth. A model that says False gets a warning after
+    #: any run in which a link carried more bytes than it could in the run's time.
+    congestion_aware: ClassVar[bool] = True
 
     @dataclass(frozen=True, kw_only=True)
     class Options:
@@ -280,7 +283,7 @@ NETWORK_MODELS: Registry[NetworkModel] = Registry("network model", "etsim.networ
 def build_model(
     env: simpy.Environment,
     topology: Topology,
-    name: str = "analytical",
+    name: str = "link",
     options: Mapping[str, Any] | None = None,
 ) -> NetworkModel:
     """Resolve the model *name* in :data:`NETWORK_MODELS`, construct it and call its :meth:`~NetworkModel.setup`.
@@ -288,7 +291,7 @@ def build_model(
     Args:
         env: the SimPy environment.
         topology: the network.
-        name: a registered name (``analytical``, ``link``, ``ideal``, an entry point) or ``module:Class``.
+        name: a registered name (``link``, ``analytical``, ``ideal``, an entry point) or ``module:Class``.
         options: the model's options as written in configuration (unit strings allowed).
 
     Raises:

@@ -50,6 +50,8 @@ class Result:
     sim: dict[str, Any]
     config: dict[str, Any] = field(default_factory=dict)
     links: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """What may make the numbers misleading (each also issued as an ``EtsimWarning``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping."""
@@ -64,6 +66,7 @@ class Result:
             out["config"] = self.config
         if self.links:
             out["links"] = self.links
+        out["warnings"] = self.warnings
         return out
 
     def to_json(self, *, indent: int | None = 1) -> str:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from etsim.chakra.algorithm import AlgoGraph, collective_buffer_bytes
-from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType
-from etsim.errors import ConfigError, SimulationError
+from etsim.chakra.algorithm import SEND, AlgoGraph, collective_buffer_bytes
+from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Trace
+from etsim.errors import ConfigError, EtsimError, SimulationError, warn
 from etsim.system.algorithms import CollectiveAlgorithm
 from etsim.system.algorithms.sources import AlgorithmContext, resolve_algorithm
 from etsim.system.config import SystemConfig, chunk_sizes
@@ -60,18 +60,33 @@ class _Instance:
     label: str
     algorithm: CollectiveAlgorithm
     namespace: int
+    key: tuple[str, int]
     joined: int = 0
 
 
 @dataclass(slots=True)
 class Participation:
-    """A rank's share of one collective (``parts`` is empty when there is nothing to send)."""
+    """A rank's share of one collective (``parts`` is empty when there is nothing to send).
+
+    Attributes:
+        instance: identifies the collective instance across the ranks of its group.
+        all_joined: this rank was the last of the group to issue it.
+        synchronised: the call may complete on a rank only once every member has issued it.
+    """
 
     collective: CollectiveType
     size: int
     group: tuple[int, ...]
     algorithm: str
     parts: list[CollectivePart] = field(default_factory=list)
+    instance: tuple[str, int] = ("0", 0)
+    all_joined: bool = True
+    synchronised: bool = True
+
+
+def _lookup(collective: CollectiveType) -> CollectiveType:
+    """The collective an algorithm is asked for (a reduce-scatter-block is a reduce-scatter)."""
+    return CollectiveType.REDUCE_SCATTER if collective == CollectiveType.REDUCE_SCATTER_BLOCK else collective
 
 
 class System:
@@ -89,17 +104,19 @@ class System:
         self.dims = tuple(dims) if dims else None
         self._algorithms: dict[str, tuple[str, CollectiveAlgorithm]] = {}
         self._by_spec: dict[str, tuple[str, CollectiveAlgorithm]] = {}
+        self._warned: set[tuple[str, ...]] = set()
         for key, spec in config.algorithms.items():
+            origin = config.algorithm_origins.get(key, "--algo")
             if key != "default" and key not in COLLECTIVE_NAMES.values():
                 valid = ", ".join(sorted(COLLECTIVE_NAMES.values()))
-                raise ConfigError(f"algorithms: unknown collective {key!r}; valid: {valid}, default")
-            self._algorithms[key] = self._resolve(spec)
+                raise ConfigError(f"{origin}: unknown collective {key!r}; valid: {valid}, default")
+            self._algorithms[key] = self._resolve(spec, origin)
         self._sequence: dict[tuple[str, int], int] = {}
         self._instances: dict[tuple[str, int], _Instance] = {}
         self._next_namespace = 0
         self._graphs: dict[tuple[int, int, int, int], AlgoGraph] = {}
 
-    def _resolve(self, spec: str) -> tuple[str, CollectiveAlgorithm]:
+    def _resolve(self, spec: str, origin: str = "--algo") -> tuple[str, CollectiveAlgorithm]:
         found = self._by_spec.get(spec)
         if found is None:
             context = AlgorithmContext(
@@ -108,20 +125,33 @@ class System:
                 ignore_ctrl_deps=self.config.ignore_ctrl_deps,
                 phase_delay=self.config.phase_delay,
             )
-            found = self._by_spec[spec] = resolve_algorithm(spec, context)
+            found = self._by_spec[spec] = resolve_algorithm(spec, context, origin=origin)
         return found
 
+    def _warn_once(self, key: tuple[str, ...], message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            warn(message)
+
     def algorithm_for(self, collective: CollectiveType) -> tuple[str, CollectiveAlgorithm]:
-        """The configured (or default) algorithm of *collective*."""
+        """The configured (or default) algorithm of *collective*.
+
+        A ``default`` algorithm serves the collectives it implements; the others fall back to their
+        own default (ring, or direct for gather/scatter), and a warning says so once.
+        """
         name = COLLECTIVE_NAMES[collective]
         if name in self._algorithms:
             return self._algorithms[name]
         if "default" in self._algorithms:
-            # The default applies to the collectives the algorithm implements; others use their own
-            # default (an algorithm that implements a collective but not this group size is an error).
             label, algo = self._algorithms["default"]
             if collective in algo.collectives:
                 return label, algo
+            fallback = default_algorithm(collective)
+            self._warn_once(
+                ("fallback", label, name),
+                f"algorithm {label!r} does not implement {name}; {fallback!r} served it "
+                f"(choose one with --algo {name}=ALGO or algorithms: {{{name}: ALGO}})",
+            )
         return self._resolve(default_algorithm(collective))
 
     def join(
@@ -152,16 +182,19 @@ class System:
         self._sequence[seq_key] = seq + 1
         key = (group_key, seq)
         inst = self._instances.get(key)
+        n = len(group)
+        lookup = _lookup(collective)
         if inst is None:
-            lookup = CollectiveType.REDUCE_SCATTER if collective == CollectiveType.REDUCE_SCATTER_BLOCK else collective
             node_spec = self.config.node_algorithms.get(node_id) if node_id is not None else None
-            label, algo = self._resolve(node_spec) if node_spec else self.algorithm_for(lookup)
-            reason = algo.supports(lookup, len(group))
-            if reason is not None and len(group) > 1:
+            origin = "per-node algorithm"
+            label, algo = self._resolve(node_spec, origin) if node_spec else self.algorithm_for(lookup)
+            reason = algo.supports(lookup, n)
+            if reason is not None and n > 1:
                 raise ConfigError(f"{where}: {reason}")
-            inst = _Instance(collective, size, where, label, algo, self._next_namespace)
-            self._next_namespace += len(self._stream_sizes(collective, size, len(group)))
+            inst = _Instance(collective, size, where, label, algo, self._next_namespace, key)
+            self._next_namespace += len(self._stream_sizes(collective, size, n))
             self._instances[key] = inst
+            self._check_instance(inst, lookup, n)
         elif inst.collective != collective or inst.size != size:
             raise SimulationError(
                 f"collective #{seq} of group {group_key!r} differs between ranks: {where} issues "
@@ -169,13 +202,23 @@ class System:
                 f"{inst.collective.name.lower()} of {inst.size} bytes"
             )
         inst.joined += 1
-        if inst.joined == len(group):
+        if inst.joined == n:
             del self._instances[key]
-        share = Participation(collective, size, group, inst.label)
-        n = len(group)
+        share = Participation(
+            collective,
+            size,
+            group,
+            inst.label,
+            instance=key,
+            all_joined=inst.joined == n,
+            synchronised=self.config.synchronise_collectives,
+        )
         if n == 1:
+            self._warn_once(
+                ("one-rank", group_key),
+                f"{where}: a {collective.name.lower()} over a 1-rank group moves no data and costs nothing",
+            )
             return share
-        lookup = CollectiveType.REDUCE_SCATTER if collective == CollectiveType.REDUCE_SCATTER_BLOCK else collective
         graph_key = (id(inst.algorithm), int(lookup), n, position)
         graph = self._graphs.get(graph_key)
         if graph is None:
@@ -200,9 +243,70 @@ class System:
                 unit = collective_buffer_bytes(lookup, stream, n) / graph.total_chunks
             else:
                 unit = stream / size if size else 0.0  # byte-sized graphs: scaled by the stream's share
+            if c == 0 and size > 0:
+                self._check_message_size(graph, unit, where, collective, size, n, inst.label)
             part = CollectivePart(graph, position, group, inst.namespace + c, unit, self.config.endpoint_delay, start)
             share.parts.append(part)
         return share
+
+    def message_estimate(self, traces: Sequence[Trace]) -> int:
+        """About how many messages the collectives of *traces* will send (for a warning before a long run).
+
+        Counts, per collective node of every rank, the SEND nodes of that rank's algorithm graph
+        times the number of chunks. Collectives that cannot be resolved count as none (the run
+        reports them).
+        """
+        total = 0
+        counted: dict[tuple[int, str, int, int], int] = {}
+        for rank, trace in enumerate(traces):
+            for pos, node_type in enumerate(trace.types):
+                if node_type != NodeType.COMM_COLL_NODE or trace.is_cpu_op[pos] or trace.comm_type[pos] is None:
+                    continue
+                try:
+                    collective = _lookup(CollectiveType(trace.comm_type[pos]))  # type: ignore[arg-type]
+                    group = self.groups.resolve(trace.pg_name[pos])
+                    n = len(group)
+                    if n == 1 or rank not in group:
+                        continue
+                    label, algo = self.algorithm_for(collective)
+                    key = (int(collective), label, n, group.index(rank))
+                    sends = counted.get(key)
+                    if sends is None:
+                        if algo.supports(collective, n) is not None:
+                            continue
+                        graph = algo.graph(collective, n, group.index(rank))
+                        sends = counted[key] = graph.kinds.count(SEND)
+                except (EtsimError, ValueError):
+                    continue
+                total += sends * self.config.chunks
+        return total
+
+    def _check_instance(self, inst: _Instance, lookup: CollectiveType, n: int) -> None:
+        """Say once when an algorithm runs outside the sizes it declares (MSCCL-IR minBytes/maxBytes)."""
+        window = getattr(inst.algorithm, "byte_window", None)
+        if window is None or n == 1:
+            return
+        low, high = window
+        buffer = collective_buffer_bytes(lookup, inst.size, n)
+        if buffer < low or (high is not None and buffer > high):
+            upper = "no upper bound" if high is None else f"{high:,}"
+            self._warn_once(
+                ("window", inst.label),
+                f"{inst.where}: algorithm {inst.label!r} declares it is meant for buffers of {low:,} to {upper} "
+                f"bytes (minBytes/maxBytes), not {buffer:,.0f}; a runtime would not choose it for this call",
+            )
+
+    def _check_message_size(
+        self, graph: AlgoGraph, unit: float, where: str, collective: CollectiveType, size: int, n: int, label: str
+    ) -> None:
+        """Refuse a split that makes messages smaller than one byte."""
+        sizes = [graph.chunks[i] * unit for i, kind in enumerate(graph.kinds) if kind == SEND and graph.chunks[i] > 0]
+        if sizes and min(sizes) < 1.0:
+            raise ConfigError(
+                f"{where}: {collective.name.lower()} of {size} bytes over {n} ranks in {self.config.chunks} chunk(s) "
+                f"with {label!r} makes messages of {min(sizes):.3g} bytes, less than one byte; use fewer chunks "
+                "(chunks / preferred-dataset-splits) or a larger size"
+            )
 
     def _stream_sizes(self, collective: CollectiveType, size: int, group_size: int) -> list[float]:
         """Bytes of each chunk (stream) of a collective (:func:`~etsim.system.config.chunk_sizes`)."""

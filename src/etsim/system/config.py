@@ -97,6 +97,8 @@ class SystemConfig:
 
     algorithms: dict[str, str] = field(default_factory=dict)
     """Collective name (``all_reduce`` …, or ``default``) → algorithm name or ET family path."""
+    algorithm_origins: dict[str, str] = field(default_factory=dict)
+    """Where each ``algorithms`` entry was given (``FILE: algorithms.KEY``; absent means ``--algo``), for messages."""
     node_algorithms: dict[int, str] = field(default_factory=dict)
     """Workload node id → algorithm for that collective node only (overrides the per-collective choice)."""
     chunks: int = 1
@@ -138,6 +140,9 @@ class SystemConfig:
     """Truncate each reduction's ``m / reduction_bandwidth`` to whole ns before multiplying by the passes."""
     min_compute_ns: float = 0.0
     """Replayed COMP durations shorter than this take this long (e.g. 1 ns for 0 µs nodes)."""
+    synchronise_collectives: bool = True
+    """A collective completes on a rank only once every member of its group has issued it (a barrier
+    of zero bytes synchronises; a broadcast root waits for its receivers)."""
     families_as_written: bool = False
     """Run ingested Chakra ET algorithm families as written: one stream, the files' absolute sizes, no
     endpoint or stream delay, COMP nodes cost their own duration (at least ``min_compute_ns``)."""
@@ -175,7 +180,7 @@ def load_system_config(source: str | os.PathLike[str] | dict[str, Any], *, base_
         base = base_dir or str(path.parent)
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping of keys to values")
-    known = {f.name for f in fields(SystemConfig)} - {"base_dir", "node_algorithms"}
+    known = {f.name for f in fields(SystemConfig)} - {"base_dir", "node_algorithms", "algorithm_origins"}
     values: dict[str, Any] = {"base_dir": base}
     for key, value in data.items():
         k = f"{where}: {key}"
@@ -185,6 +190,7 @@ def load_system_config(source: str | os.PathLike[str] | dict[str, Any], *, base_
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                 raise ConfigError(f"{k}: expected a mapping like {{all_reduce: ring, default: ring}}")
             values[key] = {str(c): v for c, v in value.items()}
+            values["algorithm_origins"] = {str(c): f"{where}: algorithms.{c}" for c in value}
         elif key == "chunks":
             values[key] = _positive_int(value, k)
         elif key in ("reduction_bandwidth", "memory_bandwidth", "remote_memory_bandwidth"):
@@ -211,7 +217,7 @@ def load_system_config(source: str | os.PathLike[str] | dict[str, Any], *, base_
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"{k}: expected the path of a comm-group file, got {value!r}")
             values[key] = value
-        elif key in ("ignore_ctrl_deps", "integer_ns", "families_as_written"):
+        elif key in ("ignore_ctrl_deps", "integer_ns", "families_as_written", "synchronise_collectives"):
             if not isinstance(value, bool):
                 raise ConfigError(f"{k}: expected true or false")
             values[key] = value

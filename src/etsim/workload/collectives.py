@@ -8,12 +8,18 @@ per chunk (stream). A :class:`CollectiveCall` walks each part with an
 Streams start through a queue whose settings come from the system configuration:
 ``active_streams`` in flight at once (0 = all), started in ``stream_order`` (``fifo`` or
 ``lifo``), each after ``start_delay`` ns. When a stream completes, the next queued one starts.
+
+With ``synchronise_collectives`` (the default) a call also waits until every member of its group
+has issued the collective, so a zero-byte barrier synchronises and no rank leaves a collective
+before all have entered it.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from etsim.errors import DeadlockError
+from etsim.workload.messages import unreceived_messages
 from etsim.workload.runs import AlgoRun
 
 if TYPE_CHECKING:
@@ -36,6 +42,15 @@ class Namespace:
     def __init__(self, members: int) -> None:
         self.chans: dict[Any, Channel] = {}
         self.remaining = members
+
+    def check_all_received(self) -> None:
+        """Raise :class:`~etsim.errors.DeadlockError` if a message sent in this namespace was never received."""
+        report = unreceived_messages(self.chans)
+        if report:
+            raise DeadlockError(
+                "the collective algorithm sent messages no receive took (its sends and receives do not pair up):\n"
+                + report
+            )
 
 
 class CollectiveCall:
@@ -86,6 +101,19 @@ class CollectiveCall:
                 ns = namespaces[part.namespace] = Namespace(members)
             self.runs.append(AlgoRun(engine, run.rank, part, ns.chans, self))
         self.pending = len(self.runs)
+        if share.synchronised:
+            if share.all_joined:
+                for waiting in engine.unjoined.pop(share.instance, []):
+                    waiting.member_joined()
+            else:
+                self.pending += 1
+                engine.unjoined.setdefault(share.instance, []).append(self)
+
+    def member_joined(self) -> None:
+        """The last member of the group has issued the collective."""
+        self.pending -= 1
+        if self.pending == 0:
+            self._complete()
 
     def start(self) -> None:
         """Start the streams the queue admits (all of them unless the configuration limits it)."""
@@ -115,10 +143,15 @@ class CollectiveCall:
         ns.remaining -= 1
         if ns.remaining == 0:
             del engine.namespaces[algo_run.namespace]
+            ns.check_all_received()
         self.pending -= 1
         if self.pending == 0:
-            self.end_ns = engine.env.now
-            engine.open_calls.pop((self.rank, self.j), None)
-            self.run.finish(self.j)
+            self._complete()
         if self.queue:
             self._launch()
+
+    def _complete(self) -> None:
+        engine = self.engine
+        self.end_ns = engine.env.now
+        engine.open_calls.pop((self.rank, self.j), None)
+        self.run.finish(self.j)

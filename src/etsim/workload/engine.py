@@ -11,9 +11,11 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from etsim.chakra.graph import CollectiveType, Trace
+from etsim.chakra.validate import find_cycle
+from etsim.errors import DeadlockError
 from etsim.system.costs import CostModel
 from etsim.workload.collectives import CollectiveCall, Namespace
-from etsim.workload.messages import Channel, Mailbox
+from etsim.workload.messages import Channel, Mailbox, unreceived_messages
 from etsim.workload.runs import GraphRun, WorkloadRun
 
 if TYPE_CHECKING:
@@ -57,6 +59,8 @@ class Engine:
         self.namespaces: dict[int, Namespace] = {}
         self.collectives: list[CollectiveCall] = []
         self.open_calls: dict[tuple[int, int], CollectiveCall] = {}
+        # Calls waiting for the rest of their group to issue the collective, by instance.
+        self.unjoined: dict[tuple[str, int], list[CollectiveCall]] = {}
         self._events = 0
         self._instant: list[tuple[GraphRun, int]] = []
         self._draining = False
@@ -145,7 +149,7 @@ class Engine:
         share = self.system.join(run.rank, ctype, size, tr.pg_name[j], tr.describe(j), tr.ids[j])
         call = CollectiveCall(self, run, j, share, size)
         self.collectives.append(call)
-        if not share.parts or size == 0:
+        if not share.parts:  # a group of one rank: nothing to send
             self.complete_now(run, j)
             return
         self.open_calls[(run.rank, j)] = call
@@ -164,10 +168,49 @@ class Engine:
         for run in self.runs:
             run.start()
 
+    def check_all_received(self) -> None:
+        """Raise :class:`~etsim.errors.DeadlockError` if a workload SEND's message was never received."""
+        report = unreceived_messages(self.workload_channels)
+        if report:
+            raise DeadlockError(
+                "every rank finished, but messages were sent that no receive took (a SEND without its RECV):\n"
+                + report
+                + "\n(run `etsim validate` to list unmatched sends and receives)"
+            )
+
+    def _root_causes(self, stuck: list[WorkloadRun]) -> list[str]:
+        """The likely reasons first: empty ranks, collectives some ranks never issued, cycles."""
+        causes = []
+        for run in self.runs:
+            if not run.indeg:
+                causes.append(f"rank {run.rank} has no nodes (an empty or missing trace?)")
+        for instance, calls in sorted(self.unjoined.items()):
+            group = calls[0].group
+            issued = sorted({c.rank for c in calls})
+            missing = [r for r in group if r not in issued]
+            if missing:
+                call = calls[0]
+                causes.append(
+                    f"collective #{instance[1]} of group {instance[0]!r} ({call.type.lower()} of {call.bytes} bytes) "
+                    f"was issued by ranks {_ranks(issued)} but never by ranks {_ranks(missing)}"
+                )
+        for run in stuck:
+            cycle = find_cycle(run.trace, include_ctrl=not self.config.ignore_ctrl_deps)
+            if cycle is not None:
+                chain = " -> ".join(str(run.trace.ids[p]) for p in [*cycle, cycle[0]])
+                causes.append(f"rank {run.rank}: its dependencies form a cycle (node ids {chain})")
+        return causes
+
     def deadlock_report(self) -> str:
-        """Which ranks are stuck and on what."""
+        """Why the run cannot progress (likely root causes first), then which ranks are stuck and on what."""
         lines = []
         stuck = [r for r in self.runs if r.remaining > 0]
+        causes = self._root_causes(stuck)
+        if causes:
+            lines.append("likely cause:")
+            lines += [f"  {c}" for c in causes[:8]]
+            lines.append("  (run `etsim validate WORKLOAD` for every problem it finds)")
+        lines.append("stuck ranks:")
         for run in stuck[:16]:
             lines.append(f"rank {run.rank}: {run.remaining} of {len(run.indeg)} nodes unfinished")
             queued = sum(len(h) for h in run.heaps)
@@ -178,3 +221,8 @@ class Engine:
         if len(stuck) > 16:
             lines.append(f"... and {len(stuck) - 16} more stuck ranks")
         return "\n".join(lines)
+
+
+def _ranks(ranks: list[int], limit: int = 12) -> str:
+    text = ", ".join(map(str, ranks[:limit]))
+    return f"[{text}{', …' if len(ranks) > limit else ''}]"

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from etsim.network.model import NetworkModel
     from etsim.workload.runs import GraphRun
 
-__all__ = ["Channel", "Mailbox"]
+__all__ = ["Channel", "Mailbox", "unreceived_messages"]
 
 
 class Channel:
@@ -135,3 +135,20 @@ def _size_mismatch(srun: GraphRun, sj: int, ssize: float, rrun: GraphRun, rj: in
         f"size mismatch: {srun.describe(sj)} sends {ssize:g} bytes but the matching "
         f"{rrun.describe(rj)} receives {rsize:g} bytes"
     )
+
+
+def unreceived_messages(chans: dict[Any, Channel], limit: int = 8) -> str:
+    """Lines naming the sends whose message no receive took (empty if there is none)."""
+    lines: list[str] = []
+    count = 0
+    for (_src, dst, tag), ch in chans.items():
+        for seq in sorted(ch.arrived):
+            count += 1
+            if len(lines) < limit:
+                _, run, j = ch.arrived[seq]
+                lines.append(
+                    f"  {run.describe(j)} sent message #{seq} to rank {dst} (tag {tag}); rank {dst} never received it"
+                )
+    if count > limit:
+        lines.append(f"  ... and {count - limit} more")
+    return "\n".join(lines)

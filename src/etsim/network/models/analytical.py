@@ -56,6 +56,7 @@ class AnalyticalNetwork(NetworkModel):
     """
 
     name = "analytical"
+    congestion_aware = False
 
     @dataclass(frozen=True, kw_only=True)
     class Options(NetworkModel.Options):

@@ -33,6 +33,7 @@ class IdealNetwork(NetworkModel):
     """
 
     name = "ideal"
+    congestion_aware = False
 
     @dataclass(frozen=True, kw_only=True)
     class Options(NetworkModel.Options):

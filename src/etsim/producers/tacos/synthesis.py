@@ -190,4 +190,5 @@ def write_synthesis(syn: Synthesis | Schedule, prefix: str | Path) -> list[Path]
     group's ranks; peers are group positions.
     """
     sched = syn.schedule if isinstance(syn, Synthesis) else syn
-    return write_family(algorithm_traces(algo_graphs(sched)), prefix)
+    metadata = {"collective": syn.collective} if isinstance(syn, Synthesis) else {}
+    return write_family(algorithm_traces(algo_graphs(sched), metadata=metadata), prefix)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from etsim.chakra.algorithm import RECV, SEND, AlgoGraph, algo_graph_from_trace
-from etsim.chakra.graph import CollectiveType
+from etsim.chakra.algorithm import RECV, SEND, AlgoGraph, algo_graph_from_trace, recorded_collective
+from etsim.chakra.graph import CollectiveType, NodeType
 from etsim.chakra.io import load_workload
-from etsim.errors import ConfigError, TraceError
+from etsim.errors import ConfigError, TraceError, warn
 from etsim.system.algorithms.base import CollectiveAlgorithm
 
 __all__ = ["ChakraAlgorithm"]
@@ -16,14 +16,17 @@ class ChakraAlgorithm(CollectiveAlgorithm):
 
     Algorithm rank *i* runs on the *i*-th rank of the communicator group. Sizes are symbolic
     (``msg_chunk_cnt`` of ``total_chunk_cnt``, scaled to the workload's ``comm_size``) or the
-    files' absolute ``comm_size``.
+    files' absolute ``comm_size``. The collective it implements is the one its global metadata
+    records (``collective``, as etsim and the MSCCL-IR converters write it); a family that records
+    none runs for any collective, with a warning once.
 
     Args:
         spec: the family (a prefix, ``P.et`` or a directory).
         ignore_ctrl_deps: walk data dependencies only.
 
     Raises:
-        ConfigError: the family cannot be read (the message names it).
+        ConfigError: the family cannot be read, is a workload (it has collective nodes), or its ranks
+            disagree on the collective they implement (the message names it).
     """
 
     name = "chakra-et"
@@ -38,12 +41,44 @@ class ChakraAlgorithm(CollectiveAlgorithm):
             raise ConfigError(f"algorithm {spec!r}: {exc}") from None
         self.ignore_ctrl_deps = ignore_ctrl_deps
         self._graphs: dict[int, AlgoGraph] = {}
+        self._warned = False
+        for trace in self.workload:
+            for pos, node_type in enumerate(trace.types):
+                if node_type == NodeType.COMM_COLL_NODE:
+                    raise ConfigError(
+                        f"algorithm {spec!r} is a workload, not an algorithm family: {trace.describe(pos)} is a "
+                        "collective (COMM_COLL) node; an algorithm is made of SEND, RECV and COMP nodes"
+                    )
+        recorded = set()
+        for trace in self.workload:
+            try:
+                recorded.add(recorded_collective(trace))
+            except ValueError as exc:
+                raise ConfigError(f"algorithm {spec!r}: {trace.where()}metadata 'collective': {exc}") from None
+        if len(recorded) > 1:
+            names = sorted(str(getattr(r, "name", r)).lower() for r in recorded)
+            raise ConfigError(f"algorithm {spec!r}: its rank files record different collectives ({', '.join(names)})")
+        #: The collective the files record (a CollectiveType, "any", or None when they record none).
+        self.recorded = recorded.pop() if recorded else None
+        if isinstance(self.recorded, CollectiveType):
+            self.collectives = frozenset({self.recorded})  # type: ignore[misc]
 
     def supports(self, collective: CollectiveType, group_size: int) -> str | None:
-        """Any collective, on a group as large as the family."""
+        """The recorded collective (any, if none is recorded), on a group as large as the family."""
+        if isinstance(self.recorded, CollectiveType) and collective != self.recorded:
+            return (
+                f"algorithm {self.spec!r} implements {self.recorded.name.lower()} (its metadata says so), "
+                f"not {collective.name.lower()}"
+            )
         n = self.workload.num_ranks
         if n != group_size:
             return f"algorithm {self.spec!r} has {n} rank files but the communicator group has {group_size} ranks"
+        if self.recorded is None and not self._warned:
+            self._warned = True
+            warn(
+                f"algorithm {self.spec!r} records no collective type in its metadata; etsim cannot check that it "
+                f"implements {collective.name.lower()} (etsim's writers record it)"
+            )
         return None
 
     def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:

@@ -31,6 +31,10 @@ class MscclAlgorithm(CollectiveAlgorithm):
         self.conversion = source if isinstance(source, MscclConversion) else convert_msccl(source, instances=instances)
         coll = self.conversion.collective
         self.collectives = frozenset(CollectiveType) if coll is None else frozenset({coll})  # type: ignore[misc]
+        program = self.conversion.program
+        low, high = program.min_bytes or 0, program.max_bytes or None  # maxBytes 0 (or absent): no upper bound
+        #: ``(minBytes, maxBytes or None)`` when the file declares a size window, else None.
+        self.byte_window: tuple[int, int | None] | None = (low, high) if (low or high) else None
 
     def supports(self, collective: CollectiveType, group_size: int) -> str | None:
         """None if *collective* is the program's and the group has ``ngpus`` ranks, else why not."""

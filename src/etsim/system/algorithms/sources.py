@@ -151,8 +151,15 @@ def _ordered_sources() -> Sequence[AlgorithmSource]:
     return [cls() for _, cls in classes]
 
 
-def resolve_algorithm(spec: str, context: AlgorithmContext | None = None) -> tuple[str, CollectiveAlgorithm]:
+def resolve_algorithm(
+    spec: str, context: AlgorithmContext | None = None, *, origin: str = "--algo"
+) -> tuple[str, CollectiveAlgorithm]:
     """Turn an ``--algo`` value into ``(label, algorithm)`` with the first source that claims it.
+
+    Args:
+        spec: the value.
+        context: paths, dimensions and options the sources may need.
+        origin: where the value was given, for messages (``--algo``, ``sys.yaml: algorithms.all_reduce``).
 
     Raises:
         ConfigError: no source can load it; for the fallback family reader the message lists the
@@ -170,7 +177,7 @@ def resolve_algorithm(spec: str, context: AlgorithmContext | None = None) -> tup
             if isinstance(source, FamilySource):
                 names = ", ".join(ALGORITHMS.names())
                 raise ConfigError(
-                    f"--algo {spec!r} is neither an algorithm name ({names}) nor a Chakra ET family: {exc}"
+                    f"{origin} {spec!r} is neither an algorithm name ({names}) nor a Chakra ET family: {exc}"
                 ) from None
             raise
-    raise ConfigError(f"--algo {spec!r}: no algorithm source claims it")  # pragma: no cover - chakra-et claims all
+    raise ConfigError(f"{origin} {spec!r}: no algorithm source claims it")  # pragma: no cover - chakra-et claims all
