@@ -43,6 +43,7 @@ instant share one event, so a model case may count fewer events than messages.""
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import json
 import os
@@ -409,12 +410,15 @@ def main() -> int:
     if args and args[0] == "--child":
         print(json.dumps(run_case(args[1], Path(args[2]))))
         return 0
-    repeat = 3
-    if "--repeat" in args:
-        i = args.index("--repeat")
-        repeat = int(args[i + 1])
-        del args[i : i + 2]
-    cases = select(args) or list(CASES)
+    parser = argparse.ArgumentParser(
+        description="Benchmark cases, each in a fresh process, with medians over repeats.",
+        epilog="cases: " + ", ".join(ALL_CASES) + " (default: " + ", ".join(CASES) + ")",
+    )
+    parser.add_argument("cases", nargs="*", metavar="CASE", help="case names or shell patterns ('net-*')")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per case (default 3)")
+    options = parser.parse_args(args)
+    repeat = options.repeat
+    cases = select(options.cases) or list(CASES)
     medians: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)

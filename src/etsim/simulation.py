@@ -64,22 +64,27 @@ def check_workload(workload: Workload, config: SystemConfig) -> None:
         raise SimulationError("the workload cannot be simulated:\n" + "\n".join(problems[:10]) + more)
 
 
-def _attach_progress(engine: Engine, stream: TextIO, interval: float, wall0: float) -> None:
+def _attach_progress(engine: Engine, stream: TextIO, interval: float, wall0: float, expected: int) -> None:
     """Redraw a progress line every *interval* seconds, checked every few thousand messages."""
     state = {"last": time.perf_counter()}
+
+    total = sum(len(run.indeg) for run in engine.runs)
 
     def report(eng: Engine) -> None:
         now = time.perf_counter()
         if now - state["last"] < interval:
             return
         state["last"] = now
-        done = eng.ranks_done
-        total = len(eng.runs)
+        # The bar follows the messages sent against those expected (a single collective moves it too),
+        # or the workload nodes finished when no collective is expected.
+        done = total - sum(run.remaining for run in eng.runs)
+        collectives = len(eng.collectives) - len(eng.open_calls)
+        fraction = min(eng.messages / expected, 1.0) if expected else (done / total if total else 1.0)
         width = 20
-        filled = width * done // total if total else width
+        filled = int(width * fraction)
         stream.write(
-            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} ranks done, "
-            f"t = {format_time(eng.env.now)}, {eng.messages} messages, {now - wall0:.1f} s"
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} nodes, {collectives} collectives done, "
+            f"{eng.messages}/{expected or '?'} messages, t = {format_time(eng.env.now)}, {now - wall0:.1f} s"
         )
         stream.flush()
 
@@ -197,7 +202,7 @@ def _simulate(
         )
     engine = Engine(env, network, sys_layer, list(workload.traces), config)
     if progress is not None:
-        _attach_progress(engine, progress, progress_interval, wall0)
+        _attach_progress(engine, progress, progress_interval, wall0, expected)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived events; the cyclic collector only costs time here
     try:

@@ -29,6 +29,7 @@ from etsim.chakra.dag import in_degrees, transpose
 from etsim.chakra.graph import CollectiveType, NodeType, Trace, parse_collective
 from etsim.chakra.io import write_workload
 from etsim.errors import TraceError
+from etsim.files import make_parent
 
 __all__ = [
     "COMP",
@@ -318,11 +319,7 @@ def write_family(traces: Sequence[Trace], prefix: str | os.PathLike[str]) -> lis
         TraceError: the directory cannot be created or a file cannot be written (named).
     """
     text = family_prefix(prefix)
-    parent = Path(text).parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TraceError(f"{parent}: cannot create the output directory: {exc.strerror or exc}") from None
+    make_parent(f"{text}.0.et", TraceError)
     return write_workload(list(traces), text)
 
 

@@ -11,10 +11,10 @@ algorithm family made of sends, receives and reductions as MSCCL-IR XML that the
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from etsim.cli.algo import parse_collective
 from etsim.errors import ConfigError, TraceError
+from etsim.files import write_text
 from etsim.producers.msccl import convert_msccl, step_counts, workload_to_msccl, write_msccl_et
 
 __all__ = ["register"]
@@ -41,12 +41,7 @@ def _msccl(args: argparse.Namespace) -> int:
 def _to_msccl(args: argparse.Namespace) -> int:
     collective = parse_collective(args.collective) if args.collective else None
     xml = workload_to_msccl(args.input, collective=collective, name=args.name, proto=args.proto)
-    out = Path(args.output)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(xml)
-    except OSError as exc:
-        raise TraceError(f"{out}: cannot write: {exc.strerror or exc}") from None
+    out = write_text(args.output, xml, TraceError)
     print(f"wrote {out}")
     return 0
 

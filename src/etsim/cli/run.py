@@ -9,6 +9,7 @@ from pathlib import Path
 from etsim.chakra.graph import COLLECTIVE_NAMES
 from etsim.chakra.io import load_workload
 from etsim.errors import ConfigError
+from etsim.files import write_text
 from etsim.simulation import simulate
 from etsim.system.algorithms import ALGORITHMS
 from etsim.system.config import SystemConfig, load_system_config
@@ -36,7 +37,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "--topology", help="topology YAML (default: a bidirectional ring of the workload's ranks, 50 GB/s, 500 ns)"
     )
-    p.add_argument("--model", help="network model: analytical (default), link, ideal, or package.module:Class")
+    p.add_argument(
+        "--model",
+        help="network model: link (default; congestion-aware FIFO links, store-and-forward), analytical "
+        "(congestion-unaware: latency + size/bandwidth per message, concurrent messages do not share links), "
+        "ideal (fixed delay), or package.module:Class",
+    )
     p.add_argument(
         "--system", help="system YAML (algorithms, chunks, reduction_bandwidth, endpoint_delay, resources, …)"
     )
@@ -109,10 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json == "-":
         sys.stdout.write(result.to_json() + "\n")
     elif args.json:
-        try:
-            Path(args.json).write_text(result.to_json() + "\n")
-        except OSError as exc:
-            raise ConfigError(f"--json {args.json}: cannot write: {exc.strerror or exc}") from None
+        write_text(args.json, result.to_json() + "\n")
     if not args.quiet and args.json != "-":
         print(f"workload {args.workload}: {workload.num_ranks} ranks")
         print(result.table())

@@ -26,6 +26,7 @@ import yaml
 from etsim.chakra.graph import NodeType, Workload
 from etsim.chakra.io import load_workload
 from etsim.errors import ConfigError
+from etsim.files import read_text
 from etsim.network import load_network
 from etsim.report.result import Result
 from etsim.simulation import simulate
@@ -169,9 +170,7 @@ def _algorithm(names: Any, key: str, where: str, optimization: str) -> str:
 def _read_json_object(p: Path) -> dict[str, Any]:
     """The JSON object in file *p*; unreadable files, bad JSON and non-objects are ConfigErrors."""
     try:
-        data = json.loads(p.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
+        data = json.loads(read_text(p, "JSON file"))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{p}: not valid JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -219,10 +218,9 @@ def load_astra_system(path: str | os.PathLike[str], *, warn: Callable[[str], Non
     if per_node:
         if not isinstance(per_node, str):
             raise ConfigError(f"{where}: 'per-node-custom-implementation' must be the path of a YAML file")
+        text = read_text(per_node, f"per-node-custom-implementation file of {where}")
         try:
-            mapping = yaml.safe_load(Path(per_node).read_text()) or {}
-        except OSError as exc:
-            raise ConfigError(f"{where}: per-node-custom-implementation {per_node}: {exc.strerror or exc}") from None
+            mapping = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"{per_node}: not valid YAML: {exc}") from None
         if not isinstance(mapping, dict):
@@ -277,6 +275,13 @@ def run_astra(
     if model not in ("unaware", "aware"):
         raise ConfigError(f"--model must be unaware or aware, got {model!r}")
     net = load_network(os.fspath(network))
+    dims = len(net.topology.dims)
+    if model == "aware" and dims > 1:
+        raise ConfigError(
+            f"{network}: the congestion-aware back end supports 1-dimensional networks only (ASTRA-sim stops "
+            f"with 'only support 1-dim topology'); this one has {dims} dimensions — use --model unaware, or "
+            "`etsim run --model link`, whose congestion-aware model handles any topology"
+        )
     config = load_astra_system(system, warn=warn)
     if comm_groups and os.fspath(comm_groups) != "empty":
         config = config.with_overrides(comm_groups=os.path.abspath(comm_groups))

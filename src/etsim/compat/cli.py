@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from etsim.compat.astra import astra_output, run_astra
-from etsim.errors import ConfigError
+from etsim.files import write_text
 
 __all__ = ["register"]
 
@@ -51,8 +50,5 @@ def cmd_astra(args: argparse.Namespace) -> int:
         return 0
     print(astra_output(result))
     if args.json:
-        try:
-            Path(args.json).write_text(result.to_json() + "\n")
-        except OSError as exc:
-            raise ConfigError(f"--json {args.json}: cannot write: {exc.strerror or exc}") from None
+        write_text(args.json, result.to_json() + "\n")
     return 0

@@ -192,7 +192,10 @@ class System:
             if reason is not None and n > 1:
                 raise ConfigError(f"{where}: {reason}")
             inst = _Instance(collective, size, where, label, algo, self._next_namespace, key)
-            self._next_namespace += len(self._stream_sizes(collective, size, n))
+            try:
+                self._next_namespace += len(self._stream_sizes(collective, size, n))
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
             self._instances[key] = inst
             self._check_instance(inst, lookup, n)
         elif inst.collective != collective or inst.size != size:
@@ -250,35 +253,56 @@ class System:
         return share
 
     def message_estimate(self, traces: Sequence[Trace]) -> int:
-        """About how many messages the collectives of *traces* will send (for a warning before a long run).
+        """About how many messages the collectives of *traces* will send; refuse impossible splits first.
 
         Counts, per collective node of every rank, the SEND nodes of that rank's algorithm graph
         times the number of chunks. Collectives that cannot be resolved count as none (the run
-        reports them).
+        reports them when it reaches them).
+
+        Raises:
+            ConfigError: a collective split into more chunks than allowed, or into messages smaller than
+                one byte (named), before any time is spent simulating.
         """
         total = 0
-        counted: dict[tuple[int, str, int, int], int] = {}
+        sends_of: dict[tuple[int, str, int, int], tuple[AlgoGraph, int] | None] = {}
+        streams_of: dict[tuple[int, int, str, int], int] = {}
         for rank, trace in enumerate(traces):
             for pos, node_type in enumerate(trace.types):
                 if node_type != NodeType.COMM_COLL_NODE or trace.is_cpu_op[pos] or trace.comm_type[pos] is None:
                     continue
                 try:
-                    collective = _lookup(CollectiveType(trace.comm_type[pos]))  # type: ignore[arg-type]
+                    collective = CollectiveType(trace.comm_type[pos])  # type: ignore[arg-type]
                     group = self.groups.resolve(trace.pg_name[pos])
                     n = len(group)
                     if n == 1 or rank not in group:
                         continue
-                    label, algo = self.algorithm_for(collective)
-                    key = (int(collective), label, n, group.index(rank))
-                    sends = counted.get(key)
-                    if sends is None:
-                        if algo.supports(collective, n) is not None:
-                            continue
-                        graph = algo.graph(collective, n, group.index(rank))
-                        sends = counted[key] = graph.kinds.count(SEND)
+                    lookup = _lookup(collective)
+                    label, algo = self.algorithm_for(lookup)
+                    key = (int(lookup), label, n, group.index(rank))
+                    if key not in sends_of:
+                        ok = algo.supports(lookup, n) is None
+                        graph = algo.graph(lookup, n, group.index(rank)) if ok else None
+                        sends_of[key] = (graph, graph.kinds.count(SEND)) if graph is not None else None
                 except (EtsimError, ValueError):
                     continue
-                total += sends * self.config.chunks
+                found = sends_of[key]
+                if found is None:
+                    continue
+                graph, sends = found
+                size = trace.comm_size[pos] or 0
+                split_key = (int(collective), size, label, n)
+                count = streams_of.get(split_key)
+                if count is None:
+                    where = trace.describe(pos)
+                    try:
+                        streams = self._stream_sizes(collective, size, n)
+                    except ConfigError as exc:
+                        raise ConfigError(f"{where}: {exc}") from None
+                    if size > 0 and graph.total_chunks is not None:
+                        unit = collective_buffer_bytes(lookup, streams[0], n) / graph.total_chunks
+                        self._check_message_size(graph, unit, where, collective, size, n, label)
+                    count = streams_of[split_key] = len(streams)
+                total += sends * count
         return total
 
     def _check_instance(self, inst: _Instance, lookup: CollectiveType, n: int) -> None:

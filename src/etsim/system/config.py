@@ -19,10 +19,12 @@ from typing import Any
 import yaml
 
 from etsim.errors import ConfigError
+from etsim.files import read_text
 from etsim.units import parse_bandwidth, parse_time
 
 __all__ = [
     "CHUNKINGS",
+    "MAX_CHUNKS",
     "STREAM_ORDERS",
     "Resources",
     "SystemConfig",
@@ -65,6 +67,8 @@ class Resources:
 STREAM_ORDERS = ("fifo", "lifo")
 #: Values of :attr:`SystemConfig.chunking`.
 CHUNKINGS = ("equal", "integer")
+#: The most chunks (streams) one collective may be split into.
+MAX_CHUNKS = 1_000_000
 
 
 def chunk_sizes(size: int, chunks: int, group_size: int, *, per_rank_size: bool, rule: str = "equal") -> list[float]:
@@ -79,6 +83,11 @@ def chunk_sizes(size: int, chunks: int, group_size: int, *, per_rank_size: bool,
             ``size // chunks`` whole bytes, the last one taking the remainder, raised to one byte
             per rank when the size is a whole buffer (so a chunk never splits below a byte per rank).
     """
+    if chunks > MAX_CHUNKS:
+        raise ConfigError(
+            f"a collective of {size} bytes split into {chunks:,} chunks: more than {MAX_CHUNKS:,} chunks per "
+            "collective is refused (chunks / preferred-dataset-splits too large)"
+        )
     if rule == "equal":
         return [size / chunks] * chunks
     chunk = size // chunks
@@ -171,10 +180,9 @@ def load_system_config(source: str | os.PathLike[str] | dict[str, Any], *, base_
     else:
         path = Path(source)
         where = str(path)
+        text = read_text(path, "system file")
         try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+            data = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: not valid YAML: {exc}") from None
         base = base_dir or str(path.parent)
