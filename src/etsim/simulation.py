@@ -29,6 +29,7 @@ from etsim.system.config import SystemConfig
 from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
 from etsim.units import format_bandwidth, format_size, format_time
 from etsim.workload.engine import Engine
+from etsim.workload.observe import RunObserver
 
 __all__ = [
     "DEFAULT_BANDWIDTH",
@@ -100,6 +101,7 @@ def simulate(
     system: SystemConfig | None = None,
     progress: TextIO | None = None,
     progress_interval: float = 0.5,
+    observer: RunObserver | None = None,
 ) -> Result:
     """Simulate *workload* and return its :class:`~etsim.report.Result`.
 
@@ -113,6 +115,8 @@ def simulate(
         system: system parameters (default :class:`~etsim.system.config.SystemConfig`).
         progress: a stream to draw a one-line progress display on (e.g. ``sys.stderr``), or None.
         progress_interval: seconds between progress updates.
+        observer: a :class:`~etsim.workload.observe.RunObserver` that watches the run (timelines,
+            critical path), or None.
 
     Everything that may make the result misleading is issued as an
     :class:`~etsim.errors.EtsimWarning` and listed in ``Result.warnings``.
@@ -126,7 +130,9 @@ def simulate(
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", EtsimWarning)
-            result = _simulate(workload, topology, model, model_options, system, progress, progress_interval)
+            result = _simulate(
+                workload, topology, model, model_options, system, progress, progress_interval, observer
+            )
     finally:
         # Hand every warning on to the caller's filters (the CLI prints them; pytest may raise them).
         for w in caught:
@@ -159,6 +165,7 @@ def _simulate(
     system: SystemConfig | None,
     progress: TextIO | None,
     progress_interval: float,
+    observer: RunObserver | None = None,
 ) -> Result:
     config = system or SystemConfig()
     n = workload.num_ranks
@@ -200,7 +207,7 @@ def _simulate(
             f"this run will send about {expected:,} messages (more than {MESSAGE_WARNING:,}); it may take a long "
             "time — fewer chunks or a smaller group make it cheaper"
         )
-    engine = Engine(env, network, sys_layer, list(workload.traces), config)
+    engine = Engine(env, network, sys_layer, list(workload.traces), config, observer)
     if progress is not None:
         _attach_progress(engine, progress, progress_interval, wall0, expected)
     gc_was_enabled = gc.isenabled()
@@ -220,6 +227,8 @@ def _simulate(
             f"the simulation cannot progress at t = {env.now:.1f} ns; " + engine.deadlock_report()
         )
     engine.check_all_received()
+    if observer is not None:
+        observer.finished(engine)
     ranks = [RankResult(r.rank, r.finish_ns, r.compute_ns, r.comm_ns, r.exposed_ns) for r in engine.runs]
     collectives = [
         CollectiveRecord(c.rank, c.node_id, c.type, c.bytes, list(c.group), c.algorithm, c.start_ns, c.end_ns)

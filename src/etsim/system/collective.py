@@ -13,23 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from etsim.chakra.algorithm import SEND, AlgoGraph, collective_buffer_bytes
-from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Trace
+from etsim.chakra.graph import CollectiveType, NodeType, Trace
 from etsim.errors import ConfigError, EtsimError, SimulationError, warn
 from etsim.system.algorithms import CollectiveAlgorithm
-from etsim.system.algorithms.sources import AlgorithmContext, resolve_algorithm
 from etsim.system.config import SystemConfig, chunk_sizes
 from etsim.system.groups import CommGroups
+from etsim.system.selection import AlgorithmSelection, default_algorithm
 
 __all__ = ["CollectivePart", "Participation", "System", "default_algorithm"]
-
-#: Algorithm used when nothing is configured for a collective.
-_DEFAULTS = {CollectiveType.GATHER: "direct", CollectiveType.SCATTER: "direct"}
-
-
-def default_algorithm(collective: CollectiveType) -> str:
-    """The native algorithm used when none is configured (``ring``, or ``direct`` for gather/scatter)."""
-    return _DEFAULTS.get(collective, "ring")
-
 
 @dataclass(slots=True)
 class CollectivePart:
@@ -102,31 +93,12 @@ class System:
         self.config = config
         self.groups = groups
         self.dims = tuple(dims) if dims else None
-        self._algorithms: dict[str, tuple[str, CollectiveAlgorithm]] = {}
-        self._by_spec: dict[str, tuple[str, CollectiveAlgorithm]] = {}
+        self.selection = AlgorithmSelection(config, self.dims)
         self._warned: set[tuple[str, ...]] = set()
-        for key, spec in config.algorithms.items():
-            origin = config.algorithm_origins.get(key, "--algo")
-            if key != "default" and key not in COLLECTIVE_NAMES.values():
-                valid = ", ".join(sorted(COLLECTIVE_NAMES.values()))
-                raise ConfigError(f"{origin}: unknown collective {key!r}; valid: {valid}, default")
-            self._algorithms[key] = self._resolve(spec, origin)
         self._sequence: dict[tuple[str, int], int] = {}
         self._instances: dict[tuple[str, int], _Instance] = {}
         self._next_namespace = 0
         self._graphs: dict[tuple[int, int, int, int], AlgoGraph] = {}
-
-    def _resolve(self, spec: str, origin: str = "--algo") -> tuple[str, CollectiveAlgorithm]:
-        found = self._by_spec.get(spec)
-        if found is None:
-            context = AlgorithmContext(
-                base_dir=self.config.base_dir,
-                dims=self.dims,
-                ignore_ctrl_deps=self.config.ignore_ctrl_deps,
-                phase_delay=self.config.phase_delay,
-            )
-            found = self._by_spec[spec] = resolve_algorithm(spec, context, origin=origin)
-        return found
 
     def _warn_once(self, key: tuple[str, ...], message: str) -> None:
         if key not in self._warned:
@@ -134,25 +106,8 @@ class System:
             warn(message)
 
     def algorithm_for(self, collective: CollectiveType) -> tuple[str, CollectiveAlgorithm]:
-        """The configured (or default) algorithm of *collective*.
-
-        A ``default`` algorithm serves the collectives it implements; the others fall back to their
-        own default (ring, or direct for gather/scatter), and a warning says so once.
-        """
-        name = COLLECTIVE_NAMES[collective]
-        if name in self._algorithms:
-            return self._algorithms[name]
-        if "default" in self._algorithms:
-            label, algo = self._algorithms["default"]
-            if collective in algo.collectives:
-                return label, algo
-            fallback = default_algorithm(collective)
-            self._warn_once(
-                ("fallback", label, name),
-                f"algorithm {label!r} does not implement {name}; {fallback!r} served it "
-                f"(choose one with --algo {name}=ALGO or algorithms: {{{name}: ALGO}})",
-            )
-        return self._resolve(default_algorithm(collective))
+        """The algorithm configured for *collective* (see :class:`AlgorithmSelection`)."""
+        return self.selection.choose(collective)
 
     def join(
         self,
@@ -186,8 +141,10 @@ class System:
         lookup = _lookup(collective)
         if inst is None:
             node_spec = self.config.node_algorithms.get(node_id) if node_id is not None else None
-            origin = "per-node algorithm"
-            label, algo = self._resolve(node_spec, origin) if node_spec else self.algorithm_for(lookup)
+            if node_spec:
+                label, algo = self.selection.resolve(node_spec, "per-node algorithm")
+            else:
+                label, algo = self.selection.choose(lookup)
             reason = algo.supports(lookup, n)
             if reason is not None and n > 1:
                 raise ConfigError(f"{where}: {reason}")

@@ -121,7 +121,7 @@ class CollectiveCall:
         limited = config.active_streams or config.stream_order != "fifo" or config.stream_delay > 0
         if not limited:
             for algo_run in self.runs:
-                algo_run.start()
+                self._start_part(algo_run)
             return
         self.queue = list(self.runs) if config.stream_order == "fifo" else self.runs[::-1]
         active = config.active_streams or len(self.queue)
@@ -132,13 +132,20 @@ class CollectiveCall:
         nxt = self.queue.pop(0)
         delay = nxt.part.start_delay
         if delay > 0:
-            self.engine.after(delay, nxt.start)
+            self.engine.after(delay, lambda: self._start_part(nxt))
         else:
-            nxt.start()
+            self._start_part(nxt)
+
+    def _start_part(self, algo_run: AlgoRun) -> None:
+        if self.engine.observer is not None:
+            self.engine.observer.part_started(self, algo_run)
+        algo_run.start()
 
     def part_done(self, algo_run: AlgoRun) -> None:
         """A stream completed: drop its namespace when the whole group is done, start the next stream."""
         engine = self.engine
+        if engine.observer is not None:
+            engine.observer.part_finished(self, algo_run)
         ns = engine.namespaces[algo_run.namespace]
         ns.remaining -= 1
         if ns.remaining == 0:

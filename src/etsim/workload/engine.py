@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from etsim.network.model import NetworkModel
     from etsim.system.collective import System
     from etsim.system.config import SystemConfig
+    from etsim.workload.observe import RunObserver
 
 __all__ = ["Engine"]
 
@@ -46,14 +47,17 @@ class Engine:
         system: System,
         traces: list[Trace],
         config: SystemConfig,
+        observer: RunObserver | None = None,
     ) -> None:
         self.env = env
+        #: Watches the run (timelines, critical path); None costs one test per hook site.
+        self.observer = observer
         self.network = network
         self.system = system
         self.config = config
         self.costs = CostModel(config)
         self.endpoint_delay = config.endpoint_delay
-        self.mailbox = Mailbox(network, self.complete_now)
+        self.mailbox = Mailbox(network, self.complete_now, observer)
         self.workload_channels: dict[tuple[int, int, int], Channel] = {}
         # A collective's namespace is dropped when every rank of its group has finished its part.
         self.namespaces: dict[int, Namespace] = {}
@@ -149,6 +153,8 @@ class Engine:
         share = self.system.join(run.rank, ctype, size, tr.pg_name[j], tr.describe(j), tr.ids[j])
         call = CollectiveCall(self, run, j, share, size)
         self.collectives.append(call)
+        if self.observer is not None:
+            self.observer.collective_started(call)
         if not share.parts:  # a group of one rank: nothing to send
             self.complete_now(run, j)
             return
@@ -165,6 +171,8 @@ class Engine:
 
     def start(self) -> None:
         """Issue every rank's dependency-free nodes."""
+        if self.observer is not None:
+            self.observer.attach(self)
         for run in self.runs:
             run.start()
 

@@ -382,6 +382,8 @@ class WorkloadRun(GraphRun):
         cls = self.node_class[j]
         if cls != FREE:
             self.in_use[cls] -= 1
+        if self.engine.observer is not None:
+            self.engine.observer.node_finished(self, j)
 
     def account(self) -> None:
         """Add the time since the last change to compute, communication and exposed communication."""
@@ -407,6 +409,8 @@ class WorkloadRun(GraphRun):
         tr = self.trace
         t = tr.types[j]
         eng = self.engine
+        if eng.observer is not None:
+            eng.observer.node_started(self, j)
         if t == _T_COMP or (t == _T_COLL and self.node_class[j] == CPU):
             self.account()
             self.n_comp += 1
