@@ -9,13 +9,14 @@ barrier across ranks (a rank that arrives early simply waits for its peers' mess
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from etsim.chakra.algorithm import SEND, AlgoGraph, collective_buffer_bytes
 from etsim.chakra.graph import CollectiveType, NodeType, Trace
 from etsim.errors import ConfigError, EtsimError, SimulationError, warn
-from etsim.system.algorithms import CollectiveAlgorithm
+from etsim.system.algorithms import CollectiveAlgorithm, Phase
 from etsim.system.config import SystemConfig, chunk_sizes
 from etsim.system.groups import CommGroups
 from etsim.system.selection import AlgorithmSelection, default_algorithm
@@ -24,15 +25,15 @@ __all__ = ["CollectivePart", "Participation", "System", "default_algorithm"]
 
 @dataclass(slots=True)
 class CollectivePart:
-    """One chunk of one rank's share of a collective: an algorithm graph to walk."""
+    """One phase of one chunk (stream) of one rank's share of a collective: an algorithm graph to walk."""
 
     graph: AlgoGraph
     position: int
     """The rank's position in the group."""
     group: tuple[int, ...]
     """Global ranks by group position."""
-    namespace: int
-    """Unique per collective instance and chunk; keeps its messages apart from all others."""
+    namespace: Hashable
+    """Unique per collective instance, chunk and phase; keeps its messages apart from all others."""
     bytes_per_unit: float
     """Bytes per graph size unit (per chunk for symbolic graphs, 1 for byte-sized graphs)."""
     endpoint_delay: float = 0.0
@@ -41,6 +42,14 @@ class CollectivePart:
     """ns before the part starts (:attr:`SystemConfig.stream_delay`)."""
     comp_ns: float | None = None
     """Duration of COMP nodes that carry none; None = the reduction model (bytes / bandwidth)."""
+    stream: int = 0
+    """The chunk (stream) this part belongs to."""
+    phase: int = 0
+    """The phase within its stream (0 first)."""
+    last: bool = True
+    """This is the last phase of its stream."""
+    queue: Hashable = 0
+    """The rank's queue the part waits in before it starts."""
 
 
 @dataclass(slots=True)
@@ -99,6 +108,7 @@ class System:
         self._instances: dict[tuple[str, int], _Instance] = {}
         self._next_namespace = 0
         self._graphs: dict[tuple[int, int, int, int], AlgoGraph] = {}
+        self._algorithm_state: dict[tuple[int, int], dict[str, Any]] = {}
 
     def _warn_once(self, key: tuple[str, ...], message: str) -> None:
         if key not in self._warned:
@@ -181,11 +191,12 @@ class System:
             return share
         graph_key = (id(inst.algorithm), int(lookup), n, position)
         graph = self._graphs.get(graph_key)
-        if graph is None:
+        phased = type(inst.algorithm).phases is not CollectiveAlgorithm.phases
+        if graph is None and not phased:
             graph = inst.algorithm.graph(lookup, n, position)
             self._graphs[graph_key] = graph
         config = self.config
-        if config.families_as_written and inst.algorithm.source == "chakra-et":
+        if config.families_as_written and inst.algorithm.source == "chakra-et" and graph is not None:
             # One stream of the files' own sizes, no endpoint delay or reduction model; COMP nodes
             # without a duration take the minimum compute time.
             if graph.total_chunks is not None:
@@ -194,19 +205,39 @@ class System:
                     "(msg_chunk_cnt/total_chunk_cnt), but families are run as written here, with the absolute "
                     "comm_size of each node — simulate it with `etsim run`, which scales chunk counts"
                 )
-            part = CollectivePart(graph, position, group, inst.namespace, 1.0, comp_ns=config.min_compute_ns)
+            part = CollectivePart(graph, position, group, (inst.namespace, 0, 0), 1.0, comp_ns=config.min_compute_ns)
             share.parts.append(part)
             return share
         start = config.stream_delay
+        state = self._algorithm_state.setdefault((rank, id(inst.algorithm)), {}) if phased else {}
         for c, stream in enumerate(self._stream_sizes(collective, size, n)):
-            if graph.total_chunks is not None:
-                unit = collective_buffer_bytes(lookup, stream, n) / graph.total_chunks
-            else:
-                unit = stream / size if size else 0.0  # byte-sized graphs: scaled by the stream's share
-            if c == 0 and size > 0:
-                self._check_message_size(graph, unit, where, collective, size, n, inst.label)
-            part = CollectivePart(graph, position, group, inst.namespace + c, unit, self.config.endpoint_delay, start)
-            share.parts.append(part)
+            phases = (
+                inst.algorithm.phases(lookup, n, position, stream=c, state=state)
+                if phased
+                else [Phase(graph)]  # type: ignore[arg-type]  # built above
+            )
+            for p, phase in enumerate(phases):
+                g = phase.graph
+                if g.total_chunks is not None:
+                    unit = collective_buffer_bytes(lookup, stream, n) / g.total_chunks
+                else:
+                    unit = stream / size if size else 0.0  # byte-sized graphs: scaled by the stream's share
+                if c == 0 and size > 0:
+                    self._check_message_size(g, unit, where, collective, size, n, inst.label)
+                part = CollectivePart(
+                    g,
+                    position,
+                    group,
+                    (inst.namespace, c, p),
+                    unit,
+                    config.endpoint_delay if phase.endpoint_delay else 0.0,
+                    start if phase.start_delay else 0.0,
+                    stream=c,
+                    phase=p,
+                    last=p == len(phases) - 1,
+                    queue=phase.queue,
+                )
+                share.parts.append(part)
         return share
 
     def message_estimate(self, traces: Sequence[Trace]) -> int:
@@ -237,9 +268,11 @@ class System:
                     label, algo = self.algorithm_for(lookup)
                     key = (int(lookup), label, n, group.index(rank))
                     if key not in sends_of:
-                        ok = algo.supports(lookup, n) is None
-                        graph = algo.graph(lookup, n, group.index(rank)) if ok else None
-                        sends_of[key] = (graph, graph.kinds.count(SEND)) if graph is not None else None
+                        sends_of[key] = None
+                        if algo.supports(lookup, n) is None:
+                            phases = algo.phases(lookup, n, group.index(rank), stream=0, state={})
+                            sends = sum(ph.graph.kinds.count(SEND) for ph in phases)
+                            sends_of[key] = (phases[0].graph, sends)
                 except (EtsimError, ValueError):
                     continue
                 found = sends_of[key]

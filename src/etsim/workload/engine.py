@@ -6,15 +6,15 @@ mailbox of point-to-point messages, the open collective calls, and the deadlock 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from etsim.chakra.graph import CollectiveType, Trace
 from etsim.chakra.validate import find_cycle
 from etsim.errors import DeadlockError
 from etsim.system.costs import CostModel
-from etsim.workload.collectives import CollectiveCall, Namespace
+from etsim.workload.collectives import CollectiveCall, Namespace, RankQueue
 from etsim.workload.messages import Channel, Mailbox, unreceived_messages
 from etsim.workload.runs import GraphRun, WorkloadRun
 
@@ -60,11 +60,15 @@ class Engine:
         self.mailbox = Mailbox(network, self.complete_now, observer)
         self.workload_channels: dict[tuple[int, int, int], Channel] = {}
         # A collective's namespace is dropped when every rank of its group has finished its part.
-        self.namespaces: dict[int, Namespace] = {}
+        self.namespaces: dict[Hashable, Namespace] = {}
         self.collectives: list[CollectiveCall] = []
         self.open_calls: dict[tuple[int, int], CollectiveCall] = {}
         # Calls waiting for the rest of their group to issue the collective, by instance.
         self.unjoined: dict[tuple[str, int], list[CollectiveCall]] = {}
+        # Per (rank, queue id): the phases of collectives waiting for or holding a slot.
+        self.rank_queues: dict[tuple[int, Any], RankQueue] = {}
+        self.calls_issued = 0
+        self.queue_seq = 0
         self._events = 0
         self._instant: list[tuple[GraphRun, int]] = []
         self._draining = False
