@@ -66,7 +66,7 @@ class Resources:
 #: Values of :attr:`SystemConfig.stream_order`.
 STREAM_ORDERS = ("fifo", "lifo")
 #: Values of :attr:`SystemConfig.chunking`.
-CHUNKINGS = ("equal", "integer")
+CHUNKINGS = ("equal", "whole")
 #: The most chunks (streams) one collective may be split into.
 MAX_CHUNKS = 1_000_000
 
@@ -79,9 +79,10 @@ def chunk_sizes(size: int, chunks: int, group_size: int, *, per_rank_size: bool,
         chunks: the number of chunks asked for.
         group_size: ranks in the communicator group.
         per_rank_size: the size is per rank (all-gather), not the whole buffer.
-        rule: ``equal`` — *chunks* equal shares (fractional bytes allowed); ``integer`` — chunks of
-            ``size // chunks`` whole bytes, the last one taking the remainder, raised to one byte
-            per rank when the size is a whole buffer (so a chunk never splits below a byte per rank).
+        rule: ``equal`` — *chunks* equal shares (fractional bytes allowed); ``whole`` — ``ceil(size /
+            chunk)`` chunks of ``chunk = size // chunks`` whole bytes each, the last one included (so the
+            chunks may carry a little more than *size*), with ``chunk`` raised to one byte per rank when
+            the size is a whole buffer (a chunk never splits below a byte per rank).
     """
     if chunks > MAX_CHUNKS:
         raise ConfigError(
@@ -96,8 +97,7 @@ def chunk_sizes(size: int, chunks: int, group_size: int, *, per_rank_size: bool,
         size = chunks * group_size
     if chunk <= 0:
         return [float(size)]
-    streams = -(-size // chunk)
-    return [float(chunk)] * (streams - 1) + [float(size - chunk * (streams - 1))]
+    return [float(chunk)] * -(-size // chunk)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,7 +133,7 @@ class SystemConfig:
     """Directory relative paths in this config resolve against."""
     # -- how collectives are split, queued and costed; the defaults match the α-β closed forms.
     chunking: str = "equal"
-    """How a collective's bytes split into chunks: ``equal`` or ``integer`` (see :func:`chunk_sizes`)."""
+    """How a collective's bytes split into chunks: ``equal`` or ``whole`` (see :func:`chunk_sizes`)."""
     stream_order: str = "fifo"
     """Order in which the queued chunks (streams) of one collective start: ``fifo`` or ``lifo``."""
     active_streams: int = 0

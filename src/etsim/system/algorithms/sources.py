@@ -101,8 +101,11 @@ class NativeSource(AlgorithmSource):
     priority = 0
 
     def claims(self, spec: str) -> bool:
-        """A registered name, or ``module:Class`` that is not an existing file."""
-        return spec in ALGORITHMS.names() or (":" in spec and not os.path.exists(spec))
+        """A registered name, or ``package.module:Class`` / ``file.py:Class`` that is not an existing file."""
+        if spec in ALGORITHMS.names():
+            return True
+        module, sep, attr = spec.rpartition(":")
+        return bool(sep) and attr.isidentifier() and bool(module) and not os.path.exists(spec)
 
     def load(self, spec: str, context: AlgorithmContext) -> CollectiveAlgorithm:
         """Instantiate the class; multi-dimensional ones get the topology's ``dims``."""
