@@ -17,7 +17,7 @@ from etsim.errors import EtsimError
 __all__ = ["build_parser", "main"]
 
 #: Sub-command modules, in the order they appear in ``etsim --help``.
-COMMAND_MODULES = ("run", "trace", "workload", "algo", "topology", "convert", "astra", "synth")
+COMMAND_MODULES = ("run", "trace", "workload", "algo", "topology", "convert", "astra", "synth", "experiment")
 
 
 def build_parser() -> argparse.ArgumentParser:
