@@ -107,7 +107,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"experiment {experiment.name}: {len(points)} of {len(experiment.points)} points ({shape}{repeat})")
     if experiment.description:
         print(experiment.description.strip())
-    header = ["point", *experiment.axis_keys, *(["repeat"] if experiment.repeat > 1 else []), "model"]
+    header = ["point", *experiment.axis_keys, *(["repeat"] if experiment.repeat > 1 else []), "network_model"]
     rows = [
         [p.id, *p.labels, *([str(p.repeat)] if experiment.repeat > 1 else []), p.spec.model] for p in points
     ]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -135,8 +136,8 @@ def draw_plot(plot: PlotSpec, header: Sequence[str], rows: Sequence[dict[str, st
     for j in range(len(facets), nrows * ncols):
         axes[j // ncols][j % ncols].set_visible(False)
     if plot.series:
-        axes[0][0].legend(title=plot.series, fontsize="small")
-    fig.suptitle(plot.title or plot.name)
+        fig.legend(*axes[0][0].get_legend_handles_labels(), title=plot.series, fontsize="small", loc="outside right upper")
+    fig.suptitle("\n".join(textwrap.wrap(plot.title or plot.name, 70 * ncols)), fontsize="medium")
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     # Fixed ids and no dates in the files: identical results give identical plots.
