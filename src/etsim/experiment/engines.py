@@ -78,7 +78,9 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 
 def _pool_round(batches: list[list[PointTask]], workers: int, on_outcome: Callback) -> list[PointTask]:
     """Run *batches* on a fresh pool until done or broken; return the points of lost batches."""
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=init_worker)
+    ctx = _context()
+    lifeline, alive = ctx.Pipe(duplex=False)  # workers get the read end; only this process holds `alive`
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=init_worker, initargs=(lifeline,))
     lost: list[PointTask] = []
     try:
         pending: dict[Future[list[PointOutcome]], list[PointTask]] = {
@@ -97,6 +99,8 @@ def _pool_round(batches: list[list[PointTask]], workers: int, on_outcome: Callba
                     on_outcome(outcome)
     finally:
         _stop(pool)
+        alive.close()
+        lifeline.close()
     return lost
 
 

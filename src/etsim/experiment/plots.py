@@ -93,7 +93,8 @@ def draw_plot(plot: PlotSpec, header: Sequence[str], rows: Sequence[dict[str, st
 
     ncols = min(3, len(facets))
     nrows = math.ceil(len(facets) / ncols) if facets else 1
-    fig = Figure(figsize=(5.2 * ncols, 3.8 * nrows), layout="constrained")
+    legend_width = 2.0 if plot.series else 0.0
+    fig = Figure(figsize=(5.2 * ncols + legend_width, 3.8 * nrows + 0.4), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True)
     logx = plot.logx
@@ -137,7 +138,7 @@ def draw_plot(plot: PlotSpec, header: Sequence[str], rows: Sequence[dict[str, st
         axes[j // ncols][j % ncols].set_visible(False)
     if plot.series:
         fig.legend(*axes[0][0].get_legend_handles_labels(), title=plot.series, fontsize="small", loc="outside right upper")
-    fig.suptitle("\n".join(textwrap.wrap(plot.title or plot.name, 70 * ncols)), fontsize="medium")
+    fig.suptitle("\n".join(textwrap.wrap(plot.title or plot.name, 55 * ncols + 20)), fontsize="medium")
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     # Fixed ids and no dates in the files: identical results give identical plots.

@@ -326,7 +326,8 @@ class _Loader:
             NETWORK_MODELS.get(v)
             return v
 
-        result: str = self.cached("model", value if value is not None else {"default": default}, keys, resolve)
+        token = {"model": value, "default": default}
+        result: str = self.cached("model", token, keys, lambda t: resolve(t["model"]))
         return result
 
     def model_options(self, value: Any, model: str, keys: list[str]) -> dict[str, Any]:

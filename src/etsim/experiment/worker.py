@@ -15,11 +15,13 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 from etsim.chakra import COLLECTIVE_NAMES, NodeType, Workload, load_workload
@@ -246,6 +248,21 @@ def run_batch(tasks: Sequence[PointTask]) -> list[PointOutcome]:
     return [run_point(task) for task in tasks]
 
 
-def init_worker() -> None:
-    """Pool-worker start-up: Ctrl-C belongs to the parent, which stops the workers itself."""
+def init_worker(lifeline: Connection | None = None) -> None:
+    """Pool-worker start-up: Ctrl-C belongs to the parent, which stops the workers itself.
+
+    *lifeline* is the read end of a pipe whose only write end the sweep's process holds: a watchdog
+    thread ends this worker when it reads end-of-file, i.e. when that process is gone. A parent killed
+    outright (SIGKILL) cannot stop its workers, and they would otherwise wait for work forever.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if lifeline is not None:
+        threading.Thread(target=_watch, args=(lifeline,), name="etsim-lifeline", daemon=True).start()
+
+
+def _watch(lifeline: Connection) -> None:
+    try:
+        lifeline.recv_bytes()
+    except (EOFError, OSError):
+        pass
+    os._exit(1)
