@@ -48,7 +48,9 @@ def test_run_records_a_failing_point_and_exits_1(tmp_path: Path, capsys, monkeyp
     assert "experiment cli: 3 points, ran 3" in captured.out and "2 ok, 1 failed" in captured.out
     assert "etsim: 1 of 3 points failed" in captured.err
     csv = (tmp_path / "results" / "cli" / "results.csv").read_text().splitlines()
-    assert csv[0].startswith("point,algo,network_model,status,finish_ns,compute_ns,comm_ns,exposed_comm_ns,all_gather_ns")
+    assert csv[0].startswith(
+        "point,algo,network_model,status,finish_ns,compute_ns,comm_ns,exposed_comm_ns,all_gather_ns"
+    )
     assert csv[3].startswith("0002,nosuchalgo,analytical,failed,,") and "nosuchalgo" in csv[3].split(",", 5)[5]
     # Progress lines go to stderr when it is not a terminal.
     assert "etsim: 3/3 points (2 ok, 1 failed)" in captured.err

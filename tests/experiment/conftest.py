@@ -17,7 +17,7 @@ SWITCH8 = "kind: switch\nnpus: 8\nbandwidth: 50 GB/s\nlatency: 500 ns\n"
 
 # A model that misbehaves on request: it fails (a clean EtsimError) unless a marker file exists, or kills the
 # process running it. Loaded by file path, as a user's own model would be.
-TROUBLE_MODEL = '''
+TROUBLE_MODEL = """
 import os
 from dataclasses import dataclass
 
@@ -42,7 +42,7 @@ class Trouble(IdealNetwork):
             os._exit(3)
         if self.options.needs and not os.path.exists(self.options.needs):
             raise SimulationError(f"trouble: {self.options.needs} is missing")
-'''
+"""
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ def test_baseline_values_are_relative_to_the_baseline_series(small: Path, tmp_pa
     pytest.importorskip("matplotlib")
     out = tmp_path / "out"
     run_experiment(load_experiment(small), out=out, jobs=1, plots=False)
-    header, rows = read_results(out / "results.csv")
+    _, rows = read_results(out / "results.csv")
     (plot,) = plots_of_directory(out)
     assert (plot.x, plot.series, plot.baseline, plot.relative) == ("size", "algo", "ring", "slowdown")
     from matplotlib.figure import Figure

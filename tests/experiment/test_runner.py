@@ -137,7 +137,7 @@ def test_existing_results_need_resume_or_force(small: Path, tmp_path: Path) -> N
     exp = load_experiment(small)
     out = tmp_path / "out"
     run_experiment(exp, out=out, jobs=1, only=["size=1 KiB"], plots=False)
-    with pytest.raises(ConfigError, match="results.csv exists: pass --resume .* or --force"):
+    with pytest.raises(ConfigError, match=r"results.csv exists: pass --resume .* or --force"):
         run_experiment(exp, out=out, jobs=1, plots=False)
     summary = run_experiment(exp, out=out, jobs=1, resume=True, plots=False)
     assert (summary.skipped, summary.ran) == (2, 4)
@@ -160,7 +160,7 @@ def test_resume_refuses_results_of_other_axes(small: Path, write, tmp_path: Path
     run_experiment(load_experiment(small), out=out, jobs=1, plots=False)
     other = write("o.yaml", small.read_text().replace("algo: [ring, direct]", "system.chunks: [1, 2]"))
     other.write_text(other.read_text().replace("series: algo, baseline: ring", "series: system.chunks"))
-    with pytest.raises(ConfigError, match="has columns point, size, algo.*use another --out"):
+    with pytest.raises(ConfigError, match=r"has columns point, size, algo.*use another --out"):
         run_experiment(load_experiment(other), out=out, jobs=1, resume=True, plots=False)
 
 

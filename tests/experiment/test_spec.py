@@ -106,9 +106,15 @@ topology: ring8.yaml
         ("sweep: {}\n", r"e.yaml: sweep: empty sweep"),
         ("sweep: {size: []}\n", r"e.yaml: sweep.size: empty axis"),
         ("sweep: {size: 1 KiB}\n", r"e.yaml: sweep.size: expected a list of values or a mapping"),
-        ("sweep: {size: [1 KiB, 2 KB/s]}\n", r"e.yaml: workload, sweep.size\[1\]: workload.size: unknown size unit 'KB/s'"),
+        (
+            "sweep: {size: [1 KiB, 2 KB/s]}\n",
+            r"e.yaml: workload, sweep.size\[1\]: workload.size: unknown size unit 'KB/s'",
+        ),
         ("sweep: {size: [1 KiB, 1 KiB]}\n", r"e.yaml: sweep.size: value '1 KiB' appears twice"),
-        ("sweep: {sizes: [1 KiB]}\n", r"e.yaml: workload, sweep.sizes\[0\]: workload.sizes: not a parameter of generate: collective"),
+        (
+            "sweep: {sizes: [1 KiB]}\n",
+            r"e.yaml: workload, sweep.sizes\[0\]: workload.sizes: not a parameter of generate: collective",
+        ),
         (
             "sweep: {topology: [ring8.yaml, missing.yaml]}\n",
             r"e.yaml: sweep.topology\[1\]: no such topology file .*missing.yaml",
@@ -133,7 +139,8 @@ topology: ring8.yaml
             r"e.yaml: plots\[0\]: axis 'algo' has 2 values but is not the plot's x, series or facet",
         ),
         (
-            "sweep: {size: [1 KiB], algo: [ring, direct]}\nplots: [{x: size, y: finish_ns, series: algo, baseline: tree}]\n",
+            "sweep: {size: [1 KiB], algo: [ring, direct]}\n"
+            "plots: [{x: size, y: finish_ns, series: algo, baseline: tree}]\n",
             r"e.yaml: plots\[0\].baseline: 'tree' is not a value of algo: ring, direct",
         ),
         ("sweep: {size: [1 KiB]}\nplots: [{x: size, y: finish_ns, colour: red}]\n", r"plots\[0\].colour: unknown"),
@@ -166,7 +173,9 @@ def test_generator_errors_name_the_key(write) -> None:
 
 def test_unreadable_files_are_clean_errors(tmp_path: Path) -> None:
     (tmp_path / "list.yaml").write_text("- a\n- b\n")
-    with pytest.raises(ConfigError, match=r"list.yaml: expected a mapping of experiment keys at the top level, got a list"):
+    with pytest.raises(
+        ConfigError, match=r"list.yaml: expected a mapping of experiment keys at the top level, got a list"
+    ):
         load_experiment(tmp_path / "list.yaml")
     (tmp_path / "latin1.yaml").write_bytes("name: caf\xe9\n".encode("latin-1"))
     with pytest.raises(ConfigError, match=r"latin1.yaml: not UTF-8 text \(byte 0xe9 at offset 9\)"):

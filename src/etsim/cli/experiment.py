@@ -108,9 +108,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if experiment.description:
         print(experiment.description.strip())
     header = ["point", *experiment.axis_keys, *(["repeat"] if experiment.repeat > 1 else []), "network_model"]
-    rows = [
-        [p.id, *p.labels, *([str(p.repeat)] if experiment.repeat > 1 else []), p.spec.model] for p in points
-    ]
+    rows = [[p.id, *p.labels, *([str(p.repeat)] if experiment.repeat > 1 else []), p.spec.model] for p in points]
     widths = [min(48, max(len(h), *(len(r[i]) for r in rows))) for i, h in enumerate(header)]
 
     def cut(text: str, width: int) -> str:

@@ -15,15 +15,18 @@ The layer sits on :func:`etsim.simulation.simulate` and touches nothing below it
 resume), :mod:`~etsim.experiment.plots` (matplotlib). Reference: ``docs/experiments.md``.
 """
 
+from etsim.errors import ConfigError
 from etsim.experiment.runner import RunSummary, run_experiment
 from etsim.experiment.spec import Experiment, PlotSpec, Point, PointSpec, load_experiment, select_points
 from etsim.experiment.worker import simulate_point
+from etsim.report.result import Result
 
 __all__ = [
     "Experiment",
     "PlotSpec",
     "Point",
     "PointSpec",
+    "Result",
     "RunSummary",
     "load_config_point",
     "load_experiment",
@@ -35,14 +38,13 @@ __all__ = [
 
 
 def load_config_point(path: str) -> Point:
-    """The one point of a point configuration (``DIR/points/<id>/config.yaml``, or any experiment file
-    without a sweep).
+    """The one point of a point configuration file.
+
+    That is ``DIR/points/<id>/config.yaml``, or any experiment file without a sweep.
 
     Raises:
         ConfigError: the file is invalid or describes more than one point.
     """
-    from etsim.errors import ConfigError
-
     experiment = load_experiment(path)
     if len(experiment.points) != 1:
         raise ConfigError(
@@ -52,6 +54,6 @@ def load_config_point(path: str) -> Point:
     return experiment.points[0]
 
 
-def simulate_config(path: str):  # type: ignore[no-untyped-def]
+def simulate_config(path: str) -> Result:
     """Simulate the one point of *path* exactly as a sweep ran it (``etsim run --config``)."""
     return simulate_point(load_config_point(path).spec)

@@ -13,6 +13,7 @@ failed, so a dead worker never stops the sweep nor loses finished points.
 
 from __future__ import annotations
 
+import logging
 import math
 import multiprocessing
 import os
@@ -138,11 +139,13 @@ def run_ray(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int, address
     if started:
         try:
             if address:
-                ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
             else:
-                ray.init(num_cpus=jobs, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+                ray.init(num_cpus=jobs, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise ConfigError(f"--engine ray: cannot start or reach a Ray cluster ({address or 'local'}): {exc}") from None
+            raise ConfigError(
+                f"--engine ray: cannot start or reach a Ray cluster ({address or 'local'}): {exc}"
+            ) from None
     try:
         workers = max(1, int(ray.cluster_resources().get("CPU", jobs)))
         # Tasks are not retried by Ray: a lost batch is rerun point by point below, like the local pool.

@@ -86,9 +86,7 @@ def normalize_generator(spec: Mapping[str, Any], key: str = "workload") -> dict[
     params = GENERATORS[kind]
     for name in spec:
         if name != "generate" and name not in params:
-            raise ConfigError(
-                f"{key}.{name}: not a parameter of generate: {kind}; valid: {', '.join(params)}"
-            )
+            raise ConfigError(f"{key}.{name}: not a parameter of generate: {kind}; valid: {', '.join(params)}")
     for name in _REQUIRED[kind]:
         if spec.get(name) is None:
             raise ConfigError(f"{key}.{name}: missing (generate: {kind} needs {', '.join(_REQUIRED[kind])})")

@@ -137,7 +137,9 @@ def draw_plot(plot: PlotSpec, header: Sequence[str], rows: Sequence[dict[str, st
     for j in range(len(facets), nrows * ncols):
         axes[j // ncols][j % ncols].set_visible(False)
     if plot.series:
-        fig.legend(*axes[0][0].get_legend_handles_labels(), title=plot.series, fontsize="small", loc="outside right upper")
+        fig.legend(
+            *axes[0][0].get_legend_handles_labels(), title=plot.series, fontsize="small", loc="outside right upper"
+        )
     fig.suptitle("\n".join(textwrap.wrap(plot.title or plot.name, 55 * ncols + 20)), fontsize="medium")
     directory.mkdir(parents=True, exist_ok=True)
     written = []

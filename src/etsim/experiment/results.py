@@ -176,9 +176,9 @@ class ResultsDir:
                     record = json.loads(line)
                 except json.JSONDecodeError:
                     continue  # a line cut short by a kill
-                pid = record.get("point") if isinstance(record, dict) else None
-                if pid in self.rows and record.get("status") == self.status[pid]:
-                    self.reports[pid] = line + "\n"
+                rid = record.get("point") if isinstance(record, dict) else None
+                if isinstance(rid, str) and rid in self.rows and record.get("status") == self.status[rid]:
+                    self.reports[rid] = line + "\n"
         # A row without its report (killed between the two writes) is dropped: the point runs again.
         for pid in [p for p in self.rows if p not in self.reports]:
             del self.rows[pid], self.status[pid]

@@ -86,9 +86,7 @@ def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = F
         except TypeError:
             continue  # an unhashable key: construct_mapping reports it
         if duplicate:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
@@ -113,7 +111,7 @@ def read_yaml(path: str | os.PathLike[str], what: str = "experiment") -> tuple[d
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: invalid YAML: {exc}") from None
     if not isinstance(data, dict):
@@ -463,9 +461,7 @@ class _Loader:
             labels = tuple(_label(v) for v in values)
             wheres = tuple(f"{where}.{key}[{i}]" for i in range(len(values)))
         else:
-            raise self.error(
-                [f"{where}.{key}"], f"expected a list of values or a mapping LABEL: VALUE, got {spec!r}"
-            )
+            raise self.error([f"{where}.{key}"], f"expected a list of values or a mapping LABEL: VALUE, got {spec!r}")
         if len(set(labels)) != len(labels):
             dup = next(label for label in labels if labels.count(label) > 1)
             raise self.error([f"{where}.{key}"], f"value {dup!r} appears twice")
@@ -546,8 +542,8 @@ def _expand(loader: _Loader, data: Mapping[str, Any], axes: list[Axis], groups: 
             raw[root] = mapping
             origins[root] = [*origins[root], where]
         spec = _resolve(loader, raw, origins)
-        for c in loader.collectives(spec.workload):
-            collectives[c] = None
+        for name in loader.collectives(spec.workload):
+            collectives[name] = None
         labels = tuple(a.labels[pick[i]] for i, a in enumerate(axes))
         for r in range(repeat):
             index = len(points)
@@ -570,7 +566,9 @@ def _with_repeat(spec: PointSpec, r: int) -> PointSpec:
 def _resolve(loader: _Loader, raw: Mapping[str, Any], origins: Mapping[str, list[str]]) -> PointSpec:
     workload = loader.workload(raw["workload"], origins["workload"])
     topology, topo_model = loader.topology(raw["topology"], origins["topology"])
-    model = loader.model(raw["model"], topo_model, origins["model"] if raw["model"] is not None else origins["topology"])
+    model = loader.model(
+        raw["model"], topo_model, origins["model"] if raw["model"] is not None else origins["topology"]
+    )
     options = loader.model_options(raw["model_options"], model, origins["model_options"])
     system = loader.system(raw["system"], origins["system"])
     algo = loader.algo(raw["algo"], origins["algo"])
@@ -655,7 +653,9 @@ def _plots(loader: _Loader, value: Any, axes: list[Axis], numeric: list[str]) ->
         if not isinstance(formats, list) or not formats or any(f not in ("png", "svg", "pdf") for f in formats):
             raise loader.error([f"{key}.formats"], "expected a list of png, svg, pdf")
         kwargs["formats"] = tuple(formats)
-        name = kwargs.get("name") or f"{kwargs['y']}_vs_{kwargs['x']}" + (f"_by_{kwargs['series']}" if kwargs.get("series") else "")
+        name = kwargs.get("name") or f"{kwargs['y']}_vs_{kwargs['x']}" + (
+            f"_by_{kwargs['series']}" if kwargs.get("series") else ""
+        )
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", name):
             raise loader.error([f"{key}.name"], f"expected a file name of letters, digits, '.', '_', '-', got {name!r}")
         if any(p.name == name for p in plots):
@@ -758,7 +758,9 @@ def select_points(experiment: Experiment, only: Sequence[str]) -> list[Point]:
         axis = experiment.axes[keys.index(key)]
         label = _match_label(axis, value.strip())
         if label is None:
-            raise ConfigError(f"--only {item!r}: {key} has no value {value.strip()!r}; values: {', '.join(axis.labels)}")
+            raise ConfigError(
+                f"--only {item!r}: {key} has no value {value.strip()!r}; values: {', '.join(axis.labels)}"
+            )
         wanted.setdefault(keys.index(key), set()).add(label)
     return [p for p in experiment.points if all(p.labels[i] in labels for i, labels in wanted.items())]
 

@@ -10,6 +10,7 @@ sweep workers and by ``etsim run --config``.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -172,9 +173,7 @@ def simulate_point(spec: PointSpec) -> Result:
     system = _system(spec.system)
     algorithms = {**system.algorithms, **_algorithms(spec, workload, net)}
     system = system.with_overrides(algorithms=algorithms)
-    return simulate(
-        workload, topology=net, model=spec.model, model_options=spec.model_options or None, system=system
-    )
+    return simulate(workload, topology=net, model=spec.model, model_options=spec.model_options or None, system=system)
 
 
 @dataclass(frozen=True)
@@ -261,8 +260,6 @@ def init_worker(lifeline: Connection | None = None) -> None:
 
 
 def _watch(lifeline: Connection) -> None:
-    try:
-        lifeline.recv_bytes()
-    except (EOFError, OSError):
-        pass
+    with contextlib.suppress(EOFError, OSError):
+        lifeline.recv_bytes()  # blocks until the sweep's process closes its end, or dies
     os._exit(1)
