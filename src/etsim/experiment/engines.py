@@ -22,7 +22,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, SimulationError
 from etsim.experiment.worker import PointOutcome, PointTask, init_worker, run_batch, run_point
 
 __all__ = ["ENGINES", "batch_size", "default_jobs", "run_local", "run_ray", "run_serial"]
@@ -105,6 +105,25 @@ def _pool_round(batches: list[list[PointTask]], workers: int, on_outcome: Callba
     return lost
 
 
+def _probe() -> bool:
+    return True
+
+
+def _check_workers_start() -> None:
+    """Raise if a fresh worker cannot even run a no-op (then every point would "die", whatever it is)."""
+    ctx = _context()
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=init_worker)
+    try:
+        pool.submit(_probe).result()
+    except BrokenProcessPool:
+        raise SimulationError(
+            "worker processes die before running anything (see the messages above; a program read from "
+            "standard input cannot start workers): run with --jobs 1 to simulate in this process"
+        ) from None
+    finally:
+        _stop(pool)
+
+
 def run_local(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int) -> None:
     """Run the points on a pool of *jobs* worker processes (``--engine local``, the default)."""
     if jobs <= 1 or len(tasks) <= 1:
@@ -113,6 +132,7 @@ def run_local(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int) -> No
     workers = min(jobs, len(tasks))
     lost = _pool_round(_batches(tasks, batch_size(len(tasks), workers)), workers, on_outcome)
     if lost:
+        _check_workers_start()
         # One point per task: only points in flight when a worker dies are lost again.
         lost = _pool_round(_batches(lost, 1), min(workers, len(lost)), on_outcome)
     for task in lost:

@@ -118,7 +118,8 @@ class ResultsDir:
 
         Without *resume* an existing ``results.csv`` is an error unless *force* (which starts over).
         With *resume*, rows of finished points whose configuration is unchanged are kept; failed,
-        missing and changed points run again.
+        missing and changed points run again. The returned points' configurations are written by
+        :meth:`write_configs`.
 
         Raises:
             ConfigError: results exist and neither flag was given, or they were written for other axes.
@@ -138,14 +139,21 @@ class ResultsDir:
             kept = self._load_previous()
         (self.dir / "experiment.yaml").write_text(self.experiment.text, encoding="utf-8")
         todo = [p for p in run if p.id not in kept]
-        for point in todo:
-            directory = self.dir / "points" / point.id
-            directory.mkdir(parents=True, exist_ok=True)
-            (directory / "config.yaml").write_text(self.config_text(point), encoding="utf-8")
         self._rewrite()
         self._csv = open(self.csv_path, "a", encoding="utf-8", newline="")  # noqa: SIM115 - closed in close()
         self._jsonl = open(self.jsonl_path, "a", encoding="utf-8")  # noqa: SIM115
         return todo
+
+    def write_configs(self, points: Iterable[Point]) -> None:
+        """Write ``points/<id>/config.yaml`` of each point.
+
+        A resumed point whose file is missing or differs runs again, so a sweep killed before this
+        finished loses nothing.
+        """
+        for point in points:
+            directory = self.dir / "points" / point.id
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / "config.yaml").write_text(self.config_text(point), encoding="utf-8")
 
     def _load_previous(self) -> set[str]:
         """Keep the previous rows of points whose configuration is unchanged; return the finished ones."""

@@ -173,6 +173,10 @@ def run_experiment(
         summary.ran += 1
 
     tasks = [PointTask(p.id, p.spec) for p in todo]
+    # The configs are written while the workers start and simulate (a thousand small files take as long as
+    # a thousand small simulations); the thread is mostly in system calls, which release the GIL.
+    writer = threading.Thread(target=results.write_configs, args=(todo,), name="etsim-configs")
+    writer.start()
     try:
         with _sigterm_as_interrupt():
             if tasks:
@@ -183,6 +187,7 @@ def run_experiment(
                 else:
                     runner(tasks, on_outcome, n)
     finally:
+        writer.join()
         bar.close()
         results.close()
     summary.wall_s = time.perf_counter() - t0
