@@ -21,7 +21,7 @@ import time
 import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
@@ -138,8 +138,13 @@ def _tacos(spec: dict[str, Any], collective: str, size: int, net: NetworkConfig 
     return _SYNTHESES.get(key, build)
 
 
-def _algorithms(spec: PointSpec, workload: Workload, net: NetworkConfig | None) -> dict[str, str]:
-    """The point's ``algo`` as SystemConfig algorithms (TACOS specs synthesised into family paths)."""
+def _algorithms(
+    spec: PointSpec, workload: Workload, net: NetworkConfig | None, labels: dict[str, str]
+) -> dict[str, str]:
+    """The point's ``algo`` as SystemConfig algorithms (TACOS specs synthesised into family paths).
+
+    *labels* receives family path → a label naming the TACOS parameters, for the result records.
+    """
     out: dict[str, str] = {}
     used: dict[str, int] | None = None
     topo_key = _key(spec.topology)
@@ -159,6 +164,8 @@ def _algorithms(spec: PointSpec, workload: Workload, net: NetworkConfig | None) 
                     f"(give it its own algorithm: algo: {{{target}: …, default: {{tacos: …}}}})"
                 )
             out[target] = _tacos(value, target, used[target], net, workload.num_ranks, topo_key)
+            params = ", ".join(f"{k}={v}" for k, v in value["tacos"].items() if v is not None)
+            labels[out[target]] = f"tacos({params})"
     return out
 
 
@@ -171,9 +178,14 @@ def simulate_point(spec: PointSpec) -> Result:
     workload = _workload(spec.workload)
     net = _network(spec.topology)
     system = _system(spec.system)
-    algorithms = {**system.algorithms, **_algorithms(spec, workload, net)}
+    labels: dict[str, str] = {}
+    algorithms = {**system.algorithms, **_algorithms(spec, workload, net, labels)}
     system = system.with_overrides(algorithms=algorithms)
-    return simulate(workload, topology=net, model=spec.model, model_options=spec.model_options or None, system=system)
+    options = spec.model_options or None
+    result = simulate(workload, topology=net, model=spec.model, model_options=options, system=system)
+    if labels:  # a synthesised family lives in a temporary directory: name it by its parameters instead
+        result.collectives = [replace(c, algorithm=labels.get(c.algorithm, c.algorithm)) for c in result.collectives]
+    return result
 
 
 @dataclass(frozen=True)
