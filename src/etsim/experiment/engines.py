@@ -17,6 +17,7 @@ import logging
 import math
 import multiprocessing
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -25,9 +26,24 @@ from typing import Any
 from etsim.errors import ConfigError, SimulationError
 from etsim.experiment.worker import PointOutcome, PointTask, init_worker, run_batch, run_point
 
-__all__ = ["ENGINES", "batch_size", "default_jobs", "run_local", "run_ray", "run_serial"]
+__all__ = ["ENGINES", "POLL", "STOP", "batch_size", "check_stop", "default_jobs", "run_local", "run_ray", "run_serial"]
 
 Callback = Callable[[PointOutcome], None]
+
+#: Set by the sweep's SIGINT/SIGTERM handlers (:func:`etsim.experiment.runner.run_experiment`). The parallel
+#: engines wait in short slices and stop at the next check: an exception raised asynchronously inside
+#: ``concurrent.futures`` or Ray while they hold a lock would leave that lock held, and the shutdown that
+#: follows would wait on it forever.
+STOP = threading.Event()
+#: Seconds between two checks of :data:`STOP`.
+POLL = 0.1
+
+
+def check_stop() -> None:
+    """Raise KeyboardInterrupt if the sweep was asked to stop."""
+    if STOP.is_set():
+        raise KeyboardInterrupt
+
 
 _DIED = "the worker process died while running this point (crash or out of memory)"
 
@@ -53,6 +69,7 @@ def run_serial(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int = 1) 
     """Run every point in this process, in order (``--jobs 1``)."""
     del jobs
     for task in tasks:
+        check_stop()
         on_outcome(run_point(task))
 
 
@@ -88,7 +105,8 @@ def _pool_round(batches: list[list[PointTask]], workers: int, on_outcome: Callba
             pool.submit(run_batch, batch): batch for batch in batches
         }
         while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            check_stop()
+            done, _ = wait(pending, timeout=POLL, return_when=FIRST_COMPLETED)
             for future in done:
                 batch = pending.pop(future)
                 try:
@@ -184,7 +202,8 @@ def _ray_round(ray: Any, remote: Any, batches: list[list[PointTask]], on_outcome
     lost: list[PointTask] = []
     try:
         while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
+            check_stop()
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL)
             for ref in done:
                 batch = pending.pop(ref)
                 try:

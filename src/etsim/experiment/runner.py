@@ -14,7 +14,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from etsim.errors import ConfigError
-from etsim.experiment.engines import ENGINES, default_jobs
+from etsim.experiment.engines import ENGINES, STOP, default_jobs
 from etsim.experiment.results import ResultsDir
 from etsim.experiment.spec import Experiment, select_points
 from etsim.experiment.worker import PointOutcome, PointTask
@@ -106,20 +106,35 @@ class RunSummary:
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM stops a sweep like Ctrl-C: workers are ended and the results files put in order."""
+def _stop_on_signals(*, immediate: bool) -> Iterator[None]:
+    """Ctrl-C and SIGTERM stop the sweep: workers are ended and the results files put in order.
+
+    The handlers set :data:`~etsim.experiment.engines.STOP`, which the parallel engines check at safe points.
+    With *immediate* (points run in this process, no pool locks to protect) they also raise
+    KeyboardInterrupt at once, so a long point is interrupted. A second signal ends the process at once:
+    every finished row is already on disk (``--resume`` sorts them in and drops a torn last line), and
+    the workers end themselves when this process is gone.
+    """
+    STOP.clear()
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+        if STOP.is_set():
+            os.write(2, b"etsim: interrupted twice, stopping now (--resume continues the sweep)\n")
+            os._exit(130)
+        STOP.set()
+        if immediate:
+            raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        STOP.clear()
 
 
 def run_experiment(
@@ -177,11 +192,11 @@ def run_experiment(
     # a thousand small simulations); the thread is mostly in system calls, which release the GIL.
     writer = threading.Thread(target=results.write_configs, args=(todo,), name="etsim-configs")
     writer.start()
+    n = jobs or default_jobs()
     try:
-        with _sigterm_as_interrupt():
+        with _stop_on_signals(immediate=engine == "local" and (n <= 1 or len(tasks) <= 1)):
             if tasks:
                 runner = ENGINES[engine]
-                n = jobs or default_jobs()
                 if engine == "ray":
                     runner(tasks, on_outcome, n, ray_address)
                 else:
