@@ -146,9 +146,18 @@ def test_existing_results_need_resume_or_force(small: Path, tmp_path: Path) -> N
     assert [r["point"] for r in rows(out / "results.csv")] == ["0000", "0002", "0004"]
 
 
-def test_resume_reruns_points_whose_configuration_changed(small: Path, tmp_path: Path) -> None:
+def test_resume_reruns_points_whose_configuration_changed(small: Path, tmp_path: Path, monkeypatch) -> None:
     out = tmp_path / "out"
     run_experiment(load_experiment(small), out=out, jobs=1, plots=False)
+    # The same directory spelled differently is the same sweep.
+    monkeypatch.chdir(tmp_path)
+    summary = run_experiment(load_experiment(small), out="out", jobs=1, resume=True, plots=False)
+    assert (summary.skipped, summary.ran) == (6, 0)
+    # A renamed value is a changed point (its row would carry the old label).
+    small.write_text(small.read_text().replace("algo: [ring, direct]", "algo: {ring: ring, dir: direct}"))
+    small.write_text(small.read_text().replace("baseline: ring}", "baseline: ring}"))
+    summary = run_experiment(load_experiment(small), out=out, jobs=1, resume=True, plots=False)
+    assert (summary.skipped, summary.ran) == (3, 3)
     small.write_text(small.read_text().replace("model: analytical", "model: link"))
     summary = run_experiment(load_experiment(small), out=out, jobs=1, resume=True, plots=False)
     assert (summary.skipped, summary.ran) == (0, 6)

@@ -54,6 +54,10 @@ def _csv_line(values: Sequence[str]) -> str:
     return buf.getvalue()
 
 
+def _body(config: str) -> str:
+    return "".join(line for line in config.splitlines(keepends=True) if not line.startswith("#"))
+
+
 def read_results(path: str | os.PathLike[str]) -> tuple[list[str], list[dict[str, str]]]:
     """Header and complete rows of a ``results.csv`` (a torn last row is dropped).
 
@@ -172,9 +176,12 @@ class ResultsDir:
             if pid not in unchanged:
                 config = self.dir / "points" / pid / "config.yaml"
                 try:
-                    unchanged[pid] = config.read_text(encoding="utf-8") == self.config_text(point)
+                    # The comment lines name the result directory as it was spelled: compare the configuration.
+                    same = _body(config.read_text(encoding="utf-8")) == _body(self.config_text(point))
                 except OSError:
-                    unchanged[pid] = False
+                    same = False
+                labels = [row[k] for k in self.experiment.axis_keys]
+                unchanged[pid] = same and labels == list(point.labels) and row.get("repeat", "0") == str(point.repeat)
             if unchanged[pid]:
                 self.rows[pid] = _csv_line([row[c] for c in self.columns])
                 self.status[pid] = row["status"]
