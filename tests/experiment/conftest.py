@@ -36,10 +36,13 @@ class Trouble(IdealNetwork):
     class Options(IdealNetwork.Options):
         crash: str = option("", "exit the process with this message", _text)
         needs: str = option("", "fail unless this file exists", _text)
+        bug: str = option("", "raise an unexpected exception", _text)
 
     def setup(self):
         if self.options.crash:
             os._exit(3)
+        if self.options.bug:
+            raise ZeroDivisionError(self.options.bug)
         if self.options.needs and not os.path.exists(self.options.needs):
             raise SimulationError(f"trouble: {self.options.needs} is missing")
 """

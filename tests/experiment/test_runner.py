@@ -110,6 +110,24 @@ def test_failed_points_are_recorded_and_rerun_by_resume(write, tmp_path: Path) -
     assert {r["point"]: r for r in table if r["point"] in ok_before} == ok_before  # kept, not rerun
 
 
+def test_an_unexpected_exception_is_a_failed_point_not_a_crash(write, tmp_path: Path) -> None:
+    write("ring8.yaml", RING8)
+    write("trouble.py", TROUBLE_MODEL)
+    path = write(
+        "b.yaml",
+        """
+        workload: {generate: collective, type: all_reduce, npus: 8, size: 1 MiB}
+        topology: ring8.yaml
+        model: trouble.py:Trouble
+        sweep: {model_options.bug: ["", "oops"]}
+        """,
+    )
+    summary = run_experiment(load_experiment(path), out=tmp_path / "out", jobs=1, plots=False)
+    assert (summary.ok, summary.failed) == (1, 1)
+    error = rows(tmp_path / "out" / "results.csv")[1]["error"]
+    assert error.startswith("internal error: ZeroDivisionError: oops (at trouble.py:")
+
+
 def test_a_dead_worker_fails_only_its_point(write, tmp_path: Path) -> None:
     write("ring8.yaml", RING8)
     write("trouble.py", TROUBLE_MODEL)
@@ -155,7 +173,6 @@ def test_resume_reruns_points_whose_configuration_changed(small: Path, tmp_path:
     assert (summary.skipped, summary.ran) == (6, 0)
     # A renamed value is a changed point (its row would carry the old label).
     small.write_text(small.read_text().replace("algo: [ring, direct]", "algo: {ring: ring, dir: direct}"))
-    small.write_text(small.read_text().replace("baseline: ring}", "baseline: ring}"))
     summary = run_experiment(load_experiment(small), out=out, jobs=1, resume=True, plots=False)
     assert (summary.skipped, summary.ran) == (3, 3)
     small.write_text(small.read_text().replace("model: analytical", "model: link"))
@@ -211,4 +228,19 @@ def test_a_killed_sweep_loses_nothing_and_resumes(write, tmp_path: Path, sig: si
     assert summary.skipped == len(done) and summary.ran == 40 - len(done) and summary.failed == 0
     reference = tmp_path / "ref"
     run_experiment(load_experiment(path), out=reference, jobs=2, plots=False)
+    assert without_wall(out) == without_wall(reference)
+
+
+def test_torn_last_lines_are_dropped_and_rerun(small: Path, tmp_path: Path) -> None:
+    exp = load_experiment(small)
+    out, reference = tmp_path / "out", tmp_path / "ref"
+    run_experiment(exp, out=reference, jobs=1, plots=False)
+    run_experiment(exp, out=out, jobs=1, plots=False)
+    # A kill in the middle of writing point 0005: its report is torn, its row missing; 0004's row is torn too.
+    csv_text = (out / "results.csv").read_text()
+    (out / "results.csv").write_text(csv_text[: csv_text.rindex("\n0004,") + 8])
+    jsonl = (out / "results.jsonl").read_bytes()
+    (out / "results.jsonl").write_bytes(jsonl[: len(jsonl) - 100])
+    summary = run_experiment(exp, out=out, jobs=1, resume=True, plots=False)
+    assert (summary.skipped, summary.ran) == (4, 2)
     assert without_wall(out) == without_wall(reference)

@@ -54,6 +54,22 @@ def _csv_line(values: Sequence[str]) -> str:
     return buf.getvalue()
 
 
+def _report_head(line: bytes) -> dict[str, Any] | None:
+    """The fields before ``result`` of one results.jsonl line, without parsing the (large) report.
+
+    The writer puts ``"result"`` last; inside a JSON string a quote is escaped, so the first
+    ``, "result": `` is the key. None for a line cut short by a kill.
+    """
+    cut = line.find(b', "result": ')
+    if cut < 0 or not line.endswith(b"}\n"):
+        return None
+    try:
+        head = json.loads(line[:cut] + b"}")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return head if isinstance(head, dict) else None
+
+
 def _body(config: str) -> str:
     return "".join(line for line in config.splitlines(keepends=True) if not line.startswith("#"))
 
@@ -95,12 +111,14 @@ class ResultsDir:
         self.jsonl_path = self.dir / "results.jsonl"
         self.rows: dict[str, str] = {}
         """Point id → CSV line."""
-        self.reports: dict[str, str] = {}
-        """Point id → JSONL line."""
+        self.reports: dict[str, tuple[int, int]] = {}
+        """Point id → (offset, length) of its line in ``results.jsonl``: reports of large workloads are
+        large, so they stay on disk and the final sort copies them from there."""
         self.status: dict[str, str] = {}
         self._points = {p.id: p for p in experiment.points}
         self._csv: io.TextIOWrapper | None = None
-        self._jsonl: io.TextIOWrapper | None = None
+        self._jsonl: io.BufferedWriter | None = None
+        self._jsonl_end = 0
 
     # --- opening --------------------------------------------------------------------------------------------
 
@@ -145,7 +163,8 @@ class ResultsDir:
         todo = [p for p in run if p.id not in kept]
         self._rewrite()
         self._csv = open(self.csv_path, "a", encoding="utf-8", newline="")  # noqa: SIM115 - closed in close()
-        self._jsonl = open(self.jsonl_path, "a", encoding="utf-8")  # noqa: SIM115
+        self._jsonl = open(self.jsonl_path, "ab")  # noqa: SIM115
+        self._jsonl_end = self._jsonl.seek(0, os.SEEK_END)
         return todo
 
     def write_configs(self, points: Iterable[Point]) -> None:
@@ -186,14 +205,14 @@ class ResultsDir:
                 self.rows[pid] = _csv_line([row[c] for c in self.columns])
                 self.status[pid] = row["status"]
         if self.jsonl_path.exists():
-            for line in self.jsonl_path.read_text(encoding="utf-8").splitlines():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short by a kill
-                rid = record.get("point") if isinstance(record, dict) else None
-                if isinstance(rid, str) and rid in self.rows and record.get("status") == self.status[rid]:
-                    self.reports[rid] = line + "\n"
+            offset = 0
+            with open(self.jsonl_path, "rb") as f:
+                for line in f:
+                    start, offset = offset, offset + len(line)
+                    head = _report_head(line)
+                    rid = head.get("point") if head is not None else None
+                    if isinstance(rid, str) and rid in self.rows and head and head.get("status") == self.status[rid]:
+                        self.reports[rid] = (start, len(line))
         # A row without its report (killed between the two writes) is dropped: the point runs again.
         for pid in [p for p in self.rows if p not in self.reports]:
             del self.rows[pid], self.status[pid]
@@ -224,12 +243,14 @@ class ResultsDir:
         report = json.dumps(head)[:-1] + f', "result": {outcome.report or "null"}}}\n'
         # The report first: a row in the CSV promises its report exists (resume relies on it).
         assert self._csv is not None and self._jsonl is not None
-        self._jsonl.write(report)
+        data = report.encode("utf-8")
+        self._jsonl.write(data)
         self._jsonl.flush()
         self._csv.write(line)
         self._csv.flush()
         self.rows[point.id] = line
-        self.reports[point.id] = report
+        self.reports[point.id] = (self._jsonl_end, len(data))
+        self._jsonl_end += len(data)
         self.status[point.id] = outcome.status
 
     def _rewrite(self) -> None:
@@ -239,8 +260,17 @@ class ResultsDir:
         tmp.write_text(_csv_line(self.columns) + "".join(self.rows[i] for i in order), encoding="utf-8")
         os.replace(tmp, self.csv_path)
         tmp = self.jsonl_path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(self.reports[i] for i in sorted(self.reports)), encoding="utf-8")
+        index: dict[str, tuple[int, int]] = {}
+        with open(tmp, "wb") as out:
+            if self.reports:
+                with open(self.jsonl_path, "rb") as src:
+                    for pid in sorted(self.reports):
+                        start, length = self.reports[pid]
+                        src.seek(start)
+                        index[pid] = (out.tell(), length)
+                        out.write(src.read(length))
         os.replace(tmp, self.jsonl_path)
+        self.reports = index
 
     def close(self) -> None:
         """Close the streams and write both files in point-id order."""
