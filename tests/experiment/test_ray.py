@@ -19,3 +19,10 @@ def test_ray_sweep_equals_the_local_pool(small: Path, tmp_path: Path) -> None:
     assert (summary.ok, summary.failed) == (6, 0)
     run_experiment(exp, out=tmp_path / "local", jobs=2, plots=False)
     assert without_wall(tmp_path / "ray") == without_wall(tmp_path / "local")
+
+
+def test_an_unreachable_cluster_is_a_clear_error(small: Path, tmp_path: Path) -> None:
+    from etsim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"--ray-address 127.0.0.1:1: cannot reach a Ray cluster there"):
+        run_experiment(load_experiment(small), out=tmp_path / "o", engine="ray", ray_address="127.0.0.1:1")

@@ -17,6 +17,7 @@ import logging
 import math
 import multiprocessing
 import os
+import socket
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -175,12 +176,14 @@ def run_ray(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int, address
         raise ConfigError("--engine ray needs Ray: python -m pip install 'etsim[ray]'") from None
     started = not ray.is_initialized()
     if started:
+        if address:
+            _check_reachable(address)
         try:
             if address:
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
             else:
                 ray.init(num_cpus=jobs, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
+        except Exception as exc:  # Ray reports a cluster it cannot start or reach in many exception types
             raise ConfigError(
                 f"--engine ray: cannot start or reach a Ray cluster ({address or 'local'}): {exc}"
             ) from None
@@ -195,6 +198,17 @@ def run_ray(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int, address
     finally:
         if started:
             ray.shutdown()
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast on a ``HOST:PORT`` nobody listens on (Ray itself retries for minutes)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return  # "auto", "ray://…": left to Ray
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise ConfigError(f"--ray-address {address}: cannot reach a Ray cluster there: {exc.strerror or exc}") from None
 
 
 def _ray_round(ray: Any, remote: Any, batches: list[list[PointTask]], on_outcome: Callback) -> list[PointTask]:
