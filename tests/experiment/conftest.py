@@ -19,6 +19,7 @@ SWITCH8 = "kind: switch\nnpus: 8\nbandwidth: 50 GB/s\nlatency: 500 ns\n"
 # process running it. Loaded by file path, as a user's own model would be.
 TROUBLE_MODEL = """
 import os
+import warnings
 from dataclasses import dataclass
 
 from etsim.errors import SimulationError
@@ -37,12 +38,15 @@ class Trouble(IdealNetwork):
         crash: str = option("", "exit the process with this message", _text)
         needs: str = option("", "fail unless this file exists", _text)
         bug: str = option("", "raise an unexpected exception", _text)
+        warn: str = option("", "warn with this message", _text)
 
     def setup(self):
         if self.options.crash:
             os._exit(3)
         if self.options.bug:
             raise ZeroDivisionError(self.options.bug)
+        if self.options.warn:
+            warnings.warn(self.options.warn, UserWarning, stacklevel=1)
         if self.options.needs and not os.path.exists(self.options.needs):
             raise SimulationError(f"trouble: {self.options.needs} is missing")
 """

@@ -128,6 +128,28 @@ def test_an_unexpected_exception_is_a_failed_point_not_a_crash(write, tmp_path: 
     assert error.startswith("internal error: ZeroDivisionError: oops (at trouble.py:")
 
 
+def test_warnings_are_recorded_with_their_point(write, tmp_path: Path, capsys) -> None:
+    write("ring8.yaml", RING8)
+    write("trouble.py", TROUBLE_MODEL)
+    path = write(
+        "w.yaml",
+        """
+        workload: {generate: collective, type: all_reduce, npus: 8, size: 1 MiB}
+        topology: ring8.yaml
+        model: trouble.py:Trouble
+        sweep: {model_options.warn: ["", "mind the gap"]}
+        """,
+    )
+    # pytest turns warnings into errors here: a worker must record them, not fail on them.
+    assert main(["experiment", "run", str(path), "--out", str(tmp_path / "out"), "--jobs", "2"]) == 0
+    quiet, warned = rows(tmp_path / "out" / "results.csv")
+    assert (quiet["status"], quiet["warnings"]) == ("ok", "")
+    assert (warned["status"], warned["warnings"]) == ("ok", "mind the gap")
+    report = json.loads((tmp_path / "out" / "results.jsonl").read_text().splitlines()[1])
+    assert report["warnings"] == ["mind the gap"]
+    assert "1 with warnings" in capsys.readouterr().out
+
+
 def test_a_dead_worker_fails_only_its_point(write, tmp_path: Path) -> None:
     write("ring8.yaml", RING8)
     write("trouble.py", TROUBLE_MODEL)

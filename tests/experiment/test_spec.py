@@ -7,9 +7,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from etsim.chakra import CollectiveType, Workload
 from etsim.errors import ConfigError
 from etsim.experiment import load_experiment, select_points
 from etsim.experiment.spec import point_config
+from etsim.producers.workloads import collective_workload
+from etsim.simulation import simulate
 
 from .conftest import RING8, SWITCH8
 
@@ -205,8 +208,9 @@ def test_sequence_generator_and_model_resolution(write) -> None:
     )
     exp = load_experiment(path)
     with_file, default = exp.points
-    # The model is made explicit: the topology file's, else the default network's.
-    assert with_file.spec.model == "link" and default.spec.model == "analytical"
+    # The model is made explicit: the topology file's, else the one simulate() picks by itself.
+    by_itself = simulate(Workload(collective_workload(CollectiveType.ALL_REDUCE, 8, 8))).network["model"]
+    assert with_file.spec.model == "link" and default.spec.model == by_itself
     assert with_file.spec.workload["collectives"] == [
         {"type": "all_reduce", "size": 4096, "count": 1},
         {"type": "all_gather", "size": 1024, "count": 2},

@@ -79,6 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(
             f"experiment {experiment.name}: {summary.selected} points, ran {summary.ran} in {summary.wall_s:.1f} s"
             f"{kept}: {summary.ok} ok, {summary.failed} failed"
+            + (f", {summary.warned} with warnings (see the warnings column)" if summary.warned else "")
         )
         print(f"results: {summary.directory / 'results.csv'}, {summary.directory / 'results.jsonl'}")
         if summary.plots:

@@ -227,6 +227,7 @@ class ResultsDir:
         values["point"] = point.id
         values["status"] = outcome.status
         values["error"] = " | ".join(outcome.error.splitlines())
+        values["warnings"] = " | ".join(" ".join(w.splitlines()) for w in outcome.warnings)
         values["wall_s"] = round(outcome.wall_s, 6)
         values["repeat"] = point.repeat
         for key, label in zip(self.experiment.axis_keys, point.labels, strict=True):
@@ -238,6 +239,7 @@ class ResultsDir:
             "repeat": point.repeat,
             "status": outcome.status,
             "error": outcome.error,
+            "warnings": list(outcome.warnings),
             "wall_s": values["wall_s"],
         }
         report = json.dumps(head)[:-1] + f', "result": {outcome.report or "null"}}}\n'

@@ -98,6 +98,8 @@ class RunSummary:
     ran: int = 0
     ok: int = 0
     failed: int = 0
+    warned: int = 0
+    """Points whose simulation warned (see the ``warnings`` column)."""
     skipped: int = 0
     """Finished points kept from an earlier run (``--resume``)."""
     wall_s: float = 0.0
@@ -186,6 +188,7 @@ def run_experiment(
         results.write(outcome)
         bar.update(outcome)
         summary.ran += 1
+        summary.warned += bool(outcome.warnings)
 
     tasks = [PointTask(p.id, p.spec) for p in todo]
     # The configs are written while the workers start and simulate (a thousand small files take as long as

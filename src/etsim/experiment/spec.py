@@ -70,7 +70,7 @@ _TACOS_KEYS = ("chunks_per_npu", "seed", "runs", "size")
 _COLLECTIVE_KEYS = frozenset(COLLECTIVE_NAMES.values())
 #: Result columns every results.csv has; ``<collective>_ns`` columns are inserted after ``exposed_comm_ns``.
 METRIC_COLUMNS = ("finish_ns", "compute_ns", "comm_ns", "exposed_comm_ns")
-TAIL_COLUMNS = ("messages", "bytes", "error", "wall_s")
+TAIL_COLUMNS = ("messages", "bytes", "error", "warnings", "wall_s")
 
 
 class _StrictLoader(yaml.SafeLoader):

@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 import traceback
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
@@ -209,6 +210,8 @@ class PointOutcome:
     """The full JSON report (one line), None for a failed point."""
     error: str
     wall_s: float
+    warnings: tuple[str, ...] = ()
+    """Warnings the simulation raised (a model ignoring contention it met, a fallback algorithm, …)."""
 
 
 def metrics(result: Result) -> dict[str, Any]:
@@ -236,18 +239,28 @@ def metrics(result: Result) -> dict[str, Any]:
 def run_point(task: PointTask) -> PointOutcome:
     """Run one point; a failure becomes a ``failed`` outcome with its message, never an exception."""
     t0 = time.perf_counter()
-    try:
-        result = simulate_point(task.spec)
-    except EtsimError as exc:
-        return PointOutcome(task.id, "failed", {"network_model": task.spec.model}, None, str(exc), _since(t0))
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException as exc:  # a bug or an exhausted machine: recorded, so the sweep goes on
-        where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-        at = f" (at {os.path.basename(where.filename)}:{where.lineno})" if where else ""
-        message = f"internal error: {type(exc).__name__}: {exc}{at}"
-        return PointOutcome(task.id, "failed", {"network_model": task.spec.model}, None, message, _since(t0))
-    return PointOutcome(task.id, "ok", metrics(result), result.to_json(indent=None), "", _since(t0))
+    failed = {"network_model": task.spec.model}
+    # Warnings are results too: recorded with the point (a worker has no terminal to print them on, and a
+    # warnings filter set to "error" must not turn them into failures).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = simulate_point(task.spec)
+        except EtsimError as exc:
+            return PointOutcome(task.id, "failed", failed, None, str(exc), _since(t0), _messages(caught))
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # a bug or an exhausted machine: recorded, so the sweep goes on
+            where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+            at = f" (at {os.path.basename(where.filename)}:{where.lineno})" if where else ""
+            message = f"internal error: {type(exc).__name__}: {exc}{at}"
+            return PointOutcome(task.id, "failed", failed, None, message, _since(t0), _messages(caught))
+    report = result.to_json(indent=None)
+    return PointOutcome(task.id, "ok", metrics(result), report, "", _since(t0), _messages(caught))
+
+
+def _messages(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(str(w.message) for w in caught))
 
 
 def _since(t0: float) -> float:
