@@ -15,7 +15,7 @@ kind           parameters (required first; defaults in parentheses)
                generator's ``size``, ``count`` to 1), ``size`` (none), ``pg_name`` (none)
 =============  ===============================================================================
 
-Sizes follow ASTRA-sim and ``etsim workload gen``: the buffer for all-reduce and all-to-all, the
+Sizes follow ``etsim workload gen``: the buffer for all-reduce and all-to-all, the
 per-rank input for all-gather, the whole input for reduce-scatter. Bare numbers are bytes.
 
 :func:`normalize_generator` validates a mapping and returns it with every default filled in and sizes
