@@ -264,6 +264,13 @@ class _Loader:
         names = ", ".join(dict.fromkeys(keys))
         return ConfigError(f"{self.where}: {names}: {message}" if names else f"{self.where}: {message}")
 
+    def yaml_mapping(self, path: str, what: str) -> dict[str, Any]:
+        """A YAML file's mapping, read once per experiment (a fresh copy each time)."""
+        token = ("yaml", path)
+        if token not in self.cache:
+            self.cache[token] = read_yaml(path, what)[0]
+        return copy.deepcopy(self.cache[token])
+
     def abspath(self, value: str, base: Path | None = None) -> str:
         return os.path.normpath(os.path.join(base or self.base, os.path.expanduser(value)))
 
@@ -496,7 +503,7 @@ def _as_mapping(loader: _Loader, root: str, value: Any, axis_key: str) -> dict[s
     if root == "algo" and isinstance(value, str):
         return {"default": value}
     if root in ("topology", "system") and isinstance(value, str):
-        data, _ = read_yaml(loader.abspath(value), root)
+        data = loader.yaml_mapping(loader.abspath(value), root)
         if root == "topology":
             data.setdefault("name", Path(value).stem)
         else:
