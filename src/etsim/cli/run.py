@@ -10,6 +10,7 @@ from etsim.chakra.graph import COLLECTIVE_NAMES
 from etsim.chakra.io import load_workload
 from etsim.errors import ConfigError
 from etsim.files import write_text
+from etsim.report.result import Result
 from etsim.simulation import simulate
 from etsim.system.algorithms import ALGORITHMS
 from etsim.system.config import SystemConfig, load_system_config
@@ -25,7 +26,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="simulate a workload (default command: `etsim WORKLOAD …` means `etsim run WORKLOAD …`)",
         description="Simulate a Chakra ET workload on a topology and print per-rank and per-collective times.",
     )
-    p.add_argument("workload", help="a family prefix P (P.0.et …), P.et, a directory with one family, or one .et file")
+    p.add_argument(
+        "workload",
+        nargs="?",
+        help="a family prefix P (P.0.et …), P.et, a directory with one family, or one .et file",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="run one experiment point (DIR/points/<id>/config.yaml) instead of WORKLOAD and options",
+    )
     p.add_argument(
         "--algo",
         action="append",
@@ -77,6 +87,8 @@ def parse_algo_options(values: list[str]) -> dict[str, str]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Load, simulate, print and optionally write JSON."""
+    if args.config is not None or args.workload is None:
+        return _run_config(args)
     config = load_system_config(args.system) if args.system else SystemConfig()
     algorithms = dict(config.algorithms)
     cli_algorithms = parse_algo_options(args.algo)
@@ -112,11 +124,29 @@ def cmd_run(args: argparse.Namespace) -> int:
         system=config,
         progress=sys.stderr if show_progress else None,
     )
+    return _report(args, result, f"workload {args.workload}: {workload.num_ranks} ranks")
+
+
+def _run_config(args: argparse.Namespace) -> int:
+    """``--config FILE``: the point's own workload, topology, algorithm, model and system, nothing else."""
+    given = [f"--{k.replace('_', '-')}" for k in ("algo", "topology", "model", "system", "comm_groups", "chunks",
+             "reduction_bandwidth", "endpoint_delay", "ignore_ctrl_deps") if getattr(args, k)]  # fmt: skip
+    if args.config is None:
+        raise ConfigError("give a WORKLOAD, or --config FILE")
+    if args.workload is not None or given:
+        extra = ", ".join(([args.workload] if args.workload else []) + given)
+        raise ConfigError(f"--config FILE holds the whole point; drop {extra}")
+    from etsim.experiment import simulate_config
+
+    return _report(args, simulate_config(args.config), f"point {args.config}")
+
+
+def _report(args: argparse.Namespace, result: Result, title: str) -> int:
     if args.json == "-":
         sys.stdout.write(result.to_json() + "\n")
     elif args.json:
         write_text(args.json, result.to_json() + "\n")
     if not args.quiet and args.json != "-":
-        print(f"workload {args.workload}: {workload.num_ranks} ranks")
+        print(title)
         print(result.table())
     return 0
