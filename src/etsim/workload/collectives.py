@@ -58,6 +58,7 @@ class CollectiveCall:
 
     Attributes:
         rank, node_id, type, bytes, group, algorithm: what was called (as reported).
+        rule: the selection rule that chose the algorithm.
         start_ns, end_ns: when the workload node was issued and when its last stream completed.
         runs: one :class:`~etsim.workload.runs.AlgoRun` per chunk stream.
     """
@@ -73,6 +74,7 @@ class CollectiveCall:
         "pending",
         "queue",
         "rank",
+        "rule",
         "run",
         "runs",
         "start_ns",
@@ -89,6 +91,7 @@ class CollectiveCall:
         self.bytes = size
         self.group = share.group
         self.algorithm = share.algorithm
+        self.rule = share.rule
         self.start_ns = self.end_ns = engine.env.now
         self.runs: list[AlgoRun] = []
         self.queue: list[AlgoRun] = []
