@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "etsim.cli.convert",
     "etsim.compat.cli",
     "etsim.cli.synth",
+    "etsim.cli.tune",
 )
 
 

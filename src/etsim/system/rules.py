@@ -154,8 +154,11 @@ class SelectionRule:
 
 
 def _size_text(n: int) -> str:
-    text = format_size(n)
-    return text if parse_size(text) == n else str(n)
+    """``64 KiB`` when that is exactly *n* bytes, else the integer."""
+    for unit, factor in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= factor and n % factor == 0:
+            return f"{n // factor} {unit}"
+    return str(n)
 
 
 def group_sizes_text(ranges: tuple[tuple[int, int], ...]) -> str:
