@@ -108,7 +108,9 @@ class NativeSource(AlgorithmSource):
     priority = 0
 
     def claims(self, spec: str) -> bool:
-        """A registered name, or ``module:Class`` that is not an existing file."""
+        """A registered name, or ``module:Class`` that is not an existing file (nor a ``tacos:`` spec)."""
+        if spec.startswith("tacos:"):
+            return False
         return spec in ALGORITHMS.names() or (":" in spec and not os.path.exists(spec))
 
     def load(self, spec: str, context: AlgorithmContext) -> CollectiveAlgorithm:
