@@ -148,7 +148,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
             if m.time_ns is None:
                 print(f"  {label:<20} {'-':>12}  {m.note}")
                 continue
-            gain = f"  tuned is {100 * (1 - tuned / m.time_ns):.1f}% faster" if tuned and m is not comparison[0] else ""
+            gain = ""
+            if tuned and m is not comparison[0]:
+                change = 100 * (1 - tuned / m.time_ns)
+                gain = f"  tuned is {change:.1f}% faster" if change >= 0 else f"  tuned is {-change:.1f}% slower"
             print(f"  {label:<20} {format_time(m.time_ns):>12}{gain}")
             for w in m.warnings:
                 print(f"      warning: {w}", file=sys.stderr)

@@ -30,7 +30,7 @@ from etsim.system.rules import SelectionRule
 from etsim.tuning.points import Point, WorkloadPoint
 from etsim.tuning.runner import Measurement, Setup, run_points
 from etsim.tuning.table import TunedPoint, table_rules, table_yaml, winners
-from etsim.units import parse_size
+from etsim.units import format_size, parse_size
 
 __all__ = [
     "Call",
@@ -231,7 +231,12 @@ def tune(request: TuneRequest, *, jobs: int | None = None) -> TuneResult:
     if not tuned:
         raise ConfigError("no candidate could serve any tuned point:\n" + "\n".join(dict.fromkeys(notes)))
     rules = table_rules(tuned, dimensions=len(net.topology.dims) > 1, fallback=request.fallback)
-    mode = f"workload {request.workload}" if request.workload else "sizes " + ",".join(map(str, request.sizes))
+    sizes = sorted(request.sizes)
+    mode = (
+        f"workload {request.workload}"
+        if request.workload
+        else f"{len(sizes)} sizes from {format_size(sizes[0])} to {format_size(sizes[-1])}"
+    )
     header = [
         f"etsim tune: topology {request.topology}, model {request.model or net.model}",
         f"candidates: {', '.join(request.candidates)}; {mode}",
