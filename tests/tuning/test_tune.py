@@ -33,6 +33,10 @@ def test_expand_candidates_collapses_families(repo: Path, monkeypatch: pytest.Mo
     monkeypatch.chdir(repo)
     found = expand_candidates("ring,algorithms/tree_allreduce_8npus*.et")
     assert found == ["ring", "algorithms/tree_allreduce_8npus.et"]
+    assert expand_candidates("algorithms/*_allreduce_8npus.et") == [
+        f"algorithms/{a}_allreduce_8npus.et"
+        for a in ("direct", "halving_doubling", "msccl_hier", "msccl_ring", "ring", "tree")
+    ]
     with pytest.raises(ConfigError, match=r"'nothing/\*\.xml' matches no file"):
         expand_candidates("nothing/*.xml")
 

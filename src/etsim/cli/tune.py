@@ -113,9 +113,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     print(f"wrote {out} ({len(result.rules)} rules for {len(result.tuned)} tuned points) and {csv_path}")
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
-    for m in result.measurements:
-        for w in m.warnings:
-            warn(f"tuning {getattr(m.point, 'candidate', '')}: {w}")
+    said = dict.fromkeys(
+        f"tuning {getattr(m.point, 'candidate', '')}: {w}" for m in result.measurements for w in m.warnings
+    )
+    for message in said:
+        warn(message)
     if args.plot != "none":
         plot_path = Path(args.plot) if args.plot else out.with_suffix(".png")
         try:

@@ -90,7 +90,10 @@ def expand_candidates(text: str) -> list[str]:
         if not any(ch in item for ch in "*?["):
             out.append(item)
             continue
-        matches = sorted(glob.glob(item))
+        matches = glob.glob(item)
+        if item.endswith(".et"):  # `algorithms/*_8npus.et` names families, whose files are P.0.et …
+            matches += glob.glob(item[: -len(".et")] + ".[0-9]*.et")
+        matches = sorted(set(matches))
         if not matches:
             raise ConfigError(f"--candidates: {item!r} matches no file")
         for path in matches:
