@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "etsim.compat.cli",
     "etsim.cli.synth",
     "etsim.cli.experiment",
+    "etsim.cli.tune",
 )
 
 

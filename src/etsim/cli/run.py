@@ -14,6 +14,7 @@ from etsim.report.result import Result
 from etsim.simulation import simulate
 from etsim.system.algorithms import ALGORITHMS
 from etsim.system.config import SystemConfig, load_system_config
+from etsim.system.rules import SelectionRule
 from etsim.units import parse_bandwidth, parse_time
 
 __all__ = ["parse_algo_options", "register"]
@@ -85,6 +86,24 @@ def parse_algo_options(values: list[str]) -> dict[str, str]:
     return out
 
 
+def _with_cli_rules(
+    rules: tuple[SelectionRule, ...], algorithms: dict[str, str], cli: dict[str, str]
+) -> tuple[SelectionRule, ...]:
+    """A selection table with ``--algo`` applied: ``COLL=ALGO`` rules first, ``ALGO`` replacing its default."""
+    first = [
+        SelectionRule(algorithms[k], "--algo", f"--algo {k}={v}", collective=k)
+        for k, v in cli.items()
+        if k != "default"
+    ]
+    kept = [r for r in rules if not (r.is_default and "default" in cli)]
+    last = (
+        [SelectionRule(algorithms["default"], "--algo", f"--algo {cli['default']}", is_default=True)]
+        if "default" in cli
+        else []
+    )
+    return (*first, *kept, *last)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Load, simulate, print and optionally write JSON."""
     if args.config is not None or args.workload is None:
@@ -100,8 +119,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     for key, value in cli_algorithms.items():
         if not value:
             raise ConfigError(f"--algo {key}=: no algorithm given")
-        if args.system and value not in names and ":" not in value:
+        if args.system and value not in names and ":" not in value and value != "tacos":
             algorithms[key] = str(Path(value).resolve())
+    if config.algorithm_rules and cli_algorithms:
+        changes["algorithm_rules"] = _with_cli_rules(config.algorithm_rules, algorithms, cli_algorithms)
     if args.chunks is not None:
         if args.chunks < 1:
             raise ConfigError(f"--chunks must be >= 1, got {args.chunks}")

@@ -37,6 +37,9 @@ class CollectiveRecord:
     algorithm: str
     start_ns: float
     end_ns: float
+    rule: str = ""
+    """The selection rule that chose the algorithm (``algorithms[2]``, ``algorithms.all_reduce``, ``--algo``,
+    ``built-in default``, ``per-node algorithm``)."""
 
 
 @dataclass

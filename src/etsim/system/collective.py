@@ -11,17 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from etsim.chakra.algorithm import SEND, AlgoGraph, collective_buffer_bytes
-from etsim.chakra.graph import CollectiveType, NodeType, Trace
+from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Trace
 from etsim.errors import ConfigError, EtsimError, SimulationError, warn
 from etsim.system.algorithms import CollectiveAlgorithm, Phase
 from etsim.system.config import SystemConfig, chunk_sizes
 from etsim.system.groups import CommGroups
-from etsim.system.selection import AlgorithmSelection, default_algorithm
+from etsim.system.rules import CallInfo
+from etsim.system.selection import AlgorithmSelection, Choice, NoRuleError, default_algorithm
+
+if TYPE_CHECKING:
+    from etsim.network.topology import Topology
 
 __all__ = ["CollectivePart", "Participation", "System", "default_algorithm"]
+
 
 @dataclass(slots=True)
 class CollectivePart:
@@ -61,6 +66,7 @@ class _Instance:
     algorithm: CollectiveAlgorithm
     namespace: int
     key: tuple[str, int]
+    rule: str = ""
     joined: int = 0
 
 
@@ -82,6 +88,8 @@ class Participation:
     instance: tuple[str, int] = ("0", 0)
     all_joined: bool = True
     synchronised: bool = True
+    rule: str = ""
+    """The selection rule that chose the algorithm (``algorithms[2]``, ``built-in default`` …)."""
 
 
 def _lookup(collective: CollectiveType) -> CollectiveType:
@@ -96,13 +104,22 @@ class System:
         config: system parameters (algorithms, chunks, …).
         groups: communicator groups.
         dims: dimension sizes of the topology (for hierarchical algorithms), or None.
+        topology: the run's topology (the dimension a group spans; algorithms synthesised for it), or None.
     """
 
-    def __init__(self, config: SystemConfig, groups: CommGroups, dims: Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        config: SystemConfig,
+        groups: CommGroups,
+        dims: Sequence[int] | None = None,
+        topology: Topology | None = None,
+    ) -> None:
         self.config = config
         self.groups = groups
         self.dims = tuple(dims) if dims else None
-        self.selection = AlgorithmSelection(config, self.dims)
+        self.topology = topology
+        self.selection = AlgorithmSelection(config, self.dims, topology)
+        self._dimension: dict[tuple[int, ...], int | None] = {}
         self._warned: set[tuple[str, ...]] = set()
         self._sequence: dict[tuple[str, int], int] = {}
         self._instances: dict[tuple[str, int], _Instance] = {}
@@ -116,8 +133,35 @@ class System:
             warn(message)
 
     def algorithm_for(self, collective: CollectiveType) -> tuple[str, CollectiveAlgorithm]:
-        """The algorithm configured for *collective* (see :class:`AlgorithmSelection`)."""
-        return self.selection.choose(collective)
+        """The algorithm configured for *collective* by a mapping (see :class:`AlgorithmSelection`)."""
+        choice = self.selection.choose(collective)
+        return choice.label, choice.algorithm
+
+    def group_dimension(self, group: tuple[int, ...]) -> int | None:
+        """The topology dimension *group* spans (its members differ in that coordinate only), else None."""
+        if group in self._dimension:
+            return self._dimension[group]
+        topo = self.topology
+        found: int | None = None
+        if topo is not None and topo.dims and len(group) > 1 and all(0 <= r < topo.npus for r in group):
+            coords = [topo.coords(r) for r in group]
+            spanned = [d for d in range(len(topo.dims)) if len({c[d] for c in coords}) > 1]
+            found = spanned[0] if len(spanned) == 1 else None
+        self._dimension[group] = found
+        return found
+
+    def call_info(self, collective: CollectiveType, size: int, group: tuple[int, ...], group_key: str) -> CallInfo:
+        """What every rank of *group* knows about a call: the input of the selection rules."""
+        return CallInfo(COLLECTIVE_NAMES[collective], size, len(group), group_key, self.group_dimension(group))
+
+    def choose(self, collective: CollectiveType, size: int, group: tuple[int, ...], group_key: str) -> Choice:
+        """The rule and algorithm serving a call (an algorithm synthesised per group is bound to *group*)."""
+        lookup = _lookup(collective)
+        choice = self.selection.choose(lookup, self.call_info(collective, size, group, group_key))
+        bind = getattr(choice.algorithm, "for_group", None)
+        if bind is not None:
+            choice = Choice(choice.rule, choice.label, bind(group))
+        return choice
 
     def join(
         self,
@@ -153,12 +197,17 @@ class System:
             node_spec = self.config.node_algorithms.get(node_id) if node_id is not None else None
             if node_spec:
                 label, algo = self.selection.resolve(node_spec, "per-node algorithm")
+                rule = "per-node algorithm"
             else:
-                label, algo = self.selection.choose(lookup)
+                try:
+                    choice = self.choose(collective, size, group, group_key)
+                except NoRuleError as exc:
+                    raise NoRuleError(f"{where}: {exc}") from None
+                rule, label, algo = choice.rule, choice.label, choice.algorithm
             reason = algo.supports(lookup, n)
             if reason is not None and n > 1:
                 raise ConfigError(f"{where}: {reason}")
-            inst = _Instance(collective, size, where, label, algo, self._next_namespace, key)
+            inst = _Instance(collective, size, where, label, algo, self._next_namespace, key, rule)
             try:
                 self._next_namespace += len(self._stream_sizes(collective, size, n))
             except ConfigError as exc:
@@ -182,6 +231,7 @@ class System:
             instance=key,
             all_joined=inst.joined == n,
             synchronised=self.config.synchronise_collectives,
+            rule=inst.rule,
         )
         if n == 1:
             self._warn_once(
@@ -252,7 +302,7 @@ class System:
                 one byte (named), before any time is spent simulating.
         """
         total = 0
-        sends_of: dict[tuple[int, str, int, int], tuple[AlgoGraph, int] | None] = {}
+        sends_of: dict[tuple[int, int, int, int], tuple[AlgoGraph, int] | None] = {}
         streams_of: dict[tuple[int, int, str, int], int] = {}
         for rank, trace in enumerate(traces):
             for pos, node_type in enumerate(trace.types):
@@ -260,26 +310,38 @@ class System:
                     continue
                 try:
                     collective = CollectiveType(trace.comm_type[pos])  # type: ignore[arg-type]
-                    group = self.groups.resolve(trace.pg_name[pos])
+                    pg_name = trace.pg_name[pos]
+                    group = self.groups.resolve(pg_name)
                     n = len(group)
                     if n == 1 or rank not in group:
                         continue
                     lookup = _lookup(collective)
-                    label, algo = self.algorithm_for(lookup)
-                    key = (int(lookup), label, n, group.index(rank))
+                    group_key = pg_name if pg_name and pg_name != "0" else "0"
+                    size = trace.comm_size[pos] or 0
+                    node_spec = self.config.node_algorithms.get(trace.ids[pos])
+                    if node_spec:
+                        label, algo = self.selection.resolve(node_spec, "per-node algorithm")
+                    else:
+                        try:
+                            choice = self.choose(collective, size, group, group_key)
+                        except NoRuleError as exc:
+                            raise NoRuleError(f"{trace.describe(pos)}: {exc}") from None
+                        label, algo = choice.label, choice.algorithm
+                    key = (int(lookup), id(algo), n, group.index(rank))
                     if key not in sends_of:
                         sends_of[key] = None
                         if algo.supports(lookup, n) is None:
                             phases = algo.phases(lookup, n, group.index(rank), stream=0, state={})
                             sends = sum(ph.graph.kinds.count(SEND) for ph in phases)
                             sends_of[key] = (phases[0].graph, sends)
+                except NoRuleError:
+                    raise
                 except (EtsimError, ValueError):
                     continue
                 found = sends_of[key]
                 if found is None:
                     continue
                 graph, sends = found
-                size = trace.comm_size[pos] or 0
                 split_key = (int(collective), size, label, n)
                 count = streams_of.get(split_key)
                 if count is None:

@@ -20,6 +20,7 @@ import yaml
 
 from etsim.errors import ConfigError
 from etsim.files import read_text
+from etsim.system.rules import SelectionRule, parse_rules
 from etsim.units import parse_bandwidth, parse_time
 
 __all__ = [
@@ -108,6 +109,9 @@ class SystemConfig:
     """Collective name (``all_reduce`` …, or ``default``) → algorithm name or ET family path."""
     algorithm_origins: dict[str, str] = field(default_factory=dict)
     """Where each ``algorithms`` entry was given (``FILE: algorithms.KEY``; absent means ``--algo``), for messages."""
+    algorithm_rules: tuple[SelectionRule, ...] = ()
+    """The selection table (the list form of ``algorithms``: first matching rule wins, see
+    :mod:`etsim.system.rules`); when given, it replaces the mapping ``algorithms``."""
     node_algorithms: dict[int, str] = field(default_factory=dict)
     """Workload node id → algorithm for that collective node only (overrides the per-collective choice)."""
     chunks: int = 1
@@ -188,15 +192,25 @@ def load_system_config(source: str | os.PathLike[str] | dict[str, Any], *, base_
         base = base_dir or str(path.parent)
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping of keys to values")
-    known = {f.name for f in fields(SystemConfig)} - {"base_dir", "node_algorithms", "algorithm_origins"}
+    known = {f.name for f in fields(SystemConfig)} - {
+        "base_dir",
+        "node_algorithms",
+        "algorithm_origins",
+        "algorithm_rules",
+    }
     values: dict[str, Any] = {"base_dir": base}
     for key, value in data.items():
         k = f"{where}: {key}"
         if key not in known:
             raise ConfigError(f"{where}: unknown key {key!r}; valid keys: {', '.join(sorted(known))}")
-        if key == "algorithms":
+        if key == "algorithms" and isinstance(value, list):
+            values["algorithm_rules"] = parse_rules(value, where)
+        elif key == "algorithms":
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-                raise ConfigError(f"{k}: expected a mapping like {{all_reduce: ring, default: ring}}")
+                raise ConfigError(
+                    f"{k}: expected a mapping like {{all_reduce: ring, default: ring}} or a list of rules like "
+                    "[{collective: all_reduce, max_bytes: 256 KiB, algorithm: tree}, {default: ring}]"
+                )
             values[key] = {str(c): v for c, v in value.items()}
             values["algorithm_origins"] = {str(c): f"{where}: algorithms.{c}" for c in value}
         elif key == "chunks":

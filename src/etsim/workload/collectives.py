@@ -81,6 +81,7 @@ class CollectiveCall:
 
     Attributes:
         rank, node_id, type, bytes, group, algorithm: what was called (as reported).
+        rule: the selection rule that chose the algorithm.
         start_ns, end_ns: when the workload node was issued and when its last stream ended.
         runs: one :class:`~etsim.workload.runs.AlgoRun` per (stream, phase), stream-major.
     """
@@ -97,6 +98,7 @@ class CollectiveCall:
         "pending",
         "priority",
         "rank",
+        "rule",
         "run",
         "runs",
         "start_ns",
@@ -113,6 +115,7 @@ class CollectiveCall:
         self.bytes = size
         self.group = share.group
         self.algorithm = share.algorithm
+        self.rule = share.rule
         self.start_ns = self.end_ns = engine.env.now
         # Older collectives first (fifo) or newer ones (lifo) among phases waiting in one queue.
         engine.calls_issued += 1
