@@ -197,7 +197,11 @@ class CollectiveCall:
         algo_run.start()
 
     def part_exited(self, algo_run: AlgoRun) -> None:
-        """A phase ended on this rank: free its queue slot, queue the stream's next phase or end the stream."""
+        """A phase ended on this rank: its end is handled when the engine settles the instant."""
+        self.engine.end_part_at(self.engine.env.now, self, algo_run)
+
+    def end_part(self, algo_run: AlgoRun) -> None:
+        """Free the ended phase's queue slot, queue the stream's next phase or end the stream."""
         engine = self.engine
         if engine.observer is not None:
             engine.observer.part_finished(self, algo_run)
