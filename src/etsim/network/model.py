@@ -117,7 +117,7 @@ def schedule_at(env: simpy.Environment, event: simpy.Event, when: float, priorit
         raise SimulationError(f"cannot schedule an event at {when} ns, before now ({env.now} ns)")
     if isinstance(env, CountingEnvironment):
         env.scheduled += 1
-    heappush(env._queue, (when, priority, next(env._eid), event))  # type: ignore[attr-defined]
+    heappush(env._queue, (when, priority, next(env._eid), event))  # type: ignore[attr-defined,misc]
 
 
 class CountingEnvironment(simpy.Environment):
