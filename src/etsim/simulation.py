@@ -15,12 +15,12 @@ import gc
 import os
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any, TextIO
 
 from etsim.chakra.graph import Workload
 from etsim.chakra.validate import preflight
-from etsim.errors import ConfigError, DeadlockError, EtsimWarning, SimulationError, warn
+from etsim.errors import ConfigError, DeadlockError, EtsimWarning, FastPathConflict, SimulationError, warn
 from etsim.network import NetworkConfig, Topology, build_model, load_network, ring
 from etsim.network.model import CountingEnvironment, LinkStats
 from etsim.report.result import CollectiveRecord, RankResult, Result
@@ -44,6 +44,9 @@ __all__ = [
 #: The network model used when neither the call nor the topology file names one: congestion-aware,
 #: so that no result is faster than the links can carry (``analytical`` is an explicit choice).
 DEFAULT_MODEL = "link"
+
+#: Attempts with the fast path before a run falls back to the event path for every collective.
+MAX_FAST_RERUNS = 3
 #: A run expected to send more messages than this is announced with a warning before it starts.
 MESSAGE_WARNING = 20_000_000
 
@@ -127,17 +130,33 @@ def simulate(
         SimulationError, ConfigError: inconsistent inputs, named precisely.
     """
     caught: list[warnings.WarningMessage] = []
+    excluded: set[Hashable] = set()
+    reruns = 0
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", EtsimWarning)
-            result = _simulate(
-                workload, topology, model, model_options, system, progress, progress_interval, observer
-            )
+            while True:
+                del caught[:]  # only the attempt that completes speaks
+                try:
+                    result = _simulate(
+                        workload, topology, model, model_options, system, progress, progress_interval, observer,
+                        fast_excluded=excluded if reruns < MAX_FAST_RERUNS else None,
+                    )
+                    break
+                except FastPathConflict as conflict:
+                    # A part evaluated ahead could not be proven exact: run again with it on the event path.
+                    reruns += 1
+                    if conflict.namespace is None:
+                        reruns = MAX_FAST_RERUNS
+                    excluded.add(("part", conflict.namespace))
+                    if conflict.signature is not None:
+                        excluded.add(("graph", conflict.signature))
     finally:
         # Hand every warning on to the caller's filters (the CLI prints them; pytest may raise them).
         for w in caught:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
     result.warnings = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, EtsimWarning)))
+    result.sim["reruns"] = reruns
     return result
 
 
@@ -166,8 +185,12 @@ def _simulate(
     progress: TextIO | None,
     progress_interval: float,
     observer: RunObserver | None = None,
+    *,
+    fast_excluded: set[Hashable] | None = None,
 ) -> Result:
     config = system or SystemConfig()
+    if fast_excluded is None:
+        config = config.with_overrides(fast_path=False)
     n = workload.num_ranks
     if n == 0:
         raise ConfigError("the workload has no ranks")
@@ -207,7 +230,7 @@ def _simulate(
             f"this run will send about {expected:,} messages (more than {MESSAGE_WARNING:,}); it may take a long "
             "time — fewer chunks or a smaller group make it cheaper"
         )
-    engine = Engine(env, network, sys_layer, list(workload.traces), config, observer)
+    engine = Engine(env, network, sys_layer, list(workload.traces), config, observer, fast_excluded)
     if progress is not None:
         _attach_progress(engine, progress, progress_interval, wall0, expected)
     gc_was_enabled = gc.isenabled()
@@ -223,6 +246,9 @@ def _simulate(
             progress.flush()
     wall = time.perf_counter() - wall0
     if engine.ranks_done < n:
+        if engine.fast is not None and (engine.fast.parts or engine.fast.pending):
+            # Parts evaluated ahead (or still waiting for members) make a poor report: redo on the event path.
+            raise FastPathConflict("the run cannot progress", None)
         raise DeadlockError(
             f"the simulation cannot progress at t = {env.now:.1f} ns; " + engine.deadlock_report()
         )
@@ -248,7 +274,7 @@ def _simulate(
         ranks=ranks,
         collectives=collectives,
         network={"model": model_name, "topology": topo_label, "messages": engine.messages, "bytes": engine.bytes},
-        sim={"events": engine.events, "wall_s": wall},
+        sim={"events": engine.events, "wall_s": wall, "bulk_parts": engine.fast.parts if engine.fast else 0},
         links=links,
     )
 

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from heapq import heappush
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import simpy
 
@@ -14,6 +14,9 @@ from etsim.errors import ConfigError, SimulationError
 from etsim.network.routing import Router, make_router
 from etsim.network.topology import Topology
 from etsim.registry import Registry
+
+if TYPE_CHECKING:
+    from etsim.network.bulk import BulkTiming
 
 __all__ = [
     "LATE",
@@ -194,8 +197,9 @@ class NetworkModel:
       immediately (0 ns).
     - Deterministic: the same topology, options (including ``seed``) and call sequence give the same
       delivery times.
-    - Optional hooks: :meth:`setup` (called once before the run) and :meth:`link_stats` (per directed
-      link: bytes carried, busy time, messages) for reporting.
+    - Optional hooks: :meth:`setup` (called once before the run), :meth:`link_stats` (per directed
+      link: bytes carried, busy time, messages) for reporting, and :meth:`bulk_timing` (exact delivery
+      times of many messages at once, for the fast path).
     - Routes come from :attr:`router` (option ``router``), cached per ``(src, dst)``; :meth:`route`
       returns them as link ids.
 
@@ -284,6 +288,14 @@ class NetworkModel:
 
         self.env.timeout(after).callbacks.append(start)
         return done
+
+    def bulk_timing(self) -> BulkTiming | None:
+        """Message timing in bulk for the fast path, or None (the default: every message takes the event path).
+
+        A model that offers one (:class:`~etsim.network.bulk.BulkTiming`) must make it return exactly the
+        delivery times :meth:`transfer` would give; see ``network/bulk.py`` for the contract.
+        """
+        return None
 
     def setup(self) -> None:
         """Hook called once after construction and before the simulation runs (default: nothing)."""

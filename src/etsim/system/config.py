@@ -159,6 +159,9 @@ class SystemConfig:
     families_as_written: bool = False
     """Run ingested Chakra ET algorithm families as written: one stream, the files' absolute sizes, no
     endpoint or stream delay, COMP nodes cost their own duration (at least ``min_compute_ns``)."""
+    fast_path: bool = True
+    """Evaluate collectives whose ranks share one algorithm graph in bulk (exactly the event path's
+    result, far fewer events; ``workload/bulk.py``); false walks every message (``--no-fast-path``)."""
 
     def with_overrides(self, **changes: Any) -> SystemConfig:
         """A copy with some fields replaced (``None`` values are ignored)."""
@@ -239,7 +242,7 @@ def load_system_config(source: str | os.PathLike[str] | dict[str, Any], *, base_
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"{k}: expected the path of a comm-group file, got {value!r}")
             values[key] = value
-        elif key in ("ignore_ctrl_deps", "integer_ns", "families_as_written", "synchronise_collectives"):
+        elif key in ("ignore_ctrl_deps", "integer_ns", "families_as_written", "synchronise_collectives", "fast_path"):
             if not isinstance(value, bool):
                 raise ConfigError(f"{k}: expected true or false")
             values[key] = value

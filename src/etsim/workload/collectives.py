@@ -192,8 +192,11 @@ class CollectiveCall:
                 self._start_part(algo_run)
 
     def _start_part(self, algo_run: AlgoRun) -> None:
-        if self.engine.observer is not None:
-            self.engine.observer.part_started(self, algo_run)
+        engine = self.engine
+        if engine.observer is not None:
+            engine.observer.part_started(self, algo_run)
+        if engine.fast is not None and engine.fast.take(self, algo_run):
+            return  # evaluated in bulk once every member has started
         algo_run.start()
 
     def part_exited(self, algo_run: AlgoRun) -> None:

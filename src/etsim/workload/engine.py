@@ -17,6 +17,7 @@ from etsim.chakra.validate import find_cycle
 from etsim.errors import DeadlockError
 from etsim.network.model import LATE, schedule_at
 from etsim.system.costs import CostModel
+from etsim.workload.bulk import FastPath
 from etsim.workload.collectives import CollectiveCall, Namespace, RankQueue
 from etsim.workload.messages import Channel, Mailbox, unreceived_messages
 from etsim.workload.runs import AlgoRun, GraphRun, WorkloadRun
@@ -39,6 +40,8 @@ class Engine:
         system: collective matching and expansion.
         traces: one trace per rank.
         config: system parameters.
+        observer: watches the run (turns the fast path off).
+        fast_excluded: collective parts (namespaces) the fast path must leave to the event path.
     """
 
     def __init__(
@@ -49,6 +52,7 @@ class Engine:
         traces: list[Trace],
         config: SystemConfig,
         observer: RunObserver | None = None,
+        fast_excluded: set[Hashable] | None = None,
     ) -> None:
         self.env = env
         #: Watches the run (timelines, critical path); None costs one test per hook site.
@@ -78,6 +82,11 @@ class Engine:
         self._depth = 0
         self.ranks_done = 0
         self.runs = [WorkloadRun(self, trace, rank, config) for rank, trace in enumerate(traces)]
+        #: Bulk evaluation of collectives (None: every message takes the event path). An observer sees
+        #: every node and message, so it turns the fast path off.
+        self.fast: FastPath | None = None
+        if config.fast_path and observer is None and network.bulk_timing() is not None:
+            self.fast = FastPath(self, fast_excluded if fast_excluded is not None else set())
 
     # -- counters --
 
