@@ -113,6 +113,8 @@ class Mailbox:
     def _deliver_batch(self, event: Any) -> None:
         observer = self._observer
         for run, j, ch, seq, size in self._batches.pop(event):
+            if observer is not None:
+                observer.message_delivered(run, j)
             run.finish(j)
             posted = ch.posted.pop(seq, None)
             if posted is None:
