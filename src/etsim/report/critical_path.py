@@ -244,7 +244,7 @@ class _Walk:
 
     def _E(self, part: AlgoRun) -> tuple[Any, ...] | None:
         """At the end of a collective part: its last node."""
-        start, finish = self.algo_times(part)
+        _start, finish = self.algo_times(part)
         pe = self.rec.part_end[part]
         last = [k for k, f in enumerate(finish) if f == pe]
         if not last:

@@ -63,9 +63,11 @@ def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
 
 
 def exposure_by_group(rec: RunRecorder) -> list[dict[str, Any]]:
-    """Per group: ``{group, ranks, calls, bytes, comm_ns_max, exposed_comm_ns_mean, exposed_comm_ns_max,
-    rank_of_max}`` (ns; ``ranks`` that issued at least one of its operations, ``calls`` over all ranks),
-    sorted by group name. The world group is ``"0"`` (``pg_name`` empty or ``"0"``).
+    """Communication and exposed communication per group of the run *rec* recorded, sorted by group name.
+
+    Each entry: ``{group, ranks, calls, bytes, comm_ns_max, exposed_comm_ns_mean, exposed_comm_ns_max,
+    rank_of_max}`` (ns; ``ranks`` that issued at least one of its operations, ``calls`` and ``bytes``
+    over all ranks). The world group is ``"0"`` (``pg_name`` empty or ``"0"``).
     """
     engine = rec.engine
     if engine is None:

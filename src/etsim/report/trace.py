@@ -36,12 +36,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from etsim.chakra.graph import NodeType
 from etsim.errors import ConfigError, warn
 from etsim.files import make_parent
 from etsim.units import format_time
+from etsim.workload.runs import COMM, COMPUTE, CPU
 
 if TYPE_CHECKING:
     from etsim.report.record import RunRecorder
@@ -115,11 +116,11 @@ class _Lanes:
 
 def _category(trace: Any, node_class: int, j: int) -> int:
     t = trace.types[j]
-    if node_class == 1:
+    if node_class == CPU:
         return _CPU
-    if node_class == 2:
+    if node_class == COMPUTE:
         return _COMPUTE
-    if node_class == 3:
+    if node_class == COMM:
         return _COMM
     return _RECV if t == _T_RECV else _OTHER
 
@@ -285,7 +286,8 @@ class _Builder:
                 label = _TRACK_LABEL[cat] + (f" {lane + 1}" if lane > 0 or _has_lanes(tracks, cat) else "")
                 if chunk:
                     label += f" · chunk {chunk + 1}"
-                yield f'{{"ph":"M","pid":{rank},"tid":{tid},"name":"thread_name","args":{{"name":{json.dumps(label)}}}}}'
+                name = json.dumps(label)
+                yield f'{{"ph":"M","pid":{rank},"tid":{tid},"name":"thread_name","args":{{"name":{name}}}}}'
                 yield f'{{"ph":"M","pid":{rank},"tid":{tid},"name":"thread_sort_index","args":{{"sort_index":{tid}}}}}'
         if self.counters:
             yield f'{{"ph":"M","pid":{topo_pid},"name":"process_name","args":{{"name":"network links"}}}}'
@@ -373,9 +375,9 @@ def write_chrome_trace(
     count = 0
     try:
         with open(p, "wb") as raw:
-            stream: IO[bytes] = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) if p.name.endswith(
-                ".gz"
-            ) else raw
+            stream: Any = raw
+            if p.name.endswith(".gz"):  # no name and no time stamp in the header: identical bytes every time
+                stream = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)
             out = io.TextIOWrapper(stream, encoding="utf-8", newline="\n")
             out.write('{"displayTimeUnit":"ns","otherData":')
             out.write(json.dumps(other, separators=(",", ":")))
