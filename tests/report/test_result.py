@@ -44,3 +44,19 @@ def test_table_names_the_finish_collectives_and_network() -> None:
     assert text.startswith("finish time:")
     assert "all_reduce" in text and "ring" in text
     assert "network: link on ring" in text
+
+
+def test_a_saved_result_renders_as_the_fresh_one() -> None:
+    import pytest
+
+    from etsim.errors import ConfigError
+    from etsim.report import Result
+
+    result = _result()
+    result.groups = [{"group": "0", "ranks": 4, "calls": 4, "bytes": 4.0, "comm_ns_max": 1.0,
+                      "exposed_comm_ns_mean": 1.0, "exposed_comm_ns_max": 1.0, "rank_of_max": 0}]  # fmt: skip
+    again = Result.from_dict(json.loads(result.to_json()))
+    assert again.to_dict() == result.to_dict() and again.table() == result.table()
+    for bad in ([], {"ranks": []}, {"finish_ns": 1, "ranks": [{"rank": 0}]}, {"finish_ns": "x", "ranks": []}):
+        with pytest.raises(ConfigError, match="not an etsim result"):
+            Result.from_dict(bad, source="r.json")
