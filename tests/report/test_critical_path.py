@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ def _path(workload: Workload, npus: int, **config: Any) -> tuple[dict[str, Any],
 def _check_tiles(cp: dict[str, Any], finish: float) -> None:
     segs = cp["segments"]
     assert segs[0]["start_ns"] == 0.0 and segs[-1]["end_ns"] == finish == cp["finish_ns"]
-    assert all(a["end_ns"] == b["start_ns"] for a, b in zip(segs, segs[1:], strict=False))
+    assert all(a["end_ns"] == b["start_ns"] for a, b in itertools.pairwise(segs))
     assert all(s["end_ns"] > s["start_ns"] for s in segs)
     assert not [s for s in segs if "unexplained" in s["detail"]]
     assert sum(cp["totals"].values()) == pytest.approx(finish, rel=1e-12)
@@ -61,7 +62,8 @@ def test_dp_training_step_path_names_the_expected_nodes(grad_bytes: int, expecte
     exposed = sum(name.startswith("it0_allreduce") for name in expected)
     t = cp["totals"]
     assert t["exposed_comm_ns"] == pytest.approx(exposed * ar, rel=1e-12)
-    assert t["compute_ns"] == 1000 * sum(100 if "fwd" in n or "ig" in n else 50 for n in expected if "allreduce" not in n)
+    compute = [100 if "fwd" in n or "ig" in n else 50 for n in expected if "allreduce" not in n]
+    assert t["compute_ns"] == 1000 * sum(compute)
     assert result.finish_ns == pytest.approx(t["compute_ns"] + t["exposed_comm_ns"], rel=1e-12)
     # the path ends at the node that finished last; every all-reduce on it crosses all ranks
     assert cp["end"]["node_id"] == result.collectives[-1].node_id

@@ -193,7 +193,7 @@ def test_bad_limit_and_unwatched_recorder_are_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="did not watch"):
         write_chrome_trace(RunRecorder(), tmp_path / "t.json")
     (tmp_path / "dir.json").mkdir()
-    with pytest.raises(ConfigError, match="dir.json: cannot write the trace"):
+    with pytest.raises(ConfigError, match=r"dir\.json: cannot write the trace"):
         write_chrome_trace(rec, tmp_path / "dir.json")
 
 

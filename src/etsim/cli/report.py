@@ -73,19 +73,18 @@ def load_result(path: str) -> Result:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Print a saved result as the table, Markdown or CSV."""
+    if args.format == "text" and args.table:
+        raise ConfigError("--table goes with --format markdown or csv")
+    if args.format == "csv" and args.table and len(args.table) != 1:
+        raise ConfigError("--format csv prints one table; give --table once")
     result = load_result(args.result)
     if args.format == "text":
-        if args.table:
-            raise ConfigError("--table goes with --format markdown or csv")
         text = result.table()
         if result.critical_path is not None:
             text += "\n" + "\n".join(critical_path_lines(result.critical_path))
         text += "\n"
     elif args.format == "csv":
-        tables = args.table or ["collectives"]
-        if len(tables) != 1:
-            raise ConfigError("--format csv prints one table; give --table once")
-        text = render(result, "csv", tables)
+        text = render(result, "csv", args.table or ["collectives"])
     else:
         text = render(result, "markdown", args.table or list(TABLES))
     if args.output:

@@ -152,7 +152,8 @@ def plot_timeline(
             # A zero-long slice is drawn one pixel wide rather than not at all.
             by_cat.setdefault(cat, []).append((ts / scale, max(dur / scale, end / scale / 2000)))
             count += 1
-            if name and dur >= end * 0.028 and cat != "chunk":  # label slices wide enough to hold one
+            # Label a slice when its name fits: the axes are ~10 in wide, a 6 pt character ~3.7 pt.
+            if name and cat != "chunk" and dur / end * 720 > 3.7 * len(name) + 4:
                 ax.text((ts + dur / 2) / scale, y, name, ha="center", va="center", fontsize=6, color="white",
                         clip_on=True, zorder=4)  # fmt: skip
         # Chunks nest inside their collective: drawn after it, thinner, so both stay visible.
