@@ -200,7 +200,7 @@ def _simulate(
     env = CountingEnvironment()
     network = build_model(env, topo, model_name, options)
     dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
-    sys_layer = System(config, groups, dims=dims)
+    sys_layer = System(config, groups, dims=dims, topology=topo)
     expected = sys_layer.message_estimate(workload.traces)
     if expected > MESSAGE_WARNING:
         warn(
@@ -231,7 +231,7 @@ def _simulate(
         observer.finished(engine)
     ranks = [RankResult(r.rank, r.finish_ns, r.compute_ns, r.comm_ns, r.exposed_ns) for r in engine.runs]
     collectives = [
-        CollectiveRecord(c.rank, c.node_id, c.type, c.bytes, list(c.group), c.algorithm, c.start_ns, c.end_ns)
+        CollectiveRecord(c.rank, c.node_id, c.type, c.bytes, list(c.group), c.algorithm, c.start_ns, c.end_ns, c.rule)
         for c in engine.collectives
     ]
     stats = network.link_stats()

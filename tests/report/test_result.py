@@ -20,7 +20,8 @@ def test_json_has_the_documented_keys() -> None:
     assert {"finish_ns", "ranks", "collectives", "network", "sim", "links"} <= set(data)
     assert set(data["ranks"][0]) == {"rank", "finish_ns", "compute_ns", "comm_ns", "exposed_comm_ns"}
     assert set(data["collectives"][0]) == {
-        "rank", "node_id", "type", "bytes", "group", "algorithm", "start_ns", "end_ns", "algbw_GBps", "busbw_GBps",
+        "rank", "node_id", "type", "bytes", "group", "algorithm", "start_ns", "end_ns", "rule", "algbw_GBps",
+        "busbw_GBps",
     }  # fmt: skip
     assert {"model", "topology", "messages", "bytes"} <= set(data["network"])
     assert {"events", "wall_s"} <= set(data["sim"])

@@ -88,6 +88,14 @@ class AlgoGraph:
     """Chunks per buffer for symbolic sizes; None for absolute byte sizes."""
     relative_peers: bool = False
     """Peers are offsets from the rank's own group position (mod group size)."""
+    exits: tuple[int, ...] = ()
+    """Nodes whose completion ends this rank's part of the collective: its next phase may start and the
+    collective may complete while the other nodes (sends still in flight) finish in the background.
+    Empty: the part ends when every node has finished."""
+    gates: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Gated nodes, ``node -> (k, armed_by)``: the node becomes ready at the first completion of one of its
+    dependencies at which node ``armed_by`` has finished and at least k of its dependencies have (work
+    released by completions, in completion order, only once a condition holds)."""
     _succ: tuple[list[int], list[int], list[int]] | None = field(default=None, repr=False)
     _succ_lists: list[tuple[int, ...]] | None = field(default=None, repr=False)
 
@@ -173,6 +181,20 @@ class AlgorithmBuilder:
         """Reduce *chunks* (or bytes) locally; costs bytes / reduction bandwidth unless *duration_ns* is given."""
         return self._add(COMP, -1, 0, chunks, deps, name or "reduce", duration_ns)
 
+    def mark_exits(self, *nodes: int) -> None:
+        """The part ends (for its collective) when these nodes have finished (see :attr:`AlgoGraph.exits`)."""
+        self.graph.exits = tuple(dict.fromkeys((*self.graph.exits, *nodes)))
+
+    def gate(self, node: int, k: int, armed_by: int) -> None:
+        """Gate *node*: ready at a dependency's completion once *armed_by* and *k* dependencies have finished.
+
+        See :attr:`AlgoGraph.gates`.
+        """
+        deps = self.graph.deps(node)
+        if not 1 <= k <= len(deps) or not 0 <= armed_by < self.graph.num_nodes or armed_by == node:
+            raise ValueError(f"node {node}: gate needs 1 <= k <= {len(deps)} dependencies and another node to arm it")
+        self.graph.gates[node] = (k, armed_by)
+
     def build(self) -> AlgoGraph:
         """The graph written so far."""
         return self.graph
@@ -186,8 +208,11 @@ def algo_graph_to_trace(graph: AlgoGraph, position: int, group_size: int) -> Tra
     Reductions without an explicit duration are COMP nodes carrying their size, so the
     simulator costs them with its reduction model.
     """
+    if graph.gates:
+        raise ValueError("a graph with gated nodes (released by completion order) has no Chakra ET form")
     b = TraceBuilder()
     symbolic = graph.total_chunks is not None
+    exits = set(graph.exits)
     for pos, kind in enumerate(graph.kinds):
         deps = graph.deps(pos)
         amount = graph.chunks[pos]
@@ -216,6 +241,8 @@ def algo_graph_to_trace(graph: AlgoGraph, position: int, group_size: int) -> Tra
             node_type = NodeType.COMM_SEND_NODE if kind == SEND else NodeType.COMM_RECV_NODE
             b.node(node_type, graph.names[pos], deps=deps, attrs=attrs)
         node = b.nodes[-1]
+        if pos in exits:
+            node.attr.append(make_attribute("etsim_exit", True))
         for name, value in size_attrs.items():
             node.attr.append(make_attribute(name, value, member=int32 if name != "comm_size" else None))
     return b.build(rank=position)
@@ -237,6 +264,7 @@ def algo_graph_from_trace(trace: Trace, *, ignore_ctrl_deps: bool = False) -> Al
     n = trace.num_nodes
     chunk_cnt: list[int | None] = [None] * n
     total: set[int] = set()
+    exits: list[int] = []
     if trace.nodes:
         for pos, node in enumerate(trace.nodes):
             for attr in node.attr:
@@ -244,9 +272,11 @@ def algo_graph_from_trace(trace: Trace, *, ignore_ctrl_deps: bool = False) -> Al
                     chunk_cnt[pos] = int(getattr(attr, attr.WhichOneof("value") or "int64_val"))
                 elif attr.name == "total_chunk_cnt":
                     total.add(int(getattr(attr, attr.WhichOneof("value") or "int64_val")))
+                elif attr.name == "etsim_exit" and attr.bool_val:
+                    exits.append(pos)
     comm_positions = [p for p, t in enumerate(trace.types) if t in (SEND, RECV)]
     symbolic = bool(comm_positions) and all(chunk_cnt[p] is not None for p in comm_positions) and len(total) == 1
-    g = AlgoGraph(total_chunks=total.pop() if symbolic else None)
+    g = AlgoGraph(total_chunks=total.pop() if symbolic else None, exits=tuple(exits))
     order = topological_order(trace, include_ctrl=not ignore_ctrl_deps)
     if len(order) != n:
         raise ValueError(f"{trace.where()}the algorithm graph has a dependency cycle")

@@ -31,6 +31,8 @@ COMMAND_MODULES = (
     "etsim.cli.convert",
     "etsim.compat.cli",
     "etsim.cli.synth",
+    "etsim.cli.experiment",
+    "etsim.cli.tune",
 )
 
 

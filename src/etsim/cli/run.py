@@ -13,11 +13,13 @@ from etsim.files import write_text
 from etsim.report.critical_path import critical_path
 from etsim.report.groups import exposure_by_group
 from etsim.report.record import RunRecorder
+from etsim.report.result import Result
 from etsim.report.tables import critical_path_lines
 from etsim.report.trace import DEFAULT_LIMIT, write_chrome_trace
 from etsim.simulation import simulate
 from etsim.system.algorithms import ALGORITHMS
 from etsim.system.config import SystemConfig, load_system_config
+from etsim.system.rules import SelectionRule
 from etsim.units import format_size, parse_bandwidth, parse_time
 
 __all__ = ["parse_algo_options", "register"]
@@ -30,7 +32,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="simulate a workload (default command: `etsim WORKLOAD …` means `etsim run WORKLOAD …`)",
         description="Simulate a Chakra ET workload on a topology and print per-rank and per-collective times.",
     )
-    p.add_argument("workload", help="a family prefix P (P.0.et …), P.et, a directory with one family, or one .et file")
+    p.add_argument(
+        "workload",
+        nargs="?",
+        help="a family prefix P (P.0.et …), P.et, a directory with one family, or one .et file",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="run one experiment point (DIR/points/<id>/config.yaml) instead of WORKLOAD and options",
+    )
     p.add_argument(
         "--algo",
         action="append",
@@ -98,8 +109,28 @@ def parse_algo_options(values: list[str]) -> dict[str, str]:
     return out
 
 
+def _with_cli_rules(
+    rules: tuple[SelectionRule, ...], algorithms: dict[str, str], cli: dict[str, str]
+) -> tuple[SelectionRule, ...]:
+    """A selection table with ``--algo`` applied: ``COLL=ALGO`` rules first, ``ALGO`` replacing its default."""
+    first = [
+        SelectionRule(algorithms[k], "--algo", f"--algo {k}={v}", collective=k)
+        for k, v in cli.items()
+        if k != "default"
+    ]
+    kept = [r for r in rules if not (r.is_default and "default" in cli)]
+    last = (
+        [SelectionRule(algorithms["default"], "--algo", f"--algo {cli['default']}", is_default=True)]
+        if "default" in cli
+        else []
+    )
+    return (*first, *kept, *last)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Load, simulate, print and optionally write JSON."""
+    if args.config is not None or args.workload is None:
+        return _run_config(args)
     config = load_system_config(args.system) if args.system else SystemConfig()
     algorithms = dict(config.algorithms)
     cli_algorithms = parse_algo_options(args.algo)
@@ -111,8 +142,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     for key, value in cli_algorithms.items():
         if not value:
             raise ConfigError(f"--algo {key}=: no algorithm given")
-        if args.system and value not in names and ":" not in value:
+        if args.system and value not in names and ":" not in value and value != "tacos":
             algorithms[key] = str(Path(value).resolve())
+    if config.algorithm_rules and cli_algorithms:
+        changes["algorithm_rules"] = _with_cli_rules(config.algorithm_rules, algorithms, cli_algorithms)
     if args.chunks is not None:
         if args.chunks < 1:
             raise ConfigError(f"--chunks must be >= 1, got {args.chunks}")
@@ -155,12 +188,32 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "(open it in the Perfetto UI, ui.perfetto.dev, or chrome://tracing)",
                 file=sys.stderr,
             )
+    return _report(args, result, f"workload {args.workload}: {workload.num_ranks} ranks")
+
+
+def _run_config(args: argparse.Namespace) -> int:
+    """``--config FILE``: the point's own workload, topology, algorithm, model and system, nothing else."""
+    # (--trace and --critical-path need a recorded run: with a WORKLOAD only, for now)
+    keys = ("algo", "topology", "model", "system", "comm_groups", "chunks", "reduction_bandwidth", "endpoint_delay",
+            "ignore_ctrl_deps", "trace", "critical_path")  # fmt: skip
+    given = [f"--{k.replace('_', '-')}" for k in keys if getattr(args, k)]
+    if args.config is None:
+        raise ConfigError("give a WORKLOAD, or --config FILE")
+    if args.workload is not None or given:
+        extra = ", ".join(([args.workload] if args.workload else []) + given)
+        raise ConfigError(f"--config FILE holds the whole point; drop {extra}")
+    from etsim.experiment import simulate_config
+
+    return _report(args, simulate_config(args.config), f"point {args.config}")
+
+
+def _report(args: argparse.Namespace, result: Result, title: str) -> int:
     if args.json == "-":
         sys.stdout.write(result.to_json() + "\n")
     elif args.json:
         write_text(args.json, result.to_json() + "\n")
     if not args.quiet and args.json != "-":
-        print(f"workload {args.workload}: {workload.num_ranks} ranks")
+        print(title)
         print(result.table())
         if result.critical_path is not None:
             print("\n".join(critical_path_lines(result.critical_path)))

@@ -30,6 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         default="unaware",
         help="congestion-unaware (default) or congestion-aware analytical back end",
     )
+    p.add_argument(
+        "--num-queues-per-dim", type=int, default=1, metavar="Q", help="queues per network dimension (default 1)"
+    )
     p.add_argument("--json", metavar="OUT", help="also write etsim's JSON result to OUT ('-' for standard output)")
     p.set_defaults(handler=cmd_astra)
 
@@ -43,6 +46,7 @@ def cmd_astra(args: argparse.Namespace) -> int:
         remote_memory=args.remote_memory_configuration,
         comm_groups=args.comm_group_configuration,
         model=args.model,
+        queues_per_dim=args.num_queues_per_dim,
         warn=lambda text: print(f"etsim: warning: {text}", file=sys.stderr),
     )
     if args.json == "-":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from heapq import heappush
 from typing import Any, ClassVar
 
 import simpy
@@ -15,6 +16,7 @@ from etsim.network.topology import Topology
 from etsim.registry import Registry
 
 __all__ = [
+    "LATE",
     "NETWORK_MODELS",
     "CountingEnvironment",
     "LinkStats",
@@ -25,6 +27,7 @@ __all__ = [
     "parse_bool_option",
     "parse_int_option",
     "parse_str_option",
+    "schedule_at",
     "succeed_at",
 ]
 
@@ -98,6 +101,23 @@ def succeed_at(env: simpy.Environment, event: simpy.Event, delay: float, value: 
     event._ok = True
     event._value = value
     env.schedule(event, simpy.events.NORMAL, delay)
+
+
+#: Priority of events that must fire after every ordinary event due at the same instant.
+LATE = 2
+
+
+def schedule_at(env: simpy.Environment, event: simpy.Event, when: float, priority: int = 1) -> None:
+    """Schedule *event* (already triggered) at the absolute time *when*, not ``now + (when - now)``.
+
+    SimPy schedules at ``now + delay``, which can differ from *when* in the last bit; a time computed
+    ahead (the fast path) must fire at exactly the float the event path would reach.
+    """
+    if when < env.now:
+        raise SimulationError(f"cannot schedule an event at {when} ns, before now ({env.now} ns)")
+    if isinstance(env, CountingEnvironment):
+        env.scheduled += 1
+    heappush(env._queue, (when, priority, next(env._eid), event))  # type: ignore[attr-defined,misc]
 
 
 class CountingEnvironment(simpy.Environment):

@@ -69,7 +69,7 @@ class _Walk:
         include_ctrl = not engine.config.ignore_ctrl_deps
         self.deps = [run.trace.dependency_csrs(include_ctrl=include_ctrl) for run in self.runs]
         self.calls: dict[tuple[int, int], CollectiveCall] = {(c.rank, c.j): c for c in rec.calls}
-        self.instances: dict[int, list[CollectiveCall]] = {}
+        self.instances: dict[Any, list[CollectiveCall]] = {}
         for c in rec.calls:
             if c.runs:
                 self.instances.setdefault(c.runs[0].namespace, []).append(c)
@@ -82,6 +82,13 @@ class _Walk:
                 self.recv_row[(recv_run, rec.m_recv_node[row])] = row
         self._algo: dict[AlgoRun, tuple[list[float], list[float]]] = {}
         self._slots: dict[int, dict[tuple[int, float], list[int]]] = {}
+        # Parts by rank and end time: a part that ended frees a slot of its rank's queue for the next.
+        self.ended: dict[tuple[int, float], list[AlgoRun]] = {}
+        for c in rec.calls:
+            for part in c.runs:
+                end = rec.part_end.get(part)
+                if end is not None:
+                    self.ended.setdefault((c.rank, end), []).append(part)
         # The walk's record, backwards in time: ("visit", rank, j) and ("seg", t0, t1, rank, j, kind, detail).
         self.trail: list[tuple[Any, ...]] = []
         self.cursor = 0.0
@@ -129,11 +136,15 @@ class _Walk:
         ready = [-math.inf] * n
         for k in order:
             ready[k] = ps
+        gates = g.gates
+        placed: set[int] = set()
+        for x in gates:
+            deg[x] = 1 << 40  # a gated node is placed when its last possible releaser is (below)
         i = 0
         while i < len(order):
             k = order[i]
             i += 1
-            s = ready[k]
+            s = _gate_time(g, k, finish) if k in gates else ready[k]
             start[k] = s
             kind = part.kinds[k]
             if kind == SEND:
@@ -153,6 +164,10 @@ class _Walk:
                 deg[c] -= 1
                 if deg[c] == 0:
                     order.append(c)
+            for x in gates:
+                if x not in placed and all(finish[d] == finish[d] for d in (*g.deps(x), gates[x][1])):
+                    placed.add(x)
+                    order.append(x)
         self._algo[part] = (start, finish)
         return start, finish
 
@@ -246,12 +261,13 @@ class _Walk:
         """At the end of a collective part: its last node."""
         _start, finish = self.algo_times(part)
         pe = self.rec.part_end[part]
-        last = [k for k, f in enumerate(finish) if f == pe]
-        if not last:
-            if finish:
-                raise SimulationError("critical path: a collective part's rebuilt times disagree with the record")
+        exits = part.part.graph.exits
+        ending = [k for k in (exits or range(len(finish))) if finish[k] <= pe]
+        if not ending:
             return ("P", part)
-        return ("A", part, last[-1])
+        # the node whose finish ended the part (an exit node, or the last node); if the rebuilt times
+        # miss it, the latest one before, and the gap is flagged as unexplained
+        return ("A", part, max(ending, key=lambda k: (finish[k], k)))
 
     def _A(self, part: AlgoRun, k: int) -> tuple[Any, ...] | None:
         """At the finish of algorithm node k of a collective part."""
@@ -273,9 +289,13 @@ class _Walk:
             if self.rec.m_delivered[row] > s:
                 sender: Any = self.rec.m_send_run[row]
                 return ("A", sender, self.rec.m_send_node[row])
-        deps = part.part.graph.deps(k)
+        graph = part.part.graph
+        deps = list(graph.deps(k))
+        if k in graph.gates:
+            deps.append(graph.gates[k][1])
         if deps:
-            return ("A", part, next(d for d in deps if finish[d] == s))
+            # the dependency that released k; the latest earlier one if none did exactly (the gap is then flagged)
+            return ("A", part, max(deps, key=lambda d: (finish[d] == s, finish[d] if finish[d] <= s else -math.inf)))
         return ("P", part)
 
     def _P(self, part: AlgoRun) -> tuple[Any, ...] | None:
@@ -286,16 +306,35 @@ class _Walk:
         delay = part.part.start_delay
         if ps == call.start_ns:
             return ("S", call.rank, call.j)
-        for other in call.runs:
-            pe = rec.part_end.get(other)
-            if other is not part and pe is not None and pe + delay == ps:
-                self.add(pe, ps, call.rank, call.j, "other", "stream delay")
+        # Queued: it started when the part before it in its stream ended, or when a part of any
+        # collective on this rank ended and freed a slot of its queue (after the stream delay).
+        previous = [p for p, nxt in call.next_phase.items() if nxt is part]
+        for launch in (ps, *([ps - delay] if delay > 0 else [])):
+            ended = [p for p in self.ended.get((call.rank, launch), []) if p is not part and launch + delay == ps]
+            if ended:
+                other = next((p for p in ended if p in previous), ended[0])
+                self.add(launch, ps, call.rank, call.j, "other", "stream delay")
                 return ("E", other)
         if call.start_ns + delay == ps:
             self.add(call.start_ns, ps, call.rank, call.j, "other", "stream delay")
         else:
             self.add(call.start_ns, ps, call.rank, call.j, "other", "stream start (unexplained)")
         return ("S", call.rank, call.j)
+
+
+def _gate_time(graph: Any, x: int, finish: list[float]) -> float:
+    """When gated node *x* fired (see :attr:`AlgoGraph.gates`).
+
+    That is the first completion of one of its dependencies at which its arming node had finished and at
+    least k of its dependencies had.
+    """
+    k, arm = graph.gates[x]
+    t_arm = finish[arm]
+    times = sorted(finish[d] for d in graph.deps(x))
+    for count, t in enumerate(times, start=1):
+        if count >= k and t >= t_arm:
+            return t
+    return times[-1] if times else t_arm
 
 
 def _entries(walk: _Walk) -> list[dict[str, Any]]:

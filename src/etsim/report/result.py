@@ -46,6 +46,9 @@ class CollectiveRecord:
     algorithm: str
     start_ns: float
     end_ns: float
+    rule: str = ""
+    """The selection rule that chose the algorithm (``algorithms[2]``, ``algorithms.all_reduce``, ``--algo``,
+    ``built-in default``, ``per-node algorithm``)."""
 
     def bandwidths(self) -> tuple[float | None, float | None]:
         """``(algbw, busbw)`` in GB/s as nccl-tests defines them (:mod:`etsim.report.bandwidth`), or None."""

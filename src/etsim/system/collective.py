@@ -9,30 +9,36 @@ barrier across ranks (a rank that arrives early simply waits for its peers' mess
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from etsim.chakra.algorithm import SEND, AlgoGraph, collective_buffer_bytes
-from etsim.chakra.graph import CollectiveType, NodeType, Trace
+from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Trace
 from etsim.errors import ConfigError, EtsimError, SimulationError, warn
-from etsim.system.algorithms import CollectiveAlgorithm
+from etsim.system.algorithms import CollectiveAlgorithm, Phase
 from etsim.system.config import SystemConfig, chunk_sizes
 from etsim.system.groups import CommGroups
-from etsim.system.selection import AlgorithmSelection, default_algorithm
+from etsim.system.rules import CallInfo
+from etsim.system.selection import AlgorithmSelection, Choice, NoRuleError, default_algorithm
+
+if TYPE_CHECKING:
+    from etsim.network.topology import Topology
 
 __all__ = ["CollectivePart", "Participation", "System", "default_algorithm"]
 
+
 @dataclass(slots=True)
 class CollectivePart:
-    """One chunk of one rank's share of a collective: an algorithm graph to walk."""
+    """One phase of one chunk (stream) of one rank's share of a collective: an algorithm graph to walk."""
 
     graph: AlgoGraph
     position: int
     """The rank's position in the group."""
     group: tuple[int, ...]
     """Global ranks by group position."""
-    namespace: int
-    """Unique per collective instance and chunk; keeps its messages apart from all others."""
+    namespace: Hashable
+    """Unique per collective instance, chunk and phase; keeps its messages apart from all others."""
     bytes_per_unit: float
     """Bytes per graph size unit (per chunk for symbolic graphs, 1 for byte-sized graphs)."""
     endpoint_delay: float = 0.0
@@ -41,6 +47,14 @@ class CollectivePart:
     """ns before the part starts (:attr:`SystemConfig.stream_delay`)."""
     comp_ns: float | None = None
     """Duration of COMP nodes that carry none; None = the reduction model (bytes / bandwidth)."""
+    stream: int = 0
+    """The chunk (stream) this part belongs to."""
+    phase: int = 0
+    """The phase within its stream (0 first)."""
+    last: bool = True
+    """This is the last phase of its stream."""
+    queue: Hashable = 0
+    """The rank's queue the part waits in before it starts."""
 
 
 @dataclass(slots=True)
@@ -52,6 +66,7 @@ class _Instance:
     algorithm: CollectiveAlgorithm
     namespace: int
     key: tuple[str, int]
+    rule: str = ""
     joined: int = 0
 
 
@@ -73,6 +88,8 @@ class Participation:
     instance: tuple[str, int] = ("0", 0)
     all_joined: bool = True
     synchronised: bool = True
+    rule: str = ""
+    """The selection rule that chose the algorithm (``algorithms[2]``, ``built-in default`` …)."""
 
 
 def _lookup(collective: CollectiveType) -> CollectiveType:
@@ -87,18 +104,28 @@ class System:
         config: system parameters (algorithms, chunks, …).
         groups: communicator groups.
         dims: dimension sizes of the topology (for hierarchical algorithms), or None.
+        topology: the run's topology (the dimension a group spans; algorithms synthesised for it), or None.
     """
 
-    def __init__(self, config: SystemConfig, groups: CommGroups, dims: Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        config: SystemConfig,
+        groups: CommGroups,
+        dims: Sequence[int] | None = None,
+        topology: Topology | None = None,
+    ) -> None:
         self.config = config
         self.groups = groups
         self.dims = tuple(dims) if dims else None
-        self.selection = AlgorithmSelection(config, self.dims)
+        self.topology = topology
+        self.selection = AlgorithmSelection(config, self.dims, topology)
+        self._dimension: dict[tuple[int, ...], int | None] = {}
         self._warned: set[tuple[str, ...]] = set()
         self._sequence: dict[tuple[str, int], int] = {}
         self._instances: dict[tuple[str, int], _Instance] = {}
         self._next_namespace = 0
         self._graphs: dict[tuple[int, int, int, int], AlgoGraph] = {}
+        self._algorithm_state: dict[tuple[int, int], dict[str, Any]] = {}
 
     def _warn_once(self, key: tuple[str, ...], message: str) -> None:
         if key not in self._warned:
@@ -106,8 +133,35 @@ class System:
             warn(message)
 
     def algorithm_for(self, collective: CollectiveType) -> tuple[str, CollectiveAlgorithm]:
-        """The algorithm configured for *collective* (see :class:`AlgorithmSelection`)."""
-        return self.selection.choose(collective)
+        """The algorithm configured for *collective* by a mapping (see :class:`AlgorithmSelection`)."""
+        choice = self.selection.choose(collective)
+        return choice.label, choice.algorithm
+
+    def group_dimension(self, group: tuple[int, ...]) -> int | None:
+        """The topology dimension *group* spans (its members differ in that coordinate only), else None."""
+        if group in self._dimension:
+            return self._dimension[group]
+        topo = self.topology
+        found: int | None = None
+        if topo is not None and topo.dims and len(group) > 1 and all(0 <= r < topo.npus for r in group):
+            coords = [topo.coords(r) for r in group]
+            spanned = [d for d in range(len(topo.dims)) if len({c[d] for c in coords}) > 1]
+            found = spanned[0] if len(spanned) == 1 else None
+        self._dimension[group] = found
+        return found
+
+    def call_info(self, collective: CollectiveType, size: int, group: tuple[int, ...], group_key: str) -> CallInfo:
+        """What every rank of *group* knows about a call: the input of the selection rules."""
+        return CallInfo(COLLECTIVE_NAMES[collective], size, len(group), group_key, self.group_dimension(group))
+
+    def choose(self, collective: CollectiveType, size: int, group: tuple[int, ...], group_key: str) -> Choice:
+        """The rule and algorithm serving a call (an algorithm synthesised per group is bound to *group*)."""
+        lookup = _lookup(collective)
+        choice = self.selection.choose(lookup, self.call_info(collective, size, group, group_key))
+        bind = getattr(choice.algorithm, "for_group", None)
+        if bind is not None:
+            choice = Choice(choice.rule, choice.label, bind(group))
+        return choice
 
     def join(
         self,
@@ -143,12 +197,17 @@ class System:
             node_spec = self.config.node_algorithms.get(node_id) if node_id is not None else None
             if node_spec:
                 label, algo = self.selection.resolve(node_spec, "per-node algorithm")
+                rule = "per-node algorithm"
             else:
-                label, algo = self.selection.choose(lookup)
+                try:
+                    choice = self.choose(collective, size, group, group_key)
+                except NoRuleError as exc:
+                    raise NoRuleError(f"{where}: {exc}") from None
+                rule, label, algo = choice.rule, choice.label, choice.algorithm
             reason = algo.supports(lookup, n)
             if reason is not None and n > 1:
                 raise ConfigError(f"{where}: {reason}")
-            inst = _Instance(collective, size, where, label, algo, self._next_namespace, key)
+            inst = _Instance(collective, size, where, label, algo, self._next_namespace, key, rule)
             try:
                 self._next_namespace += len(self._stream_sizes(collective, size, n))
             except ConfigError as exc:
@@ -172,6 +231,7 @@ class System:
             instance=key,
             all_joined=inst.joined == n,
             synchronised=self.config.synchronise_collectives,
+            rule=inst.rule,
         )
         if n == 1:
             self._warn_once(
@@ -181,11 +241,12 @@ class System:
             return share
         graph_key = (id(inst.algorithm), int(lookup), n, position)
         graph = self._graphs.get(graph_key)
-        if graph is None:
+        phased = type(inst.algorithm).phases is not CollectiveAlgorithm.phases
+        if graph is None and not phased:
             graph = inst.algorithm.graph(lookup, n, position)
             self._graphs[graph_key] = graph
         config = self.config
-        if config.families_as_written and inst.algorithm.source == "chakra-et":
+        if config.families_as_written and inst.algorithm.source == "chakra-et" and graph is not None:
             # One stream of the files' own sizes, no endpoint delay or reduction model; COMP nodes
             # without a duration take the minimum compute time.
             if graph.total_chunks is not None:
@@ -194,19 +255,39 @@ class System:
                     "(msg_chunk_cnt/total_chunk_cnt), but families are run as written here, with the absolute "
                     "comm_size of each node — simulate it with `etsim run`, which scales chunk counts"
                 )
-            part = CollectivePart(graph, position, group, inst.namespace, 1.0, comp_ns=config.min_compute_ns)
+            part = CollectivePart(graph, position, group, (inst.namespace, 0, 0), 1.0, comp_ns=config.min_compute_ns)
             share.parts.append(part)
             return share
         start = config.stream_delay
+        state = self._algorithm_state.setdefault((rank, id(inst.algorithm)), {}) if phased else {}
         for c, stream in enumerate(self._stream_sizes(collective, size, n)):
-            if graph.total_chunks is not None:
-                unit = collective_buffer_bytes(lookup, stream, n) / graph.total_chunks
-            else:
-                unit = stream / size if size else 0.0  # byte-sized graphs: scaled by the stream's share
-            if c == 0 and size > 0:
-                self._check_message_size(graph, unit, where, collective, size, n, inst.label)
-            part = CollectivePart(graph, position, group, inst.namespace + c, unit, self.config.endpoint_delay, start)
-            share.parts.append(part)
+            phases = (
+                inst.algorithm.phases(lookup, n, position, stream=c, state=state)
+                if phased
+                else [Phase(graph)]  # type: ignore[arg-type]  # built above
+            )
+            for p, phase in enumerate(phases):
+                g = phase.graph
+                if g.total_chunks is not None:
+                    unit = collective_buffer_bytes(lookup, stream, n) / g.total_chunks
+                else:
+                    unit = stream / size if size else 0.0  # byte-sized graphs: scaled by the stream's share
+                if c == 0 and size > 0:
+                    self._check_message_size(g, unit, where, collective, size, n, inst.label)
+                part = CollectivePart(
+                    g,
+                    position,
+                    group,
+                    (inst.namespace, c, p),
+                    unit,
+                    config.endpoint_delay if phase.endpoint_delay else 0.0,
+                    start if phase.start_delay else 0.0,
+                    stream=c,
+                    phase=p,
+                    last=p == len(phases) - 1,
+                    queue=phase.queue,
+                )
+                share.parts.append(part)
         return share
 
     def message_estimate(self, traces: Sequence[Trace]) -> int:
@@ -221,7 +302,7 @@ class System:
                 one byte (named), before any time is spent simulating.
         """
         total = 0
-        sends_of: dict[tuple[int, str, int, int], tuple[AlgoGraph, int] | None] = {}
+        sends_of: dict[tuple[int, int, int, int], tuple[AlgoGraph, int] | None] = {}
         streams_of: dict[tuple[int, int, str, int], int] = {}
         for rank, trace in enumerate(traces):
             for pos, node_type in enumerate(trace.types):
@@ -229,24 +310,38 @@ class System:
                     continue
                 try:
                     collective = CollectiveType(trace.comm_type[pos])  # type: ignore[arg-type]
-                    group = self.groups.resolve(trace.pg_name[pos])
+                    pg_name = trace.pg_name[pos]
+                    group = self.groups.resolve(pg_name)
                     n = len(group)
                     if n == 1 or rank not in group:
                         continue
                     lookup = _lookup(collective)
-                    label, algo = self.algorithm_for(lookup)
-                    key = (int(lookup), label, n, group.index(rank))
+                    group_key = pg_name if pg_name and pg_name != "0" else "0"
+                    size = trace.comm_size[pos] or 0
+                    node_spec = self.config.node_algorithms.get(trace.ids[pos])
+                    if node_spec:
+                        label, algo = self.selection.resolve(node_spec, "per-node algorithm")
+                    else:
+                        try:
+                            choice = self.choose(collective, size, group, group_key)
+                        except NoRuleError as exc:
+                            raise NoRuleError(f"{trace.describe(pos)}: {exc}") from None
+                        label, algo = choice.label, choice.algorithm
+                    key = (int(lookup), id(algo), n, group.index(rank))
                     if key not in sends_of:
-                        ok = algo.supports(lookup, n) is None
-                        graph = algo.graph(lookup, n, group.index(rank)) if ok else None
-                        sends_of[key] = (graph, graph.kinds.count(SEND)) if graph is not None else None
+                        sends_of[key] = None
+                        if algo.supports(lookup, n) is None:
+                            phases = algo.phases(lookup, n, group.index(rank), stream=0, state={})
+                            sends = sum(ph.graph.kinds.count(SEND) for ph in phases)
+                            sends_of[key] = (phases[0].graph, sends)
+                except NoRuleError:
+                    raise
                 except (EtsimError, ValueError):
                     continue
                 found = sends_of[key]
                 if found is None:
                     continue
                 graph, sends = found
-                size = trace.comm_size[pos] or 0
                 split_key = (int(collective), size, label, n)
                 count = streams_of.get(split_key)
                 if count is None:
