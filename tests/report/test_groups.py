@@ -62,3 +62,29 @@ def test_data_and_tensor_parallel_groups_are_told_apart(tmp_path: Path) -> None:
         assert found[dp]["exposed_comm_ns_max"] == 0.0 and found[dp]["comm_ns_max"] > 0
     result.groups = exposure_by_group(rec)
     assert "communicator groups" in result.table()
+
+
+def test_one_group_from_the_per_rank_times_equals_the_recorded_one(repo: Path) -> None:
+    """The command line skips recording when all communication is in one group: same figures."""
+    from etsim.chakra import load_workload
+    from etsim.cli import run as cli_run
+    from etsim.report.groups import exposure_from_ranks, single_group
+    from etsim.report.trace import DEFAULT_LIMIT
+
+    assert cli_run.DEFAULT_LIMIT == DEFAULT_LIMIT
+    for name in ("dp_8npus_4layers", "sendrecv_ring_8npus_1MiB"):
+        workload = load_workload(str(repo / "workloads" / name))
+        rec = RunRecorder()
+        result = simulate(workload, observer=rec)
+        group = single_group(workload.traces)
+        assert group in ("0", "p2p")
+        (recorded,) = exposure_by_group(rec)
+        (derived,) = exposure_from_ranks(result, workload.traces, group)
+        assert recorded.keys() == derived.keys()
+        for key, value in recorded.items():
+            if isinstance(value, str):
+                assert derived[key] == value
+            else:
+                assert derived[key] == pytest.approx(value, rel=1e-12, abs=1e-6), key
+    two = Workload([TraceBuilder().build(rank=0)])
+    assert single_group(two.traces) == ""

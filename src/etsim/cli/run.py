@@ -10,17 +10,18 @@ from etsim.chakra.graph import COLLECTIVE_NAMES
 from etsim.chakra.io import load_workload
 from etsim.errors import ConfigError
 from etsim.files import write_text
-from etsim.report.critical_path import critical_path
-from etsim.report.groups import exposure_by_group
+from etsim.report.groups import exposure_by_group, exposure_from_ranks, single_group
 from etsim.report.record import RunRecorder
 from etsim.report.result import Result
 from etsim.report.tables import critical_path_lines
-from etsim.report.trace import DEFAULT_LIMIT, write_chrome_trace
 from etsim.simulation import simulate
 from etsim.system.algorithms import ALGORITHMS
 from etsim.system.config import SystemConfig, load_system_config
 from etsim.system.rules import SelectionRule
 from etsim.units import format_size, parse_bandwidth, parse_time
+
+#: --trace-limit's default (etsim.report.trace.DEFAULT_LIMIT, not imported here to keep start-up light).
+DEFAULT_LIMIT = 1_000_000
 
 __all__ = ["parse_algo_options", "register"]
 
@@ -163,12 +164,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--trace-limit must be >= 1, got {args.trace_limit}")
     workload = load_workload(args.workload)
     show_progress = not args.quiet and sys.stderr.isatty()
-    # Node times are always recorded (per-group exposure; a cost per node, not per message); messages
-    # only for a trace or a critical path.
-    recorder = RunRecorder(
-        messages=bool(args.trace or args.critical_path),
-        message_limit=None if args.critical_path else args.trace_limit,
-    )
+    # Node times are recorded for a trace, a critical path, or exposure per group when there are several
+    # groups (one group's exposure is each rank's own); messages only for a trace or a critical path.
+    group = single_group(workload.traces)
+    recorder = None
+    if args.trace or args.critical_path or group is None:
+        recorder = RunRecorder(
+            messages=bool(args.trace or args.critical_path),
+            message_limit=None if args.critical_path else args.trace_limit,
+        )
     result = simulate(
         workload,
         topology=args.topology,
@@ -177,10 +181,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress=sys.stderr if show_progress else None,
         observer=recorder,
     )
-    result.groups = exposure_by_group(recorder)
-    if args.critical_path:
+    if recorder is None:
+        result.groups = exposure_from_ranks(result, workload.traces, group or "")
+    else:
+        result.groups = exposure_by_group(recorder)
+    if args.critical_path and recorder is not None:
+        from etsim.report.critical_path import critical_path
+
         result.critical_path = critical_path(recorder)
-    if args.trace:
+    if args.trace and recorder is not None:
+        from etsim.report.trace import write_chrome_trace
+
         written = write_chrome_trace(recorder, args.trace, messages=args.trace_messages, limit=args.trace_limit)
         if not args.quiet:
             print(

@@ -10,15 +10,18 @@ more than the rank's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from etsim.chakra.graph import NodeType
 from etsim.workload.runs import CPU
 
 if TYPE_CHECKING:
+    from etsim.chakra.graph import Trace
     from etsim.report.record import RunRecorder
+    from etsim.report.result import Result
 
-__all__ = ["P2P", "exposure_by_group"]
+__all__ = ["P2P", "exposure_by_group", "exposure_from_ranks", "single_group"]
 
 #: The group name of workload point-to-point sends and receives.
 P2P = "p2p"
@@ -116,3 +119,53 @@ def exposure_by_group(rec: RunRecorder) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def single_group(traces: Sequence[Trace]) -> str | None:
+    """The one group all communication of *traces* belongs to ("" if there is none), or None if several.
+
+    With one group, its exposure is each rank's ``exposed_comm_ns``: :func:`exposure_from_ranks` gives it
+    without recording the run.
+    """
+    names: set[str] = set()
+    for tr in traces:
+        for j, t in enumerate(tr.types):
+            if t == _T_COLL and not tr.is_cpu_op[j]:
+                names.add(tr.pg_name[j] or "0")
+            elif t in _T_P2P:
+                names.add(P2P)
+            else:
+                continue
+            if len(names) > 1:
+                return None
+    return next(iter(names), "")
+
+
+def exposure_from_ranks(result: Result, traces: Sequence[Trace], group: str) -> list[dict[str, Any]]:
+    """:func:`exposure_by_group`'s entry for a run whose communication is all in *group*, from its per-rank times."""
+    if not group:
+        return []
+    calls = 0
+    size = 0.0
+    members = []
+    for rank, tr in enumerate(traces):
+        mine = [j for j, t in enumerate(tr.types) if (t == _T_COLL and not tr.is_cpu_op[j]) or t in _T_P2P]
+        if mine:
+            members.append(rank)
+            calls += len(mine)
+            size += sum(tr.comm_size[j] or 0 for j in mine)
+    ranks = [r for r in result.ranks if r.rank in set(members)]
+    exposed = {r.rank: r.exposed_comm_ns for r in ranks}
+    worst = max(sorted(exposed), key=lambda r: exposed[r])
+    return [
+        {
+            "group": group,
+            "ranks": len(exposed),
+            "calls": calls,
+            "bytes": size,
+            "comm_ns_max": max(r.comm_ns for r in ranks),
+            "exposed_comm_ns_mean": sum(exposed.values()) / len(exposed),
+            "exposed_comm_ns_max": exposed[worst],
+            "rank_of_max": worst,
+        }
+    ]
