@@ -1,8 +1,9 @@
 """Regression snapshot: simulate a matrix of shipped inputs and write every result, exactly.
 
 Used to prove that a refactor or a fast path changes no number: run it before and after and diff
-the two files (they must be byte-identical); ``--fast-path off`` and ``--fast-path always`` must agree too. Each case records the full JSON result (finish, ranks,
-collectives, network counters, per-link statistics) minus wall-clock fields, or the error message.
+the two files (they must be byte-identical); ``--fast-path off`` and ``--fast-path always`` must agree
+too. Each case records the full JSON result (finish, ranks, collectives, network counters, per-link
+statistics) minus how the run went (wall clock, events, bulk parts, reruns), or the error message.
 
     python scripts/snapshot.py -o /tmp/before.jsonl            # every case
     python scripts/snapshot.py -o /tmp/after.jsonl && cmp /tmp/before.jsonl /tmp/after.jsonl

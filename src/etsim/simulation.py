@@ -264,16 +264,34 @@ def _simulate(
     finish = max((r.finish_ns for r in ranks), default=0.0)
     if not getattr(network, "congestion_aware", True):
         _check_physical(stats, finish, model_name, topo)
+    # utilisation: the share of the run the link spent serialising (None for a run that took no time).
     links = [
-        {"link": s.link, "src": s.src, "dst": s.dst, "bytes": s.bytes, "busy_ns": s.busy, "messages": s.messages}
+        {
+            "link": s.link,
+            "src": s.src,
+            "dst": s.dst,
+            "bytes": s.bytes,
+            "busy_ns": s.busy,
+            "messages": s.messages,
+            "bandwidth_GBps": s.bandwidth,
+            "utilisation": s.busy / finish if finish > 0 else None,
+        }
         for s in stats
         if s.messages
     ]
+    network_info: dict[str, Any] = {
+        "model": model_name,
+        "topology": topo_label,
+        "messages": engine.messages,
+        "bytes": engine.bytes,
+    }
+    if topo.dims:  # lets plots lay links out on the grid of a mesh or torus
+        network_info["dims"] = [{"kind": d.kind, "npus": d.npus} for d in topo.dims]
     return Result(
         finish_ns=finish,
         ranks=ranks,
         collectives=collectives,
-        network={"model": model_name, "topology": topo_label, "messages": engine.messages, "bytes": engine.bytes},
+        network=network_info,
         sim={"events": engine.events, "wall_s": wall, "bulk_parts": engine.fast.parts if engine.fast else 0},
         links=links,
     )

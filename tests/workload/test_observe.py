@@ -38,6 +38,9 @@ class Recorder(RunObserver):
     def message_sent(self, run, j, src, dst, tag, size) -> None:  # type: ignore[no-untyped-def]
         self.log.append(("sent", src, dst, size, self.engine.env.now))
 
+    def message_delivered(self, run, j) -> None:  # type: ignore[no-untyped-def]
+        self.log.append(("delivered", run.rank, self.engine.env.now))
+
     def message_received(self, send_run, send_j, recv_run, recv_j, size) -> None:  # type: ignore[no-untyped-def]
         self.log.append(("received", send_run.rank, recv_run.rank, size, self.engine.env.now))
 
@@ -63,6 +66,11 @@ def test_observer_sees_nodes_parts_and_messages_in_time() -> None:
     sent = [e for e in log if e[0] == "sent"]
     received = [e for e in log if e[0] == "received"]
     assert len(sent) == len(received) == 4 and {e[3] for e in sent} == {500.0}
+    # every message is delivered once, at least 500 ns + 10 ns after it was sent, before it is received
+    delivered = sorted(e[2] for e in log if e[0] == "delivered")
+    assert len(delivered) == 4
+    assert all(d >= s + 510.0 for d, s in zip(delivered, sorted(e[4] for e in sent), strict=True))
+    assert all(d <= r for d, r in zip(delivered, sorted(e[4] for e in received), strict=True))
     # rank 0's first message arrives at 2.51 us but rank 1 posts its receive when it joins, at 3 us
     assert min(r[4] for r in received) == 3000.0 and ("received", 0, 1, 500.0, 3000.0) in received
     finishes = {e[1]: e[3] for e in log if e[0] == "finish" and e[2] == 1}
@@ -76,3 +84,13 @@ def test_an_observer_changes_no_result() -> None:
     plain["sim"].pop("wall_s")
     watched["sim"].pop("wall_s")
     assert plain == watched
+
+
+def test_an_observer_that_does_not_watch_messages_is_told_nothing_per_message() -> None:
+    class Quiet(Recorder):
+        messages = False
+
+    rec = Quiet()
+    simulate(workload(), topology=ring(2, 50.0, 500.0), observer=rec)
+    kinds = {e[0] for e in rec.log}
+    assert {"start", "finish", "part"} <= kinds and not kinds & {"sent", "delivered", "received"}

@@ -62,7 +62,9 @@ class Engine:
         self.config = config
         self.costs = CostModel(config)
         self.endpoint_delay = config.endpoint_delay
-        self.mailbox = Mailbox(network, self.complete_now, observer)
+        # An observer that does not watch messages is kept out of the mailbox: no cost per message.
+        watch_messages = observer if observer is not None and observer.messages else None
+        self.mailbox = Mailbox(network, self.complete_now, watch_messages)
         self.workload_channels: dict[tuple[int, int, int], Channel] = {}
         # A collective's namespace is dropped when every rank of its group has finished its part.
         self.namespaces: dict[Hashable, Namespace] = {}

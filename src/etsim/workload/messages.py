@@ -111,7 +111,10 @@ class Mailbox:
         batch.append((run, j, ch, seq, size))
 
     def _deliver_batch(self, event: Any) -> None:
-        observer = self._observer
+        if self._observer is not None:
+            self._deliver_watched(event)
+            return
+        # The hot path: the same steps as _deliver_watched, without a hook test per message.
         for run, j, ch, seq, size in self._batches.pop(event):
             run.finish(j)
             posted = ch.posted.pop(seq, None)
@@ -121,8 +124,22 @@ class Mailbox:
             rsize, rrun, rj = posted
             if rsize != size:
                 _size_mismatch(run, j, size, rrun, rj, rsize)
-            if observer is not None:
-                observer.message_received(run, j, rrun, rj, size)
+            rrun.finish(rj)
+
+    def _deliver_watched(self, event: Any) -> None:
+        observer = self._observer
+        assert observer is not None
+        for run, j, ch, seq, size in self._batches.pop(event):
+            observer.message_delivered(run, j)
+            run.finish(j)
+            posted = ch.posted.pop(seq, None)
+            if posted is None:
+                ch.arrived[seq] = (size, run, j)
+                continue
+            rsize, rrun, rj = posted
+            if rsize != size:
+                _size_mismatch(run, j, size, rrun, rj, rsize)
+            observer.message_received(run, j, rrun, rj, size)
             rrun.finish(rj)
 
     def recv(self, run: GraphRun, j: int, src: int, dst: int, chans: dict[Any, Channel], tag: int, size: float) -> None:

@@ -32,10 +32,15 @@ class RunObserver:
       part)`` / ``part_finished(call, part)`` for each chunk (and phase) of its algorithm that rank
       walks; the call's ``end_ns`` is set when its last part finished.
     - Messages (workload SEND/RECV and every message of an algorithm): ``message_sent(run, j, src, dst,
-      tag, size)`` when node ``j`` of ``run`` hands it to the network, ``message_received(send_run,
-      send_j, recv_run, recv_j, size)`` when the receive that matches it completes (delivery or posting,
-      whichever is later).
+      tag, size)`` when node ``j`` of ``run`` hands it to the network, ``message_delivered(run, j)`` when
+      the network delivers it (the send finishes then), ``message_received(send_run, send_j, recv_run,
+      recv_j, size)`` when the receive that matches it completes (delivery or posting, whichever is later).
+      An observer whose :attr:`messages` is False is not told about messages at all, so it costs the run
+      nothing per message.
     """
+
+    #: Whether the engine calls the message hooks (False: no cost per message).
+    messages: bool = True
 
     def attach(self, engine: Engine) -> None:
         """Called once before the run."""
@@ -60,6 +65,9 @@ class RunObserver:
 
     def message_sent(self, run: GraphRun, j: int, src: int, dst: int, tag: int, size: float) -> None:
         """Node *j* of *run* sends *size* bytes from *src* to *dst*."""
+
+    def message_delivered(self, run: GraphRun, j: int) -> None:
+        """The message sent by node *j* of *run* has been delivered (the send finishes now)."""
 
     def message_received(self, send_run: GraphRun, send_j: int, recv_run: GraphRun, recv_j: int, size: float) -> None:
         """The receive *recv_j* of *recv_run* completed with the message of send *send_j* of *send_run*."""
