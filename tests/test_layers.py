@@ -88,12 +88,13 @@ def test_no_module_imports_from_a_layer_above():
 
 
 def test_nothing_outside_compat_mentions_astra():
+    """Only compat knows ASTRA-sim; the command table may name compat's sub-command (it cannot import it)."""
     hits = []
     for path, module in modules():
         if unit_of(module) == "compat":
             continue
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if "astra" in line.lower():
+            if "astra" in line.lower() and line.strip() != '"astra": "etsim.compat.cli",':
                 hits.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not hits, "ASTRA-sim specifics belong in etsim.compat:\n" + "\n".join(hits)
 

@@ -20,24 +20,32 @@ from etsim.errors import EtsimError, EtsimWarning
 
 __all__ = ["build_parser", "main"]
 
+#: Sub-command name → the module that registers it, in the order of ``etsim --help``. Only the module of
+#: the command being run is imported, so a run does not pay for every other command's imports.
+COMMANDS = {
+    "run": "etsim.cli.run",
+    "report": "etsim.cli.report",
+    "plot": "etsim.cli.report",
+    "inspect": "etsim.cli.trace",
+    "validate": "etsim.cli.trace",
+    "jsonize": "etsim.cli.trace",
+    "visualize": "etsim.cli.trace",
+    "workload": "etsim.cli.workload",
+    "algo": "etsim.cli.algo",
+    "topology": "etsim.cli.topology",
+    "convert": "etsim.cli.convert",
+    "astra": "etsim.compat.cli",
+    "synth": "etsim.cli.synth",
+    "experiment": "etsim.cli.experiment",
+    "tune": "etsim.cli.tune",
+}
+
 #: Sub-command modules, in the order they appear in ``etsim --help``.
-COMMAND_MODULES = (
-    "etsim.cli.run",
-    "etsim.cli.report",
-    "etsim.cli.trace",
-    "etsim.cli.workload",
-    "etsim.cli.algo",
-    "etsim.cli.topology",
-    "etsim.cli.convert",
-    "etsim.compat.cli",
-    "etsim.cli.synth",
-    "etsim.cli.experiment",
-    "etsim.cli.tune",
-)
+COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the argument parser with every sub-command registered."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Build the argument parser with every sub-command registered (or only *command*'s module)."""
     parser = argparse.ArgumentParser(
         prog="etsim",
         description="Simulate distributed ML systems from Chakra execution traces.",
@@ -45,16 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"etsim {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
-    for name in COMMAND_MODULES:
+    for name in COMMAND_MODULES if command is None else (COMMANDS[command],):
         importlib.import_module(name).register(subparsers)
     return parser
-
-
-def _command_names(parser: argparse.ArgumentParser) -> set[str]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return set(action.choices)
-    return set()
 
 
 def _show_warning(
@@ -75,12 +76,14 @@ def _clear_progress() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the process exit code."""
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    # `etsim WORKLOAD …` means `etsim run WORKLOAD …`.
-    commands = _command_names(parser)
-    if argv and not argv[0].startswith("-") and argv[0] not in commands:
-        argv.insert(0, "run")
+    if argv and not argv[0].startswith("-"):
+        # `etsim WORKLOAD …` means `etsim run WORKLOAD …`.
+        if argv[0] not in COMMANDS:
+            argv.insert(0, "run")
+        parser = build_parser(argv[0])
+    else:
+        parser = build_parser()
     args = parser.parse_args(argv)
     with warnings.catch_warnings():
         # etsim's warnings are one line each on stderr, whatever the interpreter's filters say.

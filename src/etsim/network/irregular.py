@@ -8,12 +8,13 @@ another.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from etsim.errors import TopologyError
 from etsim.network.topology import Node, Topology, check_size, link_bandwidth, link_latency
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["graph", "with_failures"]
 
@@ -56,6 +57,8 @@ def graph(
             raise TopologyError(f"switches: duplicate switch names in {names!r}")
     else:
         raise TopologyError(f"switches: expected a count or a list of names, got {switches!r}")
+    import networkx as nx
+
     g = nx.DiGraph()
     g.add_nodes_from(range(npus), kind="npu")
     g.add_nodes_from(names, kind="switch")
@@ -160,6 +163,8 @@ def _check_connected(topology: Topology) -> None:
     if not live:
         raise TopologyError(f"{topology.name}: no NPU is left")
     first = live[0]
+    import networkx as nx
+
     reach = nx.descendants(topology.graph, first) | {first}
     back = nx.ancestors(topology.graph, first) | {first}
     for rank in live:

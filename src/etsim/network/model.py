@@ -289,6 +289,10 @@ class NetworkModel:
         self.env.timeout(after).callbacks.append(start)
         return done
 
+    def offers_bulk_timing(self) -> bool:
+        """Whether :meth:`bulk_timing` may return a timing (without making one)."""
+        return type(self).bulk_timing is not NetworkModel.bulk_timing
+
     def bulk_timing(self) -> BulkTiming | None:
         """Message timing in bulk for the fast path, or None (the default: every message takes the event path).
 

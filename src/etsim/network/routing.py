@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 
-import networkx as nx
 
 from etsim.errors import SimulationError, TopologyError
 from etsim.network.dims import SWITCH
@@ -94,6 +93,8 @@ class ShortestPathRouter(Router):
         """Return a fewest-hop route from *src* to *dst*."""
         if src == dst:
             return []
+        import networkx as nx
+
         try:
             nodes = nx.shortest_path(self.topology.graph, src, dst)
         except nx.NetworkXNoPath:

@@ -29,12 +29,14 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from etsim.errors import ConfigError, TopologyError
 from etsim.network.dims import DIMENSION_KINDS, SWITCH, DimensionKind, dimension_kind
 from etsim.units import parse_bandwidth, parse_time
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = [
     "DIM_KINDS",
@@ -140,7 +142,8 @@ class Topology:
     """A network: NPUs, switches and directed links, plus flat per-link arrays for the models.
 
     Args:
-        graph: the directed graph (see the module docstring for node and edge attributes).
+        graph: the directed graph (see the module docstring for node and edge attributes), or None with
+            *nodes* and *edges* given instead (the graph is then built when first asked for).
         npus: number of NPU ranks (ids ``0 .. npus-1``; failed NPUs keep their id but are not in the graph).
         kind: the builder that made it ("ring", "product", "graph", …).
         dims: the dimensions of a regular topology; empty for ``graph``.
@@ -148,6 +151,8 @@ class Topology:
         source: the file it was loaded from, if any.
         failed_npus: ranks removed from the graph.
         failed_links: directed links removed from the graph.
+        nodes: ``(node, attributes)`` in order, when *graph* is None.
+        edges: ``(u, v, attributes)`` in order (their link ids), when *graph* is None.
 
     Attributes:
         links: ``links[i] = (u, v)``, the directed link with id ``i``.
@@ -160,7 +165,7 @@ class Topology:
 
     def __init__(
         self,
-        graph: nx.DiGraph,
+        graph: nx.DiGraph | None,
         npus: int,
         *,
         kind: str,
@@ -169,8 +174,17 @@ class Topology:
         source: str | Path | None = None,
         failed_npus: Iterable[int] = (),
         failed_links: Iterable[tuple[Node, Node]] = (),
+        nodes: Sequence[tuple[Node, dict[str, Any]]] = (),
+        edges: Sequence[tuple[Node, Node, dict[str, Any]]] = (),
     ) -> None:
-        self.graph = graph
+        if graph is not None:
+            nodes = list(graph.nodes(data=True))
+            edges = list(graph.edges(data=True))
+        # Regular builders pass nodes and edges (in networkx's order) and the graph is built when asked for:
+        # most runs never need it, and networkx costs a tenth of a second to import.
+        self._graph = graph
+        self._nodes = list(nodes)
+        self._edges = list(edges)
         self.npus = npus
         self.kind = kind
         self.dims = tuple(dims)
@@ -178,13 +192,12 @@ class Topology:
         self.source = str(source) if source is not None else None
         self.failed_npus = frozenset(failed_npus)
         self.failed_links = tuple(failed_links)
-        self.switches: list[str] = [n for n in graph.nodes if not isinstance(n, int)]
-        self.links: list[tuple[Node, Node]] = list(graph.edges())
+        self.switches: list[str] = [n for n, _ in self._nodes if not isinstance(n, int)]  # type: ignore[misc]
+        self.links: list[tuple[Node, Node]] = [(u, v) for u, v, _ in self._edges]
         self.link_ids: dict[tuple[Node, Node], int] = {e: i for i, e in enumerate(self.links)}
         self.bandwidths: list[float] = []
         self.latencies: list[float] = []
-        for i, (u, v) in enumerate(self.links):
-            attrs = graph.edges[u, v]
+        for i, (_, _, attrs) in enumerate(self._edges):
             attrs["id"] = i
             self.bandwidths.append(float(attrs["bandwidth"]))
             self.latencies.append(float(attrs["latency"]))
@@ -195,10 +208,22 @@ class Topology:
             stride *= dim.npus
         self.strides: tuple[int, ...] = tuple(strides)
         self._dim_switch: dict[tuple[int, int], str] = {
-            (attrs["dim"], attrs["base"]): node
-            for node, attrs in graph.nodes(data=True)
+            (attrs["dim"], attrs["base"]): node  # type: ignore[misc]
+            for node, attrs in self._nodes
             if not isinstance(node, int) and "dim" in attrs
         }
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The directed graph (see the module docstring for node and edge attributes), built on first use."""
+        if self._graph is None:
+            import networkx as nx
+
+            g = nx.DiGraph()
+            g.add_nodes_from(self._nodes)
+            g.add_edges_from(self._edges)
+            self._graph = g
+        return self._graph
 
     def __repr__(self) -> str:
         return (
@@ -242,6 +267,8 @@ class Topology:
         live = self.live_npus
         live_set = set(live)
         best = 0
+        import networkx as nx
+
         for src in live:
             lengths = nx.single_source_shortest_path_length(self.graph, src)
             best = max(best, max(h for node, h in lengths.items() if node in live_set))
@@ -267,6 +294,8 @@ class Topology:
         half = len(live) // 2
         if half == 0:
             return 0.0, "min cut between rank halves"
+        import networkx as nx
+
         flow = nx.DiGraph()
         flow.add_edges_from((u, v, {"capacity": b}) for (u, v), b in zip(self.links, self.bandwidths, strict=True))
         source, sink = ("cut", "A"), ("cut", "B")
@@ -299,8 +328,10 @@ def product(
         raise TopologyError("a product topology needs at least one dimension")
     npus = math.prod(d.npus for d in dims)
     check_size(npus)
-    g = nx.DiGraph()
-    g.add_nodes_from(range(npus), kind="npu")
+    # Nodes and edges in the order networkx would iterate them (nodes as added; a node's out-edges as
+    # first added, a repeated edge updating its attributes in place), so link ids match a built graph.
+    nodes: list[tuple[Node, dict[str, Any]]] = [(r, {"kind": "npu"}) for r in range(npus)]
+    out: dict[Node, dict[Node, dict[str, Any]]] = {r: {} for r in range(npus)}
     stride = 1
     nswitch = 0
     for d, dim in enumerate(dims):
@@ -316,15 +347,15 @@ def product(
             if uses_switch:
                 sw = f"s{nswitch}"
                 nswitch += 1
-                g.add_node(sw, kind="switch", dim=d, base=base)
+                nodes.append((sw, {"kind": "switch", "dim": d, "base": base}))
+                out[sw] = {}
             for u, v in pairs:
-                g.add_edge(
-                    sw if u == SWITCH else base + u * stride,
-                    sw if v == SWITCH else base + v * stride,
-                    **attrs,
-                )
+                tail = sw if u == SWITCH else base + u * stride
+                head = sw if v == SWITCH else base + v * stride
+                out[tail].setdefault(head, {}).update(attrs)
         stride = block
-    return Topology(g, npus, kind=kind, dims=dims, name=name)
+    edges = [(u, v, a) for u, _ in nodes for v, a in out[u].items()]
+    return Topology(None, npus, kind=kind, dims=dims, name=name, nodes=nodes, edges=edges)
 
 
 def ring(

@@ -184,8 +184,7 @@ class FastPath:
         self.pending: dict[Hashable, _Pending] = {}
         self._plans: dict[tuple[int, int], tuple[AlgoGraph, GraphPlan]] = {}
         self._link_verdicts: dict[tuple[int, tuple[int, ...]], bool] = {}
-        timing = engine.network.bulk_timing()
-        self.stateful = timing is not None and timing.stateful
+        self._stateful: bool | None = None  # asked of the model when a part first qualifies (imports numpy)
         #: Parts evaluated in bulk so far (each member counts once).
         self.parts = 0
 
@@ -210,7 +209,10 @@ class FastPath:
             plan = self.plan(graph, n)
             if plan.reason is not None or ("graph", plan.signature) in self.excluded:
                 return False
-            if self.stateful and not self._fits_links(call, part.group, graph, plan):
+            if self._stateful is None:
+                timing = self.engine.network.bulk_timing()
+                self._stateful = timing is not None and timing.stateful
+            if self._stateful and not self._fits_links(call, part.group, graph, plan):
                 return False
             pending = self.pending[namespace] = _Pending(graph, plan, n)
         elif part.graph is not pending.graph:

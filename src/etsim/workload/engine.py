@@ -87,7 +87,7 @@ class Engine:
         #: Bulk evaluation of collectives (None: every message takes the event path). An observer sees
         #: every node and message, so it turns the fast path off.
         self.fast: FastPath | None = None
-        if config.fast_path and observer is None and network.bulk_timing() is not None:
+        if config.fast_path and observer is None and network.offers_bulk_timing():
             self.fast = FastPath(self, fast_excluded if fast_excluded is not None else set())
 
     # -- counters --
