@@ -8,13 +8,10 @@ another.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from etsim.errors import TopologyError
 from etsim.network.topology import Node, Topology, check_size, link_bandwidth, link_latency
-
-if TYPE_CHECKING:
-    import networkx as nx
 
 __all__ = ["graph", "with_failures"]
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 
-
 from etsim.errors import SimulationError, TopologyError
 from etsim.network.dims import SWITCH
 from etsim.network.topology import Node, Topology
