@@ -68,6 +68,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--reduction-bandwidth", help="cost reductions at this bandwidth, e.g. '100 GB/s'")
     p.add_argument("--endpoint-delay", help="delay added to every message, e.g. '10 ns'")
     p.add_argument("--ignore-ctrl-deps", action="store_true", help="walk data dependencies only")
+    p.add_argument(
+        "--no-fast-path",
+        action="store_true",
+        help="walk every message of every collective (the event path); results are identical, only slower",
+    )
     p.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT ('-' for standard output)")
     p.add_argument(
         "--trace",
@@ -159,6 +164,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         changes["comm_groups"] = str(Path(args.comm_groups).resolve())
     if args.ignore_ctrl_deps:
         changes["ignore_ctrl_deps"] = True
+    if args.no_fast_path:
+        changes["fast_path"] = False
     config = config.with_overrides(**changes)
     if args.trace_limit < 1:
         raise ConfigError(f"--trace-limit must be >= 1, got {args.trace_limit}")
@@ -206,7 +213,7 @@ def _run_config(args: argparse.Namespace) -> int:
     """``--config FILE``: the point's own workload, topology, algorithm, model and system, nothing else."""
     # (--trace and --critical-path need a recorded run: with a WORKLOAD only, for now)
     keys = ("algo", "topology", "model", "system", "comm_groups", "chunks", "reduction_bandwidth", "endpoint_delay",
-            "ignore_ctrl_deps", "trace", "critical_path")  # fmt: skip
+            "ignore_ctrl_deps", "no_fast_path", "trace", "critical_path")  # fmt: skip
     given = [f"--{k.replace('_', '-')}" for k in keys if getattr(args, k)]
     if args.config is None:
         raise ConfigError("give a WORKLOAD, or --config FILE")

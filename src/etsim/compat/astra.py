@@ -257,8 +257,12 @@ def run_astra(
     model: str = "unaware",
     warn: Callable[[str], None] | None = None,
     queues_per_dim: int = 1,
+    fast_path: bool = True,
 ) -> Result:
-    """Simulate ASTRA-sim inputs (workload prefix, system JSON, network YAML) the way ASTRA-sim does."""
+    """Simulate ASTRA-sim inputs (workload prefix, system JSON, network YAML) the way ASTRA-sim does.
+
+    ``fast_path=False`` walks every message (the results are the same).
+    """
     if model not in ("unaware", "aware"):
         raise ConfigError(f"--model must be unaware or aware, got {model!r}")
     net = load_network(os.fspath(network))
@@ -301,6 +305,8 @@ def run_astra(
             changes[field_name] = float(value)
         config = config.with_overrides(**changes)
     name, options = MODEL_OPTIONS[model]
+    if not fast_path:
+        config = config.with_overrides(fast_path=False)
     return simulate(wl, topology=net, model=name, model_options=options, system=config)
 
 

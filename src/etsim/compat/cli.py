@@ -34,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--num-queues-per-dim", type=int, default=1, metavar="Q", help="queues per network dimension (default 1)"
     )
     p.add_argument("--json", metavar="OUT", help="also write etsim's JSON result to OUT ('-' for standard output)")
+    p.add_argument(
+        "--no-fast-path", action="store_true", help="walk every message (the event path); the same numbers, slower"
+    )
     p.set_defaults(handler=cmd_astra)
 
 
@@ -47,6 +50,7 @@ def cmd_astra(args: argparse.Namespace) -> int:
         comm_groups=args.comm_group_configuration,
         model=args.model,
         queues_per_dim=args.num_queues_per_dim,
+        fast_path=not args.no_fast_path,
         warn=lambda text: print(f"etsim: warning: {text}", file=sys.stderr),
     )
     if args.json == "-":
