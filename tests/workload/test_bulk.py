@@ -171,7 +171,10 @@ def test_shipped_families_and_msccl_take_the_event_path() -> None:
         assert fast.sim["bulk_parts"] == 0
 
 
-def _groups_workload(p: int, groups: dict[str, list[int]], calls: list[tuple[str, CollectiveType, int, int]]) -> Workload:
+Call = tuple[str, CollectiveType, int, int]
+
+
+def _groups_workload(p: int, groups: dict[str, list[int]], calls: list[Call]) -> Workload:
     """Each rank: for each (group, collective, bytes, compute µs before it) it belongs to, compute then collect."""
     meta = json.dumps([{"pg_name": k, "ranks": v} for k, v in groups.items()])
     traces = []
