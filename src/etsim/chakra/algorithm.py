@@ -98,6 +98,9 @@ class AlgoGraph:
     released by completions, in completion order, only once a condition holds)."""
     _succ: tuple[list[int], list[int], list[int]] | None = field(default=None, repr=False)
     _succ_lists: list[tuple[int, ...]] | None = field(default=None, repr=False)
+    _gate_index: tuple[dict[int, int], dict[int, list[int]], dict[int, list[int]]] | None = field(
+        default=None, repr=False
+    )
 
     @property
     def num_nodes(self) -> int:
@@ -119,6 +122,19 @@ class AlgoGraph:
             ptr, succ, _ = self.successors()
             self._succ_lists = [tuple(succ[ptr[i] : ptr[i + 1]]) for i in range(len(self.kinds))]
         return self._succ_lists
+
+    def gate_index(self) -> tuple[dict[int, int], dict[int, list[int]], dict[int, list[int]]]:
+        """``(k per gated node, gated nodes per arming node, gated nodes per dependency)``, computed once."""
+        if self._gate_index is None:
+            needed = {x: k for x, (k, _) in self.gates.items()}
+            by_arm: dict[int, list[int]] = {}
+            by_dep: dict[int, list[int]] = {}
+            for x, (_, arm) in self.gates.items():
+                by_arm.setdefault(arm, []).append(x)
+                for d in self.deps(x):
+                    by_dep.setdefault(d, []).append(x)
+            self._gate_index = (needed, by_arm, by_dep)
+        return self._gate_index
 
     def deps(self, pos: int) -> list[int]:
         """Dependencies of node *pos*."""

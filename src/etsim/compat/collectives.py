@@ -230,10 +230,15 @@ class AstraCollective(CollectiveAlgorithm):
                 counter = f"dbt:{collective.name}:{plan.dim}"
                 low_root = state.get(counter, 0) % 2 == 1
                 state[counter] = state.get(counter, 0) + 1
-            key = (plan, group_size, position, anticlockwise, low_root)
+            # A ring or direct phase over the whole group is the same graph on every rank, shifted: one
+            # graph with relative peers serves them all (and lets the fast path evaluate it in bulk).
+            shared = n == group_size and plan.algorithm in ("ring", "direct")
+            key = (plan, group_size, -1 if shared else position, anticlockwise, low_root)
             graph = self._graphs.get(key)
             if graph is None:
-                graph = self._graphs[key] = self._build(plan, n, stride, group_size, position, anticlockwise, low_root)
+                graph = self._graphs[key] = self._build(
+                    plan, n, stride, group_size, 0 if shared else position, anticlockwise, low_root, shared
+                )
             delays = plan.algorithm in ("ring", "hd")  # their endpoint delays are the system's
             out.append(Phase(graph, queue=queue, start_delay=delays, endpoint_delay=delays))
         return out
@@ -241,15 +246,15 @@ class AstraCollective(CollectiveAlgorithm):
     # -- phase graphs ---------------------------------------------------------------------------------------
 
     def _build(
-        self, plan: _Plan, n: int, stride: int, p: int, r: int, anticlockwise: bool, low_root: bool
+        self, plan: _Plan, n: int, stride: int, p: int, r: int, anticlockwise: bool, low_root: bool, relative: bool
     ) -> AlgoGraph:
         x = (r // stride) % n
         base = r - x * stride
 
         def at(index: int) -> int:
-            return base + (index % n) * stride
+            return base + (index % n) * stride  # with relative peers (r = 0): the offset from the rank
 
-        b = AlgorithmBuilder(total_chunks=p)
+        b = AlgorithmBuilder(total_chunks=p, relative_peers=relative)
         if plan.algorithm == "ring":
             nxt, prv = (at(x - 1), at(x + 1)) if anticlockwise else (at(x + 1), at(x - 1))
             self._ring(b, plan, n, nxt, prv)

@@ -20,11 +20,13 @@ float operations (``t + dur``, ``t + (delay + after)``, ``max``) and its orders:
 - links: see :mod:`etsim.network.bulk`;
 - what follows: a phase's end is handled in the late, ordered step of its instant on both paths.
 
-Whatever cannot be shown equal is not taken: a graph without relative peers, with gated nodes or
-with unmatched sends stays on the event path (decided before any member is deferred). What can only
-be seen while evaluating (a channel or link whose order the event path could decide differently, a
-member whose phase would end before the last member started, other traffic on a claimed link) raises
-:class:`~etsim.errors.FastPathConflict`; the run is then redone with that part on the event path.
+Gated nodes (released at the k-th completion of their dependencies once armed) take the k-th of their
+dependencies' sorted finish times that comes after the arming. Whatever cannot be shown equal is not
+taken: a graph without relative peers or with unmatched sends stays on the event path (decided before
+any member is deferred). What can only be seen while evaluating (a channel or link whose order the
+event path could decide differently, a member whose phase would end before the last member started,
+other traffic on a claimed link) raises :class:`~etsim.errors.FastPathConflict`; the run is then redone
+with that part (and parts of the same graph) on the event path.
 """
 
 from __future__ import annotations
@@ -61,7 +63,9 @@ class GraphPlan:
         match: for a receive, the send it meets (the same graph, on the sending rank); else -1.
         chain_prev: the previous node of the node's channel (same kind, offset and tag); else -1.
         chain_after: the previous node of the channel is a dependency (their order is certain).
-        release: an id per distinct dependency set (siblings share one).
+        tie_class, tie_pos: nodes of one class that become ready at one instant are issued by the walker
+            in increasing ``tie_pos`` (siblings, gated nodes of one gate set, followers of such nodes'
+            fixed-duration COMPs).
         uses: how many later steps read each node's finish times.
         signature: identifies the graph's structure within this process (a conflict excludes every part
             with the same signature from the fast path).
@@ -74,7 +78,8 @@ class GraphPlan:
     chain_prev: list[int] = field(default_factory=list)
     chain_next: list[int] = field(default_factory=list)
     chain_after: list[bool] = field(default_factory=list)
-    release: list[int] = field(default_factory=list)
+    tie_class: list[int] = field(default_factory=list)
+    tie_pos: list[int] = field(default_factory=list)
     uses: list[int] = field(default_factory=list)
     signature: int = 0
 
@@ -83,8 +88,6 @@ def plan_graph(graph: AlgoGraph, n: int) -> GraphPlan:
     """The :class:`GraphPlan` of *graph* for a group of *n* ranks (``reason`` says why not, if not)."""
     if not graph.relative_peers:
         return GraphPlan("its peers are not relative (one graph per rank)")
-    if graph.gates:
-        return GraphPlan("it has gated nodes")
     count = graph.num_nodes
     kinds, tags, chunks = graph.kinds, graph.tags, graph.chunks
     rel = [(p % n) if k != COMP else 0 for p, k in zip(graph.peers, kinds, strict=True)]
@@ -116,18 +119,21 @@ def plan_graph(graph: AlgoGraph, n: int) -> GraphPlan:
     # Order: dependencies, send before its receive, channel order; Kahn with the lowest index first.
     succ: list[list[int]] = [[] for _ in range(count)]
     indeg = [0] * count
-    releases: dict[tuple[int, ...], int] = {}
+    releases: dict[tuple[Any, ...], int] = {}
     release = [0] * count
     uses = [0] * count
     for j in range(count):
         deps = graph.deps(j)
-        release[j] = releases.setdefault(tuple(sorted(deps)), len(releases))
-        extra = [d for d in (match[j], chain_prev[j]) if d >= 0]
+        gate = graph.gates.get(j)
+        release[j] = releases.setdefault(("gate", gate[1], *deps) if gate else tuple(sorted(deps)), len(releases))
+        extra = [d for d in (match[j], chain_prev[j], gate[1] if gate else -1) if d >= 0]
         for d in (*deps, *extra):
             succ[d].append(j)
             indeg[j] += 1
         for d in deps:
             uses[d] += 1
+        if gate:
+            uses[gate[1]] += 1
         if match[j] >= 0:
             uses[match[j]] += 1
     for j in graph.exits:
@@ -144,12 +150,36 @@ def plan_graph(graph: AlgoGraph, n: int) -> GraphPlan:
                 heapq.heappush(ready, c)
     if len(order) != count:
         return GraphPlan("its message edges form a cycle across ranks")
+    # Which nodes the walker issues in a known order when they become ready at one instant: (tie_class,
+    # tie_pos) equal classes, increasing positions. Siblings (same dependencies) are admitted in index
+    # order; gated nodes of one gate set fire in index order (when their k grow with the index); a node
+    # whose only dependency is a fixed-duration COMP follows that COMP's order (the COMPs' timeouts were
+    # scheduled in it and fire in it).
+    tie_class = release.copy()
+    position: list[tuple[int, ...]] = [(j,) for j in range(count)]
+    gate_k: dict[int, int] = {}
+    for x in sorted(graph.gates):
+        k = graph.gates[x][0]
+        if k < gate_k.get(release[x], 0):
+            tie_class[x] = len(releases) + count + x  # k does not grow with the index: a class of its own
+        gate_k[release[x]] = max(k, gate_k.get(release[x], 0))
+    after_class: dict[int, int] = {}
+    for j in order:
+        deps = graph.deps(j)
+        if len(deps) == 1 and j not in graph.gates:
+            d = deps[0]
+            dur = graph.durations_ns[d]
+            if kinds[d] == COMP and dur is not None and dur > 0:
+                tie_class[j] = after_class.setdefault(tie_class[d], len(releases) + 2 * count + len(after_class))
+                position[j] = (*position[d], j)  # after the COMP's order; one COMP's followers by index
+    rank = {p: i for i, p in enumerate(sorted(set(position)))}
+    tie_pos = [rank[p] for p in position]
     chain_after = [chain_prev[j] >= 0 and chain_prev[j] in graph.deps(j) for j in range(count)]
     signature = hash(
         (n, tuple(kinds), tuple(graph.peers), tuple(tags), tuple(chunks), tuple(graph.durations_ns),
          tuple(graph.deps_ptr), tuple(graph.deps_idx), graph.exits)
     )  # fmt: skip
-    return GraphPlan(None, order, rel, match, chain_prev, chain_next, chain_after, release, uses, signature)
+    return GraphPlan(None, order, rel, match, chain_prev, chain_next, chain_after, tie_class, tie_pos, uses, signature)
 
 
 class _Pending:
@@ -286,6 +316,45 @@ class FastPath:
             engine.end_part_at(when, calls[position], runs[position])
             calls[position].part_completed(runs[position])
 
+    @staticmethod
+    def _gate_ready(
+        namespace: Hashable,
+        graph: AlgoGraph,
+        plan: GraphPlan,
+        cache: dict[tuple[tuple[int, ...], int], tuple[Any, Any]],
+        j: int,
+        done: list[Any],
+        np: Any,
+    ) -> Any:
+        """When gated node *j* is released on each rank (:attr:`~etsim.chakra.algorithm.AlgoGraph.gates`).
+
+        The walker releases it at the first completion of one of its dependencies that comes after its
+        arming node finished and is at least the k-th: with the dependencies' finish times sorted, the
+        ``max(k, first after arming)``-th of them. A dependency finishing at the very instant of the arming
+        is ordered by the walker's events, which cannot be seen here: refused.
+        """
+        k, arm = graph.gates[j]
+        deps = tuple(graph.deps(j))
+        found = cache.get((deps, arm))
+        if found is None:
+            times = np.sort(np.stack([done[d] for d in deps]), axis=0)
+            armed = done[arm]
+            if bool((times == armed).any()):
+                raise FastPathConflict(
+                    f"collective part {namespace}: a dependency of gated node {j} finishes as it is armed",
+                    namespace,
+                    plan.signature,
+                )
+            after = times > armed
+            if not bool(after.any(axis=0).all()):
+                raise FastPathConflict(
+                    f"collective part {namespace}: gated node {j} is never released on some rank", namespace
+                )
+            found = cache[(deps, arm)] = (times, after.argmax(axis=0))
+        times, first_after = found
+        index = np.maximum(first_after, k - 1)
+        return times[index, np.arange(times.shape[1])]
+
     def _times(self, namespace: Hashable, pending: _Pending, timing: BulkTiming, np: Any) -> tuple[Any, int]:
         """Every node's finish times over the members; returns (phase end per member, SEND nodes)."""
         graph, plan, n = pending.graph, pending.plan, pending.n
@@ -293,7 +362,7 @@ class FastPath:
         unit, after, comp_ns = part.bytes_per_unit, part.endpoint_delay, part.comp_ns
         reduction_time = self.engine.costs.reduction_time
         kinds, chunks, durs = graph.kinds, graph.chunks, graph.durations_ns
-        rel, match, release = plan.rel, plan.match, plan.release
+        rel, match, tie_class, tie_pos = plan.rel, plan.match, plan.tie_class, plan.tie_pos
         chain_prev, chain_next, chain_after = plan.chain_prev, plan.chain_next, plan.chain_after
         stateful = timing.stateful
         uses = plan.uses.copy()
@@ -308,9 +377,17 @@ class FastPath:
         end = starts
         sends = 0
         maximum = np.maximum
+        gates = graph.gates
+        gated: dict[tuple[tuple[int, ...], int], tuple[Any, Any]] = {}
         for j in plan.order:
             lo, hi = deps_ptr[j], deps_ptr[j + 1]
-            if lo == hi:
+            if j in gates:
+                ready = self._gate_ready(namespace, graph, plan, gated, j, done, np)
+                for k in (*deps_idx[lo:hi], gates[j][1]):
+                    uses[k] -= 1
+                    if uses[k] == 0:
+                        done[k] = None
+            elif lo == hi:
                 ready = starts
             else:
                 ready = done[deps_idx[lo]]
@@ -337,7 +414,8 @@ class FastPath:
                 prev = chain_prev[j]
                 if prev >= 0:
                     before, before_delivered = ready_of.pop(prev)
-                    if not bool((before < ready).all()) and not chain_after[j] and release[prev] != release[j]:
+                    in_order = tie_class[prev] == tie_class[j] and tie_pos[prev] < tie_pos[j]
+                    if not bool((before < ready).all()) and not chain_after[j] and not in_order:
                         # Ready together, in an order the walker decides: harmless only if swapping the two
                         # changes nothing (equal messages, or equal deliveries to the two receives).
                         tied = before == ready
@@ -354,7 +432,8 @@ class FastPath:
                 if chain_next[j] >= 0:
                     ready_of[j] = (ready, delivered)
                 if kind == SEND:
-                    delivered = timing.send(group, peer_rank[offset], chunks[j] * unit, ready, after, (release[j], j))
+                    cause = (tie_class[j], tie_pos[j])
+                    delivered = timing.send(group, peer_rank[offset], chunks[j] * unit, ready, after, cause)
                     if delivered is None:
                         raise FastPathConflict(
                             f"collective part {namespace}: messages of node {j} meet on a link in an order "

@@ -320,16 +320,11 @@ class GatedAlgoRun(ExitAlgoRun):
     ) -> None:
         super().__init__(engine, rank, part, chans, call)
         g = part.graph
-        self.needed = {x: k for x, (k, _) in g.gates.items()}
+        self.needed, self.gated_by_arm, self.gated_by_dep = g.gate_index()
         self.counts = dict.fromkeys(g.gates, 0)
         self.armed = dict.fromkeys(g.gates, False)
         self.fired: set[int] = set()
-        self.gated_by_arm: dict[int, list[int]] = {}
-        self.gated_by_dep: dict[int, list[int]] = {}
-        for x, (_, arm) in g.gates.items():
-            self.gated_by_arm.setdefault(arm, []).append(x)
-            for d in g.deps(x):
-                self.gated_by_dep.setdefault(d, []).append(x)
+        for x in g.gates:
             self.indeg[x] = 1 << 40  # counting never makes it ready
         self.exits_left = len(self.exit_nodes) if self.exit_nodes else -1
 
