@@ -16,11 +16,18 @@ that compatibility runs reproduce its numbers:
 - ``astra_halving_doubling`` exchanges with partners at distance 1, 2, …, p/2 while halving the
   message (S/2, S/4, …, S/p), then back; the reduction after the first exchange is not charged
   (ASTRA-sim's closed form sums reductions from the second step on).
+
+Data annotations (for :mod:`etsim.chakra.verify`) follow the natives': ``astra_ring``'s relay sends
+the chunks of etsim's ring relay one message at a time, out of place (in place a receive would
+overwrite input it has not yet sent, since every send waits for the previous receive);
+``astra_halving_doubling`` splits by the low bits first, so it moves strided sets of chunks
+(``c ≡ r mod 2·dist``).
 """
 
 from __future__ import annotations
 
 from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder
+from etsim.chakra.dataflow import IN_PLACE, OUT_OF_PLACE, Segment, seg
 from etsim.chakra.graph import CollectiveType
 from etsim.system.algorithms.direct import DirectAlgorithm
 from etsim.system.algorithms.halving_doubling import HalvingDoublingAlgorithm
@@ -42,12 +49,22 @@ class AstraRingAlgorithm(RingAlgorithm):
             return super()._build(collective, p, position)
         if p == 1:
             return empty_graph()
-        b = AlgorithmBuilder(total_chunks=p, relative_peers=True)
+        # Out of place: in place, each receive would overwrite input not yet sent (sends wait on receives).
+        b = AlgorithmBuilder(total_chunks=p, relative_peers=True, placement=OUT_OF_PLACE)
+        b.setup_copy(1, src=seg("i", 0, 1, rel=True), dst=seg("o", 0, 1, rel=True))  # own piece, not timed
         prev_send: list[int] = []
         prev_recv: list[int] = []
-        for i in range(p * (p - 1) // 2):
-            prev_send = [b.send(1, 1, 0, deps=prev_recv + prev_send, name=f"a2a{i}_send")]
-            prev_recv = [b.recv(-1, 1, 0, deps=prev_recv, name=f"a2a{i}_recv")]
+        # Message (k, j), k = 1 … p-1, j = 0 … p-k-1, carries what the ring relay's step k carries at
+        # place j: the chunk for rank r+1+j, from the input (k = 1) or scratch s{k-1}; the receiver
+        # keeps place 0 (its own, from rank r-k+1) and stores the rest in s{k}.
+        i = 0
+        for k in range(1, p):
+            for j in range(p - k):
+                src = seg("i", 1 + j, 1, rel=True) if k == 1 else seg(f"s{k - 1}", 1 + j, 1, rel=True)
+                dst = seg("o", -k, 1, rel=True) if j == 0 else seg(f"s{k}", j, 1, rel=True)
+                prev_send = [b.send(1, 1, 0, deps=prev_recv + prev_send, name=f"a2a{i}_send", src=src)]
+                prev_recv = [b.recv(-1, 1, 0, deps=prev_recv, name=f"a2a{i}_recv", dst=dst)]
+                i += 1
         return b.build()
 
 
@@ -60,7 +77,7 @@ class AstraHalvingDoublingAlgorithm(HalvingDoublingAlgorithm):
     def _build(collective: CollectiveType, p: int, r: int) -> AlgoGraph:
         if p == 1:
             return empty_graph()
-        b = AlgorithmBuilder(total_chunks=p)
+        b = AlgorithmBuilder(total_chunks=p, placement=IN_PLACE)
         last: list[int] = []
         sizes = []
         dist, size = 1, p // 2
@@ -68,16 +85,24 @@ class AstraHalvingDoublingAlgorithm(HalvingDoublingAlgorithm):
             sizes.append((dist, size))
             dist, size = dist * 2, size // 2
         tag = 0
+        buf = "i" if collective == C.REDUCE_SCATTER else "o"  # in place, the output lies in the input
+
+        def chunks_of(q: int, dist: int, size: int) -> Segment:
+            # The chunks c ≡ q (mod 2·dist): what rank q keeps at this step (size of them).
+            return seg(buf, q % (2 * dist), size, stride=2 * dist)
+
         if collective in (C.ALL_REDUCE, C.REDUCE_SCATTER):
             for step, (dist, size) in enumerate(sizes):
-                b.send(r ^ dist, size, tag, deps=last, name=f"rs{tag}_send")
-                got = b.recv(r ^ dist, size, tag, deps=last, name=f"rs{tag}_recv")
+                b.send(r ^ dist, size, tag, deps=last, name=f"rs{tag}_send", src=chunks_of(r ^ dist, dist, size))
+                mine = chunks_of(r, dist, size)
+                got = b.recv(r ^ dist, size, tag, deps=last, name=f"rs{tag}_recv", dst=mine, reduce=True)
                 last = [b.reduce(size, deps=[got], name=f"rs{tag}_reduce")] if step else [got]
                 tag += 1
         if collective in (C.ALL_REDUCE, C.ALL_GATHER):
             for dist, size in reversed(sizes):
-                b.send(r ^ dist, size, tag, deps=last, name=f"ag{tag}_send")
-                last = [b.recv(r ^ dist, size, tag, deps=last, name=f"ag{tag}_recv")]
+                b.send(r ^ dist, size, tag, deps=last, name=f"ag{tag}_send", src=chunks_of(r, dist, size))
+                got = b.recv(r ^ dist, size, tag, deps=last, name=f"ag{tag}_recv", dst=chunks_of(r ^ dist, dist, size))
+                last = [got]
                 tag += 1
         return b.build()
 
@@ -90,13 +115,17 @@ class AstraDirectAlgorithm(DirectAlgorithm):
     def _build(self, collective: CollectiveType, p: int, position: int) -> AlgoGraph:
         if collective not in (C.ALL_REDUCE, C.REDUCE_SCATTER) or p == 1:
             return super()._build(collective, p, position)
-        b = AlgorithmBuilder(total_chunks=p, relative_peers=True)
+        b = AlgorithmBuilder(total_chunks=p, relative_peers=True, placement=IN_PLACE)
+        buf = "i" if collective == C.REDUCE_SCATTER else "o"  # in place, the output lies in the input
+        own = seg(buf, 0, rel=True)
         for off in range(1, p):
-            b.send(off, 1, 0, name=f"rs_send_{off}")
-        reduced = [b.reduce(1, deps=[b.recv(-off, 1, 0, name=f"rs_recv_{off}")]) for off in range(1, p)]
+            b.send(off, 1, 0, name=f"rs_send_{off}", src=seg(buf, off, rel=True))
+        reduced = [
+            b.reduce(1, deps=[b.recv(-off, 1, 0, name=f"rs_recv_{off}", dst=own, reduce=True)]) for off in range(1, p)
+        ]
         if collective == C.ALL_REDUCE:
             for off in range(1, p):
-                b.send(off, 1, 1, deps=reduced, name=f"ag_send_{off}")
+                b.send(off, 1, 1, deps=reduced, name=f"ag_send_{off}", src=own)
             for off in range(1, p):
-                b.recv(-off, 1, 1, name=f"ag_recv_{off}")
+                b.recv(-off, 1, 1, name=f"ag_recv_{off}", dst=seg(buf, -off, rel=True))
         return b.build()
