@@ -10,6 +10,7 @@ from etsim.chakra.algorithm import COMP, RECV, SEND, AlgoGraph
 from etsim.chakra.dag import topological_order, transpose
 from etsim.chakra.dataflow import IN_PLACE, OUT_OF_PLACE, NodeData, Segment
 from etsim.chakra.graph import CollectiveType
+from etsim.chakra.verify import Verdict, verify_graphs
 from etsim.producers.msccl.ir import STEP_TYPES, MscclError, MscclGpu, MscclProgram, MscclStep, MscclTb, step_uses
 from etsim.producers.msccl.parse import parse_msccl, replicate_instances
 
@@ -46,6 +47,13 @@ class MscclConversion:
     def num_messages(self) -> int:
         """SEND nodes over all GPUs."""
         return sum(g.kinds.count(SEND) for g in self.graphs)
+
+    def verify(self, collective: CollectiveType | None = None) -> Verdict:
+        """Whether the program computes *collective* (default: its ``<algo coll>``); see :mod:`etsim.chakra.verify`."""
+        coll = collective if collective is not None else self.collective
+        if coll is None:
+            return Verdict(None, f"coll={self.program.coll!r} names no collective to check the program against")
+        return verify_graphs(self.graphs, coll)
 
 
 def convert_program(program: MscclProgram) -> MscclConversion:
@@ -213,7 +221,8 @@ def _convert_gpu(program: MscclProgram, gpu: MscclGpu) -> tuple[AlgoGraph, list[
     new_pos = [0] * n
     for pos, old in enumerate(order):
         new_pos[old] = pos
-    g = AlgoGraph(total_chunks=program.nchunksperloop, placement=placements(program))
+    placeholder = program.attributes.get("etsim_offsets") == "placeholder"  # see producers.msccl.export
+    g = AlgoGraph(total_chunks=program.nchunksperloop, placement=() if placeholder else placements(program))
     new_origin = []
     for old in order:
         g.kinds.append(kinds[old])
@@ -222,7 +231,7 @@ def _convert_gpu(program: MscclProgram, gpu: MscclGpu) -> tuple[AlgoGraph, list[
         g.chunks.append(chunks[old])
         g.durations_ns.append(None)
         g.names.append(names[old])
-        g.data.append(data[old])
+        g.data.append(None if placeholder else data[old])
         g.deps_idx.extend(sorted(new_pos[d] for d in deps[old]))
         g.deps_ptr.append(len(g.deps_idx))
         new_origin.append(origin[old])
