@@ -43,6 +43,7 @@ class AstraRingAlgorithm(RingAlgorithm):
     """``ring`` with ASTRA-sim's quadratic all-to-all (see the module docstring)."""
 
     name = "astra_ring"
+    verified_by_tests = True  # tests/system/algorithms/test_verify.py
 
     def _build(self, collective: CollectiveType, p: int, position: int) -> AlgoGraph:
         if collective != C.ALL_TO_ALL:
@@ -72,6 +73,7 @@ class AstraHalvingDoublingAlgorithm(HalvingDoublingAlgorithm):
     """``halving_doubling`` in ASTRA-sim's step order (see the module docstring)."""
 
     name = "astra_halving_doubling"
+    verified_by_tests = True  # tests/system/algorithms/test_verify.py
 
     @staticmethod
     def _build(collective: CollectiveType, p: int, r: int) -> AlgoGraph:
@@ -111,6 +113,7 @@ class AstraDirectAlgorithm(DirectAlgorithm):
     """``direct`` with concurrent reductions (see the module docstring)."""
 
     name = "astra_direct"
+    verified_by_tests = True  # tests/system/algorithms/test_verify.py
 
     def _build(self, collective: CollectiveType, p: int, position: int) -> AlgoGraph:
         if collective not in (C.ALL_REDUCE, C.REDUCE_SCATTER) or p == 1:

@@ -82,6 +82,7 @@ class DirectAlgorithm(BuiltAlgorithm):
     """Direct (all-pairs, one step per phase) algorithms; see the module docstring. Root is position 0."""
 
     name = "direct"
+    verified_by_tests = True  # tests/system/algorithms/test_verify.py
     collectives = frozenset(
         {
             C.ALL_REDUCE,

@@ -37,6 +37,7 @@ class HalvingDoublingAlgorithm(BuiltAlgorithm):
     """Recursive halving / doubling (see the module docstring)."""
 
     name = "halving_doubling"
+    verified_by_tests = True  # tests/system/algorithms/test_verify.py
     collectives = frozenset({C.ALL_REDUCE, C.REDUCE_SCATTER, C.ALL_GATHER})
 
     def supports(self, collective: CollectiveType, group_size: int) -> str | None:

@@ -51,6 +51,7 @@ class HierarchicalAlgorithm(BuiltAlgorithm):
     """
 
     name = "hierarchical"
+    verified_by_tests = True  # tests/system/algorithms/test_verify.py
     collectives = frozenset({C.ALL_REDUCE, C.REDUCE_SCATTER, C.ALL_GATHER})
     #: The system passes the topology's dimension sizes as ``dims``.
     needs_dims = True
@@ -146,4 +147,5 @@ class HierarchicalBaselineAlgorithm(HierarchicalAlgorithm):
     """
 
     name = "hierarchical_baseline"
+    verified_by_tests = True  # tests/system/algorithms/test_verify.py
     baseline = True

@@ -53,6 +53,7 @@ class RingAlgorithm(BuiltAlgorithm):
     """
 
     name = "ring"
+    verified_by_tests = True  # tests/system/algorithms/test_verify.py
     collectives = frozenset(
         {C.ALL_REDUCE, C.REDUCE_SCATTER, C.ALL_GATHER, C.ALL_TO_ALL, C.BROADCAST, C.REDUCE, C.BARRIER}
     )

@@ -66,6 +66,7 @@ class TreeAlgorithm(BuiltAlgorithm):
     """Binary-tree algorithms; all-reduce on a double binary tree (see the module docstring)."""
 
     name = "tree"
+    verified_by_tests = True  # tests/system/algorithms/test_verify.py
     collectives = frozenset({C.ALL_REDUCE, C.BROADCAST, C.REDUCE})
 
     @staticmethod
