@@ -8,15 +8,25 @@ round trip through Chakra ET.
 from __future__ import annotations
 
 import math
+import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from etsim.chakra import CollectiveType as C
-from etsim.chakra import load_workload
-from etsim.chakra.algorithm import algo_graph_from_trace
-from etsim.chakra.verify import verify_graphs
+from etsim.chakra import Workload, load_workload
+from etsim.chakra.algorithm import RECV, SEND, algo_graph_from_trace, collective_buffer_bytes
+from etsim.chakra.verify import minimum_bytes, verify_graphs
+from etsim.cli.algo import export_algorithm
 from etsim.compat.algorithms import AstraDirectAlgorithm, AstraHalvingDoublingAlgorithm, AstraRingAlgorithm
+from etsim.errors import EtsimWarning
+from etsim.network import fully_connected, switch
+from etsim.network import ring as ring_topology
+from etsim.producers import collective_workload
+from etsim.simulation import simulate
 from etsim.system.algorithms import (
     ALGORITHMS,
     CollectiveAlgorithm,
@@ -27,6 +37,7 @@ from etsim.system.algorithms import (
     RingAlgorithm,
     TreeAlgorithm,
 )
+from etsim.system.config import SystemConfig
 
 REPO = Path(__file__).resolve().parents[3]
 SIZES = (1, 2, 3, 4, 5, 6, 8, 13, 16)
@@ -87,3 +98,62 @@ def test_shipped_family_verifies_from_its_files(prefix):
     )
     verdict = verify_graphs(graphs, coll)
     assert verdict.ok is True, str(verdict)
+
+
+# -- a correct algorithm moves at least the collective's minimum bytes (hypothesis) -------------------------
+
+BOUNDED = [c for c in C if c not in (C.BARRIER, C.REDUCE_SCATTER_BLOCK)]
+
+
+@st.composite
+def verified_cases(draw):  # type: ignore[no-untyped-def]
+    """(algorithm, collective, group size, chunks per stream, topology kind), for algorithms that support it."""
+    algo = draw(st.sampled_from([*NATIVES, HierarchicalAlgorithm(dims=(2, 3)), HierarchicalAlgorithm(dims=(2, 2, 2))]))
+    coll = draw(st.sampled_from(sorted(c for c in algo.collectives if c in BOUNDED)))
+    dims = getattr(algo, "dims", None)
+    n = math.prod(dims) if dims else draw(st.integers(min_value=2, max_value=12))
+    assume(algo.supports(coll, n) is None)
+    return algo, coll, n, draw(st.integers(min_value=1, max_value=3)), draw(st.sampled_from(["fc", "ring", "switch"]))
+
+
+def sent_and_received(algo: CollectiveAlgorithm, coll: C, n: int, buffer: float) -> tuple[list[float], list[float]]:
+    """Bytes each rank sends and receives in *algo*'s graphs for a collective buffer of *buffer* bytes."""
+    sent, received = [0.0] * n, [0.0] * n
+    for r in range(n):
+        g = algo.graph(coll, n, r)
+        unit = buffer / (g.total_chunks or 1)
+        for v, kind in enumerate(g.kinds):
+            if kind == SEND:
+                sent[r] += g.chunks[v] * unit
+            elif kind == RECV:
+                received[r] += g.chunks[v] * unit
+    return sent, received
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(verified_cases())
+def test_a_verified_algorithm_moves_at_least_the_minimum_bytes(case):
+    algo, coll, n, chunks, topo = case
+    assert algo.verify(coll, n).ok is True  # only verified algorithms are held to the bound (all natives are)
+    size = 6 * 7 * 8 * 1024  # divisible by every chunking used here
+    buffer = collective_buffer_bytes(coll, size, n)
+    bound = minimum_bytes(coll, n, buffer)
+    sent, received = sent_and_received(algo, coll, n, buffer)
+    eps = 1e-9 * buffer
+    assert min(sent) >= bound["sent_per_rank"] - eps
+    assert min(received) >= bound["received_per_rank"] - eps
+    assert sum(sent) >= bound["total"] - eps
+    # A run moves exactly those bytes, whatever the network and the chunking (the algorithm is run from
+    # its exported family, so the run verifies it again from the files before it starts).
+    topology = {"fc": fully_connected, "ring": ring_topology, "switch": switch}[topo](n, 50.0, 500.0)
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore", EtsimWarning)
+        prefix = str(Path(tmp) / "algo")
+        export_algorithm(algo, coll, n, prefix)
+        result = simulate(
+            Workload(collective_workload(coll, size, n)),
+            topology=topology,
+            system=SystemConfig(algorithms={"default": prefix}, chunks=chunks),
+        )
+    assert result.network["bytes"] == pytest.approx(sum(sent))
+    assert result.network["bytes"] >= bound["total"] - eps
