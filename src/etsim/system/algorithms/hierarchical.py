@@ -113,7 +113,10 @@ class HierarchicalAlgorithm(BuiltAlgorithm):
                 whole = self._blocks(buf, x, n, 0, p // n, p // n, 1)
                 after = boundary(last)
                 last, tag = ring_reduce_scatter(b, nxt, prv, n - 1, p // n, tag=tag, after=after, block=whole)
-                last, tag = ring_all_gather(b, nxt, prv, n - 1, p // n, tag=tag, after=last, block=whole)
+                # The next dimension reduces into the blocks this all-gather forwards: it waits for the last send.
+                last, tag = ring_all_gather(
+                    b, nxt, prv, n - 1, p // n, tag=tag, after=last, block=whole, wait_sends=True
+                )
             return b.build()
         if collective in (C.ALL_REDUCE, C.REDUCE_SCATTER):
             for (n, nxt, prv, chunks), block in zip(phases, blocks, strict=True):

@@ -90,6 +90,7 @@ def ring_all_gather(
     tag: int,
     after: Sequence[int] = (),
     block: Blocks | None = None,
+    wait_sends: bool = False,
 ) -> tuple[list[int], int]:
     """Write *steps* ring all-gather steps: forward to *nxt* what was received from *prv* at the previous step.
 
@@ -98,9 +99,13 @@ def ring_all_gather(
     sends ``block(-s)`` (the rank's own block first) and stores the message into ``block(-s-1)``.
 
     Returns:
-        ``(done, next_tag)``: the nodes the next phase waits for (every receive of this phase,
-        since the data gathered is spread over all of them; *after* when ``steps == 0``) and
-        the first unused tag.
+        ``(done, next_tag)``: the nodes the next phase waits for: *after* (which produced the
+        rank's own block) and every receive of this phase, since the data gathered is spread over
+        all of them; and the first unused tag. (The receives alone do not imply *after*: no message
+        the rank receives here passes through it, so a phase that waited only for them could send
+        its own block before the reduction that produced it had finished.) With *wait_sends* the
+        last send too, for a next phase that writes into the blocks this one sends (it must not
+        overwrite a block before it has been forwarded).
     """
     last = list(after)
     received: list[int] = []
@@ -110,7 +115,7 @@ def ring_all_gather(
         deps = last[-1:] if received else []
         last = [b.recv(prv, chunks, tag, deps=deps, name=f"ag{step}_recv", dst=_at(block, -step - 1))]
         received += last
-    return (received or list(after)), tag + 1
+    return [*after, *received, *(prev_send if wait_sends else ())], tag + 1
 
 
 def chain_broadcast(
