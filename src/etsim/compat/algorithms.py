@@ -97,8 +97,12 @@ class AstraHalvingDoublingAlgorithm(HalvingDoublingAlgorithm):
             for step, (dist, size) in enumerate(sizes):
                 b.send(r ^ dist, size, tag, deps=last, name=f"rs{tag}_send", src=chunks_of(r ^ dist, dist, size))
                 mine = chunks_of(r, dist, size)
-                got = b.recv(r ^ dist, size, tag, deps=last, name=f"rs{tag}_recv", dst=mine, reduce=True)
-                last = [b.reduce(size, deps=[got], name=f"rs{tag}_reduce")] if step else [got]
+                if step:  # the message lands in scratch and the (charged) reduction adds it in
+                    land = seg(f"t{tag}", 0, size)
+                    got = b.recv(r ^ dist, size, tag, deps=last, name=f"rs{tag}_recv", dst=land)
+                    last = [b.reduce(size, deps=[got], name=f"rs{tag}_reduce", dst=mine, src=land)]
+                else:  # the first reduction is not charged: the receive itself adds the message in
+                    last = [b.recv(r ^ dist, size, tag, deps=last, name=f"rs{tag}_recv", dst=mine, reduce=True)]
                 tag += 1
         if collective in (C.ALL_REDUCE, C.ALL_GATHER):
             for dist, size in reversed(sizes):
@@ -124,7 +128,8 @@ class AstraDirectAlgorithm(DirectAlgorithm):
         for off in range(1, p):
             b.send(off, 1, 0, name=f"rs_send_{off}", src=seg(buf, off, rel=True))
         reduced = [
-            b.reduce(1, deps=[b.recv(-off, 1, 0, name=f"rs_recv_{off}", dst=own, reduce=True)]) for off in range(1, p)
+            b.reduce(1, deps=[b.recv(-off, 1, 0, name=f"rs_recv_{off}", dst=seg("t", off))], dst=own, src=seg("t", off))
+            for off in range(1, p)
         ]
         if collective == C.ALL_REDUCE:
             for off in range(1, p):

@@ -163,7 +163,7 @@ def algo_graphs(sched: Schedule) -> list[AlgoGraph]:
 
     Data annotations (in place, for :mod:`etsim.chakra.verify`): chunk ``i·n + p`` (position p's
     i-th) is buffer chunk ``p·k + i``; a transfer sends the source's copy of it and the receiver
-    stores it, or for a reduction adds it into its own.
+    stores it, or for a reduction lands it in scratch and the COMP node adds it into its own.
     """
     lg = sched.links
     n = lg.n
@@ -185,9 +185,11 @@ def algo_graphs(sched: Schedule) -> list[AlgoGraph]:
             deps.append(prev)
         slot = seg(buf, (c % n) * k + c // n)
         last_send[lid] = builders[s].send(d, 1, lid, deps=deps, name=f"send_c{c}_to{d}", src=slot)
-        node = builders[d].recv(s, 1, lid, name=f"recv_c{c}_from{s}", dst=slot, reduce=x < sched.reduce_count)
-        if x < sched.reduce_count:
-            node = builders[d].reduce(1, deps=[node], name=f"reduce_c{c}")
+        reduce = x < sched.reduce_count
+        land = seg("t", x) if reduce else slot  # a partial to reduce lands in scratch; the COMP adds it in
+        node = builders[d].recv(s, 1, lid, name=f"recv_c{c}_from{s}", dst=land)
+        if reduce:
+            node = builders[d].reduce(1, deps=[node], name=f"reduce_c{c}", dst=slot, src=land)
         have[d].setdefault(c, []).append(node)
     return [b.build() for b in builders]
 

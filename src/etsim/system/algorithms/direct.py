@@ -69,9 +69,13 @@ def _exchange(
     last = after
     for off in range(1, p):
         into = piece(-off if own else 0)
-        got = b.recv(-off, chunks, tag, name=f"d{tag}_recv_{off}", dst=into, reduce=reduce and into is not None)
+        # A message to reduce lands in scratch; the reduction after it adds it in.
+        land = seg(f"t{tag}", (off - 1) * int(chunks), int(chunks)) if reduce and into is not None else into
+        got = b.recv(-off, chunks, tag, name=f"d{tag}_recv_{off}", dst=land)
         if reduce:
-            last = b.reduce(chunks, deps=[got] + ([] if last is None else [last]), name=f"d{tag}_reduce_{off}")
+            deps = [got] + ([] if last is None else [last])
+            add = (into, land) if into is not None else (None, None)
+            last = b.reduce(chunks, deps=deps, name=f"d{tag}_reduce_{off}", dst=add[0], src=add[1])
         else:
             last = got
     return last
@@ -147,7 +151,9 @@ class DirectAlgorithm(BuiltAlgorithm):
             if not to_root:
                 b.send(peer, 1, 0, name=f"to_{peer}", src=seg("i", 0 if whole else peer))
                 continue
-            got = b.recv(peer, 1, 0, name=f"from_{peer}", dst=piece, reduce=reduce)
+            land = seg("t", peer) if reduce else piece  # a message to reduce lands in scratch first
+            got = b.recv(peer, 1, 0, name=f"from_{peer}", dst=land)
             if collective == C.REDUCE:
-                last = b.reduce(1, deps=[got] + ([] if last is None else [last]), name=f"reduce_{peer}")
+                deps = [got] + ([] if last is None else [last])
+                last = b.reduce(1, deps=deps, name=f"reduce_{peer}", dst=piece, src=land)
         return b.build()

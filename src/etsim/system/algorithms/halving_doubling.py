@@ -15,8 +15,9 @@ After the reduce-scatter, rank r holds chunk r. Group sizes that are not powers 
 refused (:meth:`HalvingDoublingAlgorithm.supports` says so).
 
 Data (annotations for :mod:`etsim.chakra.verify`; in place): halving keeps the half of the held
-range whose ``dist`` bit matches the rank's and sends the other; doubling sends the held block
-(``size`` chunks from ``r`` with its low bits cleared) and stores the partner's beside it.
+range whose ``dist`` bit matches the rank's and sends the other (the partner's half lands in
+scratch and the reduction adds it in); doubling sends the held block (``size`` chunks from ``r``
+with its low bits cleared) and stores the partner's beside it.
 """
 
 from __future__ import annotations
@@ -66,9 +67,10 @@ class HalvingDoublingAlgorithm(BuiltAlgorithm):
                 keep = base + (r & dist)
                 give = base + ((r & dist) ^ dist)
                 b.send(r ^ dist, size, tag, deps=deps, name=f"halve{tag}_send", src=seg(buf, give))
-                got = b.recv(r ^ dist, size, tag, name=f"halve{tag}_recv", dst=seg(buf, keep), reduce=True)
+                land = seg(f"t{tag}", 0, size)  # lands in scratch; the reduction adds it into the kept half
+                got = b.recv(r ^ dist, size, tag, name=f"halve{tag}_recv", dst=land)
                 base = keep
-                last = b.reduce(size, deps=[got, *deps], name=f"halve{tag}_reduce")
+                last = b.reduce(size, deps=[got, *deps], name=f"halve{tag}_reduce", dst=seg(buf, keep), src=land)
                 dist //= 2
                 size //= 2
                 tag += 1

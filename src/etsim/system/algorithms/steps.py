@@ -7,10 +7,11 @@ phases of several dimensions). Every helper gives each message its own tag (``ta
 them in.
 
 Data annotations (:mod:`etsim.chakra.dataflow`): the ring phases take ``block(j)``, the chunks of
-the block ``j`` places after the rank's own along the ring, and annotate every send, every
-reducing receive (``block ⊕= message``) and every storing receive with it; the chains annotate
-segment ``s`` as chunk ``s`` of buffer ``buf``. Reductions are carried by the receives, so the
-COMP nodes that follow them are costs only.
+the block ``j`` places after the rank's own along the ring, and annotate every send and every
+storing receive with it; the chains annotate segment ``s`` as chunk ``s`` of buffer ``buf``. A
+receive whose message is to be reduced stores it in a landing slot of its own (scratch ``t<tag>``)
+and the COMP node after it adds it into the block: the reduction happens where the graph times it,
+after everything the COMP waits for.
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ def ring_reduce_scatter(
 
     Step ``s`` sends to *nxt* the chunk reduced at step ``s - 1`` (the first step waits for the
     nodes *after*), receives one from *prv* and reduces it after the previous reduction. Data:
-    step ``s`` sends ``block(-s-1)`` and reduces the message into ``block(-s-2)``, so after a full
-    ring (``steps`` = ring size − 1) the rank holds its own block, ``block(0)``, fully reduced.
+    step ``s`` sends ``block(-s-1)``, lands the message in ``t<tag>`` and its reduction adds it into
+    ``block(-s-2)``, so after a full ring (``steps`` = ring size − 1) the rank holds its own block,
+    ``block(0)``, fully reduced.
 
     All steps share one tag: each send depends on the previous one and each receive on the
     previous receive, so the k-th send matches the k-th receive and a rank holds
@@ -74,9 +76,10 @@ def ring_reduce_scatter(
     for step in range(steps):
         prev_send = [b.send(nxt, chunks, tag, deps=last + prev_send, name=f"rs{step}_send", src=_at(block, -step - 1))]
         into = _at(block, -step - 2)
-        r = b.recv(prv, chunks, tag, deps=prev_recv, name=f"rs{step}_recv", dst=into, reduce=into is not None)
+        land = None if into is None else seg(f"t{tag}", step * int(chunks), int(chunks))
+        r = b.recv(prv, chunks, tag, deps=prev_recv, name=f"rs{step}_recv", dst=land)
         prev_recv = [r]
-        last = [b.reduce(chunks, deps=[r, *last], name=f"rs{step}_reduce")]
+        last = [b.reduce(chunks, deps=[r, *last], name=f"rs{step}_reduce", dst=into, src=land)]
     return last, tag + 1
 
 
@@ -150,8 +153,9 @@ def chain_reduce(
     for s in range(segments):
         ready: int | None = None
         if order > 0:
-            got = b.recv(prv, 1, s, name=f"reduce{s}_recv", dst=seg(buf, s), reduce=True)
-            prev_red = ready = b.reduce(1, deps=[got, *_after(prev_red)], name=f"reduce{s}")
+            got = b.recv(prv, 1, s, name=f"reduce{s}_recv", dst=seg("t", s))
+            deps = [got, *_after(prev_red)]
+            prev_red = ready = b.reduce(1, deps=deps, name=f"reduce{s}", dst=seg(buf, s), src=seg("t", s))
         if order < length - 1:
             deps = _after(ready) + _after(prev_send)
             prev_send = b.send(nxt, 1, s, deps=deps, name=f"reduce{s}_send", src=seg(buf, s))

@@ -18,8 +18,9 @@ interior nodes of the other, so no rank forwards data in both trees. Without con
 all-reduce halves take 2⌊log2 p⌋ message times of S/2.
 
 Data (annotations for :mod:`etsim.chakra.verify`; in place): the first tree carries chunk 0, the
-second chunk 1 (broadcast and reduce: the one chunk); parents reduce their children's chunks into
-their own and the root's result is stored down the tree.
+second chunk 1 (broadcast and reduce: the one chunk); a child's partial lands in scratch and the
+reduction after the receive adds it into the parent's chunk; the root's result is stored down the
+tree.
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ def _tree_reduce(
     Returns the last reduction (None for a leaf).
     """
     last: int | None = None
-    for child in children:
-        got = b.recv(child, chunks, tag, name=f"t{tag}_up_recv_{child}", dst=seg("o", chunk), reduce=True)
-        last = b.reduce(chunks, deps=[got] + ([] if last is None else [last]), name=f"t{tag}_up_reduce_{child}")
+    for i, child in enumerate(children):
+        land = seg(f"t{tag}", i)  # the child's partial lands here; the reduction adds it in
+        got = b.recv(child, chunks, tag, name=f"t{tag}_up_recv_{child}", dst=land)
+        deps = [got] + ([] if last is None else [last])
+        last = b.reduce(chunks, deps=deps, name=f"t{tag}_up_reduce_{child}", dst=seg("o", chunk), src=land)
     if parent >= 0:
         b.send(parent, chunks, tag, deps=[] if last is None else [last], name=f"t{tag}_up_send", src=seg("o", chunk))
     return last
