@@ -40,7 +40,7 @@ from etsim.system.algorithms import (
 from etsim.system.config import SystemConfig
 
 REPO = Path(__file__).resolve().parents[3]
-SIZES = (1, 2, 3, 4, 5, 6, 8, 13, 16)
+SIZES = (1, 2, 3, 4, 5, 6, 8, 16)
 
 NATIVES: list[CollectiveAlgorithm] = [
     RingAlgorithm(),
