@@ -37,6 +37,12 @@ Cases:
   net-a2a-ring64-link  (from bench_network) all-to-all on a 64-NPU ring under link, 1 MiB per pair, 4 rounds
                        (16,128 messages, ~16 hops each)
   net-a2a-ring64-link-packets  (from bench_network) one round of it with 64 KiB packets (16 per message)
+  experiment-1000      ``etsim experiment run`` of 1,000 small points (8 NPUs, one all-reduce: 4 algorithms x 250
+                       sizes, analytical model, generated workload) on the local process pool over all cores;
+                       reports points per second over the whole run (validation, configs, pool start-up,
+                       simulations, results files); ``experiment-1000-ray`` the same on a local Ray cluster
+                       (Ray's start-up and shutdown included in wall_s and points_per_s, also reported apart;
+                       run_s / points_per_run_s: the sweep on the running cluster, its workers started cold)
 
 Route computation (``model.route``) is done before the timer starts in the torus cases, for model and
 reference alike. SimPy events are counted with the environment's event-id counter (no wrapper in the loop);
@@ -45,6 +51,7 @@ instant share one event, so a model case may count fewer events than messages.""
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import json
 import os
@@ -306,6 +313,47 @@ def _bench_network_case(case: str) -> dict[str, float]:
     return _report(wall, cpu, _rss_mb(), msgs, _sim_events(env) - e0 - 1, env.now)
 
 
+def experiment_1000(workdir: Path, engine: str) -> dict[str, float]:
+    """Time a 1,000-point sweep end to end with the given engine."""
+    from etsim.experiment import load_experiment, run_experiment
+
+    topology = workdir / "ring8.yaml"
+    topology.write_text("kind: ring\nnpus: 8\nbandwidth: 50 GB/s\nlatency: 500 ns\n")
+    sizes = ", ".join(f"{k} KiB" for k in range(1, 251))
+    path = workdir / "e1000.yaml"
+    path.write_text(
+        "name: e1000\nworkload: {generate: collective, type: all_reduce, npus: 8, size: 1 KiB}\n"
+        f"topology: {topology}\nmodel: analytical\n"
+        f"sweep:\n  algo: [ring, direct, halving_doubling, tree]\n  size: [{sizes}]\n"
+    )
+    extra: dict[str, float] = {}
+    t0, c0 = time.perf_counter(), time.process_time()
+    experiment = load_experiment(path)
+    load = time.perf_counter() - t0
+    if engine == "ray":  # started here (as run_experiment would) to time Ray's start and stop apart
+        import ray
+
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        extra["ray_start_s"] = time.perf_counter() - t0 - load
+    summary = run_experiment(experiment, out=workdir / f"e1000-{engine}", engine=engine, force=True, plots=False)
+    if engine == "ray":
+        t1 = time.perf_counter()
+        ray.shutdown()
+        extra["ray_stop_s"] = time.perf_counter() - t1
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    assert (summary.ok, summary.failed) == (1000, 0), summary
+    return {
+        "wall_s": wall,
+        "parent_cpu_s": cpu,
+        "load_s": load,
+        "run_s": summary.wall_s,
+        **extra,
+        "points_per_s": 1000 / wall,
+        "points_per_run_s": 1000 / summary.wall_s,
+        "jobs": float(os.cpu_count() or 1),
+    }
+
+
 def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -374,6 +422,8 @@ def run_case(case: str, workdir: Path) -> dict[str, float]:
         return heap_torus_a2a()
     if case in PORTED:
         return _bench_network_case(case)
+    if case.startswith("experiment-1000"):
+        return experiment_1000(workdir, "ray" if case.endswith("-ray") else "local")
     if case in ("load-1m", "load-1m-lean"):
         from etsim.chakra import read_trace
 
@@ -391,8 +441,9 @@ CASES = ("load-1m", "load-1m-lean", "heap-ring-256", "ring-ar-256-analytical", "
          "heap-ring-1024", "ring-ar-1024-analytical", "ring-ar-1024-link",
          "net-ring-256-analytical", "net-ring-256-link", "net-ring-1024-analytical", "net-ring-1024-link",
          "heap-net-torus-a2a", "net-torus-a2a-link", "verify-ring-ar-256")  # fmt: skip
+EXPERIMENT_CASES = ("experiment-1000", "experiment-1000-ray")
 ALL_CASES = (*CASES, "heap-ring-4096", "ring-ar-4096-analytical", "ring-ar-4096-link", "verify-ring-ar-1024",
-             *PORTED)  # fmt: skip
+             *PORTED, *EXPERIMENT_CASES)  # fmt: skip
 #: Ratio targets of the network-layer cases (model CPU time / heap reference CPU time) by model name.
 TARGETS = {"analytical": 2.0, "link": 3.0}
 
@@ -426,12 +477,15 @@ def main() -> int:
     if args and args[0] == "--child":
         print(json.dumps(run_case(args[1], Path(args[2]))))
         return 0
-    repeat = 3
-    if "--repeat" in args:
-        i = args.index("--repeat")
-        repeat = int(args[i + 1])
-        del args[i : i + 2]
-    cases = select(args) or list(CASES)
+    parser = argparse.ArgumentParser(
+        description="Benchmark cases, each in a fresh process, with medians over repeats.",
+        epilog="cases: " + ", ".join(ALL_CASES) + " (default: " + ", ".join(CASES) + ")",
+    )
+    parser.add_argument("cases", nargs="*", metavar="CASE", help="case names or shell patterns ('net-*')")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per case (default 3)")
+    options = parser.parse_args(args)
+    repeat = options.repeat
+    cases = select(options.cases) or list(CASES)
     medians: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)

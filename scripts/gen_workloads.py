@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from etsim.chakra import CollectiveType, write_workload
-from etsim.producers import collective_workload, data_parallel_workload, ring_sendrecv_workload
+from etsim.producers import collective_workload, data_parallel_workload, moe_workload, ring_sendrecv_workload
 
 MiB = 1 << 20
 
@@ -23,6 +23,9 @@ WORKLOADS = {
     "sendrecv_ring_8npus_1MiB": lambda: ring_sendrecv_workload(MiB, 8),
     "dp_8npus_4layers": lambda: data_parallel_workload(
         8, layers=4, grad_bytes=16 * MiB, fwd_micros=200, bwd_micros=200, wg_micros=150, iterations=2
+    ),
+    "moe_16npus_2layers": lambda: moe_workload(
+        16, ep_size=4, layers=2, token_bytes=2 * MiB, dense_grad_bytes=[32 * 1024, 16 * MiB], expert_grad_bytes=4 * MiB
     ),
 }
 

@@ -1,8 +1,9 @@
 """Regression snapshot: simulate a matrix of shipped inputs and write every result, exactly.
 
 Used to prove that a refactor or a fast path changes no number: run it before and after and diff
-the two files (they must be byte-identical). Each case records the full JSON result (finish, ranks,
-collectives, network counters, per-link statistics) minus wall-clock fields, or the error message.
+the two files (they must be byte-identical); ``--fast-path off`` and ``--fast-path always`` must agree
+too. Each case records the full JSON result (finish, ranks, collectives, network counters, per-link
+statistics) minus how the run went (wall clock, events, bulk parts, reruns), or the error message.
 
     python scripts/snapshot.py -o /tmp/before.jsonl            # every case
     python scripts/snapshot.py -o /tmp/after.jsonl && cmp /tmp/before.jsonl /tmp/after.jsonl
@@ -34,8 +35,27 @@ Case = tuple[str, Callable[[], Any]]
 
 def _result_dict(result: Any) -> dict[str, Any]:
     data = result.to_dict()
-    data.get("sim", {}).pop("wall_s", None)
+    sim = data.get("sim", {})
+    for key in ("wall_s", "events", "bulk_parts", "reruns"):  # how the run went, not what it computed
+        sim.pop(key, None)
     return data
+
+
+def _set_fast_path(mode: str) -> None:
+    """``off``: every collective on the event path; ``always``: the fast path for parts of any size."""
+    import etsim.simulation
+    import etsim.workload.bulk
+
+    if mode == "always":
+        etsim.workload.bulk.MIN_WORK = 0
+    elif mode == "off":
+        inner = etsim.simulation._simulate
+
+        def event_path_only(*args: Any, **kwargs: Any) -> Any:
+            kwargs["fast_excluded"] = None
+            return inner(*args, **kwargs)
+
+        etsim.simulation._simulate = event_path_only  # type: ignore[assignment]
 
 
 def _run_cases(tmp: Path) -> Iterator[Case]:
@@ -246,7 +266,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--out", help="write JSON lines here (default: standard output)")
     parser.add_argument("--list", action="store_true", help="print the case names and exit")
     parser.add_argument("-k", help="only cases whose name contains this text")
+    parser.add_argument(
+        "--fast-path",
+        choices=("auto", "off", "always"),
+        default="auto",
+        help="auto: as etsim runs; off: every message on the event path; always: bulk evaluation for parts of any "
+        "size (a snapshot taken with each must be identical)",
+    )
     args = parser.parse_args(argv)
+    _set_fast_path(args.fast_path)
     from etsim.errors import EtsimError
 
     out = open(args.out, "w") if args.out else sys.stdout  # noqa: SIM115

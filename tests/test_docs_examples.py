@@ -42,3 +42,50 @@ def test_file_plugins_report_clear_errors(tmp_path: Path) -> None:
     )
     with pytest.raises(TopologyError, match=r"net.yaml: network.model: .*no such file"):
         load_network(tmp_path / "net.yaml")
+
+
+@pytest.mark.parametrize(
+    ("topology", "tuned", "singles"),
+    [
+        ("ring4_switch4", 1.43843, {"ring": 2.53201, "direct": 1.86900, "tree": 3.42658, "hd": 2.28162,
+                                    "hierarchical": None, "tacos": 1.67956}),
+        ("ring16", 2.53628, {"ring": 3.60182, "direct": 4.90743, "tree": 10.0682, "hd": 10.2355,
+                             "hierarchical": 3.60182, "tacos": None}),
+    ],
+)  # fmt: skip
+def test_tuning_moe_example(repo: Path, tmp_path: Path, topology: str, tuned: float, singles: dict) -> None:  # type: ignore[type-arg]
+    """docs/tuning.md's table: the tuned table beats every single algorithm on the shipped MoE workload."""
+    from etsim.system.config import load_system_config
+    from etsim.tuning import TuneRequest, csv_text, tune
+    from etsim.tuning.tune import base_settings, compare_workload
+
+    examples = repo / "docs" / "examples"
+    base = examples / "comm_stream_per_group.yaml"
+    shipped = examples / f"moe_tuned_{topology}.yaml"
+    request = TuneRequest(
+        topology=f"topologies/{topology}.yaml",
+        candidates=list(singles),
+        workload="workloads/moe_16npus_2layers",
+        system=load_system_config(base),
+        settings=base_settings(base),
+        output=f"docs/examples/moe_tuned_{topology}.yaml",
+    )
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(repo)
+    try:
+        result = tune(request, jobs=1)
+        assert result.table_text == shipped.read_text()  # the shipped table is what the command writes
+        assert csv_text(result.measurements, result.tuned) == shipped.with_suffix(".csv").read_text()
+        comparison = compare_workload(request, load_system_config(shipped), jobs=1)
+    finally:
+        os.chdir(cwd)
+    times = {getattr(m.point, "label", ""): m.time_ns for m in comparison}
+    assert f"{times.pop('tuned table') / 1e6:.6g}" == f"{tuned:.6g}"
+    for label, expected in singles.items():
+        got = times[label]
+        assert (got is None) == (expected is None), label
+        if got is not None:
+            assert f"{got / 1e6:.6g}" == f"{expected:.6g}", label
+            assert got > tuned * 1e6

@@ -14,6 +14,7 @@ __all__ = [
     "DeadlockError",
     "EtsimError",
     "EtsimWarning",
+    "FastPathConflict",
     "RegistryError",
     "SimulationError",
     "TopologyError",
@@ -53,6 +54,27 @@ class SimulationError(EtsimError):
 
 class DeadlockError(SimulationError):
     """A simulation cannot progress; the message names the stuck ranks and nodes."""
+
+
+class FastPathConflict(SimulationError):
+    """The fast path evaluated a collective ahead and cannot prove the event path would agree.
+
+    For example other traffic reached its links, or a phase would end before its last member started.
+
+    Internal: :func:`etsim.simulation.simulate` catches it and runs again with that collective on the event
+    path, so a user never sees it.
+
+    Attributes:
+        namespace: the collective instance, stream and phase to run on the event path next time (None:
+            every collective).
+        signature: the structure of its algorithm graph, when known: parts with the same graph are
+            likely to conflict the same way, so they take the event path too.
+    """
+
+    def __init__(self, message: str, namespace: object, signature: int | None = None) -> None:
+        super().__init__(message)
+        self.namespace = namespace
+        self.signature = signature
 
 
 class EtsimWarning(UserWarning):

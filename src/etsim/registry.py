@@ -32,6 +32,10 @@ T = TypeVar("T")
 
 _FILE_MODULES: dict[str, ModuleType] = {}
 
+#: Names with this prefix resolve like any other but are not listed to users (tests publish plug-ins
+#: under them to prove the entry-point path works).
+HIDDEN_PREFIX = "etsim-test-"
+
 
 def _load_file(path: str, kind: str, name: str) -> ModuleType:
     """Import a plug-in from a Python file (once per absolute path)."""
@@ -124,9 +128,9 @@ class Registry(Generic[T]):
         self._entry_points_loaded = False
 
     def names(self) -> list[str]:
-        """All names available without an import path, sorted."""
+        """All names available without an import path, sorted (test-only ``etsim-test-*`` names left out)."""
         self._load_entry_points()
-        return sorted(self._items)
+        return sorted(name for name in self._items if not name.startswith(HIDDEN_PREFIX))
 
     def get(self, name: str) -> type[T]:
         """Resolve *name* to a plug-in class; raise :class:`RegistryError` listing the choices."""

@@ -15,12 +15,12 @@ import gc
 import os
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any, TextIO
 
 from etsim.chakra.graph import Workload
 from etsim.chakra.validate import preflight
-from etsim.errors import ConfigError, DeadlockError, EtsimWarning, SimulationError, warn
+from etsim.errors import ConfigError, DeadlockError, EtsimWarning, FastPathConflict, SimulationError, warn
 from etsim.network import NetworkConfig, Topology, build_model, load_network, ring
 from etsim.network.model import CountingEnvironment, LinkStats
 from etsim.report.result import CollectiveRecord, RankResult, Result
@@ -29,6 +29,7 @@ from etsim.system.config import SystemConfig
 from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
 from etsim.units import format_bandwidth, format_size, format_time
 from etsim.workload.engine import Engine
+from etsim.workload.observe import RunObserver
 
 __all__ = [
     "DEFAULT_BANDWIDTH",
@@ -43,6 +44,9 @@ __all__ = [
 #: The network model used when neither the call nor the topology file names one: congestion-aware,
 #: so that no result is faster than the links can carry (``analytical`` is an explicit choice).
 DEFAULT_MODEL = "link"
+
+#: Attempts with the fast path before a run falls back to the event path for every collective.
+MAX_FAST_RERUNS = 3
 #: A run expected to send more messages than this is announced with a warning before it starts.
 MESSAGE_WARNING = 20_000_000
 
@@ -64,22 +68,27 @@ def check_workload(workload: Workload, config: SystemConfig) -> None:
         raise SimulationError("the workload cannot be simulated:\n" + "\n".join(problems[:10]) + more)
 
 
-def _attach_progress(engine: Engine, stream: TextIO, interval: float, wall0: float) -> None:
+def _attach_progress(engine: Engine, stream: TextIO, interval: float, wall0: float, expected: int) -> None:
     """Redraw a progress line every *interval* seconds, checked every few thousand messages."""
     state = {"last": time.perf_counter()}
+
+    total = sum(len(run.indeg) for run in engine.runs)
 
     def report(eng: Engine) -> None:
         now = time.perf_counter()
         if now - state["last"] < interval:
             return
         state["last"] = now
-        done = eng.ranks_done
-        total = len(eng.runs)
+        # The bar follows the messages sent against those expected (a single collective moves it too),
+        # or the workload nodes finished when no collective is expected.
+        done = total - sum(run.remaining for run in eng.runs)
+        collectives = len(eng.collectives) - len(eng.open_calls)
+        fraction = min(eng.messages / expected, 1.0) if expected else (done / total if total else 1.0)
         width = 20
-        filled = width * done // total if total else width
+        filled = int(width * fraction)
         stream.write(
-            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} ranks done, "
-            f"t = {format_time(eng.env.now)}, {eng.messages} messages, {now - wall0:.1f} s"
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} nodes, {collectives} collectives done, "
+            f"{eng.messages}/{expected or '?'} messages, t = {format_time(eng.env.now)}, {now - wall0:.1f} s"
         )
         stream.flush()
 
@@ -95,6 +104,7 @@ def simulate(
     system: SystemConfig | None = None,
     progress: TextIO | None = None,
     progress_interval: float = 0.5,
+    observer: RunObserver | None = None,
 ) -> Result:
     """Simulate *workload* and return its :class:`~etsim.report.Result`.
 
@@ -108,6 +118,8 @@ def simulate(
         system: system parameters (default :class:`~etsim.system.config.SystemConfig`).
         progress: a stream to draw a one-line progress display on (e.g. ``sys.stderr``), or None.
         progress_interval: seconds between progress updates.
+        observer: a :class:`~etsim.workload.observe.RunObserver` that watches the run (timelines,
+            critical path), or None.
 
     Everything that may make the result misleading is issued as an
     :class:`~etsim.errors.EtsimWarning` and listed in ``Result.warnings``.
@@ -118,15 +130,33 @@ def simulate(
         SimulationError, ConfigError: inconsistent inputs, named precisely.
     """
     caught: list[warnings.WarningMessage] = []
+    excluded: set[Hashable] = set()
+    reruns = 0
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", EtsimWarning)
-            result = _simulate(workload, topology, model, model_options, system, progress, progress_interval)
+            while True:
+                del caught[:]  # only the attempt that completes speaks
+                try:
+                    result = _simulate(
+                        workload, topology, model, model_options, system, progress, progress_interval, observer,
+                        fast_excluded=excluded if reruns < MAX_FAST_RERUNS else None,
+                    )
+                    break
+                except FastPathConflict as conflict:
+                    # A part evaluated ahead could not be proven exact: run again with it on the event path.
+                    reruns += 1
+                    if conflict.namespace is None:
+                        reruns = MAX_FAST_RERUNS
+                    excluded.add(("part", conflict.namespace))
+                    if conflict.signature is not None:
+                        excluded.add(("graph", conflict.signature))
     finally:
         # Hand every warning on to the caller's filters (the CLI prints them; pytest may raise them).
         for w in caught:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
     result.warnings = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, EtsimWarning)))
+    result.sim["reruns"] = reruns
     return result
 
 
@@ -154,8 +184,13 @@ def _simulate(
     system: SystemConfig | None,
     progress: TextIO | None,
     progress_interval: float,
+    observer: RunObserver | None = None,
+    *,
+    fast_excluded: set[Hashable] | None = None,
 ) -> Result:
     config = system or SystemConfig()
+    if fast_excluded is None:
+        config = config.with_overrides(fast_path=False)
     n = workload.num_ranks
     if n == 0:
         raise ConfigError("the workload has no ranks")
@@ -188,16 +223,16 @@ def _simulate(
     env = CountingEnvironment()
     network = build_model(env, topo, model_name, options)
     dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
-    sys_layer = System(config, groups, dims=dims)
+    sys_layer = System(config, groups, dims=dims, topology=topo)
     expected = sys_layer.message_estimate(workload.traces)
     if expected > MESSAGE_WARNING:
         warn(
             f"this run will send about {expected:,} messages (more than {MESSAGE_WARNING:,}); it may take a long "
             "time — fewer chunks or a smaller group make it cheaper"
         )
-    engine = Engine(env, network, sys_layer, list(workload.traces), config)
+    engine = Engine(env, network, sys_layer, list(workload.traces), config, observer, fast_excluded)
     if progress is not None:
-        _attach_progress(engine, progress, progress_interval, wall0)
+        _attach_progress(engine, progress, progress_interval, wall0, expected)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived events; the cyclic collector only costs time here
     try:
@@ -211,30 +246,53 @@ def _simulate(
             progress.flush()
     wall = time.perf_counter() - wall0
     if engine.ranks_done < n:
+        if engine.fast is not None and (engine.fast.parts or engine.fast.pending):
+            # Parts evaluated ahead (or still waiting for members) make a poor report: redo on the event path.
+            raise FastPathConflict("the run cannot progress", None)
         raise DeadlockError(
             f"the simulation cannot progress at t = {env.now:.1f} ns; " + engine.deadlock_report()
         )
     engine.check_all_received()
+    if observer is not None:
+        observer.finished(engine)
     ranks = [RankResult(r.rank, r.finish_ns, r.compute_ns, r.comm_ns, r.exposed_ns) for r in engine.runs]
     collectives = [
-        CollectiveRecord(c.rank, c.node_id, c.type, c.bytes, list(c.group), c.algorithm, c.start_ns, c.end_ns)
+        CollectiveRecord(c.rank, c.node_id, c.type, c.bytes, list(c.group), c.algorithm, c.start_ns, c.end_ns, c.rule)
         for c in engine.collectives
     ]
     stats = network.link_stats()
     finish = max((r.finish_ns for r in ranks), default=0.0)
     if not getattr(network, "congestion_aware", True):
         _check_physical(stats, finish, model_name, topo)
+    # utilisation: the share of the run the link spent serialising (None for a run that took no time).
     links = [
-        {"link": s.link, "src": s.src, "dst": s.dst, "bytes": s.bytes, "busy_ns": s.busy, "messages": s.messages}
+        {
+            "link": s.link,
+            "src": s.src,
+            "dst": s.dst,
+            "bytes": s.bytes,
+            "busy_ns": s.busy,
+            "messages": s.messages,
+            "bandwidth_GBps": s.bandwidth,
+            "utilisation": s.busy / finish if finish > 0 else None,
+        }
         for s in stats
         if s.messages
     ]
+    network_info: dict[str, Any] = {
+        "model": model_name,
+        "topology": topo_label,
+        "messages": engine.messages,
+        "bytes": engine.bytes,
+    }
+    if topo.dims:  # lets plots lay links out on the grid of a mesh or torus
+        network_info["dims"] = [{"kind": d.kind, "npus": d.npus} for d in topo.dims]
     return Result(
         finish_ns=finish,
         ranks=ranks,
         collectives=collectives,
-        network={"model": model_name, "topology": topo_label, "messages": engine.messages, "bytes": engine.bytes},
-        sim={"events": engine.events, "wall_s": wall},
+        network=network_info,
+        sim={"events": engine.events, "wall_s": wall, "bulk_parts": engine.fast.parts if engine.fast else 0},
         links=links,
     )
 

@@ -20,7 +20,7 @@ from etsim.chakra import (
 )
 from etsim.chakra.io import encode_varint, read_bytes
 from etsim.chakra.schema import et_def_pb2 as pb
-from etsim.errors import TraceError
+from etsim.errors import EtsimWarning, TraceError
 
 
 def corpus_files(corpus: Path) -> list[Path]:
@@ -123,7 +123,8 @@ def test_family_forms(tmp_path: Path) -> None:
     assert resolve_family(tmp_path / "wl") == expected
     assert resolve_family(f"{tmp_path}/wl.et") == expected
     assert resolve_family(tmp_path) == expected
-    assert resolve_family(tmp_path / "wl.1.et") == [tmp_path / "wl.1.et"]
+    with pytest.warns(EtsimWarning, match=r"wl\.1\.et' is one file \(rank 1\) of the 3-rank family .*wl\.0\.et"):
+        assert resolve_family(tmp_path / "wl.1.et") == [tmp_path / "wl.1.et"]
     workload = load_workload(tmp_path / "wl")
     assert workload.num_ranks == 3
     assert [t.duration_micros[0] for t in workload] == [0, 1, 2]

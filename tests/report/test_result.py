@@ -20,12 +20,13 @@ def test_json_has_the_documented_keys() -> None:
     assert {"finish_ns", "ranks", "collectives", "network", "sim", "links"} <= set(data)
     assert set(data["ranks"][0]) == {"rank", "finish_ns", "compute_ns", "comm_ns", "exposed_comm_ns"}
     assert set(data["collectives"][0]) == {
-        "rank", "node_id", "type", "bytes", "group", "algorithm", "start_ns", "end_ns",
+        "rank", "node_id", "type", "bytes", "group", "algorithm", "start_ns", "end_ns", "rule", "algbw_GBps",
+        "busbw_GBps",
     }  # fmt: skip
     assert {"model", "topology", "messages", "bytes"} <= set(data["network"])
     assert {"events", "wall_s"} <= set(data["sim"])
     link = data["links"][0]
-    assert {"link", "src", "dst", "bytes", "busy_ns", "messages"} <= set(link)
+    assert {"link", "src", "dst", "bytes", "busy_ns", "messages", "bandwidth_GBps", "utilisation"} <= set(link)
 
 
 def test_json_numbers_agree_with_the_run() -> None:
@@ -44,3 +45,19 @@ def test_table_names_the_finish_collectives_and_network() -> None:
     assert text.startswith("finish time:")
     assert "all_reduce" in text and "ring" in text
     assert "network: link on ring" in text
+
+
+def test_a_saved_result_renders_as_the_fresh_one() -> None:
+    import pytest
+
+    from etsim.errors import ConfigError
+    from etsim.report import Result
+
+    result = _result()
+    result.groups = [{"group": "0", "ranks": 4, "calls": 4, "bytes": 4.0, "comm_ns_max": 1.0,
+                      "exposed_comm_ns_mean": 1.0, "exposed_comm_ns_max": 1.0, "rank_of_max": 0}]  # fmt: skip
+    again = Result.from_dict(json.loads(result.to_json()))
+    assert again.to_dict() == result.to_dict() and again.table() == result.table()
+    for bad in ([], {"ranks": []}, {"finish_ns": 1, "ranks": [{"rank": 0}]}, {"finish_ns": "x", "ranks": []}):
+        with pytest.raises(ConfigError, match="not an etsim result"):
+            Result.from_dict(bad, source="r.json")

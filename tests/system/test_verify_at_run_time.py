@@ -122,3 +122,27 @@ def test_a_subclass_that_changes_the_graphs_is_verified():
     assert Broken().verify(C.ALL_GATHER, 5).ok is False
     assert RingAlgorithm().verify(C.ALL_GATHER, 3).ok is True
     assert RingAlgorithm().verify(C.GATHER, 3).ok is None  # not implemented: cannot verify, with the reason
+
+
+def test_phased_algorithms_and_gated_nodes_cannot_be_verified():
+    from etsim.chakra.algorithm import AlgorithmBuilder
+    from etsim.chakra.verify import verify_graphs
+    from etsim.system.algorithms.base import CollectiveAlgorithm, Phase
+
+    class Phased(CollectiveAlgorithm):
+        name = "phased"
+        collectives = frozenset({C.ALL_REDUCE})
+
+        def phases(self, collective, group_size, position, *, stream, state):
+            return [Phase(AlgorithmBuilder(total_chunks=1).build())]
+
+    verdict = Phased().verify(C.ALL_REDUCE, 2)
+    assert verdict.ok is None and "runs as phases" in verdict.message
+    Phased().check_correct(C.ALL_REDUCE, 2)  # nothing to refuse
+    b = AlgorithmBuilder(total_chunks=1)
+    a = b.recv(1, 1, dst="o@0")
+    c = b.recv(1, 1, 1, dst="s@0")
+    d = b.reduce(1, deps=[a, c], dst="o@0", src="s@0")
+    b.gate(d, 1, a)
+    verdict = verify_graphs([b.build(), b.build()], C.ALL_REDUCE)
+    assert verdict.ok is None and verdict.message.startswith("gated nodes")

@@ -177,7 +177,8 @@ def test_progress_display() -> None:
     workload = Workload(collective_workload(CollectiveType.ALL_REDUCE, 1 << 20, 64))
     result = simulate(workload, topology=ring(64, B, L), progress=stream, progress_interval=0.0)
     text = stream.getvalue()
-    assert "ranks done" in text and "messages" in text  # drawn at least once (every 4096 messages)
+    assert "nodes" in text and "messages" in text  # drawn at least once (every 4096 messages)
+    assert f"/{8064} messages" in text  # against the expected count: 64 ranks × 2·63 sends
     assert text.endswith("\r")  # and cleared at the end
     assert result.network["messages"] == 64 * 126
 

@@ -45,6 +45,7 @@ from etsim.chakra.dataflow import (
 from etsim.chakra.graph import CollectiveType, NodeType, Trace, parse_collective
 from etsim.chakra.io import write_workload
 from etsim.errors import TraceError
+from etsim.files import make_parent
 
 __all__ = [
     "COMP",
@@ -109,6 +110,14 @@ class AlgoGraph:
     """Buffer placements the annotations are written for (``in_place``/``out_of_place``); () = out of place."""
     setup: list[NodeData] = field(default_factory=list)
     """Local copies made before the first node and not timed (a native all-to-all's copy of the rank's own piece)."""
+    exits: tuple[int, ...] = ()
+    """Nodes whose completion ends this rank's part of the collective: its next phase may start and the
+    collective may complete while the other nodes (sends still in flight) finish in the background.
+    Empty: the part ends when every node has finished."""
+    gates: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Gated nodes, ``node -> (k, armed_by)``: the node becomes ready at the first completion of one of its
+    dependencies at which node ``armed_by`` has finished and at least k of its dependencies have (work
+    released by completions, in completion order, only once a condition holds)."""
     _succ: tuple[list[int], list[int], list[int]] | None = field(default=None, repr=False)
     _succ_lists: list[tuple[int, ...]] | None = field(default=None, repr=False)
 
@@ -314,6 +323,20 @@ class AlgorithmBuilder:
         name = name or "copy"
         return self._add(COMP, -1, 0, chunks, deps, name, duration_ns, self._data("copy", chunks, name, dst, src))
 
+    def mark_exits(self, *nodes: int) -> None:
+        """The part ends (for its collective) when these nodes have finished (see :attr:`AlgoGraph.exits`)."""
+        self.graph.exits = tuple(dict.fromkeys((*self.graph.exits, *nodes)))
+
+    def gate(self, node: int, k: int, armed_by: int) -> None:
+        """Gate *node*: ready at a dependency's completion once *armed_by* and *k* dependencies have finished.
+
+        See :attr:`AlgoGraph.gates`.
+        """
+        deps = self.graph.deps(node)
+        if not 1 <= k <= len(deps) or not 0 <= armed_by < self.graph.num_nodes or armed_by == node:
+            raise ValueError(f"node {node}: gate needs 1 <= k <= {len(deps)} dependencies and another node to arm it")
+        self.graph.gates[node] = (k, armed_by)
+
     def build(self) -> AlgoGraph:
         """The graph written so far."""
         g = self.graph
@@ -332,6 +355,8 @@ def algo_graph_to_trace(graph: AlgoGraph, position: int, group_size: int) -> Tra
     ``data_op``, ``data_src`` and ``data_dst`` with offsets made absolute for *position*, and the
     placement the global metadata attribute ``data_placement`` (:mod:`etsim.chakra.dataflow`).
     """
+    if graph.gates:
+        raise ValueError("a graph with gated nodes (released by completion order) has no Chakra ET form")
     b = TraceBuilder()
     if any(d is not None for d in graph.data):
         placement = ",".join(graph.placement or (OUT_OF_PLACE,))
@@ -343,6 +368,7 @@ def algo_graph_to_trace(graph: AlgoGraph, position: int, group_size: int) -> Tra
             copies.append(f"{dst}={src}")
         b.metadata.attr.append(make_attribute("data_setup", ";".join(copies), member="string_val"))
     symbolic = graph.total_chunks is not None
+    exits = set(graph.exits)
     for pos, kind in enumerate(graph.kinds):
         deps = graph.deps(pos)
         amount = graph.chunks[pos]
@@ -371,6 +397,8 @@ def algo_graph_to_trace(graph: AlgoGraph, position: int, group_size: int) -> Tra
             node_type = NodeType.COMM_SEND_NODE if kind == SEND else NodeType.COMM_RECV_NODE
             b.node(node_type, graph.names[pos], deps=deps, attrs=attrs)
         node = b.nodes[-1]
+        if pos in exits:
+            node.attr.append(make_attribute("etsim_exit", True))
         for name, value in size_attrs.items():
             node.attr.append(make_attribute(name, value, member=int32 if name != "comm_size" else None))
         data = graph.data_of(pos)
@@ -403,6 +431,7 @@ def algo_graph_from_trace(trace: Trace, *, ignore_ctrl_deps: bool = False) -> Al
     chunk_cnt: list[int | None] = [None] * n
     total: set[int] = set()
     texts: dict[int, dict[str, str]] = {}
+    exits: list[int] = []
     if trace.nodes:
         for pos, node in enumerate(trace.nodes):
             for attr in node.attr:
@@ -412,9 +441,11 @@ def algo_graph_from_trace(trace: Trace, *, ignore_ctrl_deps: bool = False) -> Al
                     total.add(int(getattr(attr, attr.WhichOneof("value") or "int64_val")))
                 elif attr.name in _DATA_ATTRS and attr.WhichOneof("value") == "string_val":
                     texts.setdefault(pos, {})[attr.name] = attr.string_val
+                elif attr.name == "etsim_exit" and attr.bool_val:
+                    exits.append(pos)
     comm_positions = [p for p, t in enumerate(trace.types) if t in (SEND, RECV)]
     symbolic = bool(comm_positions) and all(chunk_cnt[p] is not None for p in comm_positions) and len(total) == 1
-    g = AlgoGraph(total_chunks=total.pop() if symbolic else None)
+    g = AlgoGraph(total_chunks=total.pop() if symbolic else None, exits=tuple(exits))
     order = topological_order(trace, include_ctrl=not ignore_ctrl_deps)
     if len(order) != n:
         raise ValueError(f"{trace.where()}the algorithm graph has a dependency cycle")
@@ -533,11 +564,7 @@ def write_family(traces: Sequence[Trace], prefix: str | os.PathLike[str]) -> lis
         TraceError: the directory cannot be created or a file cannot be written (named).
     """
     text = family_prefix(prefix)
-    parent = Path(text).parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TraceError(f"{parent}: cannot create the output directory: {exc.strerror or exc}") from None
+    make_parent(f"{text}.0.et", TraceError)
     return write_workload(list(traces), text)
 
 

@@ -24,7 +24,8 @@ from google.protobuf.message import DecodeError, Message
 
 from etsim.chakra.graph import Trace, Workload
 from etsim.chakra.schema import et_def_pb2 as pb
-from etsim.errors import TraceError
+from etsim.errors import TraceError, warn
+from etsim.files import write_bytes
 
 __all__ = [
     "decode_varint",
@@ -227,12 +228,7 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> Path:
     if p.name.endswith(".gz"):
         # mtime=0 keeps the output deterministic.
         data = gzip.compress(data, mtime=0)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
-    except OSError as exc:
-        raise TraceError(f"{p}: cannot write: {exc.strerror or exc}") from None
-    return p
+    return write_bytes(p, data, TraceError)
 
 
 def write_workload(workload: Workload | list[Trace], prefix: str | os.PathLike[str]) -> list[Path]:
@@ -313,6 +309,15 @@ def resolve_family(spec: str | os.PathLike[str]) -> list[Path]:
                 )
             return _check_complete(prefix, family)
     if path.is_file():
+        m = _FAMILY_RE.match(path.name)
+        if m:
+            siblings = _families_in(path.parent).get(m.group("prefix"), {})
+            if len(siblings) > 1:
+                prefix = str(path.parent / m.group("prefix"))
+                warn(
+                    f"workload {raw!r} is one file (rank {m.group('rank')}) of the {len(siblings)}-rank family "
+                    f"{prefix}.0.et …; it runs as a 1-rank workload. Give the prefix {prefix!r} to load every rank"
+                )
         return [path]
     parent = path.parent if path.parent.is_dir() else None
     near = []

@@ -13,6 +13,7 @@ import networkx as nx
 from etsim.chakra.graph import COLLECTIVE_NAMES, NodeType, Trace
 from etsim.chakra.validate import topological_order
 from etsim.errors import TraceError
+from etsim.files import make_parent, write_text
 
 __all__ = ["RankSummary", "critical_path_nodes", "summarize_trace", "to_networkx", "write_graph"]
 
@@ -144,10 +145,16 @@ def _dot_label(lines: list[str]) -> str:
 def write_graph(trace: Trace, out: str | os.PathLike[str]) -> Path:
     """Write the dependency graph as Graphviz ``.dot`` or ``.graphml`` (chosen by the suffix)."""
     path = Path(out)
+    if path.suffix not in (".graphml", ".dot"):
+        raise TraceError(f"{path}: unsupported output format {path.suffix!r} (use .dot or .graphml)")
     g = to_networkx(trace)
     if path.suffix == ".graphml":
-        nx.write_graphml(g, path)
-    elif path.suffix == ".dot":
+        make_parent(path, TraceError)
+        try:
+            nx.write_graphml(g, path)
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    else:
         lines = ["digraph chakra {", "  node [shape=box];"]
         for nid, data in g.nodes(data=True):
             detail = data["type"]
@@ -161,7 +168,5 @@ def write_graph(trace: Trace, out: str | os.PathLike[str]) -> Path:
             style = " [style=dashed]" if data["kind"] == "ctrl" else ""
             lines.append(f"  {u} -> {v}{style};")
         lines.append("}")
-        path.write_text("\n".join(lines) + "\n")
-    else:
-        raise TraceError(f"{path}: unsupported output format {path.suffix!r} (use .dot or .graphml)")
+        write_text(path, "\n".join(lines) + "\n", TraceError)
     return path

@@ -23,6 +23,7 @@ __all__ = ["build_parser", "main"]
 #: Sub-command modules, in the order they appear in ``etsim --help``.
 COMMAND_MODULES = (
     "etsim.cli.run",
+    "etsim.cli.report",
     "etsim.cli.trace",
     "etsim.cli.workload",
     "etsim.cli.algo",
@@ -30,6 +31,8 @@ COMMAND_MODULES = (
     "etsim.cli.convert",
     "etsim.compat.cli",
     "etsim.cli.synth",
+    "etsim.cli.experiment",
+    "etsim.cli.tune",
 )
 
 

@@ -14,10 +14,10 @@ command (and ``--algo OUT.xml``) reads back to the same graph, with the family's
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from etsim.cli.algo import parse_collective
 from etsim.errors import ConfigError, TraceError, warn
+from etsim.files import write_text
 from etsim.producers.msccl import convert_msccl, step_counts, workload_to_msccl, write_msccl_et
 
 __all__ = ["register"]
@@ -57,12 +57,7 @@ def _to_msccl(args: argparse.Namespace) -> int:
             f"{args.output}: buffer offsets are placeholders ({note}); the XML has the family's timing but is "
             'not a data-correct program (<algo etsim_offsets="placeholder">)'
         )
-    out = Path(args.output)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(xml)
-    except OSError as exc:
-        raise TraceError(f"{out}: cannot write: {exc.strerror or exc}") from None
+    out = write_text(args.output, xml, TraceError)
     print(f"wrote {out}")
     return 0
 

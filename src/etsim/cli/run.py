@@ -9,10 +9,19 @@ from pathlib import Path
 from etsim.chakra.graph import COLLECTIVE_NAMES
 from etsim.chakra.io import load_workload
 from etsim.errors import ConfigError
+from etsim.files import write_text
+from etsim.report.groups import exposure_by_group, exposure_from_ranks, single_group
+from etsim.report.record import RunRecorder
+from etsim.report.result import Result
+from etsim.report.tables import critical_path_lines
 from etsim.simulation import simulate
 from etsim.system.algorithms import ALGORITHMS
 from etsim.system.config import SystemConfig, load_system_config
-from etsim.units import parse_bandwidth, parse_time
+from etsim.system.rules import SelectionRule
+from etsim.units import format_size, parse_bandwidth, parse_time
+
+#: --trace-limit's default (etsim.report.trace.DEFAULT_LIMIT, not imported here to keep start-up light).
+DEFAULT_LIMIT = 1_000_000
 
 __all__ = ["parse_algo_options", "register"]
 
@@ -24,7 +33,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="simulate a workload (default command: `etsim WORKLOAD …` means `etsim run WORKLOAD …`)",
         description="Simulate a Chakra ET workload on a topology and print per-rank and per-collective times.",
     )
-    p.add_argument("workload", help="a family prefix P (P.0.et …), P.et, a directory with one family, or one .et file")
+    p.add_argument(
+        "workload",
+        nargs="?",
+        help="a family prefix P (P.0.et …), P.et, a directory with one family, or one .et file",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="run one experiment point (DIR/points/<id>/config.yaml) instead of WORKLOAD and options",
+    )
     p.add_argument(
         "--algo",
         action="append",
@@ -36,7 +54,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "--topology", help="topology YAML (default: a bidirectional ring of the workload's ranks, 50 GB/s, 500 ns)"
     )
-    p.add_argument("--model", help="network model: analytical (default), link, ideal, or package.module:Class")
+    p.add_argument(
+        "--model",
+        help="network model: link (default; congestion-aware FIFO links, store-and-forward), analytical "
+        "(congestion-unaware: latency + size/bandwidth per message, concurrent messages do not share links), "
+        "ideal (fixed delay), or package.module:Class",
+    )
     p.add_argument(
         "--system", help="system YAML (algorithms, chunks, reduction_bandwidth, endpoint_delay, resources, …)"
     )
@@ -46,6 +69,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--endpoint-delay", help="delay added to every message, e.g. '10 ns'")
     p.add_argument("--ignore-ctrl-deps", action="store_true", help="walk data dependencies only")
     p.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT ('-' for standard output)")
+    p.add_argument(
+        "--trace",
+        metavar="OUT",
+        help="write a timeline (Chrome trace JSON; OUT.json.gz is gzipped) to open in the Perfetto UI or chrome://tracing",
+    )
+    p.add_argument(
+        "--trace-messages", action="store_true", help="with --trace: every message as slices joined by flow arrows"
+    )
+    p.add_argument(
+        "--trace-limit",
+        type=int,
+        default=DEFAULT_LIMIT,
+        metavar="N",
+        help=f"with --trace: write at most N events; a cut trace says so (default {DEFAULT_LIMIT:,})",
+    )
+    p.add_argument(
+        "--critical-path", action="store_true", help="print the critical path (the JSON holds it as critical_path)"
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors (no table, no progress bar)")
     p.set_defaults(handler=cmd_run)
 
@@ -69,8 +110,28 @@ def parse_algo_options(values: list[str]) -> dict[str, str]:
     return out
 
 
+def _with_cli_rules(
+    rules: tuple[SelectionRule, ...], algorithms: dict[str, str], cli: dict[str, str]
+) -> tuple[SelectionRule, ...]:
+    """A selection table with ``--algo`` applied: ``COLL=ALGO`` rules first, ``ALGO`` replacing its default."""
+    first = [
+        SelectionRule(algorithms[k], "--algo", f"--algo {k}={v}", collective=k)
+        for k, v in cli.items()
+        if k != "default"
+    ]
+    kept = [r for r in rules if not (r.is_default and "default" in cli)]
+    last = (
+        [SelectionRule(algorithms["default"], "--algo", f"--algo {cli['default']}", is_default=True)]
+        if "default" in cli
+        else []
+    )
+    return (*first, *kept, *last)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Load, simulate, print and optionally write JSON."""
+    if args.config is not None or args.workload is None:
+        return _run_config(args)
     config = load_system_config(args.system) if args.system else SystemConfig()
     algorithms = dict(config.algorithms)
     cli_algorithms = parse_algo_options(args.algo)
@@ -82,8 +143,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     for key, value in cli_algorithms.items():
         if not value:
             raise ConfigError(f"--algo {key}=: no algorithm given")
-        if args.system and value not in names and ":" not in value:
+        if args.system and value not in names and ":" not in value and value != "tacos":
             algorithms[key] = str(Path(value).resolve())
+    if config.algorithm_rules and cli_algorithms:
+        changes["algorithm_rules"] = _with_cli_rules(config.algorithm_rules, algorithms, cli_algorithms)
     if args.chunks is not None:
         if args.chunks < 1:
             raise ConfigError(f"--chunks must be >= 1, got {args.chunks}")
@@ -97,23 +160,72 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.ignore_ctrl_deps:
         changes["ignore_ctrl_deps"] = True
     config = config.with_overrides(**changes)
+    if args.trace_limit < 1:
+        raise ConfigError(f"--trace-limit must be >= 1, got {args.trace_limit}")
     workload = load_workload(args.workload)
     show_progress = not args.quiet and sys.stderr.isatty()
+    # Node times are recorded for a trace, a critical path, or exposure per group when there are several
+    # groups (one group's exposure is each rank's own); messages only for a trace or a critical path.
+    group = single_group(workload.traces)
+    recorder = None
+    if args.trace or args.critical_path or group is None:
+        recorder = RunRecorder(
+            messages=bool(args.trace or args.critical_path),
+            message_limit=None if args.critical_path else args.trace_limit,
+        )
     result = simulate(
         workload,
         topology=args.topology,
         model=args.model,
         system=config,
         progress=sys.stderr if show_progress else None,
+        observer=recorder,
     )
+    if recorder is None:
+        result.groups = exposure_from_ranks(result, workload.traces, group or "")
+    else:
+        result.groups = exposure_by_group(recorder)
+    if args.critical_path and recorder is not None:
+        from etsim.report.critical_path import critical_path
+
+        result.critical_path = critical_path(recorder)
+    if args.trace and recorder is not None:
+        from etsim.report.trace import write_chrome_trace
+
+        written = write_chrome_trace(recorder, args.trace, messages=args.trace_messages, limit=args.trace_limit)
+        if not args.quiet:
+            print(
+                f"etsim: trace: {written.events:,} events, {format_size(written.size)} in {written.path} "
+                "(open it in the Perfetto UI, ui.perfetto.dev, or chrome://tracing)",
+                file=sys.stderr,
+            )
+    return _report(args, result, f"workload {args.workload}: {workload.num_ranks} ranks")
+
+
+def _run_config(args: argparse.Namespace) -> int:
+    """``--config FILE``: the point's own workload, topology, algorithm, model and system, nothing else."""
+    # (--trace and --critical-path need a recorded run: with a WORKLOAD only, for now)
+    keys = ("algo", "topology", "model", "system", "comm_groups", "chunks", "reduction_bandwidth", "endpoint_delay",
+            "ignore_ctrl_deps", "trace", "critical_path")  # fmt: skip
+    given = [f"--{k.replace('_', '-')}" for k in keys if getattr(args, k)]
+    if args.config is None:
+        raise ConfigError("give a WORKLOAD, or --config FILE")
+    if args.workload is not None or given:
+        extra = ", ".join(([args.workload] if args.workload else []) + given)
+        raise ConfigError(f"--config FILE holds the whole point; drop {extra}")
+    from etsim.experiment import simulate_config
+
+    return _report(args, simulate_config(args.config), f"point {args.config}")
+
+
+def _report(args: argparse.Namespace, result: Result, title: str) -> int:
     if args.json == "-":
         sys.stdout.write(result.to_json() + "\n")
     elif args.json:
-        try:
-            Path(args.json).write_text(result.to_json() + "\n")
-        except OSError as exc:
-            raise ConfigError(f"--json {args.json}: cannot write: {exc.strerror or exc}") from None
+        write_text(args.json, result.to_json() + "\n")
     if not args.quiet and args.json != "-":
-        print(f"workload {args.workload}: {workload.num_ranks} ranks")
+        print(title)
         print(result.table())
+        if result.critical_path is not None:
+            print("\n".join(critical_path_lines(result.critical_path)))
     return 0

@@ -11,6 +11,7 @@ from etsim.chakra.jsonize import jsonize
 from etsim.chakra.summary import summarize_trace, write_graph
 from etsim.chakra.validate import validate_workload
 from etsim.errors import TraceError
+from etsim.files import write_text
 
 __all__ = ["register"]
 
@@ -104,11 +105,7 @@ def cmd_jsonize(args: argparse.Namespace) -> int:
     """Write the JSON dump."""
     text = jsonize(args.file, array=args.array)
     if args.output:
-        try:
-            with open(args.output, "w") as f:
-                f.write(text)
-        except OSError as exc:
-            raise TraceError(f"{args.output}: cannot write: {exc.strerror or exc}") from None
+        write_text(args.output, text, TraceError)
     else:
         sys.stdout.write(text)
     return 0

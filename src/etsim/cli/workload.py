@@ -7,7 +7,12 @@ import argparse
 from etsim.chakra.graph import CollectiveType
 from etsim.chakra.io import write_workload
 from etsim.errors import ConfigError
-from etsim.producers.workloads import collective_workload, data_parallel_workload, ring_sendrecv_workload
+from etsim.producers.workloads import (
+    collective_workload,
+    data_parallel_workload,
+    moe_workload,
+    ring_sendrecv_workload,
+)
 from etsim.units import parse_size
 
 __all__ = ["register"]
@@ -49,6 +54,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--iterations", type=int, default=1)
     p.add_argument("-o", "--output", required=True, help="output prefix")
     p.set_defaults(handler=cmd_dp)
+
+    p = kinds.add_parser(
+        "moe",
+        help="mixture-of-experts training step(s): expert-parallel all-to-alls, dense all-reduces of several sizes",
+    )
+    p.add_argument("--npus", required=True, type=int)
+    p.add_argument("--ep-size", required=True, type=int, help="ranks per expert-parallel group (divides --npus)")
+    p.add_argument("--layers", required=True, type=int)
+    p.add_argument("--token-size", required=True, help="all-to-all bytes per rank and exchange, e.g. '4 MiB'")
+    p.add_argument(
+        "--dense-grad-sizes",
+        required=True,
+        help="dense-gradient all-reduces per layer over all ranks, comma-separated, e.g. '64 KiB,16 MiB'",
+    )
+    p.add_argument("--expert-grad-size", default="0", help="expert-gradient all-reduce per layer (default 0: none)")
+    p.add_argument("--attn-us", type=int, default=50, help="attention compute per layer, µs (backward: twice)")
+    p.add_argument("--expert-us", type=int, default=100, help="expert compute per layer, µs (backward: twice)")
+    p.add_argument("--iterations", type=int, default=1)
+    p.add_argument("-o", "--output", required=True, help="output prefix")
+    p.set_defaults(handler=cmd_moe)
 
 
 def _write(traces: list, prefix: str) -> int:  # type: ignore[type-arg]
@@ -96,6 +121,32 @@ def cmd_dp(args: argparse.Namespace) -> int:
         fwd_micros=args.fwd_us,
         bwd_micros=args.bwd_us,
         wg_micros=args.wg_us,
+        iterations=_positive(args.iterations, "--iterations"),
+    )
+    return _write(traces, args.output)
+
+
+def cmd_moe(args: argparse.Namespace) -> int:
+    """Write a mixture-of-experts training workload."""
+    for flag, value in (("--attn-us", args.attn_us), ("--expert-us", args.expert_us)):
+        if value < 0:
+            raise ConfigError(f"{flag} must be >= 0, got {value}")
+    npus = _positive(args.npus, "--npus")
+    ep = _positive(args.ep_size, "--ep-size")
+    if npus % ep:
+        raise ConfigError(f"--ep-size {ep} must divide --npus {npus}")
+    dense = [
+        parse_size(v.strip(), key="--dense-grad-sizes", default_unit="B") for v in args.dense_grad_sizes.split(",")
+    ]
+    traces = moe_workload(
+        npus,
+        ep_size=ep,
+        layers=_positive(args.layers, "--layers"),
+        token_bytes=parse_size(args.token_size, key="--token-size", default_unit="B"),
+        dense_grad_bytes=dense,
+        expert_grad_bytes=parse_size(args.expert_grad_size, key="--expert-grad-size", default_unit="B"),
+        attn_micros=args.attn_us,
+        expert_micros=args.expert_us,
         iterations=_positive(args.iterations, "--iterations"),
     )
     return _write(traces, args.output)

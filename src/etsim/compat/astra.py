@@ -25,7 +25,9 @@ import yaml
 
 from etsim.chakra.graph import NodeType, Workload
 from etsim.chakra.io import load_workload
+from etsim.compat.collectives import NAMES, astra_spec
 from etsim.errors import ConfigError
+from etsim.files import read_text
 from etsim.network import load_network
 from etsim.report.result import Result
 from etsim.simulation import simulate
@@ -56,13 +58,17 @@ def astra_settings(
     preferred_dataset_splits: int = 1,
     active_chunks_per_dimension: int = 1,
     scheduling_policy: str = "LIFO",
+    queues_per_dim: int = 1,
 ) -> dict[str, Any]:
     """The :class:`~etsim.system.config.SystemConfig` settings that reproduce ASTRA-sim's system layer.
 
-    - a collective of S bytes is split into ``preferred-dataset-splits`` streams of ``S // splits``
-      bytes (raised to the group size for collectives other than all-gather), at most
-      ``active-chunks-per-dimension`` of them in flight, queued LIFO or FIFO, each starting after one
-      endpoint delay (and every message pays one, as ``endpoint_delay`` does in either mode);
+    - a collective of S bytes is split into ``ceil(S / chunk)`` streams of ``chunk = S // splits`` bytes
+      each, the last one too (raised to the group size for collectives other than all-gather); each
+      stream is a list of phases, one per dimension, that wait in per-dimension queues running
+      ``ceil(active-chunks-per-dimension / queues)`` phases each (``etsim.compat.collectives``);
+      collectives in a queue are ordered LIFO or FIFO (EXPLICIT behaves as LIFO: one collective is in
+      flight per rank, so the order never matters);
+    - ring and halvingDoubling phases start after one endpoint delay and every message pays one;
     - reductions cost ``3 * floor(bytes / local_mem_bw)`` ns (two reads and a write; ``local-mem-bw`` in
       GB/s of 10^9 bytes, i.e. bytes per ns);
     - COMP nodes of 0 µs take 1 ns; multi-dimensional phases start after one endpoint delay;
@@ -71,9 +77,9 @@ def astra_settings(
     return {
         "endpoint_delay": float(endpoint_delay),
         "chunks": preferred_dataset_splits,
-        "chunking": "integer",
+        "chunking": "whole",
         "stream_order": "fifo" if scheduling_policy == "FIFO" else "lifo",
-        "active_streams": active_chunks_per_dimension,
+        "active_streams": -(-active_chunks_per_dimension // queues_per_dim),
         "stream_delay": float(endpoint_delay),
         "phase_delay": endpoint_delay,
         "reduction_bandwidth": float(local_mem_bw) if local_mem_bw > 0 else None,
@@ -89,15 +95,6 @@ _COLLECTIVE_KEYS = {
     "all-gather": "all_gather",
     "reduce-scatter": "reduce_scatter",
     "all-to-all": "all_to_all",
-}
-_NATIVE = {
-    "ring": "astra_ring",
-    "onering": "astra_ring",
-    "direct": "astra_direct",
-    "onedirect": "astra_direct",
-    "halvingdoubling": "astra_halving_doubling",
-    "onehalvingdoubling": "astra_halving_doubling",
-    "doublebinarytree": "tree",
 }
 
 #: Keys of ASTRA-sim's system JSON that etsim reads.
@@ -143,35 +140,19 @@ def _int(data: dict[str, Any], key: str, where: str, default: int | None, minimu
     return int(value)
 
 
-def _algorithm(names: Any, key: str, where: str, optimization: str) -> str:
+def _algorithm(names: Any, key: str, where: str, optimization: str, queues: int) -> str:
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise ConfigError(f"{where}: {key!r} must be a non-empty list of algorithm names")
-    first = names[0].lower()
-    if first.startswith("one"):  # oneRing & co: one logical ring over all NPUs, the rest is ignored
-        names = [names[0]]
-    mapped = []
     for name in names:
-        etsim_name = _NATIVE.get(name.lower().rstrip("0123456789"))  # directK -> direct
-        if etsim_name is None:
-            raise ConfigError(f"{where}: {key!r}: unknown algorithm {name!r}; ASTRA-sim knows {sorted(_NATIVE)}")
-        mapped.append(etsim_name)
-    if len(mapped) == 1:
-        return mapped[0]
-    if set(mapped) != {"astra_ring"}:
-        raise ConfigError(f"{where}: {key!r}: multi-dimensional {names} is supported for rings in every dimension only")
-    return (
-        "hierarchical"
-        if optimization == "localBWAware" or key != "all-reduce-implementation"
-        else ("hierarchical_baseline")
-    )
+        if name.lower().rstrip("0123456789") not in NAMES:  # directK -> direct
+            raise ConfigError(f"{where}: {key!r}: unknown algorithm {name!r}; ASTRA-sim knows {sorted(NAMES)}")
+    return astra_spec(names, optimization, queues)
 
 
 def _read_json_object(p: Path) -> dict[str, Any]:
     """The JSON object in file *p*; unreadable files, bad JSON and non-objects are ConfigErrors."""
     try:
-        data = json.loads(p.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
+        data = json.loads(read_text(p, "JSON file"))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{p}: not valid JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -179,10 +160,13 @@ def _read_json_object(p: Path) -> dict[str, Any]:
     return data
 
 
-def load_astra_system(path: str | os.PathLike[str], *, warn: Callable[[str], None] | None = None) -> SystemConfig:
-    """Read ASTRA-sim's system JSON into a :class:`SystemConfig` with the ASTRA-sim policy.
+def load_astra_system(
+    path: str | os.PathLike[str], *, warn: Callable[[str], None] | None = None, queues_per_dim: int = 1
+) -> SystemConfig:
+    """Read ASTRA-sim's system JSON into a :class:`SystemConfig` with ASTRA-sim's settings.
 
     Unknown or unsupported keys are named through *warn*; invalid values are errors.
+    *queues_per_dim* is ASTRA-sim's ``--num-queues-per-dim``.
     """
     p = Path(path)
     where = str(p)
@@ -213,16 +197,15 @@ def load_astra_system(path: str | os.PathLike[str], *, warn: Callable[[str], Non
             algorithms[coll] = os.path.abspath(custom[0])  # ASTRA-sim resolves it against the working directory
         elif f"{prefix}-implementation" in data:
             key = f"{prefix}-implementation"
-            algorithms[coll] = _algorithm(data[key], key, where, optimization)
+            algorithms[coll] = _algorithm(data[key], key, where, optimization, queues_per_dim)
     node_algorithms: dict[int, str] = {}
     per_node = data.get("per-node-custom-implementation")
     if per_node:
         if not isinstance(per_node, str):
             raise ConfigError(f"{where}: 'per-node-custom-implementation' must be the path of a YAML file")
+        text = read_text(per_node, f"per-node-custom-implementation file of {where}")
         try:
-            mapping = yaml.safe_load(Path(per_node).read_text()) or {}
-        except OSError as exc:
-            raise ConfigError(f"{where}: per-node-custom-implementation {per_node}: {exc.strerror or exc}") from None
+            mapping = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"{per_node}: not valid YAML: {exc}") from None
         if not isinstance(mapping, dict):
@@ -249,6 +232,7 @@ def load_astra_system(path: str | os.PathLike[str], *, warn: Callable[[str], Non
             preferred_dataset_splits=splits,
             active_chunks_per_dimension=active,
             scheduling_policy=policy,
+            queues_per_dim=queues_per_dim,
         ),
     )
 
@@ -272,12 +256,22 @@ def run_astra(
     comm_groups: str | os.PathLike[str] | None = None,
     model: str = "unaware",
     warn: Callable[[str], None] | None = None,
+    queues_per_dim: int = 1,
 ) -> Result:
     """Simulate ASTRA-sim inputs (workload prefix, system JSON, network YAML) the way ASTRA-sim does."""
     if model not in ("unaware", "aware"):
         raise ConfigError(f"--model must be unaware or aware, got {model!r}")
     net = load_network(os.fspath(network))
-    config = load_astra_system(system, warn=warn)
+    dims = len(net.topology.dims)
+    if model == "aware" and dims > 1:
+        raise ConfigError(
+            f"{network}: the congestion-aware back end supports 1-dimensional networks only (ASTRA-sim stops "
+            f"with 'only support 1-dim topology'); this one has {dims} dimensions — use --model unaware, or "
+            "`etsim run --model link`, whose congestion-aware model handles any topology"
+        )
+    if queues_per_dim < 1:
+        raise ConfigError(f"--num-queues-per-dim must be at least 1, got {queues_per_dim}")
+    config = load_astra_system(system, warn=warn, queues_per_dim=queues_per_dim)
     if comm_groups and os.fspath(comm_groups) != "empty":
         config = config.with_overrides(comm_groups=os.path.abspath(comm_groups))
     wl: Workload = load_workload(workload)

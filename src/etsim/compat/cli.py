@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from etsim.compat.astra import astra_output, run_astra
-from etsim.errors import ConfigError
+from etsim.files import write_text
 
 __all__ = ["register"]
 
@@ -31,6 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         default="unaware",
         help="congestion-unaware (default) or congestion-aware analytical back end",
     )
+    p.add_argument(
+        "--num-queues-per-dim", type=int, default=1, metavar="Q", help="queues per network dimension (default 1)"
+    )
     p.add_argument("--json", metavar="OUT", help="also write etsim's JSON result to OUT ('-' for standard output)")
     p.set_defaults(handler=cmd_astra)
 
@@ -44,6 +46,7 @@ def cmd_astra(args: argparse.Namespace) -> int:
         remote_memory=args.remote_memory_configuration,
         comm_groups=args.comm_group_configuration,
         model=args.model,
+        queues_per_dim=args.num_queues_per_dim,
         warn=lambda text: print(f"etsim: warning: {text}", file=sys.stderr),
     )
     if args.json == "-":
@@ -51,8 +54,5 @@ def cmd_astra(args: argparse.Namespace) -> int:
         return 0
     print(astra_output(result))
     if args.json:
-        try:
-            Path(args.json).write_text(result.to_json() + "\n")
-        except OSError as exc:
-            raise ConfigError(f"--json {args.json}: cannot write: {exc.strerror or exc}") from None
+        write_text(args.json, result.to_json() + "\n")
     return 0

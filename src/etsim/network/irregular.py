@@ -13,7 +13,7 @@ from typing import Any
 import networkx as nx
 
 from etsim.errors import TopologyError
-from etsim.network.topology import Node, Topology, link_bandwidth, link_latency
+from etsim.network.topology import Node, Topology, check_size, link_bandwidth, link_latency
 
 __all__ = ["graph", "with_failures"]
 
@@ -45,6 +45,7 @@ def graph(
     """
     if isinstance(npus, bool) or not isinstance(npus, int) or npus < 1:
         raise TopologyError(f"npus: a graph needs an integer npus >= 1, got {npus!r}")
+    check_size(npus)
     if isinstance(switches, int) and not isinstance(switches, bool):
         if switches < 0:
             raise TopologyError(f"switches: expected a count >= 0 or a list of names, got {switches!r}")

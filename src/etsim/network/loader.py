@@ -40,6 +40,7 @@ import simpy
 import yaml
 
 from etsim.errors import ConfigError, TopologyError
+from etsim.files import read_text
 from etsim.network.builders import TOPOLOGY_KINDS, build_topology, check_keys, int_value
 from etsim.network.irregular import with_failures
 from etsim.network.model import NETWORK_MODELS, NetworkModel, build_model
@@ -70,10 +71,7 @@ def _read(source: str | Path | Mapping[str, Any]) -> tuple[Mapping[str, Any], st
     if isinstance(source, Mapping):
         return source, "<topology>", None
     path = Path(source)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TopologyError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    text = read_text(path, "topology file", TopologyError)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from heapq import heappush
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import simpy
 
@@ -14,7 +15,11 @@ from etsim.network.routing import Router, make_router
 from etsim.network.topology import Topology
 from etsim.registry import Registry
 
+if TYPE_CHECKING:
+    from etsim.network.bulk import BulkTiming
+
 __all__ = [
+    "LATE",
     "NETWORK_MODELS",
     "CountingEnvironment",
     "LinkStats",
@@ -25,6 +30,7 @@ __all__ = [
     "parse_bool_option",
     "parse_int_option",
     "parse_str_option",
+    "schedule_at",
     "succeed_at",
 ]
 
@@ -98,6 +104,23 @@ def succeed_at(env: simpy.Environment, event: simpy.Event, delay: float, value: 
     event._ok = True
     event._value = value
     env.schedule(event, simpy.events.NORMAL, delay)
+
+
+#: Priority of events that must fire after every ordinary event due at the same instant.
+LATE = 2
+
+
+def schedule_at(env: simpy.Environment, event: simpy.Event, when: float, priority: int = 1) -> None:
+    """Schedule *event* (already triggered) at the absolute time *when*, not ``now + (when - now)``.
+
+    SimPy schedules at ``now + delay``, which can differ from *when* in the last bit; a time computed
+    ahead (the fast path) must fire at exactly the float the event path would reach.
+    """
+    if when < env.now:
+        raise SimulationError(f"cannot schedule an event at {when} ns, before now ({env.now} ns)")
+    if isinstance(env, CountingEnvironment):
+        env.scheduled += 1
+    heappush(env._queue, (when, priority, next(env._eid), event))  # type: ignore[attr-defined,misc]
 
 
 class CountingEnvironment(simpy.Environment):
@@ -174,8 +197,9 @@ class NetworkModel:
       immediately (0 ns).
     - Deterministic: the same topology, options (including ``seed``) and call sequence give the same
       delivery times.
-    - Optional hooks: :meth:`setup` (called once before the run) and :meth:`link_stats` (per directed
-      link: bytes carried, busy time, messages) for reporting.
+    - Optional hooks: :meth:`setup` (called once before the run), :meth:`link_stats` (per directed
+      link: bytes carried, busy time, messages) for reporting, and :meth:`bulk_timing` (exact delivery
+      times of many messages at once, for the fast path).
     - Routes come from :attr:`router` (option ``router``), cached per ``(src, dst)``; :meth:`route`
       returns them as link ids.
 
@@ -264,6 +288,14 @@ class NetworkModel:
 
         self.env.timeout(after).callbacks.append(start)
         return done
+
+    def bulk_timing(self) -> BulkTiming | None:
+        """Message timing in bulk for the fast path, or None (the default: every message takes the event path).
+
+        A model that offers one (:class:`~etsim.network.bulk.BulkTiming`) must make it return exactly the
+        delivery times :meth:`transfer` would give; see ``network/bulk.py`` for the contract.
+        """
+        return None
 
     def setup(self) -> None:
         """Hook called once after construction and before the simulation runs (default: nothing)."""

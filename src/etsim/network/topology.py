@@ -38,6 +38,7 @@ from etsim.units import parse_bandwidth, parse_time
 
 __all__ = [
     "DIM_KINDS",
+    "MAX_NPUS",
     "Dim",
     "Node",
     "Topology",
@@ -52,6 +53,16 @@ __all__ = [
     "torus",
     "uni_ring",
 ]
+
+#: The largest topology etsim builds (a larger one is refused before any memory is spent on it).
+MAX_NPUS = 1 << 20
+
+
+def check_size(npus: int) -> None:
+    """Raise :class:`TopologyError` if *npus* exceeds :data:`MAX_NPUS`."""
+    if npus > MAX_NPUS:
+        raise TopologyError(f"a topology of {npus:,} NPUs is larger than etsim's limit of {MAX_NPUS:,}")
+
 
 #: A node id: an NPU rank (int) or a switch name (str).
 Node = int | str
@@ -287,6 +298,7 @@ def product(
     if not dims:
         raise TopologyError("a product topology needs at least one dimension")
     npus = math.prod(d.npus for d in dims)
+    check_size(npus)
     g = nx.DiGraph()
     g.add_nodes_from(range(npus), kind="npu")
     stride = 1
@@ -374,6 +386,7 @@ def hypercube(npus: int, bandwidth: float | str, latency: float | str, *, name: 
     """A hypercube of ``npus = 2^k`` NPUs: ranks differing in one bit are linked (both directions)."""
     if isinstance(npus, bool) or not isinstance(npus, int) or npus < 2 or npus & (npus - 1):
         raise TopologyError(f"npus: a hypercube needs a power of two >= 2, got {npus!r}")
+    check_size(npus)
     bw, lat = link_bandwidth(bandwidth, "bandwidth"), link_latency(latency, "latency")
     k = npus.bit_length() - 1
     return product([Dim("line", 2, bw, lat) for _ in range(k)], kind="hypercube", name=name)

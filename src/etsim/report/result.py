@@ -6,9 +6,18 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from etsim.errors import ConfigError
+from etsim.report.bandwidth import bandwidths
+from etsim.report.tables import collective_lines, critical_path_summary, group_lines, link_lines
 from etsim.units import format_size, format_time
 
 __all__ = ["CollectiveRecord", "RankResult", "Result"]
+
+
+def _collective_dict(c: CollectiveRecord) -> dict[str, Any]:
+    out = asdict(c)
+    out["algbw_GBps"], out["busbw_GBps"] = c.bandwidths()
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +46,13 @@ class CollectiveRecord:
     algorithm: str
     start_ns: float
     end_ns: float
+    rule: str = ""
+    """The selection rule that chose the algorithm (``algorithms[2]``, ``algorithms.all_reduce``, ``--algo``,
+    ``built-in default``, ``per-node algorithm``)."""
+
+    def bandwidths(self) -> tuple[float | None, float | None]:
+        """``(algbw, busbw)`` in GB/s as nccl-tests defines them (:mod:`etsim.report.bandwidth`), or None."""
+        return bandwidths(self.type, self.bytes, len(self.group), self.end_ns - self.start_ns)
 
 
 @dataclass
@@ -52,13 +68,17 @@ class Result:
     links: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     """What may make the numbers misleading (each also issued as an ``EtsimWarning``)."""
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    """Communication and exposed communication per communicator group (:mod:`etsim.report.groups`)."""
+    critical_path: dict[str, Any] | None = None
+    """The chain of activities that set the finish time (:mod:`etsim.report.critical_path`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping."""
         out = {
             "finish_ns": self.finish_ns,
             "ranks": [asdict(r) for r in self.ranks],
-            "collectives": [asdict(c) for c in self.collectives],
+            "collectives": [_collective_dict(c) for c in self.collectives],
             "network": self.network,
             "sim": self.sim,
         }
@@ -66,8 +86,40 @@ class Result:
             out["config"] = self.config
         if self.links:
             out["links"] = self.links
+        if self.groups:
+            out["groups"] = self.groups
+        if self.critical_path is not None:
+            out["critical_path"] = self.critical_path
         out["warnings"] = self.warnings
         return out
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "the document") -> Result:
+        """Rebuild a result from :meth:`to_dict`'s mapping (e.g. a saved ``--json`` file).
+
+        Raises:
+            ConfigError: *data* is not an etsim result (names *source* and what is missing or wrong).
+        """
+        if not isinstance(data, dict) or "finish_ns" not in data or "ranks" not in data:
+            raise ConfigError(f"{source}: not an etsim result (expected a JSON object with finish_ns and ranks)")
+        try:
+            ranks = [RankResult(**r) for r in data["ranks"]]
+            keys = CollectiveRecord.__dataclass_fields__
+            collectives = [CollectiveRecord(**{k: c[k] for k in keys}) for c in data.get("collectives", [])]
+            return cls(
+                finish_ns=float(data["finish_ns"]),
+                ranks=ranks,
+                collectives=collectives,
+                network=dict(data.get("network", {})),
+                sim=dict(data.get("sim", {})),
+                config=dict(data.get("config", {})),
+                links=list(data.get("links", [])),
+                warnings=list(data.get("warnings", [])),
+                groups=list(data.get("groups", [])),
+                critical_path=data.get("critical_path"),
+            )
+        except (TypeError, KeyError, ValueError) as exc:
+            raise ConfigError(f"{source}: not an etsim result ({type(exc).__name__}: {exc})") from None
 
     def to_json(self, *, indent: int | None = 1) -> str:
         """The JSON document (deterministic key order)."""
@@ -98,16 +150,11 @@ class Result:
                     f"  {label:<13} {format_time(min(vals)):>12} {format_time(sum(vals) / len(vals)):>12} "
                     f"{format_time(max(vals)):>12}"
                 )
-        groups: dict[tuple[str, int, str], list[float]] = {}
-        for c in self.collectives:
-            groups.setdefault((c.type, c.bytes, c.algorithm), []).append(c.end_ns - c.start_ns)
-        if groups:
-            lines.append("collectives (per rank, min / max duration):")
-            for (ctype, size, algo), durs in groups.items():
-                lines.append(
-                    f"  {ctype.lower():<15} {format_size(size):>10}  {algo:<20} x{len(durs):<5} "
-                    f"{format_time(min(durs)):>12} {format_time(max(durs)):>12}"
-                )
+        lines += collective_lines(self.collectives)
+        lines += group_lines(self.groups)
+        lines += link_lines(self.links, self.finish_ns)
+        if self.critical_path is not None:
+            lines += critical_path_summary(self.critical_path)
         net = self.network
         lines.append(
             f"network: {net.get('model')} on {net.get('topology')}, {net.get('messages')} messages, "

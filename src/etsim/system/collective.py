@@ -9,39 +9,36 @@ barrier across ranks (a rank that arrives early simply waits for its peers' mess
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from etsim.chakra.algorithm import SEND, AlgoGraph, collective_buffer_bytes
 from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Trace
 from etsim.errors import ConfigError, EtsimError, SimulationError, warn
-from etsim.system.algorithms import CollectiveAlgorithm
-from etsim.system.algorithms.sources import AlgorithmContext, resolve_algorithm
+from etsim.system.algorithms import CollectiveAlgorithm, Phase
 from etsim.system.config import SystemConfig, chunk_sizes
 from etsim.system.groups import CommGroups
+from etsim.system.rules import CallInfo
+from etsim.system.selection import AlgorithmSelection, Choice, NoRuleError, default_algorithm
+
+if TYPE_CHECKING:
+    from etsim.network.topology import Topology
 
 __all__ = ["CollectivePart", "Participation", "System", "default_algorithm"]
-
-#: Algorithm used when nothing is configured for a collective.
-_DEFAULTS = {CollectiveType.GATHER: "direct", CollectiveType.SCATTER: "direct"}
-
-
-def default_algorithm(collective: CollectiveType) -> str:
-    """The native algorithm used when none is configured (``ring``, or ``direct`` for gather/scatter)."""
-    return _DEFAULTS.get(collective, "ring")
 
 
 @dataclass(slots=True)
 class CollectivePart:
-    """One chunk of one rank's share of a collective: an algorithm graph to walk."""
+    """One phase of one chunk (stream) of one rank's share of a collective: an algorithm graph to walk."""
 
     graph: AlgoGraph
     position: int
     """The rank's position in the group."""
     group: tuple[int, ...]
     """Global ranks by group position."""
-    namespace: int
-    """Unique per collective instance and chunk; keeps its messages apart from all others."""
+    namespace: Hashable
+    """Unique per collective instance, chunk and phase; keeps its messages apart from all others."""
     bytes_per_unit: float
     """Bytes per graph size unit (per chunk for symbolic graphs, 1 for byte-sized graphs)."""
     endpoint_delay: float = 0.0
@@ -50,6 +47,14 @@ class CollectivePart:
     """ns before the part starts (:attr:`SystemConfig.stream_delay`)."""
     comp_ns: float | None = None
     """Duration of COMP nodes that carry none; None = the reduction model (bytes / bandwidth)."""
+    stream: int = 0
+    """The chunk (stream) this part belongs to."""
+    phase: int = 0
+    """The phase within its stream (0 first)."""
+    last: bool = True
+    """This is the last phase of its stream."""
+    queue: Hashable = 0
+    """The rank's queue the part waits in before it starts."""
 
 
 @dataclass(slots=True)
@@ -61,6 +66,7 @@ class _Instance:
     algorithm: CollectiveAlgorithm
     namespace: int
     key: tuple[str, int]
+    rule: str = ""
     joined: int = 0
 
 
@@ -82,6 +88,8 @@ class Participation:
     instance: tuple[str, int] = ("0", 0)
     all_joined: bool = True
     synchronised: bool = True
+    rule: str = ""
+    """The selection rule that chose the algorithm (``algorithms[2]``, ``built-in default`` …)."""
 
 
 def _lookup(collective: CollectiveType) -> CollectiveType:
@@ -96,37 +104,28 @@ class System:
         config: system parameters (algorithms, chunks, …).
         groups: communicator groups.
         dims: dimension sizes of the topology (for hierarchical algorithms), or None.
+        topology: the run's topology (the dimension a group spans; algorithms synthesised for it), or None.
     """
 
-    def __init__(self, config: SystemConfig, groups: CommGroups, dims: Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        config: SystemConfig,
+        groups: CommGroups,
+        dims: Sequence[int] | None = None,
+        topology: Topology | None = None,
+    ) -> None:
         self.config = config
         self.groups = groups
         self.dims = tuple(dims) if dims else None
-        self._algorithms: dict[str, tuple[str, CollectiveAlgorithm]] = {}
-        self._by_spec: dict[str, tuple[str, CollectiveAlgorithm]] = {}
+        self.topology = topology
+        self.selection = AlgorithmSelection(config, self.dims, topology)
+        self._dimension: dict[tuple[int, ...], int | None] = {}
         self._warned: set[tuple[str, ...]] = set()
-        for key, spec in config.algorithms.items():
-            origin = config.algorithm_origins.get(key, "--algo")
-            if key != "default" and key not in COLLECTIVE_NAMES.values():
-                valid = ", ".join(sorted(COLLECTIVE_NAMES.values()))
-                raise ConfigError(f"{origin}: unknown collective {key!r}; valid: {valid}, default")
-            self._algorithms[key] = self._resolve(spec, origin)
         self._sequence: dict[tuple[str, int], int] = {}
         self._instances: dict[tuple[str, int], _Instance] = {}
         self._next_namespace = 0
         self._graphs: dict[tuple[int, int, int, int], AlgoGraph] = {}
-
-    def _resolve(self, spec: str, origin: str = "--algo") -> tuple[str, CollectiveAlgorithm]:
-        found = self._by_spec.get(spec)
-        if found is None:
-            context = AlgorithmContext(
-                base_dir=self.config.base_dir,
-                dims=self.dims,
-                ignore_ctrl_deps=self.config.ignore_ctrl_deps,
-                phase_delay=self.config.phase_delay,
-            )
-            found = self._by_spec[spec] = resolve_algorithm(spec, context, origin=origin)
-        return found
+        self._algorithm_state: dict[tuple[int, int], dict[str, Any]] = {}
 
     def _warn_once(self, key: tuple[str, ...], message: str) -> None:
         if key not in self._warned:
@@ -134,25 +133,35 @@ class System:
             warn(message)
 
     def algorithm_for(self, collective: CollectiveType) -> tuple[str, CollectiveAlgorithm]:
-        """The configured (or default) algorithm of *collective*.
+        """The algorithm configured for *collective* by a mapping (see :class:`AlgorithmSelection`)."""
+        choice = self.selection.choose(collective)
+        return choice.label, choice.algorithm
 
-        A ``default`` algorithm serves the collectives it implements; the others fall back to their
-        own default (ring, or direct for gather/scatter), and a warning says so once.
-        """
-        name = COLLECTIVE_NAMES[collective]
-        if name in self._algorithms:
-            return self._algorithms[name]
-        if "default" in self._algorithms:
-            label, algo = self._algorithms["default"]
-            if collective in algo.collectives:
-                return label, algo
-            fallback = default_algorithm(collective)
-            self._warn_once(
-                ("fallback", label, name),
-                f"algorithm {label!r} does not implement {name}; {fallback!r} served it "
-                f"(choose one with --algo {name}=ALGO or algorithms: {{{name}: ALGO}})",
-            )
-        return self._resolve(default_algorithm(collective))
+    def group_dimension(self, group: tuple[int, ...]) -> int | None:
+        """The topology dimension *group* spans (its members differ in that coordinate only), else None."""
+        if group in self._dimension:
+            return self._dimension[group]
+        topo = self.topology
+        found: int | None = None
+        if topo is not None and topo.dims and len(group) > 1 and all(0 <= r < topo.npus for r in group):
+            coords = [topo.coords(r) for r in group]
+            spanned = [d for d in range(len(topo.dims)) if len({c[d] for c in coords}) > 1]
+            found = spanned[0] if len(spanned) == 1 else None
+        self._dimension[group] = found
+        return found
+
+    def call_info(self, collective: CollectiveType, size: int, group: tuple[int, ...], group_key: str) -> CallInfo:
+        """What every rank of *group* knows about a call: the input of the selection rules."""
+        return CallInfo(COLLECTIVE_NAMES[collective], size, len(group), group_key, self.group_dimension(group))
+
+    def choose(self, collective: CollectiveType, size: int, group: tuple[int, ...], group_key: str) -> Choice:
+        """The rule and algorithm serving a call (an algorithm synthesised per group is bound to *group*)."""
+        lookup = _lookup(collective)
+        choice = self.selection.choose(lookup, self.call_info(collective, size, group, group_key))
+        bind = getattr(choice.algorithm, "for_group", None)
+        if bind is not None:
+            choice = Choice(choice.rule, choice.label, bind(group))
+        return choice
 
     def join(
         self,
@@ -186,15 +195,25 @@ class System:
         lookup = _lookup(collective)
         if inst is None:
             node_spec = self.config.node_algorithms.get(node_id) if node_id is not None else None
-            origin = "per-node algorithm"
-            label, algo = self._resolve(node_spec, origin) if node_spec else self.algorithm_for(lookup)
+            if node_spec:
+                label, algo = self.selection.resolve(node_spec, "per-node algorithm")
+                rule = "per-node algorithm"
+            else:
+                try:
+                    choice = self.choose(collective, size, group, group_key)
+                except NoRuleError as exc:
+                    raise NoRuleError(f"{where}: {exc}") from None
+                rule, label, algo = choice.rule, choice.label, choice.algorithm
             reason = algo.supports(lookup, n)
             if reason is not None and n > 1:
                 raise ConfigError(f"{where}: {reason}")
             if n > 1:  # refuse an algorithm that does not compute its collective (verified once, cached)
                 algo.check_correct(lookup, n, where=where, label=label)
-            inst = _Instance(collective, size, where, label, algo, self._next_namespace, key)
-            self._next_namespace += len(self._stream_sizes(collective, size, n))
+            inst = _Instance(collective, size, where, label, algo, self._next_namespace, key, rule)
+            try:
+                self._next_namespace += len(self._stream_sizes(collective, size, n))
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
             self._instances[key] = inst
             self._check_instance(inst, lookup, n)
         elif inst.collective != collective or inst.size != size:
@@ -214,6 +233,7 @@ class System:
             instance=key,
             all_joined=inst.joined == n,
             synchronised=self.config.synchronise_collectives,
+            rule=inst.rule,
         )
         if n == 1:
             self._warn_once(
@@ -223,11 +243,12 @@ class System:
             return share
         graph_key = (id(inst.algorithm), int(lookup), n, position)
         graph = self._graphs.get(graph_key)
-        if graph is None:
+        phased = type(inst.algorithm).phases is not CollectiveAlgorithm.phases
+        if graph is None and not phased:
             graph = inst.algorithm.graph(lookup, n, position)
             self._graphs[graph_key] = graph
         config = self.config
-        if config.families_as_written and inst.algorithm.source == "chakra-et":
+        if config.families_as_written and inst.algorithm.source == "chakra-et" and graph is not None:
             # One stream of the files' own sizes, no endpoint delay or reduction model; COMP nodes
             # without a duration take the minimum compute time.
             if graph.total_chunks is not None:
@@ -236,51 +257,106 @@ class System:
                     "(msg_chunk_cnt/total_chunk_cnt), but families are run as written here, with the absolute "
                     "comm_size of each node — simulate it with `etsim run`, which scales chunk counts"
                 )
-            part = CollectivePart(graph, position, group, inst.namespace, 1.0, comp_ns=config.min_compute_ns)
+            part = CollectivePart(graph, position, group, (inst.namespace, 0, 0), 1.0, comp_ns=config.min_compute_ns)
             share.parts.append(part)
             return share
         start = config.stream_delay
+        state = self._algorithm_state.setdefault((rank, id(inst.algorithm)), {}) if phased else {}
         for c, stream in enumerate(self._stream_sizes(collective, size, n)):
-            if graph.total_chunks is not None:
-                unit = collective_buffer_bytes(lookup, stream, n) / graph.total_chunks
-            else:
-                unit = stream / size if size else 0.0  # byte-sized graphs: scaled by the stream's share
-            if c == 0 and size > 0:
-                self._check_message_size(graph, unit, where, collective, size, n, inst.label)
-            part = CollectivePart(graph, position, group, inst.namespace + c, unit, self.config.endpoint_delay, start)
-            share.parts.append(part)
+            phases = (
+                inst.algorithm.phases(lookup, n, position, stream=c, state=state)
+                if phased
+                else [Phase(graph)]  # type: ignore[arg-type]  # built above
+            )
+            for p, phase in enumerate(phases):
+                g = phase.graph
+                if g.total_chunks is not None:
+                    unit = collective_buffer_bytes(lookup, stream, n) / g.total_chunks
+                else:
+                    unit = stream / size if size else 0.0  # byte-sized graphs: scaled by the stream's share
+                if c == 0 and size > 0:
+                    self._check_message_size(g, unit, where, collective, size, n, inst.label)
+                part = CollectivePart(
+                    g,
+                    position,
+                    group,
+                    (inst.namespace, c, p),
+                    unit,
+                    config.endpoint_delay if phase.endpoint_delay else 0.0,
+                    start if phase.start_delay else 0.0,
+                    stream=c,
+                    phase=p,
+                    last=p == len(phases) - 1,
+                    queue=phase.queue,
+                )
+                share.parts.append(part)
         return share
 
     def message_estimate(self, traces: Sequence[Trace]) -> int:
-        """About how many messages the collectives of *traces* will send (for a warning before a long run).
+        """About how many messages the collectives of *traces* will send; refuse impossible splits first.
 
         Counts, per collective node of every rank, the SEND nodes of that rank's algorithm graph
         times the number of chunks. Collectives that cannot be resolved count as none (the run
-        reports them).
+        reports them when it reaches them).
+
+        Raises:
+            ConfigError: a collective split into more chunks than allowed, or into messages smaller than
+                one byte (named), before any time is spent simulating.
         """
         total = 0
-        counted: dict[tuple[int, str, int, int], int] = {}
+        sends_of: dict[tuple[int, int, int, int], tuple[AlgoGraph, int] | None] = {}
+        streams_of: dict[tuple[int, int, str, int], int] = {}
         for rank, trace in enumerate(traces):
             for pos, node_type in enumerate(trace.types):
                 if node_type != NodeType.COMM_COLL_NODE or trace.is_cpu_op[pos] or trace.comm_type[pos] is None:
                     continue
                 try:
-                    collective = _lookup(CollectiveType(trace.comm_type[pos]))  # type: ignore[arg-type]
-                    group = self.groups.resolve(trace.pg_name[pos])
+                    collective = CollectiveType(trace.comm_type[pos])  # type: ignore[arg-type]
+                    pg_name = trace.pg_name[pos]
+                    group = self.groups.resolve(pg_name)
                     n = len(group)
                     if n == 1 or rank not in group:
                         continue
-                    label, algo = self.algorithm_for(collective)
-                    key = (int(collective), label, n, group.index(rank))
-                    sends = counted.get(key)
-                    if sends is None:
-                        if algo.supports(collective, n) is not None:
-                            continue
-                        graph = algo.graph(collective, n, group.index(rank))
-                        sends = counted[key] = graph.kinds.count(SEND)
+                    lookup = _lookup(collective)
+                    group_key = pg_name if pg_name and pg_name != "0" else "0"
+                    size = trace.comm_size[pos] or 0
+                    node_spec = self.config.node_algorithms.get(trace.ids[pos])
+                    if node_spec:
+                        label, algo = self.selection.resolve(node_spec, "per-node algorithm")
+                    else:
+                        try:
+                            choice = self.choose(collective, size, group, group_key)
+                        except NoRuleError as exc:
+                            raise NoRuleError(f"{trace.describe(pos)}: {exc}") from None
+                        label, algo = choice.label, choice.algorithm
+                    key = (int(lookup), id(algo), n, group.index(rank))
+                    if key not in sends_of:
+                        sends_of[key] = None
+                        if algo.supports(lookup, n) is None:
+                            phases = algo.phases(lookup, n, group.index(rank), stream=0, state={})
+                            sends = sum(ph.graph.kinds.count(SEND) for ph in phases)
+                            sends_of[key] = (phases[0].graph, sends)
+                except NoRuleError:
+                    raise
                 except (EtsimError, ValueError):
                     continue
-                total += sends * self.config.chunks
+                found = sends_of[key]
+                if found is None:
+                    continue
+                graph, sends = found
+                split_key = (int(collective), size, label, n)
+                count = streams_of.get(split_key)
+                if count is None:
+                    where = trace.describe(pos)
+                    try:
+                        streams = self._stream_sizes(collective, size, n)
+                    except ConfigError as exc:
+                        raise ConfigError(f"{where}: {exc}") from None
+                    if size > 0 and graph.total_chunks is not None:
+                        unit = collective_buffer_bytes(lookup, streams[0], n) / graph.total_chunks
+                        self._check_message_size(graph, unit, where, collective, size, n, label)
+                    count = streams_of[split_key] = len(streams)
+                total += sends * count
         return total
 
     def _check_instance(self, inst: _Instance, lookup: CollectiveType, n: int) -> None:

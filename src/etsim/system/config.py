@@ -19,10 +19,13 @@ from typing import Any
 import yaml
 
 from etsim.errors import ConfigError
+from etsim.files import read_text
+from etsim.system.rules import SelectionRule, parse_rules
 from etsim.units import parse_bandwidth, parse_time
 
 __all__ = [
     "CHUNKINGS",
+    "MAX_CHUNKS",
     "STREAM_ORDERS",
     "Resources",
     "SystemConfig",
@@ -64,7 +67,9 @@ class Resources:
 #: Values of :attr:`SystemConfig.stream_order`.
 STREAM_ORDERS = ("fifo", "lifo")
 #: Values of :attr:`SystemConfig.chunking`.
-CHUNKINGS = ("equal", "integer")
+CHUNKINGS = ("equal", "whole")
+#: The most chunks (streams) one collective may be split into.
+MAX_CHUNKS = 1_000_000
 
 
 def chunk_sizes(size: int, chunks: int, group_size: int, *, per_rank_size: bool, rule: str = "equal") -> list[float]:
@@ -75,10 +80,16 @@ def chunk_sizes(size: int, chunks: int, group_size: int, *, per_rank_size: bool,
         chunks: the number of chunks asked for.
         group_size: ranks in the communicator group.
         per_rank_size: the size is per rank (all-gather), not the whole buffer.
-        rule: ``equal`` — *chunks* equal shares (fractional bytes allowed); ``integer`` — chunks of
-            ``size // chunks`` whole bytes, the last one taking the remainder, raised to one byte
-            per rank when the size is a whole buffer (so a chunk never splits below a byte per rank).
+        rule: ``equal`` — *chunks* equal shares (fractional bytes allowed); ``whole`` — ``ceil(size /
+            chunk)`` chunks of ``chunk = size // chunks`` whole bytes each, the last one included (so the
+            chunks may carry a little more than *size*), with ``chunk`` raised to one byte per rank when
+            the size is a whole buffer (a chunk never splits below a byte per rank).
     """
+    if chunks > MAX_CHUNKS:
+        raise ConfigError(
+            f"a collective of {size} bytes split into {chunks:,} chunks: more than {MAX_CHUNKS:,} chunks per "
+            "collective is refused (chunks / preferred-dataset-splits too large)"
+        )
     if rule == "equal":
         return [size / chunks] * chunks
     chunk = size // chunks
@@ -87,8 +98,7 @@ def chunk_sizes(size: int, chunks: int, group_size: int, *, per_rank_size: bool,
         size = chunks * group_size
     if chunk <= 0:
         return [float(size)]
-    streams = -(-size // chunk)
-    return [float(chunk)] * (streams - 1) + [float(size - chunk * (streams - 1))]
+    return [float(chunk)] * -(-size // chunk)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +109,9 @@ class SystemConfig:
     """Collective name (``all_reduce`` …, or ``default``) → algorithm name or ET family path."""
     algorithm_origins: dict[str, str] = field(default_factory=dict)
     """Where each ``algorithms`` entry was given (``FILE: algorithms.KEY``; absent means ``--algo``), for messages."""
+    algorithm_rules: tuple[SelectionRule, ...] = ()
+    """The selection table (the list form of ``algorithms``: first matching rule wins, see
+    :mod:`etsim.system.rules`); when given, it replaces the mapping ``algorithms``."""
     node_algorithms: dict[int, str] = field(default_factory=dict)
     """Workload node id → algorithm for that collective node only (overrides the per-collective choice)."""
     chunks: int = 1
@@ -124,7 +137,7 @@ class SystemConfig:
     """Directory relative paths in this config resolve against."""
     # -- how collectives are split, queued and costed; the defaults match the α-β closed forms.
     chunking: str = "equal"
-    """How a collective's bytes split into chunks: ``equal`` or ``integer`` (see :func:`chunk_sizes`)."""
+    """How a collective's bytes split into chunks: ``equal`` or ``whole`` (see :func:`chunk_sizes`)."""
     stream_order: str = "fifo"
     """Order in which the queued chunks (streams) of one collective start: ``fifo`` or ``lifo``."""
     active_streams: int = 0
@@ -146,6 +159,9 @@ class SystemConfig:
     families_as_written: bool = False
     """Run ingested Chakra ET algorithm families as written: one stream, the files' absolute sizes, no
     endpoint or stream delay, COMP nodes cost their own duration (at least ``min_compute_ns``)."""
+    fast_path: bool = True
+    """Evaluate collectives whose ranks share one algorithm graph in bulk (exactly the event path's
+    result, far fewer events; ``workload/bulk.py``); false walks every message (``--no-fast-path``)."""
 
     def with_overrides(self, **changes: Any) -> SystemConfig:
         """A copy with some fields replaced (``None`` values are ignored)."""
@@ -171,24 +187,33 @@ def load_system_config(source: str | os.PathLike[str] | dict[str, Any], *, base_
     else:
         path = Path(source)
         where = str(path)
+        text = read_text(path, "system file")
         try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+            data = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: not valid YAML: {exc}") from None
         base = base_dir or str(path.parent)
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping of keys to values")
-    known = {f.name for f in fields(SystemConfig)} - {"base_dir", "node_algorithms", "algorithm_origins"}
+    known = {f.name for f in fields(SystemConfig)} - {
+        "base_dir",
+        "node_algorithms",
+        "algorithm_origins",
+        "algorithm_rules",
+    }
     values: dict[str, Any] = {"base_dir": base}
     for key, value in data.items():
         k = f"{where}: {key}"
         if key not in known:
             raise ConfigError(f"{where}: unknown key {key!r}; valid keys: {', '.join(sorted(known))}")
-        if key == "algorithms":
+        if key == "algorithms" and isinstance(value, list):
+            values["algorithm_rules"] = parse_rules(value, where)
+        elif key == "algorithms":
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-                raise ConfigError(f"{k}: expected a mapping like {{all_reduce: ring, default: ring}}")
+                raise ConfigError(
+                    f"{k}: expected a mapping like {{all_reduce: ring, default: ring}} or a list of rules like "
+                    "[{collective: all_reduce, max_bytes: 256 KiB, algorithm: tree}, {default: ring}]"
+                )
             values[key] = {str(c): v for c, v in value.items()}
             values["algorithm_origins"] = {str(c): f"{where}: algorithms.{c}" for c in value}
         elif key == "chunks":
@@ -217,7 +242,7 @@ def load_system_config(source: str | os.PathLike[str] | dict[str, Any], *, base_
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"{k}: expected the path of a comm-group file, got {value!r}")
             values[key] = value
-        elif key in ("ignore_ctrl_deps", "integer_ns", "families_as_written", "synchronise_collectives"):
+        elif key in ("ignore_ctrl_deps", "integer_ns", "families_as_written", "synchronise_collectives", "fast_path"):
             if not isinstance(value, bool):
                 raise ConfigError(f"{k}: expected true or false")
             values[key] = value

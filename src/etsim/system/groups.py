@@ -18,6 +18,7 @@ import yaml
 
 from etsim.chakra.graph import NodeType, Workload
 from etsim.errors import ConfigError
+from etsim.files import read_text
 
 __all__ = ["CommGroups", "groups_from_metadata", "load_comm_groups"]
 
@@ -65,16 +66,21 @@ class CommGroups:
 def load_comm_groups(path: str | os.PathLike[str], num_ranks: int) -> CommGroups:
     """Read a comm-group file: JSON ``{"1": [0, 1]}`` or YAML ``groups: {1: [0, 1]}``."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read comm-group file: {exc.strerror or exc}") from None
+    text = read_text(p, "comm-group file")
     try:
         data: Any = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"{p}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {exc}") from None
     if isinstance(data, dict) and set(data) == {"groups"}:
         data = data["groups"]
+    elif isinstance(data, dict) and p.suffix != ".json":
+        # The YAML form is `groups: {id: [ranks]}`; a bare mapping of ids is accepted too, so a key that
+        # is neither an id nor `groups` is a misspelling, not a group.
+        for key in data:
+            if not str(key).strip().lstrip("-").isdigit():
+                raise ConfigError(
+                    f"{p}: unknown key {key!r}; expected 'groups' (groups: {{1: [0, 1]}}) or integer group ids"
+                )
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping of group id to a list of ranks")
     groups = CommGroups(num_ranks)

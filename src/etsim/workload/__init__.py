@@ -6,6 +6,7 @@ queue) and :mod:`~etsim.workload.engine` (time, wiring, deadlock report).
 """
 
 from etsim.workload.engine import Engine
+from etsim.workload.observe import RunObserver
 from etsim.workload.runs import AlgoRun, GraphRun, WorkloadRun
 
-__all__ = ["AlgoRun", "Engine", "GraphRun", "WorkloadRun"]
+__all__ = ["AlgoRun", "Engine", "GraphRun", "RunObserver", "WorkloadRun"]

@@ -1,13 +1,18 @@
-"""Collective calls: one rank's share of one collective, walked chunk by chunk, with a stream queue.
+"""Collective calls: one rank's share of one collective, walked stream by stream and phase by phase.
 
 A workload's COMM_COLL node asks the system layer (:meth:`~etsim.system.collective.System.join`)
 for its share: the group, the algorithm and one :class:`~etsim.system.collective.CollectivePart`
-per chunk (stream). A :class:`CollectiveCall` walks each part with an
-:class:`~etsim.workload.runs.AlgoRun`; the workload node finishes when all parts have.
+per chunk (stream) and phase. A :class:`CollectiveCall` walks each part with an
+:class:`~etsim.workload.runs.AlgoRun`; a stream's phases run one after another, and the workload
+node finishes when every stream has ended its last phase.
 
-Streams start through a queue whose settings come from the system configuration:
-``active_streams`` in flight at once (0 = all), started in ``stream_order`` (``fifo`` or
-``lifo``), each after ``start_delay`` ns. When a stream completes, the next queued one starts.
+Before it starts, a phase waits in one of the rank's queues (:class:`RankQueue`, named by the part,
+e.g. one per topology dimension): at most ``active_streams`` phases of a queue run at once (0 = no
+limit); waiting phases start in order of their collective (``stream_order``: ``fifo`` — older
+collectives first — or ``lifo``), then of their stream. Each phase starts ``start_delay`` ns after it
+leaves the queue. A phase ends when its graph's exit nodes have finished (every node, if it names
+none): its queue slot is freed and the stream's next phase joins its queue. Streams of different
+phases of different collectives so pipeline across dimensions.
 
 With ``synchronise_collectives`` (the default) a call also waits until every member of its group
 has issued the collective, so a zero-byte barrier synchronises and no rank leaves a collective
@@ -16,11 +21,12 @@ before all have entered it.
 
 from __future__ import annotations
 
+import heapq
 from typing import TYPE_CHECKING, Any
 
 from etsim.errors import DeadlockError
 from etsim.workload.messages import unreceived_messages
-from etsim.workload.runs import AlgoRun
+from etsim.workload.runs import AlgoRun, make_algo_run
 
 if TYPE_CHECKING:
     from etsim.system.collective import Participation
@@ -28,7 +34,7 @@ if TYPE_CHECKING:
     from etsim.workload.messages import Channel
     from etsim.workload.runs import WorkloadRun
 
-__all__ = ["CollectiveCall", "Namespace"]
+__all__ = ["CollectiveCall", "Namespace", "RankQueue"]
 
 
 class Namespace:
@@ -53,13 +59,31 @@ class Namespace:
             )
 
 
+class RankQueue:
+    """Phases of one rank waiting for (or holding) one of that rank's queue slots.
+
+    Attributes:
+        limit: phases running at once (0 = no limit).
+        running: phases holding a slot now.
+        waiting: ``(priority, seq, part)`` heap of phases waiting for a slot.
+    """
+
+    __slots__ = ("limit", "running", "waiting")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.running = 0
+        self.waiting: list[tuple[int, int, AlgoRun]] = []
+
+
 class CollectiveCall:
-    """One rank's part of one collective instance: its record, its chunk streams and their queue.
+    """One rank's part of one collective instance: its record, its streams of phases and their queues.
 
     Attributes:
         rank, node_id, type, bytes, group, algorithm: what was called (as reported).
-        start_ns, end_ns: when the workload node was issued and when its last stream completed.
-        runs: one :class:`~etsim.workload.runs.AlgoRun` per chunk stream.
+        rule: the selection rule that chose the algorithm.
+        start_ns, end_ns: when the workload node was issued and when its last stream ended.
+        runs: one :class:`~etsim.workload.runs.AlgoRun` per (stream, phase), stream-major.
     """
 
     __slots__ = (
@@ -69,10 +93,12 @@ class CollectiveCall:
         "engine",
         "group",
         "j",
+        "next_phase",
         "node_id",
         "pending",
-        "queue",
+        "priority",
         "rank",
+        "rule",
         "run",
         "runs",
         "start_ns",
@@ -89,18 +115,30 @@ class CollectiveCall:
         self.bytes = size
         self.group = share.group
         self.algorithm = share.algorithm
+        self.rule = share.rule
         self.start_ns = self.end_ns = engine.env.now
+        # Older collectives first (fifo) or newer ones (lifo) among phases waiting in one queue.
+        engine.calls_issued += 1
+        self.priority = engine.calls_issued if engine.config.stream_order == "fifo" else -engine.calls_issued
         self.runs: list[AlgoRun] = []
-        self.queue: list[AlgoRun] = []
-        self.pending = 0
+        #: The part that follows each part of a stream (None after the last phase).
+        self.next_phase: dict[AlgoRun, AlgoRun | None] = {}
         namespaces = engine.namespaces
         members = len(share.group)
+        streams = 0
+        previous: AlgoRun | None = None
         for part in share.parts:
             ns = namespaces.get(part.namespace)
             if ns is None:
                 ns = namespaces[part.namespace] = Namespace(members)
-            self.runs.append(AlgoRun(engine, run.rank, part, ns.chans, self))
-        self.pending = len(self.runs)
+            algo_run = make_algo_run(engine, run.rank, part, ns.chans, self)
+            if previous is not None and part.phase > 0:
+                self.next_phase[previous] = algo_run
+            self.next_phase[algo_run] = None
+            self.runs.append(algo_run)
+            previous = algo_run
+            streams += part.phase == 0
+        self.pending = streams
         if share.synchronised:
             if share.all_joined:
                 for waiting in engine.unjoined.pop(share.instance, []):
@@ -116,39 +154,83 @@ class CollectiveCall:
             self._complete()
 
     def start(self) -> None:
-        """Start the streams the queue admits (all of them unless the configuration limits it)."""
+        """Queue the first phase of every stream (or start them all at once when nothing limits them)."""
         config = self.engine.config
-        limited = config.active_streams or config.stream_order != "fifo" or config.stream_delay > 0
-        if not limited:
+        if not config.active_streams and config.stream_delay <= 0 and len(self.runs) == self.pending_streams():
             for algo_run in self.runs:
-                algo_run.start()
+                self._start_part(algo_run)
             return
-        self.queue = list(self.runs) if config.stream_order == "fifo" else self.runs[::-1]
-        active = config.active_streams or len(self.queue)
-        for _ in range(min(active, len(self.queue))):
-            self._launch()
+        queues = []
+        for algo_run in self.runs:
+            if algo_run.part.phase == 0:
+                queues.append(self._enqueue(algo_run))
+        for queue in dict.fromkeys(queues):
+            self._fill(queue)
 
-    def _launch(self) -> None:
-        nxt = self.queue.pop(0)
-        delay = nxt.part.start_delay
-        if delay > 0:
-            self.engine.after(delay, nxt.start)
+    def pending_streams(self) -> int:
+        """Streams not yet ended (the group synchronisation token aside)."""
+        return sum(1 for r in self.runs if r.part.phase == 0)
+
+    def _enqueue(self, algo_run: AlgoRun) -> RankQueue:
+        engine = self.engine
+        key = (self.rank, algo_run.part.queue)
+        queue = engine.rank_queues.get(key)
+        if queue is None:
+            queue = engine.rank_queues[key] = RankQueue(engine.config.active_streams)
+        engine.queue_seq += 1
+        heapq.heappush(queue.waiting, (self.priority, engine.queue_seq, algo_run))
+        return queue
+
+    def _fill(self, queue: RankQueue) -> None:
+        while queue.waiting and (queue.limit == 0 or queue.running < queue.limit):
+            _, _, algo_run = heapq.heappop(queue.waiting)
+            queue.running += 1
+            delay = algo_run.part.start_delay
+            if delay > 0:
+                self.engine.after(delay, lambda r=algo_run: self._start_part(r))  # type: ignore[misc]
+            else:
+                self._start_part(algo_run)
+
+    def _start_part(self, algo_run: AlgoRun) -> None:
+        engine = self.engine
+        if engine.observer is not None:
+            engine.observer.part_started(self, algo_run)
+        if engine.fast is not None and engine.fast.take(self, algo_run):
+            return  # evaluated in bulk once every member has started
+        algo_run.start()
+
+    def part_exited(self, algo_run: AlgoRun) -> None:
+        """A phase ended on this rank: its end is handled when the engine settles the instant."""
+        self.engine.end_part_at(self.engine.env.now, self, algo_run)
+
+    def end_part(self, algo_run: AlgoRun) -> None:
+        """Free the ended phase's queue slot, queue the stream's next phase or end the stream."""
+        engine = self.engine
+        if engine.observer is not None:
+            engine.observer.part_finished(self, algo_run)
+        queue = engine.rank_queues.get((self.rank, algo_run.part.queue))
+        nxt = self.next_phase[algo_run]
+        target = None
+        if nxt is not None:
+            target = self._enqueue(nxt)
         else:
-            nxt.start()
+            self.pending -= 1
+            if self.pending == 0:
+                self._complete()
+        if queue is not None:
+            queue.running -= 1
+            self._fill(queue)
+        if target is not None and target is not queue:
+            self._fill(target)
 
-    def part_done(self, algo_run: AlgoRun) -> None:
-        """A stream completed: drop its namespace when the whole group is done, start the next stream."""
+    def part_completed(self, algo_run: AlgoRun) -> None:
+        """Every node of a part finished (its sends delivered): drop the namespace once the group is done."""
         engine = self.engine
         ns = engine.namespaces[algo_run.namespace]
         ns.remaining -= 1
         if ns.remaining == 0:
             del engine.namespaces[algo_run.namespace]
             ns.check_all_received()
-        self.pending -= 1
-        if self.pending == 0:
-            self._complete()
-        if self.queue:
-            self._launch()
 
     def _complete(self) -> None:
         engine = self.engine

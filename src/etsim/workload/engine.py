@@ -6,24 +6,27 @@ mailbox of point-to-point messages, the open collective calls, and the deadlock 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import simpy
 
 from etsim.chakra.graph import CollectiveType, Trace
 from etsim.chakra.validate import find_cycle
 from etsim.errors import DeadlockError
+from etsim.network.model import LATE, schedule_at
 from etsim.system.costs import CostModel
-from etsim.workload.collectives import CollectiveCall, Namespace
+from etsim.workload.bulk import FastPath
+from etsim.workload.collectives import CollectiveCall, Namespace, RankQueue
 from etsim.workload.messages import Channel, Mailbox, unreceived_messages
-from etsim.workload.runs import GraphRun, WorkloadRun
+from etsim.workload.runs import AlgoRun, GraphRun, WorkloadRun
 
 if TYPE_CHECKING:
-    import simpy
-
     from etsim.network.model import NetworkModel
     from etsim.system.collective import System
     from etsim.system.config import SystemConfig
+    from etsim.workload.observe import RunObserver
 
 __all__ = ["Engine"]
 
@@ -37,6 +40,8 @@ class Engine:
         system: collective matching and expansion.
         traces: one trace per rank.
         config: system parameters.
+        observer: watches the run (turns the fast path off).
+        fast_excluded: collective parts (namespaces) the fast path must leave to the event path.
     """
 
     def __init__(
@@ -46,27 +51,44 @@ class Engine:
         system: System,
         traces: list[Trace],
         config: SystemConfig,
+        observer: RunObserver | None = None,
+        fast_excluded: set[Hashable] | None = None,
     ) -> None:
         self.env = env
+        #: Watches the run (timelines, critical path); None costs one test per hook site.
+        self.observer = observer
         self.network = network
         self.system = system
         self.config = config
         self.costs = CostModel(config)
         self.endpoint_delay = config.endpoint_delay
-        self.mailbox = Mailbox(network, self.complete_now)
+        # An observer that does not watch messages is kept out of the mailbox: no cost per message.
+        watch_messages = observer if observer is not None and observer.messages else None
+        self.mailbox = Mailbox(network, self.complete_now, watch_messages)
         self.workload_channels: dict[tuple[int, int, int], Channel] = {}
         # A collective's namespace is dropped when every rank of its group has finished its part.
-        self.namespaces: dict[int, Namespace] = {}
+        self.namespaces: dict[Hashable, Namespace] = {}
         self.collectives: list[CollectiveCall] = []
         self.open_calls: dict[tuple[int, int], CollectiveCall] = {}
         # Calls waiting for the rest of their group to issue the collective, by instance.
         self.unjoined: dict[tuple[str, int], list[CollectiveCall]] = {}
+        # Per (rank, queue id): the phases of collectives waiting for or holding a slot.
+        self.rank_queues: dict[tuple[int, Any], RankQueue] = {}
+        self.calls_issued = 0
+        self.queue_seq = 0
         self._events = 0
+        # Phase ends per instant, handled by one late event each (end_part_at).
+        self._ends: dict[float, list[tuple[int, Hashable, CollectiveCall, AlgoRun]]] = {}
         self._instant: list[tuple[GraphRun, int]] = []
         self._draining = False
         self._depth = 0
         self.ranks_done = 0
         self.runs = [WorkloadRun(self, trace, rank, config) for rank, trace in enumerate(traces)]
+        #: Bulk evaluation of collectives (None: every message takes the event path). An observer sees
+        #: every node and message, so it turns the fast path off.
+        self.fast: FastPath | None = None
+        if config.fast_path and observer is None and network.bulk_timing() is not None:
+            self.fast = FastPath(self, fast_excluded if fast_excluded is not None else set())
 
     # -- counters --
 
@@ -134,6 +156,31 @@ class Engine:
         else:
             self.complete_now(run, j)
 
+    def end_part_at(self, when: float, call: CollectiveCall, algo_run: AlgoRun) -> None:
+        """End *algo_run*'s phase at time *when* (now or later), once every ordinary event of that instant ran.
+
+        Phases that end at the same instant are handled together, after everything else due then, in
+        order of rank and namespace: what follows a collective (the next phase, the workload's next
+        nodes) does not depend on the order in which that instant's events happened to fire, so the
+        fast path (which knows the end times ahead) and the event path agree to the ns.
+        """
+        batch = self._ends.get(when)
+        if batch is None:
+            batch = self._ends[when] = []
+            event = simpy.Event(self.env)
+            event._ok = True
+            event._value = when
+            event.callbacks.append(self._settle_ends)
+            self._events += 1
+            schedule_at(self.env, event, when, LATE)
+        batch.append((algo_run.rank, algo_run.namespace, call, algo_run))
+
+    def _settle_ends(self, event: simpy.Event) -> None:
+        batch = self._ends.pop(event._value)
+        batch.sort(key=_end_order)
+        for _rank, _ns, call, algo_run in batch:
+            call.end_part(algo_run)
+
     def after(self, duration: float, action: Callable[[], None]) -> None:
         """Call *action()* after *duration* ns (one scheduled event)."""
         self._events += 1
@@ -149,6 +196,8 @@ class Engine:
         share = self.system.join(run.rank, ctype, size, tr.pg_name[j], tr.describe(j), tr.ids[j])
         call = CollectiveCall(self, run, j, share, size)
         self.collectives.append(call)
+        if self.observer is not None:
+            self.observer.collective_started(call)
         if not share.parts:  # a group of one rank: nothing to send
             self.complete_now(run, j)
             return
@@ -165,6 +214,8 @@ class Engine:
 
     def start(self) -> None:
         """Issue every rank's dependency-free nodes."""
+        if self.observer is not None:
+            self.observer.attach(self)
         for run in self.runs:
             run.start()
 
@@ -221,6 +272,10 @@ class Engine:
         if len(stuck) > 16:
             lines.append(f"... and {len(stuck) - 16} more stuck ranks")
         return "\n".join(lines)
+
+
+def _end_order(entry: tuple[int, Hashable, CollectiveCall, AlgoRun]) -> tuple[int, Hashable]:
+    return entry[0], entry[1]
 
 
 def _ranks(ranks: list[int], limit: int = 12) -> str:

@@ -16,6 +16,7 @@ from etsim.errors import SimulationError
 
 if TYPE_CHECKING:
     from etsim.network.model import NetworkModel
+    from etsim.workload.observe import RunObserver
     from etsim.workload.runs import GraphRun
 
 __all__ = ["Channel", "Mailbox", "unreceived_messages"]
@@ -55,6 +56,7 @@ class Mailbox:
     __slots__ = (
         "_batches",
         "_complete_now",
+        "_observer",
         "_transfer",
         "_transfer_after",
         "bytes",
@@ -64,7 +66,13 @@ class Mailbox:
         "progress_at",
     )
 
-    def __init__(self, network: NetworkModel, complete_now: Callable[[GraphRun, int], None]) -> None:
+    def __init__(
+        self,
+        network: NetworkModel,
+        complete_now: Callable[[GraphRun, int], None],
+        observer: RunObserver | None = None,
+    ) -> None:
+        self._observer = observer
         self._transfer = network.transfer
         self._transfer_after = network.transfer_after
         self._complete_now = complete_now
@@ -87,6 +95,8 @@ class Mailbox:
         self.bytes += size
         if self.messages >= self.progress_at and self.progress is not None:
             self.progress(self)
+        if self._observer is not None:
+            self._observer.message_sent(run, j, src, dst, tag, size)
         if run.endpoint_delay > 0:
             event = self._transfer_after(src, dst, size, run.endpoint_delay)
         else:
@@ -101,6 +111,10 @@ class Mailbox:
         batch.append((run, j, ch, seq, size))
 
     def _deliver_batch(self, event: Any) -> None:
+        if self._observer is not None:
+            self._deliver_watched(event)
+            return
+        # The hot path: the same steps as _deliver_watched, without a hook test per message.
         for run, j, ch, seq, size in self._batches.pop(event):
             run.finish(j)
             posted = ch.posted.pop(seq, None)
@@ -110,6 +124,22 @@ class Mailbox:
             rsize, rrun, rj = posted
             if rsize != size:
                 _size_mismatch(run, j, size, rrun, rj, rsize)
+            rrun.finish(rj)
+
+    def _deliver_watched(self, event: Any) -> None:
+        observer = self._observer
+        assert observer is not None
+        for run, j, ch, seq, size in self._batches.pop(event):
+            observer.message_delivered(run, j)
+            run.finish(j)
+            posted = ch.posted.pop(seq, None)
+            if posted is None:
+                ch.arrived[seq] = (size, run, j)
+                continue
+            rsize, rrun, rj = posted
+            if rsize != size:
+                _size_mismatch(run, j, size, rrun, rj, rsize)
+            observer.message_received(run, j, rrun, rj, size)
             rrun.finish(rj)
 
     def recv(self, run: GraphRun, j: int, src: int, dst: int, chans: dict[Any, Channel], tag: int, size: float) -> None:
@@ -127,6 +157,8 @@ class Mailbox:
         ssize, srun, sj = arrived
         if ssize != size:
             _size_mismatch(srun, sj, ssize, run, j, size)
+        if self._observer is not None:
+            self._observer.message_received(srun, sj, run, j, size)
         self._complete_now(run, j)
 
 

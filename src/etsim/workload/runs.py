@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from etsim.workload.engine import Engine
     from etsim.workload.messages import Channel
 
-__all__ = ["AlgoRun", "GraphRun", "WorkloadRun"]
+__all__ = ["AlgoRun", "ExitAlgoRun", "GatedAlgoRun", "GraphRun", "WorkloadRun", "make_algo_run"]
 
 # Slot classes of workload nodes.
 FREE, CPU, COMPUTE, COMM = 0, 1, 2, 3
@@ -252,8 +252,9 @@ class AlgoRun(GraphRun):
     finish = GraphRun.release
 
     def completed(self) -> None:
-        """Tell the collective call this part is done."""
-        self.call.part_done(self)
+        """Every node finished: the part is done for its namespace and, having no exit nodes, ended."""
+        self.call.part_completed(self)
+        self.call.part_exited(self)
 
     def peer_of(self, j: int) -> int:
         """Global rank node *j* talks to."""
@@ -272,6 +273,104 @@ class AlgoRun(GraphRun):
         if self.kinds[j] == RECV:
             return f"a message from rank {self.peer_of(j)} (tag {self.tags[j]}) that has not been sent"
         return "completion"
+
+
+class ExitAlgoRun(AlgoRun):
+    """An algorithm part whose graph names exit nodes (:attr:`~etsim.chakra.algorithm.AlgoGraph.exits`).
+
+    The part ends for its collective when the exit nodes have finished; the rest (sends still in
+    flight) completes in the background, and only then is the part done for its namespace.
+    """
+
+    __slots__ = ("exit_nodes", "exits_left")
+
+    def __init__(
+        self, engine: Engine, rank: int, part: CollectivePart, chans: dict[Any, Channel], call: CollectiveCall
+    ) -> None:
+        super().__init__(engine, rank, part, chans, call)
+        self.exit_nodes = frozenset(part.graph.exits)
+        self.exits_left = len(self.exit_nodes)
+
+    def release(self, j: int) -> None:
+        """Release *j*; the part ends when its last exit node has finished."""
+        if j in self.exit_nodes:
+            self.exits_left -= 1
+            if self.exits_left == 0:
+                self.call.part_exited(self)
+        GraphRun.release(self, j)
+
+    finish = release
+
+    def completed(self) -> None:
+        """Every node finished (the exit came earlier)."""
+        self.call.part_completed(self)
+
+
+class GatedAlgoRun(ExitAlgoRun):
+    """An algorithm part with gated nodes (:attr:`~etsim.chakra.algorithm.AlgoGraph.gates`).
+
+    A gated node is never released by counting its dependencies; instead, at each completion of one of
+    them, it becomes ready if its arming node has finished and at least *k* of its dependencies have.
+    """
+
+    __slots__ = ("armed", "counts", "fired", "gated_by_arm", "gated_by_dep", "needed")
+
+    def __init__(
+        self, engine: Engine, rank: int, part: CollectivePart, chans: dict[Any, Channel], call: CollectiveCall
+    ) -> None:
+        super().__init__(engine, rank, part, chans, call)
+        g = part.graph
+        self.needed = {x: k for x, (k, _) in g.gates.items()}
+        self.counts = dict.fromkeys(g.gates, 0)
+        self.armed = dict.fromkeys(g.gates, False)
+        self.fired: set[int] = set()
+        self.gated_by_arm: dict[int, list[int]] = {}
+        self.gated_by_dep: dict[int, list[int]] = {}
+        for x, (_, arm) in g.gates.items():
+            self.gated_by_arm.setdefault(arm, []).append(x)
+            for d in g.deps(x):
+                self.gated_by_dep.setdefault(d, []).append(x)
+            self.indeg[x] = 1 << 40  # counting never makes it ready
+        self.exits_left = len(self.exit_nodes) if self.exit_nodes else -1
+
+    def release(self, j: int) -> None:
+        """Arm and count the gates *j* takes part in, then release *j* as usual."""
+        for x in self.gated_by_arm.get(j, ()):
+            self.armed[x] = True
+        ready = []
+        for x in self.gated_by_dep.get(j, ()):
+            self.counts[x] += 1
+            if self.armed[x] and self.counts[x] >= self.needed[x] and x not in self.fired:
+                self.fired.add(x)
+                ready.append(x)
+        if j in self.exit_nodes:
+            self.exits_left -= 1
+            if self.exits_left == 0:
+                self.call.part_exited(self)
+        GraphRun.release(self, j)
+        for x in ready:
+            self.indeg[x] = 0
+            self.admit(x)
+
+    finish = release
+
+    def completed(self) -> None:
+        """Every node finished; without exit nodes the part also ends now."""
+        self.call.part_completed(self)
+        if not self.exit_nodes:
+            self.call.part_exited(self)
+
+
+def make_algo_run(
+    engine: Engine, rank: int, part: CollectivePart, chans: dict[Any, Channel], call: CollectiveCall
+) -> AlgoRun:
+    """The walk for *part*: the plain hot path unless its graph has exit nodes or gated nodes."""
+    graph = part.graph
+    if graph.gates:
+        return GatedAlgoRun(engine, rank, part, chans, call)
+    if graph.exits:
+        return ExitAlgoRun(engine, rank, part, chans, call)
+    return AlgoRun(engine, rank, part, chans, call)
 
 
 class WorkloadRun(GraphRun):
@@ -382,6 +481,8 @@ class WorkloadRun(GraphRun):
         cls = self.node_class[j]
         if cls != FREE:
             self.in_use[cls] -= 1
+        if self.engine.observer is not None:
+            self.engine.observer.node_finished(self, j)
 
     def account(self) -> None:
         """Add the time since the last change to compute, communication and exposed communication."""
@@ -407,6 +508,8 @@ class WorkloadRun(GraphRun):
         tr = self.trace
         t = tr.types[j]
         eng = self.engine
+        if eng.observer is not None:
+            eng.observer.node_started(self, j)
         if t == _T_COMP or (t == _T_COLL and self.node_class[j] == CPU):
             self.account()
             self.n_comp += 1

@@ -486,6 +486,7 @@ def test_single_rank_is_empty(name):
     coll = sorted(algo.collectives)[0]
     assert algo.graph(coll, 1, 0).num_nodes == 0
 
+
 # -- the real simulator against this evaluator ------------------------------------------------------
 #
 # On a fully connected topology with the congestion-unaware analytical model every message costs

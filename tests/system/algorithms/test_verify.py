@@ -21,7 +21,6 @@ from etsim.chakra import Workload, load_workload
 from etsim.chakra.algorithm import RECV, SEND, algo_graph_from_trace, collective_buffer_bytes
 from etsim.chakra.verify import minimum_bytes, verify_graphs
 from etsim.cli.algo import export_algorithm
-from etsim.compat.algorithms import AstraDirectAlgorithm, AstraHalvingDoublingAlgorithm, AstraRingAlgorithm
 from etsim.errors import EtsimWarning
 from etsim.network import fully_connected, switch
 from etsim.network import ring as ring_topology
@@ -50,9 +49,6 @@ NATIVES: list[CollectiveAlgorithm] = [
     TreeAlgorithm(),
     HierarchicalAlgorithm(),
     HierarchicalBaselineAlgorithm(),
-    AstraRingAlgorithm(),
-    AstraDirectAlgorithm(),
-    AstraHalvingDoublingAlgorithm(),
 ]
 DIMS = [(2, 2), (2, 3), (3, 2), (4, 4), (2, 2, 2), (3, 1, 2), (2, 3, 2)]
 

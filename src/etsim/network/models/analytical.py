@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -18,6 +18,9 @@ from etsim.network.model import (
     parse_bool_option,
 )
 from etsim.network.topology import Topology
+
+if TYPE_CHECKING:
+    from etsim.network.bulk import AnalyticalTiming
 
 __all__ = ["AnalyticalNetwork"]
 
@@ -124,6 +127,12 @@ class AnalyticalNetwork(NetworkModel):
         if self._integer:
             delay = math.floor(delay)
         return self._shared.event(delay + after)
+
+    def bulk_timing(self) -> AnalyticalTiming:
+        """Delivery times in bulk: the same formula over vectors (no link state, so always exact)."""
+        from etsim.network.bulk import AnalyticalTiming
+
+        return AnalyticalTiming(self)
 
     def link_stats(self) -> list[LinkStats]:
         """Bytes and messages per link, summed over the routes of all messages sent so far."""

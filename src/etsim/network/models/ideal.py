@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
 from etsim.network.model import NETWORK_MODELS, NetworkModel, option
 from etsim.network.topology import Topology
 from etsim.units import parse_time
+
+if TYPE_CHECKING:
+    from etsim.network.bulk import IdealTiming
 
 __all__ = ["IdealNetwork"]
 
@@ -54,3 +57,9 @@ class IdealNetwork(NetworkModel):
         if src.__class__ is not int or dst.__class__ is not int or not (0 <= src < npus and 0 <= dst < npus):
             self.router.lookup(src, dst)  # raises the standard error
         return self.env.timeout(0 if src == dst else self._delay)
+
+    def bulk_timing(self) -> IdealTiming:
+        """Delivery times in bulk (a fixed delay; no state)."""
+        from etsim.network.bulk import IdealTiming
+
+        return IdealTiming(self)

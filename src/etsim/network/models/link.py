@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 from simpy.events import Timeout
 
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, FastPathConflict
 from etsim.network.model import (
     NETWORK_MODELS,
     LinkStats,
@@ -21,6 +21,9 @@ from etsim.network.model import (
 )
 from etsim.network.topology import Topology
 from etsim.units import parse_size
+
+if TYPE_CHECKING:
+    from etsim.network.bulk import LinkTiming
 
 __all__ = ["LinkNetwork"]
 
@@ -56,6 +59,9 @@ class _Hop:
         if model._integer:
             arrival = model._reserve(link, now, size, self.count)
         else:  # _reserve, inlined: this is the hottest path of the model
+            if now <= model._claim[link]:
+                raise model._conflict(link, now)
+            model._last[link] = now
             ser = size / model._bw[link]
             free = model._free
             start = free[link]
@@ -131,6 +137,47 @@ class LinkNetwork(NetworkModel):
         self._packet = self.options.packet_size
         self._integer = self.options.integer_ns
         self._shared = SharedDeliveries(env)
+        # When each link last queued a message, and until when (and by whom) the fast path claimed it.
+        self._last = [-1.0] * n
+        self._claim = [-1.0] * n
+        self._claim_owner: list[tuple[object, int | None]] = [(None, None)] * n
+        self._route_matrices: dict[tuple[bytes, bytes], tuple[Any, Any, int]] = {}
+
+    def _conflict(self, link: int, now: float) -> FastPathConflict:
+        namespace, signature = self._claim_owner[link]
+        return FastPathConflict(
+            f"link {link} carries a message at {now} ns that a collective evaluated ahead ({namespace}) did not "
+            "foresee",
+            namespace,
+            signature,
+        )
+
+    def route_matrix(self, src: Any, dst: Any) -> tuple[Any, Any, int]:
+        """Routes from ``src[i]`` to ``dst[i]`` (numpy vectors of NPUs) as a link-id matrix padded with -1.
+
+        Returns ``(matrix, hops, width)``: one row per message, its hop count, the longest route. Cached per
+        pair of vectors (by content), as a collective's messages repeat across calls.
+        """
+        import numpy as np
+
+        key = (src.tobytes(), dst.tobytes())
+        found = self._route_matrices.get(key)
+        if found is None:
+            lookup = self.router.lookup
+            routes = [lookup(s, d) for s, d in zip(src.tolist(), dst.tolist(), strict=True)]
+            hops = np.array([len(r) for r in routes], dtype=np.int64)
+            width = int(hops.max()) if routes else 0
+            matrix = np.full((len(routes), max(width, 1)), -1, dtype=np.int64)
+            for i, r in enumerate(routes):
+                matrix[i, : len(r)] = r
+            found = self._route_matrices[key] = (matrix, hops, width)
+        return found
+
+    def bulk_timing(self) -> LinkTiming:
+        """Delivery times in bulk, hop by hop over the same link state (see ``network/bulk.py``)."""
+        from etsim.network.bulk import LinkTiming
+
+        return LinkTiming(self)
 
     def _reserve(self, link: int, now: float, size: float, count: bool) -> float:
         """Queue *size* bytes on *link* arriving at *now*; return when they reach the link's head node."""
@@ -143,6 +190,9 @@ class LinkNetwork(NetworkModel):
         else:
             ser = size / bw
             travel = ser + self._lat[link]
+        if now <= self._claim[link]:
+            raise self._conflict(link, now)
+        self._last[link] = now
         start = self._free[link]
         if start < now:
             start = now

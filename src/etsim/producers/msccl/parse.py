@@ -185,9 +185,9 @@ def parse_msccl(source: str | os.PathLike[str] | bytes, *, name: str | None = No
                 raise MscclError(path, f"tb ids are not contiguous from 0: tb {pos} is missing", gpu=gid)
         gpu.tbs = [tbs[t] for t in sorted(tbs)]
         gpus[gid] = gpu
-    missing = [g for g in range(ngpus) if g not in gpus]
-    if missing:
-        raise MscclError(path, f"ngpus={ngpus} but there is no <gpu> with id {missing[0]}", line=algo.sourceline)
+    if len(gpus) < ngpus:  # ids are checked to lie in 0..ngpus-1, so some id is missing
+        first = next(g for g in range(len(gpus) + 1) if g not in gpus)
+        raise MscclError(path, f"ngpus={ngpus} but there is no <gpu> with id {first}", line=algo.sourceline)
     program = MscclProgram(
         path=path,
         name=algo.get("name", ""),

@@ -6,7 +6,7 @@ Importing this package registers the native algorithms in :data:`ALGORITHMS` (``
 Chakra ET families).
 """
 
-from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm, CollectiveAlgorithm
+from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm, CollectiveAlgorithm, Phase
 from etsim.system.algorithms.direct import DirectAlgorithm
 from etsim.system.algorithms.family import ChakraAlgorithm
 from etsim.system.algorithms.halving_doubling import HalvingDoublingAlgorithm
@@ -27,6 +27,7 @@ __all__ = [
     "HalvingDoublingAlgorithm",
     "HierarchicalAlgorithm",
     "HierarchicalBaselineAlgorithm",
+    "Phase",
     "RingAlgorithm",
     "TreeAlgorithm",
     "resolve_algorithm",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from etsim.chakra.algorithm import AlgoGraph
 from etsim.chakra.graph import CollectiveType
@@ -10,7 +12,25 @@ from etsim.chakra.verify import Verdict, verify_graphs
 from etsim.errors import ConfigError
 from etsim.registry import Registry
 
-__all__ = ["ALGORITHMS", "BuiltAlgorithm", "CollectiveAlgorithm"]
+__all__ = ["ALGORITHMS", "BuiltAlgorithm", "CollectiveAlgorithm", "Phase"]
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """One phase of a rank's part of a collective: a graph, walked after the previous phase of its stream.
+
+    Attributes:
+        graph: what the rank does in this phase.
+        queue: the rank's queue the phase waits in before it starts (at most ``active_streams`` phases
+            of one queue run at once; e.g. one queue per topology dimension).
+        start_delay: the phase waits the system's ``stream_delay`` before its first node.
+        endpoint_delay: its messages pay the system's ``endpoint_delay``.
+    """
+
+    graph: AlgoGraph
+    queue: Hashable = 0
+    start_delay: bool = True
+    endpoint_delay: bool = True
 
 
 class CollectiveAlgorithm:
@@ -32,6 +52,9 @@ class CollectiveAlgorithm:
       are reductions (costed by the system's reduction bandwidth unless they carry a duration).
     - Algorithms never touch the network: the simulator walks the graph with the same walker as
       workloads.
+    - Optionally, :meth:`phases` splits a rank's part of one chunk (stream) into phases walked one
+      after another, each waiting in a queue of the rank (e.g. one phase per topology dimension, so
+      that streams pipeline across dimensions); the default is one phase, :meth:`graph`.
     - Graphs may say which chunks each node moves (:mod:`etsim.chakra.dataflow`); then
       :meth:`verify` checks that the algorithm computes its collective, and the system refuses
       one that does not before running it (:meth:`check_correct`). A class whose own body sets
@@ -63,6 +86,21 @@ class CollectiveAlgorithm:
         """The algorithm graph of the rank at *position* (0..group_size-1)."""
         raise NotImplementedError
 
+    def phases(
+        self, collective: CollectiveType, group_size: int, position: int, *, stream: int, state: dict[str, Any]
+    ) -> list[Phase]:
+        """The phases of the rank at *position* for chunk *stream* (default: one phase, :meth:`graph`).
+
+        Args:
+            collective: the collective.
+            group_size: ranks in the group.
+            position: the rank's position in the group.
+            stream: the chunk (stream) index of this collective call.
+            state: a dictionary kept per rank and algorithm for the whole run, in which an algorithm
+                may keep what it counts across calls (e.g. which of two trees comes next).
+        """
+        return [Phase(self.graph(collective, group_size, position))]
+
     def check(self, collective: CollectiveType, group_size: int) -> None:
         """Raise :class:`~etsim.errors.ConfigError` if :meth:`supports` gives a reason."""
         reason = self.supports(collective, group_size)
@@ -86,6 +124,8 @@ class CollectiveAlgorithm:
             reason = self.supports(collective, group_size)
             if reason is not None:
                 verdict = Verdict(None, reason)
+            elif type(self).phases is not CollectiveAlgorithm.phases:
+                verdict = Verdict(None, f"algorithm {self.name!r} runs as phases; phased algorithms are not verified")
             else:
                 graphs = [self.graph(collective, group_size, r) for r in range(group_size)]
                 verdict = verify_graphs(graphs, collective)

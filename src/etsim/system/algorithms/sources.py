@@ -8,6 +8,7 @@ source      priority  claims
 ==========  ========  =====================================================================
 native      0         a name in :data:`~etsim.system.algorithms.base.ALGORITHMS` (``ring`` …)
                       or a ``package.module:Class`` path
+tacos       10        ``tacos`` or ``tacos:k=v,…``: TACOS synthesis for the run's topology and each group
 msccl-ir    50        a path ending in ``.xml`` (MSCCL-IR, any dialect; converted once per file)
 chakra-et   100       anything else: a Chakra ET family (prefix, ``P.et`` or directory)
 ==========  ========  =====================================================================
@@ -26,12 +27,15 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from etsim.errors import ConfigError, RegistryError
 from etsim.registry import Registry
 from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
 from etsim.system.algorithms.family import ChakraAlgorithm
+
+if TYPE_CHECKING:
+    from etsim.network.topology import Topology
 
 __all__ = [
     "SOURCES",
@@ -40,6 +44,7 @@ __all__ = [
     "FamilySource",
     "MscclSource",
     "NativeSource",
+    "TacosSource",
     "resolve_algorithm",
 ]
 
@@ -56,6 +61,8 @@ class AlgorithmContext:
     """Walk data dependencies only in ingested graphs."""
     phase_delay: float = 0.0
     """ns between dimension phases of multi-dimensional algorithms."""
+    topology: Topology | None = None
+    """The run's topology, for algorithms synthesised for it (``tacos``)."""
 
     def path(self, spec: str) -> str:
         """*spec* made absolute against :attr:`base_dir`."""
@@ -101,8 +108,11 @@ class NativeSource(AlgorithmSource):
     priority = 0
 
     def claims(self, spec: str) -> bool:
-        """A registered name, or ``module:Class`` that is not an existing file."""
-        return spec in ALGORITHMS.names() or (":" in spec and not os.path.exists(spec))
+        """A registered name, or ``package.module:Class`` / ``file.py:Class`` that is not an existing file."""
+        if spec in ALGORITHMS.names():
+            return True
+        module, sep, attr = spec.rpartition(":")
+        return bool(sep) and attr.isidentifier() and bool(module) and module != "tacos" and not os.path.exists(spec)
 
     def load(self, spec: str, context: AlgorithmContext) -> CollectiveAlgorithm:
         """Instantiate the class; multi-dimensional ones get the topology's ``dims``."""
@@ -110,6 +120,24 @@ class NativeSource(AlgorithmSource):
         if getattr(cls, "needs_dims", False):
             return cls(dims=context.dims, phase_delay=context.phase_delay)  # type: ignore[call-arg]
         return cls()
+
+
+@SOURCES.register("tacos")
+class TacosSource(AlgorithmSource):
+    """``tacos`` or ``tacos:chunks_per_npu=2,seed=0,runs=1,size=1MiB``: TACOS synthesis per topology and group."""
+
+    name = "tacos"
+    priority = 10
+
+    def claims(self, spec: str) -> bool:
+        """``tacos`` and ``tacos:…``."""
+        return spec == "tacos" or spec.startswith("tacos:")
+
+    def load(self, spec: str, context: AlgorithmContext) -> CollectiveAlgorithm:
+        """A :class:`~etsim.system.algorithms.synthesised.TacosAlgorithm`, synthesised per group when first used."""
+        from etsim.system.algorithms.synthesised import TacosAlgorithm, parse_tacos_spec
+
+        return TacosAlgorithm(spec, parse_tacos_spec(spec), context.topology)
 
 
 @SOURCES.register("msccl-ir")

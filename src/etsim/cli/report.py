@@ -1,0 +1,120 @@
+"""``etsim report RESULT.json`` and ``etsim plot timeline|links``: look at a saved run without re-running it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from etsim.errors import ConfigError
+from etsim.files import read_text, write_text
+from etsim.report.result import Result
+from etsim.report.tables import TABLES, critical_path_lines, render
+
+__all__ = ["load_result", "register"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``report`` and ``plot`` to the ``etsim`` parser."""
+    p = subparsers.add_parser(
+        "report",
+        help="re-render a saved result (--json output) as the table, or as Markdown / CSV tables for papers",
+        description="Print the table of a result written by `etsim run --json`, without re-running it.",
+    )
+    p.add_argument("result", help="a result JSON written by `etsim run … --json OUT`")
+    p.add_argument(
+        "--format", choices=("text", "markdown", "csv"), default="text", help="text (the run's table; default), "
+        "markdown (tables under headings) or csv (one table)",
+    )  # fmt: skip
+    p.add_argument(
+        "--table",
+        action="append",
+        choices=tuple(TABLES),
+        help="with --format markdown: the tables to print (repeatable; default: all that have rows); "
+        "with csv: the one table (default: collectives)",
+    )
+    p.add_argument("-o", "--output", metavar="OUT", help="write to OUT instead of standard output")
+    p.set_defaults(handler=cmd_report)
+
+    plot = subparsers.add_parser(
+        "plot",
+        help="draw a trace as a Gantt chart, or a result's link utilisation (needs matplotlib: etsim[plot])",
+        description="Pictures for papers: `plot timeline TRACE` (a trace from `etsim run --trace`) and "
+        "`plot links RESULT.json` (grid for 2-D meshes and tori, heatmap and bar chart otherwise).",
+    )
+    kinds = plot.add_subparsers(dest="what", metavar="WHAT")
+    kinds.required = True
+    tl = kinds.add_parser("timeline", help="Gantt chart of a Chrome trace (.json or .json.gz)")
+    tl.add_argument("trace", help="a trace written by `etsim run … --trace OUT`")
+    tl.add_argument("-o", "--output", required=True, metavar="OUT", help="picture file (.png, .pdf, .svg, …)")
+    tl.add_argument("--max-ranks", type=int, default=16, metavar="N", help="draw the first N ranks (default 16)")
+    tl.add_argument("--title", help="figure title")
+    tl.set_defaults(handler=cmd_plot_timeline)
+    lk = kinds.add_parser("links", help="link utilisation of a result JSON")
+    lk.add_argument("result", help="a result JSON written by `etsim run … --json OUT`")
+    lk.add_argument("-o", "--output", required=True, metavar="OUT", help="picture file (.png, .pdf, .svg, …)")
+    lk.add_argument("--top", type=int, default=30, metavar="K", help="bars for the K busiest links (default 30)")
+    lk.set_defaults(handler=cmd_plot_links)
+
+
+def _read_json(path: str, what: str) -> Any:
+    text = read_text(path, what)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not a {what}: invalid JSON at line {exc.lineno} column {exc.colno}") from None
+
+
+def load_result(path: str) -> Result:
+    """Read a result JSON; one clear error if it is not one."""
+    return Result.from_dict(_read_json(path, "result JSON"), source=path)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Print a saved result as the table, Markdown or CSV."""
+    if args.format == "text" and args.table:
+        raise ConfigError("--table goes with --format markdown or csv")
+    if args.format == "csv" and args.table and len(args.table) != 1:
+        raise ConfigError("--format csv prints one table; give --table once")
+    result = load_result(args.result)
+    if args.format == "text":
+        text = result.table()
+        if result.critical_path is not None:
+            text += "\n" + "\n".join(critical_path_lines(result.critical_path))
+        text += "\n"
+    elif args.format == "csv":
+        text = render(result, "csv", args.table or ["collectives"])
+    else:
+        text = render(result, "markdown", args.table or list(TABLES))
+    if args.output:
+        write_text(args.output, text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_plot_timeline(args: argparse.Namespace) -> int:
+    """Draw a trace as a Gantt chart."""
+    from etsim.report.plots import load_trace_events, plot_timeline
+
+    if args.max_ranks < 1:
+        raise ConfigError(f"--max-ranks must be >= 1, got {args.max_ranks}")
+    drawn = plot_timeline(load_trace_events(args.trace), args.output, max_ranks=args.max_ranks, title=args.title)
+    note = ""
+    if drawn["processes_drawn"] < drawn["processes"]:
+        note = f" (first {drawn['processes_drawn']} of {drawn['processes']} processes; --max-ranks to change)"
+    print(f"{args.output}: {drawn['slices']:,} slices on {drawn['rows']} rows{note}")
+    return 0
+
+
+def cmd_plot_links(args: argparse.Namespace) -> int:
+    """Draw the link utilisation of a saved result."""
+    from etsim.report.plots import plot_links
+
+    if args.top < 1:
+        raise ConfigError(f"--top must be >= 1, got {args.top}")
+    result = load_result(args.result)
+    layout = plot_links(result.to_dict(), args.output, top=args.top)
+    print(f"{args.output}: link utilisation ({layout})")
+    return 0

@@ -1,0 +1,244 @@
+"""Where points run: in this process, on a local process pool, or on a Ray cluster.
+
+Both parallel engines send *batches* of points (a worker runs a batch one point after the other,
+reusing its cached inputs) and hand each point's outcome to a callback as its batch finishes.
+Batches are small enough to keep every worker busy to the end and large enough that the per-task
+cost of the engine (~0.1 ms for a process pool, ~0.6 ms for Ray; ``shared/reference/performance.md``
+§4) disappears next to the simulations.
+
+A worker that dies (a crash, the OOM killer) takes its batch with it. The points of lost batches
+are run again, one per task; a point that kills its worker when it runs alone is recorded as
+failed, so a dead worker never stops the sweep nor loses finished points.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import os
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from etsim.errors import ConfigError, SimulationError
+from etsim.experiment.worker import PointOutcome, PointTask, init_worker, run_batch, run_point
+
+__all__ = ["ENGINES", "POLL", "STOP", "batch_size", "check_stop", "default_jobs", "run_local", "run_ray", "run_serial"]
+
+Callback = Callable[[PointOutcome], None]
+
+#: Set by the sweep's SIGINT/SIGTERM handlers (:func:`etsim.experiment.runner.run_experiment`). The parallel
+#: engines wait in short slices and stop at the next check: an exception raised asynchronously inside
+#: ``concurrent.futures`` or Ray while they hold a lock would leave that lock held, and the shutdown that
+#: follows would wait on it forever.
+STOP = threading.Event()
+#: Seconds between two checks of :data:`STOP`.
+POLL = 0.1
+
+
+def check_stop() -> None:
+    """Raise KeyboardInterrupt if the sweep was asked to stop."""
+    if STOP.is_set():
+        raise KeyboardInterrupt
+
+
+_DIED = "the worker process died while running this point (crash or out of memory)"
+
+
+def default_jobs() -> int:
+    """The CPUs this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def batch_size(points: int, workers: int, *, per_worker: int = 8, cap: int = 32) -> int:
+    """Points per task: about *per_worker* tasks per worker, at most *cap* points each."""
+    return max(1, min(cap, math.ceil(points / (workers * per_worker))))
+
+
+def _batches(tasks: Sequence[PointTask], size: int) -> list[list[PointTask]]:
+    return [list(tasks[i : i + size]) for i in range(0, len(tasks), size)]
+
+
+def run_serial(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int = 1) -> None:
+    """Run every point in this process, in order (``--jobs 1``)."""
+    del jobs
+    for task in tasks:
+        check_stop()
+        on_outcome(run_point(task))
+
+
+def _context() -> Any:
+    # forkserver: workers start from a clean, single-threaded server (no fork of a process that may
+    # hold threads, e.g. a progress bar's), which imports etsim once for all of them.
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["etsim.experiment.worker"])
+        return ctx
+    return multiprocessing.get_context("spawn")  # pragma: no cover - Windows
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Shut *pool* down now: cancel queued batches and end running workers."""
+    processes = list(getattr(pool, "_processes", {}).values())  # no public way before Python 3.14
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in processes:
+        proc.join(timeout=5)
+
+
+def _pool_round(batches: list[list[PointTask]], workers: int, on_outcome: Callback) -> list[PointTask]:
+    """Run *batches* on a fresh pool until done or broken; return the points of lost batches."""
+    ctx = _context()
+    lifeline, alive = ctx.Pipe(duplex=False)  # workers get the read end; only this process holds `alive`
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=init_worker, initargs=(lifeline,))
+    lost: list[PointTask] = []
+    try:
+        pending: dict[Future[list[PointOutcome]], list[PointTask]] = {
+            pool.submit(run_batch, batch): batch for batch in batches
+        }
+        while pending:
+            check_stop()
+            done, _ = wait(pending, timeout=POLL, return_when=FIRST_COMPLETED)
+            for future in done:
+                batch = pending.pop(future)
+                try:
+                    outcomes = future.result()
+                except BrokenProcessPool:
+                    lost.extend(batch)
+                    continue
+                for outcome in outcomes:
+                    on_outcome(outcome)
+    finally:
+        _stop(pool)
+        alive.close()
+        lifeline.close()
+    return lost
+
+
+def _probe() -> bool:
+    return True
+
+
+def _check_workers_start() -> None:
+    """Raise if a fresh worker cannot even run a no-op (then every point would "die", whatever it is)."""
+    ctx = _context()
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=init_worker)
+    try:
+        pool.submit(_probe).result()
+    except BrokenProcessPool:
+        raise SimulationError(
+            "worker processes die before running anything (see the messages above; a program read from "
+            "standard input cannot start workers): run with --jobs 1 to simulate in this process"
+        ) from None
+    finally:
+        _stop(pool)
+
+
+def run_local(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int) -> None:
+    """Run the points on a pool of *jobs* worker processes (``--engine local``, the default)."""
+    if jobs <= 1 or len(tasks) <= 1:
+        run_serial(tasks, on_outcome)
+        return
+    workers = min(jobs, len(tasks))
+    lost = _pool_round(_batches(tasks, batch_size(len(tasks), workers)), workers, on_outcome)
+    if lost:
+        _check_workers_start()
+        # One point per task: only points in flight when a worker dies are lost again.
+        lost = _pool_round(_batches(lost, 1), min(workers, len(lost)), on_outcome)
+    for task in lost:
+        # Alone on a one-worker pool: a death now is this point's own doing.
+        if _pool_round([[task]], 1, on_outcome):
+            on_outcome(PointOutcome(task.id, "failed", {"network_model": task.spec.model}, None, _DIED, 0.0))
+
+
+def run_ray(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int, address: str | None = None) -> None:
+    """Run the points as Ray tasks (``--engine ray``), on the cluster at *address* or a local one.
+
+    A local cluster is started with *jobs* CPUs and shut down at the end; a cluster given by address
+    is left running. Workers must have etsim installed and see the experiment's input files at the
+    same paths (a shared file system).
+
+    Raises:
+        ConfigError: Ray is not installed, or the cluster cannot be reached.
+    """
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--engine ray needs Ray: python -m pip install 'etsim[ray]'") from None
+    started = not ray.is_initialized()
+    if started:
+        if address:
+            _check_reachable(address)
+        try:
+            if address:
+                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+            else:
+                ray.init(num_cpus=jobs, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+        except Exception as exc:  # Ray reports a cluster it cannot start or reach in many exception types
+            raise ConfigError(
+                f"--engine ray: cannot start or reach a Ray cluster ({address or 'local'}): {exc}"
+            ) from None
+    try:
+        workers = max(1, int(ray.cluster_resources().get("CPU", jobs)))
+        # Tasks are not retried by Ray: a lost batch is rerun point by point below, like the local pool.
+        remote = ray.remote(num_cpus=1, max_retries=0)(run_batch)
+        lost = _ray_round(ray, remote, _batches(tasks, batch_size(len(tasks), workers, cap=64)), on_outcome)
+        if lost:
+            for task in _ray_round(ray, remote, _batches(lost, 1), on_outcome):
+                on_outcome(PointOutcome(task.id, "failed", {"network_model": task.spec.model}, None, _DIED, 0.0))
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast on a ``HOST:PORT`` nobody listens on (Ray itself retries for minutes)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return  # "auto", "ray://…": left to Ray
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise ConfigError(f"--ray-address {address}: cannot reach a Ray cluster there: {exc.strerror or exc}") from None
+
+
+def _ray_round(ray: Any, remote: Any, batches: list[list[PointTask]], on_outcome: Callback) -> list[PointTask]:
+    pending = {remote.remote(batch): batch for batch in batches}
+    lost: list[PointTask] = []
+    try:
+        while pending:
+            check_stop()
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL)
+            for ref in done:
+                batch = pending.pop(ref)
+                try:
+                    outcomes = ray.get(ref)
+                except (ray.exceptions.WorkerCrashedError, ray.exceptions.RayTaskError) as exc:
+                    if isinstance(exc, ray.exceptions.RayTaskError) and not _worker_died(exc):
+                        raise
+                    lost.extend(batch)
+                    continue
+                for outcome in outcomes:
+                    on_outcome(outcome)
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+    return lost
+
+
+def _worker_died(exc: BaseException) -> bool:
+    cause = getattr(exc, "cause", None)
+    return type(cause).__name__ in ("WorkerCrashedError", "SystemExit") or "died" in str(exc).lower()
+
+
+#: ``--engine`` value → runner(tasks, on_outcome, jobs[, address]).
+ENGINES: dict[str, Callable[..., None]] = {"local": run_local, "ray": run_ray}

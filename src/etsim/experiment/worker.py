@@ -1,0 +1,290 @@
+"""Run points: build each point's inputs (cached per process) and call :func:`~etsim.simulation.simulate`.
+
+Workers of a sweep run many points; a point's workload, topology, system configuration and
+synthesised algorithms are built once per process and reused by every later point that names the
+same resolved value (caches keyed by the value's canonical JSON). :func:`simulate_point` is the one
+place a :class:`~etsim.experiment.spec.PointSpec` becomes a ``simulate()`` call, used alike by the
+sweep workers and by ``etsim run --config``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import traceback
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
+from typing import Any, TypeVar
+
+from etsim.chakra import COLLECTIVE_NAMES, NodeType, Workload, load_workload
+from etsim.errors import ConfigError, EtsimError
+from etsim.experiment.generators import build_generated
+from etsim.experiment.spec import PointSpec
+from etsim.network import NetworkConfig, load_network
+from etsim.report.result import Result
+from etsim.simulation import simulate
+from etsim.system.config import SystemConfig, load_system_config
+
+# The synthesiser's public functions, imported here only (they may move; this is the one line to change).
+from etsim.producers.tacos import COLLECTIVES as TACOS_COLLECTIVES  # isort: skip
+from etsim.producers.tacos import synthesize, write_synthesis  # isort: skip
+
+__all__ = ["PointOutcome", "PointTask", "init_worker", "run_batch", "run_point", "simulate_point"]
+
+T = TypeVar("T")
+
+
+class _Lru:
+    """A small least-recently-used cache (a sweep revisits few distinct inputs, some of them large)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.items: OrderedDict[Hashable, Any] = OrderedDict()
+
+    def get(self, key: Hashable, build: Callable[[], T]) -> T:
+        if key in self.items:
+            self.items.move_to_end(key)
+            value: T = self.items[key]
+            return value
+        value = build()
+        self.items[key] = value
+        if len(self.items) > self.size:
+            self.items.popitem(last=False)
+        return value
+
+
+_WORKLOADS = _Lru(16)
+_NETWORKS = _Lru(32)
+_SYSTEMS = _Lru(64)
+_SYNTHESES = _Lru(64)
+_TMP: list[str] = []
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def _workload(spec: str | dict[str, Any]) -> Workload:
+    def build() -> Workload:
+        if isinstance(spec, dict):
+            return Workload(build_generated(spec), source=f"generate: {spec['generate']}")
+        return load_workload(spec)
+
+    return _WORKLOADS.get(_key(spec), build)
+
+
+def _network(spec: str | dict[str, Any] | None) -> NetworkConfig | None:
+    if spec is None:
+        return None
+    return _NETWORKS.get(_key(spec), lambda: load_network(spec))
+
+
+def _system(spec: dict[str, Any]) -> SystemConfig:
+    return _SYSTEMS.get(_key(spec), lambda: load_system_config(dict(spec)))
+
+
+def _synthesis_dir() -> str:
+    """A directory of this process for synthesised algorithm families (removed at exit)."""
+    if not _TMP:
+        _TMP.append(tempfile.mkdtemp(prefix="etsim-synth-"))
+        atexit.register(shutil.rmtree, _TMP[0], True)
+    return _TMP[0]
+
+
+def _workload_collectives(workload: Workload) -> dict[str, int]:
+    """Collective name → ``comm_size`` of its first occurrence on rank 0 (or the first rank that has one)."""
+    found: dict[str, int] = {}
+    for trace in workload:
+        for t, c, size, cpu in zip(trace.types, trace.comm_type, trace.comm_size, trace.is_cpu_op, strict=True):
+            if t == NodeType.COMM_COLL_NODE and not cpu and c in COLLECTIVE_NAMES and size is not None:
+                found.setdefault(COLLECTIVE_NAMES[c], size)
+    return found
+
+
+def _tacos(spec: dict[str, Any], collective: str, size: int, net: NetworkConfig | None, n: int, topo_key: str) -> str:
+    """Synthesise (once per process) a TACOS algorithm for *collective*; return its family prefix."""
+    if net is None:
+        raise ConfigError("algo: TACOS synthesis needs a topology (the default ring is not a file)")
+    params = spec["tacos"]
+    topology = net.topology
+    group = list(range(n)) if n < topology.npus else None
+    # Synthesis buffers follow MSCCL-IR's chunk accounting: the all-gather output, every other buffer as is.
+    buffer = params["size"] if params["size"] is not None else (size * n if collective == "all_gather" else size)
+    key = _key([collective, buffer, params, topo_key, group])
+
+    def build() -> str:
+        syn = synthesize(
+            topology,
+            collective,
+            size=buffer,
+            chunks_per_npu=params["chunks_per_npu"],
+            seed=params["seed"],
+            runs=params["runs"],
+            group=group,
+        )
+        prefix = os.path.join(_synthesis_dir(), f"tacos_{time.monotonic_ns()}")
+        write_synthesis(syn, prefix)
+        return prefix
+
+    return _SYNTHESES.get(key, build)
+
+
+def _algorithms(
+    spec: PointSpec, workload: Workload, net: NetworkConfig | None, labels: dict[str, str]
+) -> dict[str, str]:
+    """The point's ``algo`` as SystemConfig algorithms (TACOS specs synthesised into family paths).
+
+    *labels* receives family path → a label naming the TACOS parameters, for the result records.
+    """
+    out: dict[str, str] = {}
+    used: dict[str, int] | None = None
+    topo_key = _key(spec.topology)
+    for coll, value in spec.algo.items():
+        if isinstance(value, str):
+            out[coll] = value
+            continue
+        if used is None:
+            used = _workload_collectives(workload)
+        targets = [coll] if coll != "default" else list(used)
+        for target in targets:
+            if target not in used:
+                continue  # the workload has no such collective: nothing to synthesise
+            if target not in TACOS_COLLECTIVES:
+                raise ConfigError(
+                    f"algo: TACOS synthesises {', '.join(TACOS_COLLECTIVES)}; the workload also has {target} "
+                    f"(give it its own algorithm: algo: {{{target}: …, default: {{tacos: …}}}})"
+                )
+            out[target] = _tacos(value, target, used[target], net, workload.num_ranks, topo_key)
+            params = ", ".join(f"{k}={v}" for k, v in value["tacos"].items() if v is not None)
+            labels[out[target]] = f"tacos({params})"
+    return out
+
+
+def simulate_point(spec: PointSpec) -> Result:
+    """Simulate one point exactly as its ``config.yaml`` describes.
+
+    Raises:
+        EtsimError: the point cannot be simulated (the message says why).
+    """
+    workload = _workload(spec.workload)
+    net = _network(spec.topology)
+    system = _system(spec.system)
+    labels: dict[str, str] = {}
+    algorithms = {**system.algorithms, **_algorithms(spec, workload, net, labels)}
+    system = system.with_overrides(algorithms=algorithms)
+    options = spec.model_options or None
+    result = simulate(workload, topology=net, model=spec.model, model_options=options, system=system)
+    if labels:  # a synthesised family lives in a temporary directory: name it by its parameters instead
+        result.collectives = [replace(c, algorithm=labels.get(c.algorithm, c.algorithm)) for c in result.collectives]
+    return result
+
+
+@dataclass(frozen=True)
+class PointTask:
+    """What a worker receives: a point id and its resolved spec."""
+
+    id: str
+    spec: PointSpec
+
+
+@dataclass(frozen=True)
+class PointOutcome:
+    """What a worker returns for one point."""
+
+    id: str
+    status: str
+    """``ok`` or ``failed``."""
+    metrics: dict[str, Any]
+    """Result columns (``finish_ns`` …, ``<collective>_ns``, ``messages``, ``bytes``, ``network_model``)."""
+    report: str | None
+    """The full JSON report (one line), None for a failed point."""
+    error: str
+    wall_s: float
+    warnings: tuple[str, ...] = ()
+    """Warnings the simulation raised (a model ignoring contention it met, a fallback algorithm, …)."""
+
+
+def metrics(result: Result) -> dict[str, Any]:
+    """The results.csv columns of one result (times in ns; per-rank maxima)."""
+    ranks = result.ranks
+    out: dict[str, Any] = {
+        "network_model": result.network.get("model", ""),
+        "finish_ns": result.finish_ns,
+        "compute_ns": max((r.compute_ns for r in ranks), default=0.0),
+        "comm_ns": max((r.comm_ns for r in ranks), default=0.0),
+        "exposed_comm_ns": max((r.exposed_comm_ns for r in ranks), default=0.0),
+        "messages": result.network.get("messages", 0),
+        "bytes": result.network.get("bytes", 0),
+    }
+    # Per collective type: each rank's summed durations of that type's collectives, the slowest rank's.
+    per_rank: dict[str, dict[int, float]] = {}
+    for c in result.collectives:
+        by_rank = per_rank.setdefault(c.type.lower(), {})
+        by_rank[c.rank] = by_rank.get(c.rank, 0.0) + (c.end_ns - c.start_ns)
+    for ctype, by_rank in per_rank.items():
+        out[f"{ctype}_ns"] = max(by_rank.values())
+    return out
+
+
+def run_point(task: PointTask) -> PointOutcome:
+    """Run one point; a failure becomes a ``failed`` outcome with its message, never an exception."""
+    t0 = time.perf_counter()
+    failed = {"network_model": task.spec.model}
+    # Warnings are results too: recorded with the point (a worker has no terminal to print them on, and a
+    # warnings filter set to "error" must not turn them into failures).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = simulate_point(task.spec)
+        except EtsimError as exc:
+            return PointOutcome(task.id, "failed", failed, None, str(exc), _since(t0), _messages(caught))
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # a bug or an exhausted machine: recorded, so the sweep goes on
+            where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+            at = f" (at {os.path.basename(where.filename)}:{where.lineno})" if where else ""
+            message = f"internal error: {type(exc).__name__}: {exc}{at}"
+            return PointOutcome(task.id, "failed", failed, None, message, _since(t0), _messages(caught))
+    report = result.to_json(indent=None)
+    return PointOutcome(task.id, "ok", metrics(result), report, "", _since(t0), _messages(caught))
+
+
+def _messages(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(str(w.message) for w in caught))
+
+
+def _since(t0: float) -> float:
+    return time.perf_counter() - t0
+
+
+def run_batch(tasks: Sequence[PointTask]) -> list[PointOutcome]:
+    """Run points one after the other in this process (the unit of work sent to a worker)."""
+    return [run_point(task) for task in tasks]
+
+
+def init_worker(lifeline: Connection | None = None) -> None:
+    """Pool-worker start-up: Ctrl-C belongs to the parent, which stops the workers itself.
+
+    *lifeline* is the read end of a pipe whose only write end the sweep's process holds: a watchdog
+    thread ends this worker when it reads end-of-file, i.e. when that process is gone. A parent killed
+    outright (SIGKILL) cannot stop its workers, and they would otherwise wait for work forever.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if lifeline is not None:
+        threading.Thread(target=_watch, args=(lifeline,), name="etsim-lifeline", daemon=True).start()
+
+
+def _watch(lifeline: Connection) -> None:
+    with contextlib.suppress(EOFError, OSError):
+        lifeline.recv_bytes()  # blocks until the sweep's process closes its end, or dies
+    os._exit(1)

@@ -1,0 +1,81 @@
+"""Reading configuration files and writing outputs, with one-line errors instead of tracebacks.
+
+Every YAML/JSON configuration etsim reads goes through :func:`read_text` (a file that is not UTF-8
+is named with the offset of its first bad byte), and every file etsim writes goes through
+:func:`write_text`/:func:`write_bytes` or :func:`make_parent` (a parent that cannot be created is
+named, and a path component that is a file is called that, not "File exists").
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from etsim.errors import ConfigError, EtsimError
+
+__all__ = ["make_parent", "read_text", "write_bytes", "write_text"]
+
+
+def read_text(path: str | os.PathLike[str], what: str = "file", error: type[EtsimError] = ConfigError) -> str:
+    """The text of *path*, decoded as UTF-8.
+
+    Args:
+        path: the file.
+        what: what the file is, for messages ("comm-group file").
+        error: the exception class to raise.
+
+    Raises:
+        EtsimError: (of class *error*) the file cannot be read or is not UTF-8 text; the message names
+            the file and, for bad bytes, the byte offset.
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except IsADirectoryError:
+        raise error(f"{p}: cannot read the {what}: it is a directory") from None
+    except OSError as exc:
+        raise error(f"{p}: cannot read the {what}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(
+            f"{p}: the {what} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
+
+
+def make_parent(path: str | os.PathLike[str], error: type[EtsimError] = ConfigError) -> Path:
+    """Create the directory *path* will be written in; return *path* as a :class:`Path`.
+
+    Raises:
+        EtsimError: (of class *error*) the directory cannot be created — a component of it is a file,
+            or the operating system refuses (named).
+    """
+    p = Path(path)
+    parent = p.parent
+    ancestor = parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if ancestor.exists() and not ancestor.is_dir():
+        raise error(f"{p}: cannot create its directory {parent}: {ancestor} is a file, not a directory")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise error(f"{p}: cannot create its directory {parent}: {exc.strerror or exc}") from None
+    return p
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes, error: type[EtsimError] = ConfigError) -> Path:
+    """Write *data* to *path*, creating its directory; errors name the file."""
+    p = make_parent(path, error)
+    try:
+        p.write_bytes(data)
+    except IsADirectoryError:
+        raise error(f"{p}: cannot write: it is a directory") from None
+    except OSError as exc:
+        raise error(f"{p}: cannot write: {exc.strerror or exc}") from None
+    return p
+
+
+def write_text(path: str | os.PathLike[str], text: str, error: type[EtsimError] = ConfigError) -> Path:
+    """Write *text* (UTF-8) to *path*, creating its directory; errors name the file."""
+    return write_bytes(path, text.encode("utf-8"), error)

@@ -1,0 +1,171 @@
+"""Communication and exposed communication per communicator group (``pg_name``), from a recorded run.
+
+A rank's collectives on group G are *in flight* while any of its G collectives runs; they are
+*exposed* while one runs and no compute does (compute as in the per-rank figures: COMP nodes and
+host-side ops). Workload SEND/RECV count as the group ``p2p``. This splits each rank's
+``exposed_comm_ns`` by group, so data-, tensor- and pipeline-parallel traffic can be told apart;
+when two groups are exposed at the same moment, both count it, so the groups' figures can add up to
+more than the rank's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from etsim.chakra.graph import NodeType
+from etsim.workload.runs import CPU
+
+if TYPE_CHECKING:
+    from etsim.chakra.graph import Trace
+    from etsim.report.record import RunRecorder
+    from etsim.report.result import Result
+
+__all__ = ["P2P", "exposure_by_group", "exposure_from_ranks", "single_group"]
+
+#: The group name of workload point-to-point sends and receives.
+P2P = "p2p"
+
+_T_COMP = int(NodeType.COMP_NODE)
+_T_COLL = int(NodeType.COMM_COLL_NODE)
+_T_P2P = (int(NodeType.COMM_SEND_NODE), int(NodeType.COMM_RECV_NODE))
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for s, f in sorted(intervals):
+        if out and s <= out[-1][1]:
+            if f > out[-1][1]:
+                out[-1] = (out[-1][0], f)
+        else:
+            out.append((s, f))
+    return out
+
+
+def _length(intervals: list[tuple[float, float]]) -> float:
+    return sum(f - s for s, f in intervals)
+
+
+def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Length of the union *a* outside the union *b* (both sorted and disjoint)."""
+    total = 0.0
+    i = 0
+    for s, f in a:
+        t = s
+        while i < len(b) and b[i][1] <= t:
+            i += 1
+        k = i
+        while k < len(b) and b[k][0] < f:
+            if b[k][0] > t:
+                total += b[k][0] - t
+            t = max(t, b[k][1])
+            k += 1
+        if f > t:
+            total += f - t
+    return total
+
+
+def exposure_by_group(rec: RunRecorder) -> list[dict[str, Any]]:
+    """Communication and exposed communication per group of the run *rec* recorded, sorted by group name.
+
+    Each entry: ``{group, ranks, calls, bytes, comm_ns_max, exposed_comm_ns_mean, exposed_comm_ns_max,
+    rank_of_max}`` (ns; ``ranks`` that issued at least one of its operations, ``calls`` and ``bytes``
+    over all ranks). The world group is ``"0"`` (``pg_name`` empty or ``"0"``).
+    """
+    engine = rec.engine
+    if engine is None:
+        return []
+    per_group: dict[str, dict[int, list[tuple[float, float]]]] = {}
+    calls: dict[str, int] = {}
+    sizes: dict[str, float] = {}
+    compute: list[list[tuple[float, float]]] = []
+    for run in engine.runs:
+        tr = run.trace
+        rank = run.rank
+        starts, finishes = rec.start[rank], rec.finish[rank]
+        mine: list[tuple[float, float]] = []
+        for j, t in enumerate(tr.types):
+            s = starts[j]
+            if s != s:
+                continue
+            cpu = run.node_class[j] == CPU
+            if t == _T_COMP or (t == _T_COLL and cpu):
+                mine.append((s, finishes[j]))
+            elif t == _T_COLL or t in _T_P2P:
+                group = (tr.pg_name[j] or "0") if t == _T_COLL else P2P
+                per_group.setdefault(group, {}).setdefault(rank, []).append((s, finishes[j]))
+                calls[group] = calls.get(group, 0) + 1
+                sizes[group] = sizes.get(group, 0.0) + (tr.comm_size[j] or 0)
+        compute.append(_union(mine))
+    out = []
+    for group in sorted(per_group):
+        exposed: dict[int, float] = {}
+        comm: dict[int, float] = {}
+        for rank, intervals in per_group[group].items():
+            busy = _union(intervals)
+            comm[rank] = _length(busy)
+            exposed[rank] = _minus(busy, compute[rank])
+        worst = max(sorted(exposed), key=lambda r: exposed[r])
+        out.append(
+            {
+                "group": group,
+                "ranks": len(exposed),
+                "calls": calls[group],
+                "bytes": sizes[group],
+                "comm_ns_max": max(comm.values()),
+                "exposed_comm_ns_mean": sum(exposed.values()) / len(exposed),
+                "exposed_comm_ns_max": exposed[worst],
+                "rank_of_max": worst,
+            }
+        )
+    return out
+
+
+def single_group(traces: Sequence[Trace]) -> str | None:
+    """The one group all communication of *traces* belongs to ("" if there is none), or None if several.
+
+    With one group, its exposure is each rank's ``exposed_comm_ns``: :func:`exposure_from_ranks` gives it
+    without recording the run.
+    """
+    names: set[str] = set()
+    for tr in traces:
+        for j, t in enumerate(tr.types):
+            if t == _T_COLL and not tr.is_cpu_op[j]:
+                names.add(tr.pg_name[j] or "0")
+            elif t in _T_P2P:
+                names.add(P2P)
+            else:
+                continue
+            if len(names) > 1:
+                return None
+    return next(iter(names), "")
+
+
+def exposure_from_ranks(result: Result, traces: Sequence[Trace], group: str) -> list[dict[str, Any]]:
+    """:func:`exposure_by_group`'s entry for a run whose communication is all in *group*, from its per-rank times."""
+    if not group:
+        return []
+    calls = 0
+    size = 0.0
+    members = []
+    for rank, tr in enumerate(traces):
+        mine = [j for j, t in enumerate(tr.types) if (t == _T_COLL and not tr.is_cpu_op[j]) or t in _T_P2P]
+        if mine:
+            members.append(rank)
+            calls += len(mine)
+            size += sum(tr.comm_size[j] or 0 for j in mine)
+    ranks = [r for r in result.ranks if r.rank in set(members)]
+    exposed = {r.rank: r.exposed_comm_ns for r in ranks}
+    worst = max(sorted(exposed), key=lambda r: exposed[r])
+    return [
+        {
+            "group": group,
+            "ranks": len(exposed),
+            "calls": calls,
+            "bytes": size,
+            "comm_ns_max": max(r.comm_ns for r in ranks),
+            "exposed_comm_ns_mean": sum(exposed.values()) / len(exposed),
+            "exposed_comm_ns_max": exposed[worst],
+            "rank_of_max": worst,
+        }
+    ]

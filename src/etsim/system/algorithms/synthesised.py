@@ -1,0 +1,173 @@
+"""``tacos``: an algorithm synthesised (TACOS) for the run's topology and each communicator group.
+
+The spec is ``tacos`` or ``tacos:KEY=VALUE,…`` with keys ``chunks_per_npu`` (default 1), ``seed`` (0), ``runs``
+(1) and ``size`` (the bytes the link weights are computed for, default ``1MiB``). A synthesis depends on the
+topology, the group's NPUs and the collective (all-gather, reduce-scatter, all-reduce); it runs when a group
+first needs it and is cached per process, keyed by (topology identity, collective, group, parameters), so
+every later call and every later simulation on the same :class:`~etsim.network.Topology` object reuses it.
+The graphs are symbolic (one chunk of ``buffer / (n·k)`` per message), so one synthesis serves every size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from etsim.chakra.algorithm import AlgoGraph
+from etsim.chakra.graph import CollectiveType
+from etsim.errors import ConfigError
+from etsim.system.algorithms.base import CollectiveAlgorithm
+from etsim.units import parse_size
+
+if TYPE_CHECKING:
+    from etsim.network.topology import Topology
+
+__all__ = ["TacosAlgorithm", "TacosParams", "parse_tacos_spec"]
+
+_C = CollectiveType
+_COLLECTIVES = frozenset({_C.ALL_GATHER, _C.REDUCE_SCATTER, _C.ALL_REDUCE})
+
+
+@dataclass(frozen=True)
+class TacosParams:
+    """Parameters of a ``tacos`` spec."""
+
+    chunks_per_npu: int = 1
+    seed: int = 0
+    runs: int = 1
+    size: int = 1 << 20
+
+
+def parse_tacos_spec(spec: str) -> TacosParams:
+    """``tacos:chunks_per_npu=2,seed=0`` → :class:`TacosParams`.
+
+    Raises:
+        ConfigError: an unknown key, a value that is not a number (or a size for ``size``), or one below 1.
+    """
+    _, _, rest = spec.partition(":")
+    values: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in ("chunks_per_npu", "seed", "runs", "size"):
+            raise ConfigError(
+                f"algorithm {spec!r}: expected KEY=VALUE with KEY one of chunks_per_npu, seed, runs, size; got {item!r}"
+            )
+        if key == "size":
+            values[key] = parse_size(value.strip(), key=f"algorithm {spec!r}: size", default_unit="B")
+        else:
+            try:
+                values[key] = int(value)
+            except ValueError:
+                raise ConfigError(f"algorithm {spec!r}: {key} must be an integer, got {value!r}") from None
+        if values[key] < (0 if key == "seed" else 1):
+            raise ConfigError(f"algorithm {spec!r}: {key} must be >= {0 if key == 'seed' else 1}, got {value!r}")
+    return TacosParams(**values)
+
+
+#: (id(topology), collective, sorted group, params) → (topology, graphs by sorted position); the topology
+#: is kept so that its id is not reused while the entry lives.
+_CACHE: dict[tuple[int, int, tuple[int, ...], TacosParams], tuple[Topology, list[AlgoGraph]]] = {}
+
+
+def _synthesised(
+    topology: Topology, collective: CollectiveType, group: tuple[int, ...], params: TacosParams
+) -> list[AlgoGraph]:
+    from etsim.producers.tacos import algo_graphs, synthesize
+
+    key = (id(topology), int(collective), group, params)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is topology:
+        return hit[1]
+    syn = synthesize(
+        topology,
+        collective,
+        size=params.size,
+        chunks_per_npu=params.chunks_per_npu,
+        seed=params.seed,
+        runs=params.runs,
+        group=list(group),
+    )
+    graphs = algo_graphs(syn.schedule)
+    _CACHE[key] = (topology, graphs)
+    return graphs
+
+
+class TacosAlgorithm(CollectiveAlgorithm):
+    """A ``tacos`` spec before it knows its group; :meth:`for_group` gives the algorithm of one group.
+
+    Args:
+        spec: the spec as written (its label).
+        params: its parameters.
+        topology: the run's topology (None: an error when a group first needs it).
+    """
+
+    name = "tacos"
+    source = "tacos"
+    collectives = _COLLECTIVES
+
+    def __init__(self, spec: str, params: TacosParams, topology: Topology | None) -> None:
+        self.spec = spec
+        self.params = params
+        self.topology = topology
+        self._groups: dict[tuple[int, ...], _GroupTacos] = {}
+
+    def for_group(self, group: tuple[int, ...]) -> CollectiveAlgorithm:
+        """The algorithm synthesised for *group* (global ranks by group position)."""
+        found = self._groups.get(group)
+        if found is None:
+            if self.topology is None:
+                raise ConfigError(f"algorithm {self.spec!r} is synthesised for a topology, and none is known here")
+            found = self._groups[group] = _GroupTacos(self, group)
+        return found
+
+    def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
+        """Not available before the group is known (:meth:`for_group`)."""
+        raise ConfigError(f"algorithm {self.spec!r} is synthesised per group; it needs the group's NPUs")
+
+
+class _GroupTacos(CollectiveAlgorithm):
+    """The synthesis of one group: graphs by group position, peers as group positions."""
+
+    name = "tacos"
+    source = "tacos"
+    collectives = _COLLECTIVES
+
+    def __init__(self, parent: TacosAlgorithm, group: tuple[int, ...]) -> None:
+        self.parent = parent
+        self.group = group
+        self._graphs: dict[int, list[AlgoGraph]] = {}
+
+    def supports(self, collective: CollectiveType, group_size: int) -> str | None:
+        """None for the collectives TACOS synthesises over this group."""
+        if collective not in _COLLECTIVES:
+            names = ", ".join(sorted(c.name.lower() for c in _COLLECTIVES))
+            return f"algorithm {self.parent.spec!r} (TACOS) synthesises {names}, not {collective.name.lower()}"
+        if group_size != len(self.group):
+            return f"algorithm {self.parent.spec!r} was synthesised for {len(self.group)} ranks, not {group_size}"
+        return None
+
+    def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
+        """The graph of group position *position* (synthesised when first needed)."""
+        self.check_position(collective, group_size, position)
+        graphs = self._graphs.get(int(collective))
+        if graphs is None:
+            assert self.parent.topology is not None
+            ordered = tuple(sorted(self.group))
+            synthesised = _synthesised(self.parent.topology, collective, ordered, self.parent.params)
+            if ordered == self.group:
+                graphs = synthesised
+            else:
+                # Synthesis numbers the group's NPUs in rank order; map to the group's own positions.
+                to_position = {ordered.index(r): p for p, r in enumerate(self.group)}
+                graphs = [
+                    replace(
+                        synthesised[ordered.index(r)],
+                        peers=[to_position[q] if q >= 0 else q for q in synthesised[ordered.index(r)].peers],
+                        _succ=None,
+                        _succ_lists=None,
+                    )
+                    for r in self.group
+                ]
+            self._graphs[int(collective)] = graphs
+        return graphs[position]

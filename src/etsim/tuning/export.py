@@ -1,0 +1,149 @@
+"""Selection tables in forms real runtimes load: NCCL's tuner-plugin CSV and MSCCL-IR files with size windows.
+
+``docs/tuning.md`` documents both formats and the references they follow. In short:
+
+- **NCCL tuner CSV** (the example tuner plugin of NCCL, ``ext-tuner/example``, read from
+  ``NCCL_TUNER_CONFIG_FILE``): one line per rule, ``collective,min_bytes,max_bytes,algorithm,protocol,
+  channels,nNodes,nRanks`` — collectives ``allreduce allgather reducescatter broadcast reduce``, algorithms
+  ``ring``/``tree`` (the ones etsim and NCCL share), protocol ``simple``, ``-1`` for "NCCL decides"/"any".
+  Bytes are NCCL's ``nBytes``: the larger buffer (an all-gather's output, a reduce-scatter's input), both
+  bounds inclusive; the first matching line wins, as in etsim.
+- **MSCCL-IR**: a copy of each chosen XML with ``minBytes``/``maxBytes`` on ``<algo>`` set from its rule (buffer
+  bytes, inclusive; ``maxBytes="0"`` for no upper bound, the MSCCL executor's convention); every other byte
+  of the file is kept.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from lxml import etree
+
+from etsim.errors import ConfigError
+from etsim.files import read_text, write_bytes
+from etsim.system.rules import SelectionRule
+
+__all__ = ["NCCL_ALGORITHMS", "NCCL_COLLECTIVES", "SIZE_MAX", "msccl_files", "nccl_tuner_csv"]
+
+#: etsim collective → NCCL tuner-plugin collective name.
+NCCL_COLLECTIVES = {
+    "all_reduce": "allreduce",
+    "all_gather": "allgather",
+    "reduce_scatter": "reducescatter",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+}
+#: etsim algorithms NCCL has (the native ring and double binary tree).
+NCCL_ALGORITHMS = {"ring": "ring", "tree": "tree"}
+#: "No upper bound" in the CSV: the largest size_t on 64-bit machines.
+SIZE_MAX = 2**64 - 1
+
+
+def _buffer(collective: str, size: int, n: int) -> int:
+    """NCCL's nBytes for a call of comm_size *size* over *n* ranks (an all-gather's is its output)."""
+    return size * n if collective == "all_gather" else size
+
+
+def nccl_tuner_csv(rules: Sequence[SelectionRule], header: Sequence[str] = ()) -> tuple[str, list[str]]:
+    """The NCCL tuner-plugin CSV of *rules* and the notes on what was skipped or broadened.
+
+    Rules whose algorithm or collective NCCL does not have, default rules (NCCL keeps its own choice for
+    calls no line matches) and group-size ranges (not a key of the CSV) are skipped with a note; a
+    ``pg_name`` or ``dimension`` key, which NCCL cannot express, is dropped with a note.
+    """
+    lines = [f"# {h}" for h in header]
+    lines.append("# collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks")
+    notes: list[str] = []
+    for rule in rules:
+        what = f"{rule.origin} {rule.describe()}"
+        if rule.is_default:
+            notes.append(f"{what}: not exported (a default rule; NCCL keeps its own choice where no line matches)")
+            continue
+        collective = NCCL_COLLECTIVES.get(rule.collective or "")
+        if collective is None:
+            notes.append(f"{what}: skipped (NCCL's tuner has no {rule.collective or 'any-collective'} rules)")
+            continue
+        algorithm = NCCL_ALGORITHMS.get(rule.algorithm)
+        if algorithm is None:
+            notes.append(f"{what}: skipped (NCCL has no algorithm {rule.algorithm!r}; it has ring and tree)")
+            continue
+        sizes: list[int | None]
+        if rule.group_sizes is None:
+            sizes = [None]
+        elif all(lo == hi for lo, hi in rule.group_sizes):
+            sizes = [lo for lo, _ in rule.group_sizes]
+        else:
+            notes.append(f"{what}: skipped (a group-size range; the CSV matches one nRanks per line)")
+            continue
+        if rule.collective == "all_gather" and None in sizes and (rule.min_bytes or rule.max_bytes is not None):
+            notes.append(f"{what}: skipped (an all-gather's NCCL size needs the group size, and the rule has none)")
+            continue
+        for key in ("pg_name", "dimension"):
+            if getattr(rule, "pg_names" if key == "pg_name" else key) is not None:
+                notes.append(f"{what}: {key} is not a key of NCCL's tuner; the line matches every communicator size")
+        assert rule.collective is not None
+        for n in sizes:
+            low = _buffer(rule.collective, rule.min_bytes or 0, n or 1)
+            high = SIZE_MAX if rule.max_bytes is None else _buffer(rule.collective, rule.max_bytes, n or 1)
+            lines.append(f"{collective},{low},{high},{algorithm},simple,-1,-1,{-1 if n is None else n}")
+    return "\n".join(lines) + "\n", notes
+
+
+_ALGO_TAG = re.compile(rb"<algo\b[^>]*>", re.S)
+
+
+def _set_attribute(tag: bytes, name: str, value: str) -> bytes:
+    attr = re.compile(rb"(\s" + name.encode() + rb'\s*=\s*)(["\'])(.*?)\2', re.S)
+    if attr.search(tag):
+        return attr.sub(lambda m: m.group(1) + m.group(2) + value.encode() + m.group(2), tag, count=1)
+    end = -2 if tag.endswith(b"/>") else -1
+    return tag[:end] + f' {name}="{value}"'.encode() + tag[end:]
+
+
+def msccl_files(
+    rules: Sequence[SelectionRule], out_dir: str | os.PathLike[str], base_dir: str = "."
+) -> tuple[list[Path], list[str]]:
+    """Write a copy of each MSCCL-IR file a rule chose, its ``minBytes``/``maxBytes`` set from the rule.
+
+    Files are named ``STEM.rI.xml`` (I: the rule's index). Returns the paths and notes.
+
+    Raises:
+        ConfigError: an XML cannot be read or has no ``<algo>`` element (named).
+    """
+    out = Path(out_dir)
+    paths: list[Path] = []
+    notes: list[str] = []
+    others = 0
+    for i, rule in enumerate(rules):
+        if not rule.algorithm.endswith(".xml"):
+            others += 1
+            continue
+        src = Path(rule.algorithm if os.path.isabs(rule.algorithm) else os.path.join(base_dir, rule.algorithm))
+        read_text(src, "MSCCL-IR file")  # a missing or unreadable file is one error line naming it
+        data = src.read_bytes()
+        try:
+            root = etree.fromstring(data)
+        except etree.XMLSyntaxError as exc:
+            raise ConfigError(f"{src}: not valid XML: {exc}") from None
+        if root.tag != "algo":
+            raise ConfigError(f"{src}: the root element is <{root.tag}>, not <algo>")
+        ngpus = int(root.get("ngpus", "0") or 0)
+        collective = rule.collective or ""
+        n = ngpus or 1
+        low = _buffer(collective, rule.min_bytes or 0, n)
+        high = 0 if rule.max_bytes is None else _buffer(collective, rule.max_bytes, n)
+        m = _ALGO_TAG.search(data)
+        assert m is not None
+        tag = _set_attribute(_set_attribute(m.group(0), "minBytes", str(low)), "maxBytes", str(high))
+        text = data[: m.start()] + tag + data[m.end() :]
+        check = etree.fromstring(text)
+        assert check.get("minBytes") == str(low) and check.get("maxBytes") == str(high)
+        path = out / f"{src.stem}.r{i}.xml"
+        write_bytes(path, text)
+        paths.append(path)
+    if others:
+        notes.append(f"{others} rule(s) chose no MSCCL-IR file and have nothing to export as MSCCL-IR")
+    return paths, notes

@@ -1,0 +1,277 @@
+"""``etsim tune`` as a library: measure candidates per point, pick the fastest, write and check the table.
+
+Typical use::
+
+    from etsim.tuning import TuneRequest, tune
+
+    out = tune(TuneRequest(topology="topologies/ring8.yaml", collectives=["all_reduce"],
+                           sizes=parse_sizes("1KiB..1GiB"), candidates=["ring", "tree", "hd"]), jobs=1)
+    print(out.table_text)
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType
+from etsim.chakra.io import load_workload
+from etsim.errors import ConfigError
+from etsim.network import NetworkConfig, load_network
+from etsim.system.collective import System
+from etsim.system.config import SystemConfig
+from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
+from etsim.system.rules import SelectionRule
+from etsim.tuning.points import Point, WorkloadPoint
+from etsim.tuning.runner import Measurement, Setup, run_points
+from etsim.tuning.table import TunedPoint, table_rules, table_yaml, winners
+from etsim.units import format_size, parse_size
+
+__all__ = [
+    "Call",
+    "TuneRequest",
+    "TuneResult",
+    "expand_candidates",
+    "parse_sizes",
+    "tune",
+    "workload_calls",
+]
+
+_RANGE = re.compile(r"(.+?)\.\.(.+)")
+#: The most sizes one --sizes value may expand to.
+MAX_SIZES = 64
+
+
+def parse_sizes(text: str, key: str = "--sizes") -> list[int]:
+    """``4KiB,1MiB,64MiB`` or ``1KiB..1GiB`` (every power of two from the first to the last) → sorted bytes.
+
+    Raises:
+        ConfigError: a bad size, a range whose ends are not powers of two or run backwards, or no size.
+    """
+    sizes: set[int] = set()
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        m = _RANGE.fullmatch(item)
+        if m is None:
+            sizes.add(parse_size(item, key=key, default_unit="B"))
+            continue
+        low, high = (parse_size(v.strip(), key=key, default_unit="B") for v in m.groups())
+        for end in (low, high):
+            if end < 1 or end & (end - 1):
+                raise ConfigError(f"{key}: {item!r}: a range runs over powers of two, and {end} is not one")
+        if low > high:
+            raise ConfigError(f"{key}: {item!r} runs backwards")
+        s = low
+        while s <= high:
+            sizes.add(s)
+            s *= 2
+    if not sizes:
+        raise ConfigError(f"{key}: no size given")
+    if len(sizes) > MAX_SIZES:
+        raise ConfigError(f"{key}: {len(sizes)} sizes; at most {MAX_SIZES}")
+    return sorted(sizes)
+
+
+_RANK_FILE = re.compile(r"(.*)\.\d+\.et(\.gz)?$")
+
+
+def expand_candidates(text: str) -> list[str]:
+    """A comma-separated candidate list with globs expanded (``algorithms/*.et`` → one entry per family).
+
+    Raises:
+        ConfigError: a glob that matches nothing, or no candidate.
+    """
+    out: list[str] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        if not any(ch in item for ch in "*?["):
+            out.append(item)
+            continue
+        matches = glob.glob(item)
+        if item.endswith(".et"):  # `algorithms/*_8npus.et` names families, whose files are P.0.et …
+            matches += glob.glob(item[: -len(".et")] + ".[0-9]*.et")
+        matches = sorted(set(matches))
+        if not matches:
+            raise ConfigError(f"--candidates: {item!r} matches no file")
+        for path in matches:
+            m = _RANK_FILE.fullmatch(path)
+            out.append(f"{m.group(1)}.et" if m else path)
+    unique = list(dict.fromkeys(out))
+    if not unique:
+        raise ConfigError("--candidates: no candidate given")
+    return unique
+
+
+@dataclass(frozen=True, order=True)
+class Call:
+    """A distinct (collective, size, group) a workload makes; ``group`` is the first group of its shape."""
+
+    collective: str
+    size: int
+    group_size: int
+    dimension: int | None
+    group: tuple[int, ...]
+
+
+def _dimension_of(system: System, group: tuple[int, ...], multi: bool) -> int | None:
+    return system.group_dimension(group) if multi else None
+
+
+def workload_calls(workload: str, net: NetworkConfig, config: SystemConfig) -> list[Call]:
+    """The distinct calls *workload* makes, one per (collective, size, group size, dimension).
+
+    Raises:
+        ConfigError: the workload cannot be read, or a group is undefined (named).
+    """
+    wl = load_workload(workload)
+    n = wl.num_ranks
+    groups = CommGroups(n)
+    if config.comm_groups:
+        for name, members in load_comm_groups(config.resolve_path(config.comm_groups), n).groups.items():
+            groups.add(name, members)
+    groups_from_metadata(wl, groups)
+    system = System(SystemConfig(), groups, topology=net.topology)
+    multi = len(net.topology.dims) > 1
+    found: dict[tuple[str, int, int, int | None], Call] = {}
+    for trace in wl:
+        for pos, node_type in enumerate(trace.types):
+            if node_type != NodeType.COMM_COLL_NODE or trace.is_cpu_op[pos] or trace.comm_type[pos] is None:
+                continue
+            collective = COLLECTIVE_NAMES[CollectiveType(trace.comm_type[pos])]  # type: ignore[arg-type]
+            group = groups.resolve(trace.pg_name[pos])
+            if len(group) == 1:
+                continue
+            size = trace.comm_size[pos] or 0
+            dim = _dimension_of(system, group, multi)
+            key = (collective, size, len(group), dim)
+            if key not in found:
+                found[key] = Call(collective, size, len(group), dim, group)
+    return sorted(found.values())
+
+
+@dataclass
+class TuneRequest:
+    """What to tune (the ``etsim tune`` options)."""
+
+    topology: str
+    candidates: Sequence[str]
+    collectives: Sequence[str] = ("all_reduce",)
+    sizes: Sequence[int] = ()
+    group_sizes: Sequence[int] = ()
+    """Empty: every live NPU of the topology."""
+    model: str | None = None
+    system: SystemConfig = field(default_factory=SystemConfig)
+    settings: dict[str, Any] = field(default_factory=dict)
+    """Other keys of the base system YAML, copied into the table."""
+    workload: str | None = None
+    fallback: str | None = "ring"
+    output: str = "table.yaml"
+
+
+@dataclass
+class TuneResult:
+    """Everything a tuning run produced."""
+
+    measurements: list[Measurement]
+    tuned: list[TunedPoint]
+    rules: list[SelectionRule]
+    table_text: str
+    notes: list[str]
+    comparison: list[Measurement] = field(default_factory=list)
+    """Workload mode: the whole workload under the tuned table, then under each candidate alone."""
+
+
+def _points(request: TuneRequest, net: NetworkConfig) -> list[Point]:
+    topo = net.topology
+    multi = len(topo.dims) > 1
+    live = topo.live_npus
+    if request.workload:
+        calls = workload_calls(request.workload, net, request.system)
+        if not calls:
+            raise ConfigError(f"workload {request.workload}: it makes no collective call over more than one rank")
+        return [Point(c.collective, c.size, c.group, cand, c.dimension) for c in calls for cand in request.candidates]
+    system = System(SystemConfig(), CommGroups(topo.npus), topology=topo)
+    points = []
+    for g in request.group_sizes or [len(live)]:
+        if g < 2 or g > len(live):
+            raise ConfigError(f"--group-sizes: {g} is not between 2 and the topology's {len(live)} NPUs")
+        group = tuple(live[:g])
+        dim = _dimension_of(system, group, multi)
+        for collective in request.collectives:
+            for size in request.sizes:
+                for cand in request.candidates:
+                    points.append(Point(collective, size, group, cand, dim))
+    return points
+
+
+def tune(request: TuneRequest, *, jobs: int | None = None) -> TuneResult:
+    """Measure, choose, build the table (text), and in workload mode compare the whole workload.
+
+    The table is written by the caller; in workload mode it is loaded back from *request.output*'s
+    text (its relative paths resolve against that file's directory) before the comparison runs.
+
+    Raises:
+        ConfigError: a bad topology, collective, group size or workload (named); no point any candidate serves.
+    """
+    valid = set(COLLECTIVE_NAMES.values())
+    for c in request.collectives:
+        if c not in valid:
+            raise ConfigError(f"--collective: unknown collective {c!r}; valid: {', '.join(sorted(valid))}")
+    net = load_network(request.topology)
+    setup = Setup(request.topology, request.model, request.system)
+    points = _points(request, net)
+    measurements = run_points(points, setup, jobs)
+    notes = []
+    for m in measurements:
+        p = m.point
+        assert isinstance(p, Point)
+        if m.time_ns is None:
+            notes.append(f"{p.candidate} on {p.collective} of {p.size} bytes over {p.group_size} ranks: {m.note}")
+    tuned = winners(measurements, request.candidates)
+    if not tuned:
+        raise ConfigError("no candidate could serve any tuned point:\n" + "\n".join(dict.fromkeys(notes)))
+    rules = table_rules(tuned, dimensions=len(net.topology.dims) > 1, fallback=request.fallback)
+    sizes = sorted(request.sizes)
+    mode = (
+        f"workload {request.workload}"
+        if request.workload
+        else f"{len(sizes)} sizes from {format_size(sizes[0])} to {format_size(sizes[-1])}"
+    )
+    header = [
+        f"etsim tune: topology {request.topology}, model {request.model or net.model}",
+        f"candidates: {', '.join(request.candidates)}; {mode}",
+        "first matching rule wins; each rule lists the tuned points it serves (size, simulated time)",
+    ]
+    out = Path(request.output)
+    text = table_yaml(rules, tuned, out=out, header=header, settings=request.settings)
+    return TuneResult(measurements, tuned, rules, text, list(dict.fromkeys(notes)))
+
+
+def compare_workload(request: TuneRequest, table: SystemConfig, *, jobs: int | None = None) -> list[Measurement]:
+    """The whole workload under *table*, then under each candidate as the only algorithm (its default).
+
+    A candidate that does not implement a collective of the workload leaves it to that collective's default
+    (ring, or direct for gather/scatter), and the run's warnings say so.
+    """
+    assert request.workload is not None
+    setup = Setup(request.topology, request.model, request.system)
+    points = [WorkloadPoint(request.workload, "tuned table", table)]
+    for cand in request.candidates:
+        config = replace(request.system, algorithms={"default": cand}, algorithm_origins={}, algorithm_rules=())
+        points.append(WorkloadPoint(request.workload, cand, config))
+    return run_points(points, setup, jobs)
+
+
+def base_settings(path: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """The keys of a base system YAML other than ``algorithms`` (copied into the table as written)."""
+    if path is None:
+        return {}
+    import yaml
+
+    from etsim.files import read_text
+
+    data = yaml.safe_load(read_text(path, "system file")) or {}
+    return {k: v for k, v in data.items() if k != "algorithms"} if isinstance(data, dict) else {}

@@ -1,0 +1,85 @@
+"""Plots: drawn from the CSV, redrawn identically without running, clear errors without matplotlib."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from etsim.cli import main
+from etsim.errors import ConfigError
+from etsim.experiment import load_experiment, run_experiment
+from etsim.experiment.plots import PlotUnavailable, draw_plots, plots_of_directory
+from etsim.experiment.results import read_results
+
+pytest.importorskip("matplotlib")
+
+
+def test_plots_are_drawn_and_redrawn_identically_from_the_csv(small: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    summary = run_experiment(load_experiment(small), out=out, jobs=1)
+    assert summary.plots == [out / "plots" / "speed.png", out / "plots" / "speed.svg"]
+    svg = (out / "plots" / "speed.svg").read_bytes()
+    assert svg.startswith(b"<?xml") and b"<dc:date>" not in svg
+    assert (out / "plots" / "speed.png").read_bytes()[:4] == b"\x89PNG"
+    (out / "plots" / "speed.svg").unlink()
+    # From the result directory alone: the plots come from experiment.yaml, the data from results.csv.
+    assert main(["experiment", "plot", str(out)]) == 0
+    assert (out / "plots" / "speed.svg").read_bytes() == svg
+    assert main(["experiment", "plot", str(small), "--out", str(out)]) == 0
+    assert (out / "plots" / "speed.svg").read_bytes() == svg
+    assert "speed.png" in capsys.readouterr().out
+
+
+def test_baseline_values_are_relative_to_the_baseline_series(small: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "out"
+    run_experiment(load_experiment(small), out=out, jobs=1, plots=False)
+    _, rows = read_results(out / "results.csv")
+    (plot,) = plots_of_directory(out)
+    assert (plot.x, plot.series, plot.baseline, plot.relative) == ("size", "algo", "ring", "slowdown")
+    from matplotlib.figure import Figure
+
+    drawn: list[list[float]] = []
+    original = Figure.subplots
+
+    def spy(self, *args, **kwargs):  # capture the plotted y values
+        axes = original(self, *args, **kwargs)
+        ax = axes[0][0]
+        plot_line = ax.plot
+
+        def record(x, y, **kw):
+            drawn.append(list(y))
+            return plot_line(x, y, **kw)
+
+        ax.plot = record
+        return axes
+
+    Figure.subplots = spy
+    try:
+        draw_plots([plot], out)
+    finally:
+        Figure.subplots = original
+    by = {(r["algo"], r["size"]): float(r["finish_ns"]) for r in rows}
+    assert drawn[0] == [1.0, 1.0, 1.0]
+    assert drawn[1] == [by[("direct", s)] / by[("ring", s)] for s in ("1 KiB", "1 MiB", "64 MiB")]
+
+
+def test_missing_matplotlib_is_a_clean_error(small: Path, tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "out"
+    run_experiment(load_experiment(small), out=out, jobs=1, plots=False)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(PlotUnavailable, match=r"pip install 'etsim\[plot\]'"):
+        draw_plots(load_experiment(small).plots, out)
+    summary = run_experiment(load_experiment(small), out=out, jobs=1, force=True)
+    assert summary.plots == [] and "etsim[plot]" in summary.plot_note
+
+
+def test_plot_of_a_directory_checks_columns(small: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run_experiment(load_experiment(small), out=out, jobs=1, plots=False)
+    text = (out / "experiment.yaml").read_text()
+    (out / "experiment.yaml").write_text(text.replace("y: finish_ns", "y: latency_ns"))
+    with pytest.raises(ConfigError, match=r"experiment.yaml: plots\[0\].y: 'latency_ns' is not a result column"):
+        plots_of_directory(out)

@@ -1,0 +1,271 @@
+"""Running sweeps: results match simulate(), stream in order, survive failures, kills and dead workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from etsim.chakra import CollectiveType, Workload
+from etsim.cli import main
+from etsim.errors import ConfigError
+from etsim.experiment import load_experiment, run_experiment
+from etsim.producers.workloads import collective_workload
+from etsim.simulation import simulate
+from etsim.system.config import SystemConfig
+
+from .conftest import RING8, TROUBLE_MODEL, rows, without_wall
+
+
+def test_rows_match_simulate_and_every_point_has_config_and_report(small: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = run_experiment(load_experiment(small), out=out, jobs=2, plots=False)
+    assert (summary.ok, summary.failed, summary.ran) == (6, 0, 6)
+    table = rows(out / "results.csv")
+    assert [r["point"] for r in table] == [f"{i:04d}" for i in range(6)]
+    for r in table:
+        size = {"1 KiB": 1024, "1 MiB": 1 << 20, "64 MiB": 64 << 20}[r["size"]]
+        with warnings.catch_warnings():  # a model may warn about what it ignores; the sweep records that
+            warnings.simplefilter("ignore")
+            expected = simulate(
+                Workload(collective_workload(CollectiveType.ALL_REDUCE, size, 8)),
+                topology=small.parent / "ring8.yaml",
+                model="analytical",
+                system=SystemConfig(algorithms={"default": r["algo"]}),
+            )
+        assert float(r["finish_ns"]) == expected.finish_ns
+        assert float(r["all_reduce_ns"]) == expected.finish_ns  # one collective from t = 0
+        assert int(r["messages"]) == expected.network["messages"]
+        assert (r["status"], r["error"], r["network_model"]) == ("ok", "", "analytical")
+        assert (out / "points" / r["point"] / "config.yaml").is_file()
+    reports = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [rep["point"] for rep in reports] == [r["point"] for r in table]
+    assert reports[1]["axes"] == {"size": "1 KiB", "algo": "direct"}
+    assert reports[1]["result"]["finish_ns"] == float(table[1]["finish_ns"])
+
+
+def test_identical_inputs_give_identical_files_whatever_the_engine_order(small: Path, tmp_path: Path) -> None:
+    exp = load_experiment(small)
+    run_experiment(exp, out=tmp_path / "a", jobs=1, plots=False)
+    run_experiment(exp, out=tmp_path / "b", jobs=2, plots=False)
+    assert without_wall(tmp_path / "a") == without_wall(tmp_path / "b")
+    for point in ("0000", "0005"):
+        config = Path("points") / point / "config.yaml"
+        a, b = ((tmp_path / d / config).read_text().splitlines() for d in "ab")
+        assert a[0] == b[0] and a[2:] == b[2:]  # line 2 names the result directory
+
+
+def test_point_config_reruns_alone_with_the_identical_result(small: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    run_experiment(load_experiment(small), out=out, jobs=1, plots=False)
+    reports = {json.loads(line)["point"]: json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()}
+    for point in ("0001", "0004"):
+        capsys.readouterr()
+        assert main(["run", "--config", str(out / "points" / point / "config.yaml"), "--json", "-"]) == 0
+        alone = json.loads(capsys.readouterr().out)
+        swept = reports[point]["result"]
+        alone["sim"].pop("wall_s"), swept["sim"].pop("wall_s")
+        assert alone == swept
+
+
+def _trouble(write, needs: Path) -> Path:
+    write("ring8.yaml", RING8)
+    write("trouble.py", TROUBLE_MODEL)
+    return write(
+        "t.yaml",
+        f"""
+        name: t
+        workload: {{generate: collective, type: all_reduce, npus: 8, size: 1 MiB}}
+        topology: ring8.yaml
+        model: trouble.py:Trouble
+        sweep:
+          size: [1 KiB, 2 KiB, 3 KiB, 4 KiB]
+          model_options.needs: ["", {str(needs)!r}]
+        """,
+    )
+
+
+def test_failed_points_are_recorded_and_rerun_by_resume(write, tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    exp = load_experiment(_trouble(write, marker))
+    out = tmp_path / "out"
+    summary = run_experiment(exp, out=out, jobs=2, plots=False)
+    assert (summary.ok, summary.failed) == (4, 4)
+    table = rows(out / "results.csv")
+    failed = [r for r in table if r["status"] == "failed"]
+    assert [r["point"] for r in failed] == ["0001", "0003", "0005", "0007"]
+    assert all(r["error"] == f"trouble: {marker} is missing" and r["finish_ns"] == "" for r in failed)
+    ok_before = {r["point"]: r for r in table if r["status"] == "ok"}
+
+    marker.write_text("")
+    summary = run_experiment(exp, out=out, jobs=2, resume=True, plots=False)
+    assert (summary.skipped, summary.ran, summary.ok, summary.failed) == (4, 4, 8, 0)
+    table = rows(out / "results.csv")
+    assert [r["point"] for r in table] == [f"{i:04d}" for i in range(8)]
+    assert all(r["status"] == "ok" for r in table)
+    assert {r["point"]: r for r in table if r["point"] in ok_before} == ok_before  # kept, not rerun
+
+
+def test_an_unexpected_exception_is_a_failed_point_not_a_crash(write, tmp_path: Path) -> None:
+    write("ring8.yaml", RING8)
+    write("trouble.py", TROUBLE_MODEL)
+    path = write(
+        "b.yaml",
+        """
+        workload: {generate: collective, type: all_reduce, npus: 8, size: 1 MiB}
+        topology: ring8.yaml
+        model: trouble.py:Trouble
+        sweep: {model_options.bug: ["", "oops"]}
+        """,
+    )
+    summary = run_experiment(load_experiment(path), out=tmp_path / "out", jobs=1, plots=False)
+    assert (summary.ok, summary.failed) == (1, 1)
+    error = rows(tmp_path / "out" / "results.csv")[1]["error"]
+    assert error.startswith("internal error: ZeroDivisionError: oops (at trouble.py:")
+
+
+def test_warnings_are_recorded_with_their_point(write, tmp_path: Path, capsys) -> None:
+    write("ring8.yaml", RING8)
+    write("trouble.py", TROUBLE_MODEL)
+    path = write(
+        "w.yaml",
+        """
+        workload: {generate: collective, type: all_reduce, npus: 8, size: 1 MiB}
+        topology: ring8.yaml
+        model: trouble.py:Trouble
+        sweep: {model_options.warn: ["", "mind the gap"]}
+        """,
+    )
+    # pytest turns warnings into errors here: a worker must record them, not fail on them.
+    assert main(["experiment", "run", str(path), "--out", str(tmp_path / "out"), "--jobs", "2"]) == 0
+    quiet, warned = rows(tmp_path / "out" / "results.csv")
+    assert (quiet["status"], quiet["warnings"]) == ("ok", "")
+    assert (warned["status"], warned["warnings"]) == ("ok", "mind the gap")
+    report = json.loads((tmp_path / "out" / "results.jsonl").read_text().splitlines()[1])
+    assert report["warnings"] == ["mind the gap"]
+    assert "1 with warnings" in capsys.readouterr().out
+
+
+def test_a_dead_worker_fails_only_its_point(write, tmp_path: Path) -> None:
+    write("ring8.yaml", RING8)
+    write("trouble.py", TROUBLE_MODEL)
+    path = write(
+        "d.yaml",
+        """
+        workload: {generate: collective, type: all_reduce, npus: 8, size: 1 MiB}
+        topology: ring8.yaml
+        model: trouble.py:Trouble
+        sweep:
+          size: [1 KiB, 2 KiB, 3 KiB, 4 KiB, 5 KiB, 6 KiB]
+          model_options.crash: ["", "yes"]
+        """,
+    )
+    out = tmp_path / "out"
+    summary = run_experiment(load_experiment(path), out=out, jobs=2, plots=False)
+    assert (summary.ok, summary.failed) == (6, 6)
+    for r in rows(out / "results.csv"):
+        crashed = r["model_options.crash"] == "yes"
+        assert r["status"] == ("failed" if crashed else "ok")
+        assert ("worker process died" in r["error"]) == crashed
+
+
+def test_existing_results_need_resume_or_force(small: Path, tmp_path: Path) -> None:
+    exp = load_experiment(small)
+    out = tmp_path / "out"
+    run_experiment(exp, out=out, jobs=1, only=["size=1 KiB"], plots=False)
+    with pytest.raises(ConfigError, match=r"results.csv exists: pass --resume .* or --force"):
+        run_experiment(exp, out=out, jobs=1, plots=False)
+    summary = run_experiment(exp, out=out, jobs=1, resume=True, plots=False)
+    assert (summary.skipped, summary.ran) == (2, 4)
+    summary = run_experiment(exp, out=out, jobs=1, force=True, only=["algo=ring"], plots=False)
+    assert (summary.skipped, summary.ran) == (0, 3)
+    assert [r["point"] for r in rows(out / "results.csv")] == ["0000", "0002", "0004"]
+
+
+def test_resume_reruns_points_whose_configuration_changed(small: Path, tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "out"
+    run_experiment(load_experiment(small), out=out, jobs=1, plots=False)
+    # The same directory spelled differently is the same sweep.
+    monkeypatch.chdir(tmp_path)
+    summary = run_experiment(load_experiment(small), out="out", jobs=1, resume=True, plots=False)
+    assert (summary.skipped, summary.ran) == (6, 0)
+    # A renamed value is a changed point (its row would carry the old label).
+    small.write_text(small.read_text().replace("algo: [ring, direct]", "algo: {ring: ring, dir: direct}"))
+    summary = run_experiment(load_experiment(small), out=out, jobs=1, resume=True, plots=False)
+    assert (summary.skipped, summary.ran) == (3, 3)
+    small.write_text(small.read_text().replace("model: analytical", "model: link"))
+    summary = run_experiment(load_experiment(small), out=out, jobs=1, resume=True, plots=False)
+    assert (summary.skipped, summary.ran) == (0, 6)
+    assert {r["network_model"] for r in rows(out / "results.csv")} == {"link"}
+
+
+def test_resume_refuses_results_of_other_axes(small: Path, write, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run_experiment(load_experiment(small), out=out, jobs=1, plots=False)
+    other = write("o.yaml", small.read_text().replace("algo: [ring, direct]", "system.chunks: [1, 2]"))
+    other.write_text(other.read_text().replace("series: algo, baseline: ring", "series: system.chunks"))
+    with pytest.raises(ConfigError, match=r"has columns point, size, algo.*use another --out"):
+        run_experiment(load_experiment(other), out=out, jobs=1, resume=True, plots=False)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_killed_sweep_loses_nothing_and_resumes(write, tmp_path: Path, sig: signal.Signals) -> None:
+    write("ring8.yaml", RING8)
+    sizes = ", ".join(f"{k} MiB" for k in range(1, 41))
+    # 40 points of a 64-rank ring all-reduce on the default topology: long enough to kill half-way.
+    path = write(
+        "k.yaml",
+        f"""
+        workload: {{generate: collective, type: all_reduce, npus: 64, size: 1 MiB}}
+        model: analytical
+        algo: ring
+        sweep: {{size: [{sizes}]}}
+        """,
+    )
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "etsim", "experiment", "run", str(path), "--out", str(out), "--jobs", "2", "-q"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 60
+    csv_path = out / "results.csv"
+    while time.monotonic() < deadline:
+        if csv_path.exists() and csv_path.read_text().count("\n") >= 6:
+            break
+        time.sleep(0.01)
+    os.kill(proc.pid, sig)
+    # communicate() returns once every process holding stderr is gone: for SIGKILL, that proves the pool
+    # workers noticed their parent's death and ended themselves.
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    if sig == signal.SIGTERM:
+        assert b"Traceback" not in err and b"interrupted" in err
+    done = [r["point"] for r in rows(csv_path) if r["status"] == "ok"]
+    assert 5 <= len(done) < 40
+    if sig == signal.SIGTERM:
+        assert done == sorted(done)  # an interrupted run still leaves its files in point order
+    summary = run_experiment(load_experiment(path), out=out, jobs=2, resume=True, plots=False)
+    assert summary.skipped == len(done) and summary.ran == 40 - len(done) and summary.failed == 0
+    reference = tmp_path / "ref"
+    run_experiment(load_experiment(path), out=reference, jobs=2, plots=False)
+    assert without_wall(out) == without_wall(reference)
+
+
+def test_torn_last_lines_are_dropped_and_rerun(small: Path, tmp_path: Path) -> None:
+    exp = load_experiment(small)
+    out, reference = tmp_path / "out", tmp_path / "ref"
+    run_experiment(exp, out=reference, jobs=1, plots=False)
+    run_experiment(exp, out=out, jobs=1, plots=False)
+    # A kill in the middle of writing point 0005: its report is torn, its row missing; 0004's row is torn too.
+    csv_text = (out / "results.csv").read_text()
+    (out / "results.csv").write_text(csv_text[: csv_text.rindex("\n0004,") + 8])
+    jsonl = (out / "results.jsonl").read_bytes()
+    (out / "results.jsonl").write_bytes(jsonl[: len(jsonl) - 100])
+    summary = run_experiment(exp, out=out, jobs=1, resume=True, plots=False)
+    assert (summary.skipped, summary.ran) == (4, 2)
+    assert without_wall(out) == without_wall(reference)

@@ -1,0 +1,92 @@
+"""The shipped experiments run (at a reduced size) and agree point by point with `etsim run`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from etsim.chakra import write_workload
+from etsim.cli import main
+from etsim.experiment import load_experiment, run_experiment
+from etsim.experiment.generators import build_generated
+
+from .conftest import REPO, rows
+
+EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
+CORPUS = REPO.parent / "shared" / "corpus" / "msccl" / "generated"
+
+
+def test_the_three_experiments_are_shipped() -> None:
+    assert [p.name for p in EXPERIMENTS] == ["algorithms_vs_size.yaml", "degraded_mesh.yaml", "seed_fig4.yaml"]
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+def test_every_shipped_experiment_validates_and_names_its_model(path: Path, capsys) -> None:
+    exp = load_experiment(path)
+    assert exp.plots and len(exp.points) >= 30
+    assert "model:" in path.read_text()  # explicit, whatever the default model becomes
+    assert main(["experiment", "show", str(path)]) == 0
+    assert f"{len(exp.points)} of {len(exp.points)} points" in capsys.readouterr().out
+
+
+def test_seed_fig4_reduced_matches_etsim_run_point_by_point(tmp_path: Path, capsys) -> None:
+    path = REPO / "experiments" / "seed_fig4.yaml"
+    exp = load_experiment(path)
+    out = tmp_path / "fig4"
+    summary = run_experiment(exp, out=out, only=["size=16 KiB"], jobs=2)
+    assert (summary.ok, summary.failed) == (16, 0)  # 8 topologies x 2 models
+    assert {p.name for p in (out / "plots").iterdir()} >= {"slowdown.png", "slowdown.svg"}
+    table = rows(out / "results.csv")
+    # The same points through the command line: the workload written as files, the XMLs given to --algo.
+    point = next(p for p in exp.points if p.labels[1] == "16 KiB")  # all 16 points share this workload
+    prefix = tmp_path / "wl" / "seq"
+    prefix.parent.mkdir()
+    write_workload(build_generated(point.spec.workload), prefix)
+    topologies = {p.labels[0]: p.spec.topology for p in exp.points}
+    for row in table:
+        assert row["status"] == "ok" and row["network_model"] == row["model"]
+        report = tmp_path / f"{row['point']}.json"
+        argv = ["run", str(prefix), "--topology", str(topologies[row["topology"]]), "--model", row["model"]]
+        argv += ["--algo", f"all_reduce={REPO / 'algorithms' / 'msccl_ring_allreduce_64npus.xml'}"]
+        argv += ["--algo", f"all_gather={REPO / 'algorithms' / 'msccl_ring_allgather_64npus.xml'}"]
+        assert main([*argv, "--json", str(report), "--quiet"]) == 0
+        alone = json.loads(report.read_text())
+        assert float(row["finish_ns"]) == alone["finish_ns"], row["topology"]
+        assert int(row["messages"]) == alone["network"]["messages"]
+    by = {(r["topology"], r["model"]): float(r["finish_ns"]) for r in table}
+    # Every topology is at least as slow as the 1-D ring for the ring algorithm (the paper's Fig. 4).
+    assert all(by[(t, m)] >= by[("ring", m)] for t, m in by)
+
+
+@pytest.mark.parametrize(("name", "only"), [("algorithms_vs_size", "size=64 KiB"), ("degraded_mesh", "size=256 KiB")])
+def test_other_experiments_run_reduced(name: str, only: str, tmp_path: Path) -> None:
+    exp = load_experiment(REPO / "experiments" / f"{name}.yaml")
+    summary = run_experiment(exp, out=tmp_path / name, only=[only], jobs=2, plots=False)
+    assert summary.failed == 0 and summary.ok == summary.selected >= 6
+    table = rows(tmp_path / name / "results.csv")
+    tacos = [r for r in table if r["algo"] == "tacos"]
+    ring = [r for r in table if r["algo"] == "ring"]
+    assert tacos and ring
+    # A synthesised algorithm beats the linear ring on a mesh (the ring's row wrap-around is 4 hops).
+    assert min(float(r["finish_ns"]) for r in tacos) < min(float(r["finish_ns"]) for r in ring)
+
+
+def test_ring_xmls_are_up_to_date() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gen_msccl_ring.py"), "--check"], capture_output=True
+    )
+    assert result.returncode == 0, result.stderr.decode()
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="needs ../shared/corpus/msccl beside the repository")
+def test_ring_xml_generator_reproduces_the_corpus_byte_for_byte() -> None:
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import gen_msccl_ring
+    finally:
+        sys.path.pop(0)
+    assert gen_msccl_ring.allreduce_ring(8) == (CORPUS / "allreduce_ring_n8_c1_i1_LL128.xml").read_text()

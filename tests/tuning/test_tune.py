@@ -1,0 +1,155 @@
+"""The tuner: fastest candidate per point, merged rules, determinism, parallel = serial, workload mode."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from etsim.chakra import Workload, write_workload
+from etsim.errors import ConfigError
+from etsim.producers import moe_workload
+from etsim.simulation import simulate
+from etsim.system.config import load_system_config
+from etsim.tuning import Point, TuneRequest, csv_text, parse_sizes, point_workload, tune
+from etsim.tuning.tune import compare_workload, expand_candidates
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def test_parse_sizes() -> None:
+    assert parse_sizes("4KiB,1MiB, 64 MiB") == [4 * KiB, MiB, 64 * MiB]
+    assert parse_sizes("1KiB..8KiB,1MiB") == [KiB, 2 * KiB, 4 * KiB, 8 * KiB, MiB]
+    with pytest.raises(ConfigError, match=r"--sizes: '3KiB\.\.8KiB': a range runs over powers of two"):
+        parse_sizes("3KiB..8KiB")
+    with pytest.raises(ConfigError, match="runs backwards"):
+        parse_sizes("8KiB..1KiB")
+    with pytest.raises(ConfigError, match="unknown size unit"):
+        parse_sizes("4 parsecs")
+
+
+def test_expand_candidates_collapses_families(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(repo)
+    found = expand_candidates("ring,algorithms/tree_allreduce_8npus*.et")
+    assert found == ["ring", "algorithms/tree_allreduce_8npus.et"]
+    assert expand_candidates("algorithms/*_allreduce_8npus.et") == [
+        f"algorithms/{a}_allreduce_8npus.et"
+        for a in ("direct", "halving_doubling", "msccl_hier", "msccl_ring", "ring", "tree")
+    ]
+    with pytest.raises(ConfigError, match=r"'nothing/\*\.xml' matches no file"):
+        expand_candidates("nothing/*.xml")
+
+
+def _request(repo: Path, tmp_path: Path, **kw: object) -> TuneRequest:
+    args: dict[str, object] = {
+        "topology": str(repo / "topologies" / "ring8.yaml"),
+        "candidates": ["ring", "direct", "tree", "hd"],
+        "collectives": ["all_reduce", "all_to_all"],
+        "sizes": parse_sizes("1KiB..4MiB"),
+        "output": str(tmp_path / "table.yaml"),
+    }
+    args.update(kw)
+    return TuneRequest(**args)  # type: ignore[arg-type]
+
+
+def test_the_tuned_choice_at_every_point_is_the_fastest_candidate_alone(repo: Path, tmp_path: Path) -> None:
+    request = _request(repo, tmp_path)
+    result = tune(request, jobs=1)
+    (tmp_path / "table.yaml").write_text(result.table_text)
+    table = load_system_config(tmp_path / "table.yaml")
+    fastest: dict[tuple[str, int], tuple[float, str]] = {}
+    for m in result.measurements:
+        p = m.point
+        assert isinstance(p, Point)
+        if m.time_ns is not None:
+            key = (p.collective, p.size)
+            fastest[key] = min(fastest.get(key, (m.time_ns, p.candidate)), (m.time_ns, p.candidate))
+    assert len(fastest) == 2 * 13
+    winners = {fastest[k][1] for k in fastest}
+    assert len(winners) > 1  # a crossover exists on this topology
+    for (collective, size), (time, candidate) in sorted(fastest.items()):
+        # The whole table, loaded as --system takes it, serves the point alone with its fastest candidate.
+        run = simulate(point_workload(collective, size, range(8), 8), topology=request.topology, system=table)
+        assert {c.algorithm for c in run.collectives} == {candidate}, (collective, size)
+        assert run.finish_ns == pytest.approx(time, rel=1e-12)
+    # Adjacent sizes with the same winner share one rule: no two neighbouring rules of a series agree.
+    rules = table.algorithm_rules
+    assert len(rules) < len(fastest)
+    for a, b in itertools.pairwise(rules):
+        if a.collective == b.collective and not b.is_default:
+            assert a.algorithm != b.algorithm
+    # tree and hd do not implement all_to_all: skipped, with a note naming them.
+    assert any("tree on all_to_all" in n and "does not implement all_to_all" in n for n in result.notes)
+    assert any("hd on all_to_all" in n for n in result.notes)
+
+
+def test_outputs_are_deterministic_and_parallel_equals_serial(repo: Path, tmp_path: Path) -> None:
+    request = _request(repo, tmp_path, sizes=parse_sizes("4KiB,1MiB,4MiB"), collectives=["all_reduce"])
+    one = tune(request, jobs=1)
+    two = tune(request, jobs=1)
+    par = tune(request, jobs=2)
+    assert one.table_text == two.table_text == par.table_text
+    assert csv_text(one.measurements, one.tuned) == csv_text(par.measurements, par.tuned)
+    header, *rows = csv_text(one.measurements, one.tuned).splitlines()
+    assert header == "collective,bytes,group_size,dimension,group,candidate,time_ns,bus_GBps,fastest,note"
+    assert len(rows) == 3 * 4 and sum(r.split(",")[8] == "yes" for r in rows) == 3
+
+
+def test_group_sizes_and_dimensions(repo: Path, tmp_path: Path) -> None:
+    request = _request(
+        repo,
+        tmp_path,
+        topology=str(repo / "topologies" / "ring4_switch4.yaml"),
+        collectives=["all_reduce"],
+        sizes=[64 * KiB],
+        group_sizes=[4, 16],
+        candidates=["ring", "direct"],
+    )
+    result = tune(request, jobs=1)
+    series = {w.series for w in result.tuned}
+    assert series == {("all_reduce", 4, 0), ("all_reduce", 16, None)}
+    assert "dimension: 0" in result.table_text
+    with pytest.raises(ConfigError, match="--group-sizes: 32 is not between 2"):
+        tune(_request(repo, tmp_path, group_sizes=[32]), jobs=1)
+
+
+def test_workload_mode_tunes_the_calls_it_makes_and_beats_each_single_algorithm(repo: Path, tmp_path: Path) -> None:
+    prefix = tmp_path / "moe"
+    write_workload(
+        moe_workload(8, ep_size=4, layers=1, token_bytes=2 * MiB, dense_grad_bytes=[32 * KiB, 16 * MiB]), prefix
+    )
+    out = tmp_path / "moe_table.yaml"
+    request = _request(repo, tmp_path, workload=str(prefix), output=str(out), candidates=["ring", "direct", "tree"])
+    result = tune(request, jobs=1)
+    assert {(w.series[0], w.series[1], w.size) for w in result.tuned} == {
+        ("all_to_all", 4, 2 * MiB),
+        ("all_reduce", 8, 32 * KiB),
+        ("all_reduce", 8, 16 * MiB),
+    }
+    out.write_text(result.table_text)
+    comparison = compare_workload(request, load_system_config(out), jobs=1)
+    labels = [getattr(m.point, "label", "") for m in comparison]
+    assert labels == ["tuned table", "ring", "direct", "tree"]
+    tuned, *singles = comparison
+    assert tuned.time_ns is not None
+    for m in singles:
+        assert m.time_ns is not None and tuned.time_ns < m.time_ns, m.point
+    assert any("'tree' does not implement all_to_all" in w for w in singles[2].warnings)
+    # The table runs the workload as `etsim run --system` would, with the same time.
+    again = simulate(Workload(moe_workload(8, ep_size=4, layers=1, token_bytes=2 * MiB,
+                                           dense_grad_bytes=[32 * KiB, 16 * MiB])),
+                     topology=request.topology, system=load_system_config(out))  # fmt: skip
+    assert again.finish_ns == tuned.time_ns
+
+
+def test_plot_marks_crossovers(repo: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from etsim.tuning import plot
+
+    request = _request(repo, tmp_path, sizes=parse_sizes("64KiB..1MiB"), collectives=["all_reduce"])
+    result = tune(request, jobs=1)
+    for metric in ("time", "busbw"):
+        path = tmp_path / f"plot_{metric}.png"
+        plot(path, result.measurements, result.tuned, request.candidates, metric=metric)
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
