@@ -225,3 +225,5 @@ def test_coverage_helper_reports_every_file(tmp_path, monkeypatch):
     text = GEN.coverage_markdown(rows)
     assert "**2 of 3 files convert and simulate to completion.**" in text
     assert "| `alltoall_allpairs_n8_i1.xml` | alltoall | 8 | 120 |" in text
+    assert "**2 of 3 compute their collective**" in text
+    assert rows[0]["verdict"] == "correct (in place)" and rows[1]["verdict"] == "correct (out of place)"
