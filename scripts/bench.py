@@ -11,6 +11,8 @@ Cases:
   load-1m-lean         the same with keep_raw=False (flat columns only)
   ring-ar-P-MODEL      full stack (workload -> system -> network): one 256 MiB ring all-reduce on P NPUs of a
                        bidirectional ring, 50 GB/s, 1 us, MODEL analytical or link (P = 256, 1024, 4096)
+  verify-ring-ar-P     the semantic verifier (etsim.chakra.verify) on the native ring all-reduce of P ranks
+                       (P = 256, 1024): 5(P-1) nodes per rank, P² output chunks; checks the verdict is correct
   heap-ring-P          the reference loop of performance.md: a bare heapq loop over the same ring all-reduce
                        with busy-until links, no simulator (the yardstick for the full-stack cases and for
                        net-ring-P-MODEL); checks the closed form
@@ -389,6 +391,20 @@ def run_case(case: str, workdir: Path) -> dict[str, float]:
         msgs = result.network["messages"]
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": rss, "messages": msgs, "msgs_per_cpu_s": msgs / cpu}
+    if case.startswith("verify-ring-ar-"):
+        from etsim.chakra import CollectiveType
+        from etsim.chakra.verify import verify_graphs
+        from etsim.system.algorithms import RingAlgorithm
+
+        p = int(case.split("-")[3])
+        ring = RingAlgorithm()  # one object: its ranks share one graph, as in a simulation
+        graphs = [ring.graph(CollectiveType.ALL_REDUCE, p, r) for r in range(p)]
+        nodes = sum(g.num_nodes for g in graphs)
+        t0, c0 = time.perf_counter(), time.process_time()
+        verdict = verify_graphs(graphs, CollectiveType.ALL_REDUCE)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        assert verdict.ok is True, str(verdict)
+        return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": _rss_mb(), "nodes": nodes, "nodes_per_cpu_s": nodes / cpu}
     if case.startswith("heap-ring-"):
         p = int(case.split("-")[2])
         t0, c0 = time.perf_counter(), time.process_time()
@@ -424,10 +440,10 @@ PORTED = ("simpy-baseline-1m", "net-chains-1m-analytical", "net-a2a-ring64-link"
 CASES = ("load-1m", "load-1m-lean", "heap-ring-256", "ring-ar-256-analytical", "ring-ar-256-link",
          "heap-ring-1024", "ring-ar-1024-analytical", "ring-ar-1024-link",
          "net-ring-256-analytical", "net-ring-256-link", "net-ring-1024-analytical", "net-ring-1024-link",
-         "heap-net-torus-a2a", "net-torus-a2a-link")  # fmt: skip
+         "heap-net-torus-a2a", "net-torus-a2a-link", "verify-ring-ar-256")  # fmt: skip
 EXPERIMENT_CASES = ("experiment-1000", "experiment-1000-ray")
-ALL_CASES = (*CASES, "heap-ring-4096", "ring-ar-4096-analytical", "ring-ar-4096-link", *PORTED,
-             *EXPERIMENT_CASES)  # fmt: skip
+ALL_CASES = (*CASES, "heap-ring-4096", "ring-ar-4096-analytical", "ring-ar-4096-link", "verify-ring-ar-1024",
+             *PORTED, *EXPERIMENT_CASES)  # fmt: skip
 #: Ratio targets of the network-layer cases (model CPU time / heap reference CPU time) by model name.
 TARGETS = {"analytical": 2.0, "link": 3.0}
 

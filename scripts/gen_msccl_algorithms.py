@@ -133,6 +133,7 @@ def coverage_rows(corpus: Path | None = None, sizes: tuple[int, ...] = SIZES) ->
             types=" ".join(f"{t}:{n}" for t, n in sorted(step_counts(program).items())),
             nodes=conv.num_nodes,
             messages=conv.num_messages,
+            verdict=_verdict_cell(conv.verify()),
         )
         for size in sizes:
             try:
@@ -143,6 +144,15 @@ def coverage_rows(corpus: Path | None = None, sizes: tuple[int, ...] = SIZES) ->
                 row[size] = f"{type(exc).__name__}: {exc}"
         rows.append(row)
     return rows
+
+
+def _verdict_cell(verdict: object) -> str:
+    """A verdict for the table: ``correct (in place)``, ``**WRONG**: …`` or ``cannot verify: …``."""
+    text = str(verdict)
+    if text.startswith("correct: "):
+        places = [p for p in ("in place", "out of place") if p in text.split(":")[1]]
+        return "correct (" + " and ".join(places) + ")"
+    return text.replace("WRONG", "**WRONG**", 1).replace("|", "\\|")
 
 
 def _size_label(size: int) -> str:
@@ -161,7 +171,10 @@ def coverage_markdown(rows: list[dict[str, object]], sizes: tuple[int, ...] = SI
         f"(`etsim.producers.msccl`) and simulated as the algorithm of a single collective on a fully connected "
         f"topology ({BANDWIDTH:g} GB/s, {LATENCY:g} ns per link, congestion-aware `link` model, reductions free). "
         f"**{len(ok)} of {len(rows)} files convert and simulate to completion.** The reference converter "
-        "(astra-sim/collectiveapi) handles about a third of them.",
+        "(astra-sim/collectiveapi) handles about a third of them. "
+        f"**{sum(1 for r in rows if str(r.get('verdict', '')).startswith('correct'))} of {len(rows)} compute "
+        "their collective** (*verdict*: `etsim algo verify` on the file, in every placement its `inplace`/"
+        "`outofplace` declare; `--algo` refuses a file that is wrong).",
         "",
         "Columns: *steps* = `<step>` elements (nops included), *nodes* = Chakra ET nodes over all ranks "
         "(SEND, RECV, COMP; nops become dependencies, not nodes), *messages* = SEND nodes. Times are the "
@@ -169,15 +182,15 @@ def coverage_markdown(rows: list[dict[str, object]], sizes: tuple[int, ...] = SI
         "input, as in ASTRA-sim); † marks a size outside the file's `minBytes`/`maxBytes` window (a runtime "
         "would not choose the algorithm for it).",
         "",
-        "| file | coll | ranks | steps | step types | nodes | messages | "
+        "| file | coll | ranks | steps | step types | nodes | messages | verdict | "
         + " | ".join(f"time @ {_size_label(s)}" for s in sizes)
         + " |",
-        "|---|---|---:|---:|---|---:|---:|" + "---:|" * len(sizes),
+        "|---|---|---:|---:|---|---:|---:|---|" + "---:|" * len(sizes),
     ]
     for r in rows:
         if "error" in r:
             lines.append(
-                f"| `{r['file']}` | — | — | — | — | — | — | "
+                f"| `{r['file']}` | — | — | — | — | — | — | — | "
                 + " | ".join("**not converted**" for _ in sizes)
                 + f" |\n\n> `{r['file']}`: {r['error']}\n"
             )
@@ -188,7 +201,7 @@ def coverage_markdown(rows: list[dict[str, object]], sizes: tuple[int, ...] = SI
         ]
         lines.append(
             f"| `{r['file']}` | {r['coll']} | {r['ranks']} | {r['steps']} | {r['types']} | {r['nodes']} | "
-            f"{r['messages']} | " + " | ".join(times) + " |"
+            f"{r['messages']} | {r['verdict']} | " + " | ".join(times) + " |"
         )
     lines += ["", *NOTES.strip("\n").splitlines(), ""]
     return "\n".join(lines)

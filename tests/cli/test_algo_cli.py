@@ -5,7 +5,7 @@ import pytest
 from etsim.chakra import load_workload
 from etsim.chakra.algorithm import SEND, algo_graph_from_trace
 from etsim.cli import algo as algo_cli
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, EtsimWarning
 
 
 def run(argv):
@@ -83,3 +83,81 @@ def test_export_errors(tmp_path, argv, match):
     with pytest.raises(ConfigError, match=match):
         run(["algo", "export", *argv, "-o", str(tmp_path / "x")])
     assert not list(tmp_path.iterdir())
+
+
+# -- etsim algo verify ---------------------------------------------------------------------------
+
+
+def verify(capsys, argv):
+    capsys.readouterr()
+    status = run(["algo", "verify", *argv])
+    return status, capsys.readouterr().out.strip()
+
+
+def test_verify_a_native_needs_collective_and_npus(capsys):
+    status, out = verify(capsys, ["ring", "--collective", "all_reduce", "--npus", "6"])
+    assert status == 0
+    assert out == "ring: correct: all_reduce over 6 ranks, in place: all 36 output chunks hold what they should"
+    status, out = verify(capsys, ["hierarchical", "--collective", "reduce_scatter", "--npus", "12", "--dims", "3x4"])
+    assert status == 0 and "correct: reduce_scatter over 12 ranks" in out
+    with pytest.raises(ConfigError, match="say which collective to check with --collective"):
+        run(["algo", "verify", "ring", "--npus", "4"])
+    with pytest.raises(ConfigError, match="say for how many ranks with --npus"):
+        run(["algo", "verify", "ring", "--collective", "all_reduce"])
+    with pytest.raises(ConfigError, match="needs a power-of-two group size"):
+        run(["algo", "verify", "hd", "--collective", "all_reduce", "--npus", "6"])
+
+
+def test_verify_a_family_reads_collective_and_size_from_its_files(tmp_path, capsys):
+    run(["algo", "export", "direct", "--collective", "all_to_all", "--npus", "5", "-o", str(tmp_path / "a2a")])
+    status, out = verify(capsys, [str(tmp_path / "a2a")])
+    assert status == 0
+    assert out.endswith(
+        "correct: all_to_all over 5 ranks, out of place: all 25 output chunks hold what they should "
+        "(with 5 untimed local copies the graphs declare)"
+    )
+
+
+def test_verify_a_wrong_family_exits_1_with_the_first_missing_piece(tmp_path, capsys):
+    prefix = tmp_path / "ring"
+    run(["algo", "export", "ring", "--collective", "all_reduce", "--npus", "4", "-o", str(prefix)])
+    # Rank 2's last reduce-scatter reduction only costs time: the message it should add is dropped.
+    wrong = wrong_family(prefix, rank=2, node="rs2_reduce")
+    status, out = verify(capsys, [wrong])
+    assert status == 1
+    assert out == (
+        f"{wrong}: WRONG: rank 0, chunk 2: missing contributions of ranks [0, 1, 3] (4 of 16 output chunks wrong)"
+    )
+
+
+def test_verify_without_annotations_exits_3(tmp_path, capsys):
+    from etsim.chakra import TraceBuilder, write_workload
+
+    traces = []
+    for r in range(2):
+        b = TraceBuilder()
+        b.send(dst=1 - r, size=1024)
+        b.recv(src=1 - r, size=1024)
+        traces.append(b.build(rank=r))
+    write_workload(traces, str(tmp_path / "plain"))
+    with pytest.warns(EtsimWarning, match="records no collective type"):
+        status, out = verify(capsys, [str(tmp_path / "plain"), "--collective", "all_reduce"])
+    assert status == 3
+    assert out.endswith(
+        "cannot verify: no data annotations (the graphs say how much each node moves, not which chunks)"
+    )
+
+
+def wrong_family(prefix, *, rank: int, node: str) -> str:
+    """A copy of the family at *prefix* whose rank *rank* node *node* has lost its data annotation."""
+    from etsim.chakra import write_workload
+
+    workload = load_workload(prefix)
+    for n in workload.traces[rank].nodes:
+        if n.name == node:
+            keep = [a for a in n.attr if not a.name.startswith("data_")]
+            del n.attr[:]
+            n.attr.extend(keep)
+    out = str(prefix) + "_wrong"
+    write_workload(workload.traces, out)
+    return out

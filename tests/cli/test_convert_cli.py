@@ -148,3 +148,73 @@ def test_errors_exit_1_with_location(tmp_path, capsys):
     assert main(["convert", "chakra-to-msccl", str(tmp_path / "nothing"), "-o", str(tmp_path / "o.xml")]) == 1
     assert "no such file" in capsys.readouterr().err
     assert main(["convert", "msccl", str(good), "--instances", "0"]) == 1
+
+
+# -- verification ------------------------------------------------------------------------------------
+
+
+def split_ring_xml(n: int = 8, ring: int = 4) -> bytes:
+    """ngpus=n, but GPUs run separate rings of *ring* GPUs: each ring all-reduces among itself only."""
+    one = ring_xml(ring).decode()
+    body = one[one.index("<gpu ") : one.rindex("</gpu>") + len("</gpu>")]
+    blocks = []
+    for base in range(0, n, ring):
+        text = body
+        for g in reversed(range(ring)):  # shift ids and peers (highest first, so no id is shifted twice)
+            for attr in ("id", "send", "recv"):
+                text = text.replace(f'{attr}="{g}"', f'{attr}="#{g + base}"')
+        blocks.append(text.replace('="#', '="').replace('<tb id="' + str(base), '<tb id="0'))
+    head = one[: one.index("<gpu ")].replace(f'ngpus="{ring}"', f'ngpus="{n}"')
+    return (head + "\n".join(blocks) + "\n</algo>\n").encode()
+
+
+def test_convert_msccl_prints_the_verdict(tmp_path, capsys):
+    xml = tmp_path / "ring.xml"
+    xml.write_bytes(ring_xml())
+    assert main(["convert", "msccl", str(xml)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == f"{xml}: correct: all_reduce over 4 ranks, in place: all 16 output chunks hold what they should"
+
+
+def test_convert_msccl_refuses_a_program_that_does_not_compute_its_collective(tmp_path, capsys):
+    xml = tmp_path / "split.xml"
+    xml.write_bytes(split_ring_xml())
+    capsys.readouterr()
+    assert main(["convert", "msccl", str(xml), "-o", str(tmp_path / "out" / "split")]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"etsim: error: {xml}: the program does not compute allreduce over 8 GPUs: rank 0, chunk 0: missing "
+        "contributions of ranks [4, 5, 6, 7] (32 of 32 output chunks wrong); nothing written\n"
+    )
+    assert not (tmp_path / "out").exists()
+    # --algo refuses it with the same first missing piece.
+    assert main(["run", str(REPO / "workloads" / "allreduce_8npus_1MiB"), "--algo", str(xml)]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "does not compute all_reduce over 8 ranks: rank 0, chunk 0: missing contributions of ranks [4, 5, 6, 7]" in err
+    )
+    assert err.count("\n") == 1
+
+
+def test_chakra_to_msccl_writes_real_offsets_that_verify(tmp_path, capsys):
+    main(["algo", "export", "tree", "--collective", "all_reduce", "--npus", "6", "-o", str(tmp_path / "tree")])
+    assert main(["convert", "chakra-to-msccl", str(tmp_path / "tree"), "-o", str(tmp_path / "tree.xml")]) == 0
+    text = (tmp_path / "tree.xml").read_text()
+    assert "etsim_offsets" not in text and 'srcoff="1"' in text and 'type="re"' in text
+    capsys.readouterr()
+    assert main(["convert", "msccl", str(tmp_path / "tree.xml")]) == 0
+    assert "correct: all_reduce over 6 ranks" in capsys.readouterr().out
+
+
+def test_chakra_to_msccl_says_when_offsets_are_placeholders(tmp_path, capsys):
+    # The all-to-all's copy of the own piece is untimed: MSCCL-IR has no step for that.
+    main(["algo", "export", "direct", "--collective", "all_to_all", "--npus", "4", "-o", str(tmp_path / "a2a")])
+    capsys.readouterr()
+    assert main(["convert", "chakra-to-msccl", str(tmp_path / "a2a"), "-o", str(tmp_path / "a2a.xml")]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("etsim: warning: ") and "buffer offsets are placeholders" in err
+    assert "untimed setup copies have no MSCCL-IR form" in err
+    assert 'etsim_offsets="placeholder"' in (tmp_path / "a2a.xml").read_text()
+    assert main(["convert", "msccl", str(tmp_path / "a2a.xml")]) == 0
+    assert "cannot verify: no data annotations" in capsys.readouterr().out

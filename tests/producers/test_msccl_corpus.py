@@ -57,6 +57,12 @@ def test_corpus_is_discovered_by_glob():
     assert {p.parent.name for p in FILES} >= {"generated", "ndv4", "msccl-algorithms", "teccl"}
 
 
+#: Corpus files the semantic verifier finds wrong, with the reason (``--algo`` refuses them). None is: every
+#: file computes its collective in every placement it declares, the 16-GPU RCCL unit-test rings included (their
+#: data crosses between GPUs 0-7 and 8-15 on twelve connections; every chunk is reduced over all 16 ranks).
+WRONG: dict[str, str] = {}
+
+
 @needs_corpus
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.relative_to(CORPUS).as_posix())
 def test_every_corpus_file_converts_and_simulates(path):
@@ -64,6 +70,13 @@ def test_every_corpus_file_converts_and_simulates(path):
     conv = algo.conversion
     n = conv.program.ngpus
     coll = conv.collective or CollectiveType.ALL_REDUCE
+    # Every file gets a verdict (computed once: the run below reuses it).
+    verdict = algo.verify(coll, n)
+    rel = path.relative_to(CORPUS).as_posix()
+    if rel in WRONG:
+        assert verdict.ok is False and WRONG[rel] in verdict.message
+        return
+    assert verdict.ok is True, f"{rel}: {verdict}"
     # No step is dropped: every step that moves data has its nodes.
     steps_with_send = sum(
         1 for g in conv.program.gpus for tb in g.tbs for st in tb.steps if st.type in ("s", "rcs", "rrs", "rrcs")
@@ -212,3 +225,5 @@ def test_coverage_helper_reports_every_file(tmp_path, monkeypatch):
     text = GEN.coverage_markdown(rows)
     assert "**2 of 3 files convert and simulate to completion.**" in text
     assert "| `alltoall_allpairs_n8_i1.xml` | alltoall | 8 | 120 |" in text
+    assert "**2 of 3 compute their collective**" in text
+    assert rows[0]["verdict"] == "correct (in place)" and rows[1]["verdict"] == "correct (out of place)"

@@ -9,6 +9,7 @@ import pytest
 from etsim.chakra import CollectiveType, Workload, load_workload
 from etsim.chakra.algorithm import COMP, RECV, SEND, algo_graph_from_trace
 from etsim.chakra.builder import TraceBuilder
+from etsim.chakra.verify import verify_graphs
 from etsim.errors import ConfigError
 from etsim.network import graph, hypercube, load_topology, mesh, ring, switch, torus, uni_ring, with_failures
 from etsim.producers import collective_workload, tacos
@@ -153,6 +154,19 @@ def test_schedules_are_valid(topo, k):
     n = ar.links.n
     assert ar.reduce_count == n * (n - 1) * k
     assert ar.num_transfers == 2 * ar.reduce_count
+
+
+@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize(
+    "topo",
+    [mesh([3, 4], 50.0, 500.0), with_failures(mesh([4, 4], 50.0, 500.0), npus=[15], links=[(0, 1)])],
+    ids=["mesh", "mesh-with-failures"],
+)
+def test_synthesised_algorithms_compute_their_collective(topo, k):
+    for name, coll in tacos.COLLECTIVES.items():
+        graphs = tacos.algo_graphs(synthesize(topo, name, size=GiB, chunks_per_npu=k, seed=1).schedule)
+        verdict = verify_graphs(graphs, coll)
+        assert verdict.ok is True, str(verdict)
 
 
 def test_greedy_schedule_is_as_soon_as_possible():

@@ -14,6 +14,11 @@ Sizes are **symbolic** when ``total_chunks`` is set: a node moves ``chunks[i]`` 
 Peers are positions in the communicator group (0..n-1). With ``relative_peers`` a peer is an
 offset from the rank's own position (mod n), which lets one graph object serve every rank of a
 symmetric algorithm such as a ring.
+
+Optionally every node also says what it does to buffers (``data``, see :mod:`etsim.chakra.dataflow`):
+which chunks a send reads, whether a receive stores or reduces and where. The simulator ignores it;
+:mod:`etsim.chakra.verify` uses it to check that the algorithm computes its collective. A graph
+without it still runs; it just cannot be verified.
 """
 
 from __future__ import annotations
@@ -26,6 +31,17 @@ from pathlib import Path
 from etsim.chakra.attributes import make_attribute
 from etsim.chakra.builder import TraceBuilder
 from etsim.chakra.dag import in_degrees, transpose
+from etsim.chakra.dataflow import (
+    OUT_OF_PLACE,
+    PLACEMENTS,
+    NodeData,
+    SegmentsLike,
+    absolute_segments,
+    format_segments,
+    parse_placement,
+    parse_segments,
+    segments,
+)
 from etsim.chakra.graph import CollectiveType, NodeType, Trace, parse_collective
 from etsim.chakra.io import write_workload
 from etsim.errors import TraceError
@@ -88,6 +104,12 @@ class AlgoGraph:
     """Chunks per buffer for symbolic sizes; None for absolute byte sizes."""
     relative_peers: bool = False
     """Peers are offsets from the rank's own group position (mod group size)."""
+    data: list[NodeData | None] = field(default_factory=list)
+    """What each node does to buffers (:mod:`etsim.chakra.dataflow`), or None; empty when nothing is annotated."""
+    placement: tuple[str, ...] = ()
+    """Buffer placements the annotations are written for (``in_place``/``out_of_place``); () = out of place."""
+    setup: list[NodeData] = field(default_factory=list)
+    """Local copies made before the first node and not timed (a native all-to-all's copy of the rank's own piece)."""
     exits: tuple[int, ...] = ()
     """Nodes whose completion ends this rank's part of the collective: its next phase may start and the
     collective may complete while the other nodes (sends still in flight) finish in the background.
@@ -145,31 +167,74 @@ class AlgoGraph:
         peer = self.peers[pos]
         return (own + peer) % group_size if self.relative_peers else peer
 
+    @property
+    def annotated(self) -> bool:
+        """True if every SEND and RECV says which chunks it moves (COMP nodes without data are costs only)."""
+        if len(self.data) != len(self.kinds):
+            return not any(k in (SEND, RECV) for k in self.kinds)
+        return all(d is not None for d, k in zip(self.data, self.kinds, strict=True) if k in (SEND, RECV))
+
+    def data_of(self, pos: int) -> NodeData | None:
+        """The data annotation of node *pos* (None when it has none)."""
+        return self.data[pos] if pos < len(self.data) else None
+
 
 class AlgorithmBuilder:
     """Write one rank's part of an algorithm: ``send``/``recv``/``reduce`` return node positions.
 
+    Operands (``src``, ``dst``, ``copy_to``, ``reduce``) are optional data annotations
+    (:mod:`etsim.chakra.dataflow`): text such as ``"o@r-1"``, a :class:`~etsim.chakra.dataflow.Segment`
+    or a list of them, covering the node's chunk count.
+
     Args:
         total_chunks: chunks per buffer (symbolic sizes); ``None`` means sizes are bytes.
         relative_peers: peers given to ``send``/``recv`` are offsets from the rank's own position.
+        placement: the buffer placements the annotations are written for
+            (:data:`~etsim.chakra.dataflow.IN_PLACE`, :data:`~etsim.chakra.dataflow.OUT_OF_PLACE`).
 
     Examples:
         >>> b = AlgorithmBuilder(total_chunks=2)
-        >>> s = b.send(1, 1)
-        >>> r = b.recv(1, 1)
+        >>> s = b.send(1, 1, src="i@0")
+        >>> r = b.recv(1, 1, dst="o@1")
         >>> _ = b.reduce(1, deps=[r])
         >>> b.build().num_nodes
         3
     """
 
-    def __init__(self, total_chunks: int | None = None, *, relative_peers: bool = False) -> None:
-        self.graph = AlgoGraph(total_chunks=total_chunks, relative_peers=relative_peers)
+    def __init__(
+        self, total_chunks: int | None = None, *, relative_peers: bool = False, placement: str | Sequence[str] = ()
+    ) -> None:
+        places = (placement,) if isinstance(placement, str) else tuple(placement)
+        for p in places:
+            if p not in PLACEMENTS:
+                raise ValueError(f"placement {p!r}: expected {' or '.join(PLACEMENTS)}")
+        self.graph = AlgoGraph(total_chunks=total_chunks, relative_peers=relative_peers, placement=places)
+
+    def setup_copy(self, chunks: int, *, src: SegmentsLike, dst: SegmentsLike) -> None:
+        """Declare a local copy of *chunks* chunks from *src* to *dst* made before the first node, not timed.
+
+        For what an algorithm does but its graph does not cost, such as an all-to-all's copy of the
+        rank's own piece from input to output; the verifier applies it, the simulator ignores it.
+        """
+        what = f"setup copy {len(self.graph.setup)}"
+        self.graph.setup.append(NodeData("copy", segments(dst, chunks, what + " dst"), segments(src, chunks, what)))
 
     def _add(
-        self, kind: int, peer: int, tag: int, chunks: float, deps: Iterable[int], name: str, dur: float | None
+        self,
+        kind: int,
+        peer: int,
+        tag: int,
+        chunks: float,
+        deps: Iterable[int],
+        name: str,
+        dur: float | None,
+        data: NodeData | None = None,
     ) -> int:
         g = self.graph
         pos = len(g.kinds)
+        if len(g.data) != pos:  # graphs built before annotations existed
+            g.data.extend([None] * (pos - len(g.data)))
+        g.data.append(data)
         g.kinds.append(kind)
         g.peers.append(peer)
         g.tags.append(tag)
@@ -183,19 +248,96 @@ class AlgorithmBuilder:
         g.deps_ptr.append(len(g.deps_idx))
         return pos
 
-    def send(self, peer: int, chunks: float, tag: int = 0, *, deps: Iterable[int] = (), name: str = "") -> int:
-        """Send *chunks* (or bytes) to group position (or offset) *peer*."""
-        return self._add(SEND, peer, tag, chunks, deps, name or f"send_{peer}", None)
+    def _data(self, op: str, chunks: float, name: str, dst: SegmentsLike | None, src: SegmentsLike | None) -> NodeData:
+        where = f"node {len(self.graph.kinds)} ({name})"
+        return NodeData(
+            op,
+            segments(dst, chunks, f"{where} dst") if dst is not None else (),
+            segments(src, chunks, f"{where} src") if src is not None else (),
+        )
 
-    def recv(self, peer: int, chunks: float, tag: int = 0, *, deps: Iterable[int] = (), name: str = "") -> int:
-        """Receive *chunks* (or bytes) from group position (or offset) *peer*."""
-        return self._add(RECV, peer, tag, chunks, deps, name or f"recv_{peer}", None)
+    def send(
+        self,
+        peer: int,
+        chunks: float,
+        tag: int = 0,
+        *,
+        deps: Iterable[int] = (),
+        name: str = "",
+        src: SegmentsLike | None = None,
+        copy_to: SegmentsLike | None = None,
+    ) -> int:
+        """Send *chunks* (or bytes) to group position (or offset) *peer*.
+
+        *src* names the chunks sent; *copy_to*, if given, receives a local copy of them.
+        """
+        name = name or f"send_{peer}"
+        data = self._data("send", chunks, name, copy_to, src) if src is not None else None
+        if data is None and copy_to is not None:
+            raise ValueError(f"{name}: copy_to needs src")
+        return self._add(SEND, peer, tag, chunks, deps, name, None, data)
+
+    def recv(
+        self,
+        peer: int,
+        chunks: float,
+        tag: int = 0,
+        *,
+        deps: Iterable[int] = (),
+        name: str = "",
+        dst: SegmentsLike | None = None,
+        reduce: SegmentsLike | bool | None = None,
+    ) -> int:
+        """Receive *chunks* (or bytes) from group position (or offset) *peer*.
+
+        The message is stored into *dst*, or with *reduce* (the local operand; True: *dst* itself)
+        ``dst = reduce ⊕ message`` is written.
+        """
+        name = name or f"recv_{peer}"
+        data = None
+        if dst is not None:
+            if reduce is None or reduce is False:
+                data = self._data("store", chunks, name, dst, None)
+            else:
+                data = self._data("reduce", chunks, name, dst, dst if reduce is True else reduce)
+        elif reduce not in (None, False):
+            raise ValueError(f"{name}: reduce needs dst")
+        return self._add(RECV, peer, tag, chunks, deps, name, None, data)
 
     def reduce(
-        self, chunks: float, *, deps: Iterable[int] = (), name: str = "", duration_ns: float | None = None
+        self,
+        chunks: float,
+        *,
+        deps: Iterable[int] = (),
+        name: str = "",
+        duration_ns: float | None = None,
+        dst: SegmentsLike | None = None,
+        src: SegmentsLike | None = None,
     ) -> int:
-        """Reduce *chunks* (or bytes) locally; costs bytes / reduction bandwidth unless *duration_ns* is given."""
-        return self._add(COMP, -1, 0, chunks, deps, name or "reduce", duration_ns)
+        """Reduce *chunks* (or bytes) locally; costs bytes / reduction bandwidth unless *duration_ns* is given.
+
+        With *dst* and *src*, ``dst = dst ⊕ src``; without them the node is a cost only (the
+        reduction itself is annotated on the receive that brought the operand).
+        """
+        name = name or "reduce"
+        if (dst is None) != (src is None):
+            raise ValueError(f"{name}: a local reduction needs both dst and src")
+        data = self._data("reduce", chunks, name, dst, src) if dst is not None else None
+        return self._add(COMP, -1, 0, chunks, deps, name, duration_ns, data)
+
+    def copy(
+        self,
+        chunks: float,
+        *,
+        src: SegmentsLike,
+        dst: SegmentsLike,
+        deps: Iterable[int] = (),
+        name: str = "",
+        duration_ns: float | None = None,
+    ) -> int:
+        """Copy *chunks* locally from *src* to *dst*: a COMP node costed like a reduction of that size."""
+        name = name or "copy"
+        return self._add(COMP, -1, 0, chunks, deps, name, duration_ns, self._data("copy", chunks, name, dst, src))
 
     def mark_exits(self, *nodes: int) -> None:
         """The part ends (for its collective) when these nodes have finished (see :attr:`AlgoGraph.exits`)."""
@@ -213,7 +355,10 @@ class AlgorithmBuilder:
 
     def build(self) -> AlgoGraph:
         """The graph written so far."""
-        return self.graph
+        g = self.graph
+        if len(g.data) != len(g.kinds):
+            g.data.extend([None] * (len(g.kinds) - len(g.data)))
+        return g
 
 
 def algo_graph_to_trace(graph: AlgoGraph, position: int, group_size: int) -> Trace:
@@ -222,11 +367,22 @@ def algo_graph_to_trace(graph: AlgoGraph, position: int, group_size: int) -> Tra
     Symbolic graphs are written with MSCCL-IR conversion's attributes ``msg_chunk_cnt`` and
     ``total_chunk_cnt`` (int32) and no ``comm_size``; absolute graphs with ``comm_size``.
     Reductions without an explicit duration are COMP nodes carrying their size, so the
-    simulator costs them with its reduction model.
+    simulator costs them with its reduction model. Data annotations become the string attributes
+    ``data_op``, ``data_src`` and ``data_dst`` with offsets made absolute for *position*, and the
+    placement the global metadata attribute ``data_placement`` (:mod:`etsim.chakra.dataflow`).
     """
     if graph.gates:
         raise ValueError("a graph with gated nodes (released by completion order) has no Chakra ET form")
     b = TraceBuilder()
+    if any(d is not None for d in graph.data):
+        placement = ",".join(graph.placement or (OUT_OF_PLACE,))
+        b.metadata.attr.append(make_attribute("data_placement", placement, member="string_val"))
+    if graph.setup:
+        copies = []
+        for c in graph.setup:
+            dst, src = (format_segments(absolute_segments(x, position, group_size, graph.total_chunks)) for x in c[1:])
+            copies.append(f"{dst}={src}")
+        b.metadata.attr.append(make_attribute("data_setup", ";".join(copies), member="string_val"))
     symbolic = graph.total_chunks is not None
     exits = set(graph.exits)
     for pos, kind in enumerate(graph.kinds):
@@ -261,6 +417,16 @@ def algo_graph_to_trace(graph: AlgoGraph, position: int, group_size: int) -> Tra
             node.attr.append(make_attribute("etsim_exit", True))
         for name, value in size_attrs.items():
             node.attr.append(make_attribute(name, value, member=int32 if name != "comm_size" else None))
+        data = graph.data_of(pos)
+        if data is not None:
+            node.attr.append(make_attribute("data_op", data.op, member="string_val"))
+            for key, segs in (("data_src", data.src), ("data_dst", data.dst)):
+                if segs:
+                    try:
+                        fixed = absolute_segments(segs, position, group_size, graph.total_chunks)
+                    except ValueError as exc:
+                        raise ValueError(f"node {pos} ({graph.names[pos]}): {key}: {exc}") from None
+                    node.attr.append(make_attribute(key, format_segments(fixed), member="string_val"))
     return b.build(rank=position)
 
 
@@ -280,6 +446,7 @@ def algo_graph_from_trace(trace: Trace, *, ignore_ctrl_deps: bool = False) -> Al
     n = trace.num_nodes
     chunk_cnt: list[int | None] = [None] * n
     total: set[int] = set()
+    texts: dict[int, dict[str, str]] = {}
     exits: list[int] = []
     if trace.nodes:
         for pos, node in enumerate(trace.nodes):
@@ -288,6 +455,8 @@ def algo_graph_from_trace(trace: Trace, *, ignore_ctrl_deps: bool = False) -> Al
                     chunk_cnt[pos] = int(getattr(attr, attr.WhichOneof("value") or "int64_val"))
                 elif attr.name == "total_chunk_cnt":
                     total.add(int(getattr(attr, attr.WhichOneof("value") or "int64_val")))
+                elif attr.name in _DATA_ATTRS and attr.WhichOneof("value") == "string_val":
+                    texts.setdefault(pos, {})[attr.name] = attr.string_val
                 elif attr.name == "etsim_exit" and attr.bool_val:
                     exits.append(pos)
     comm_positions = [p for p, t in enumerate(trace.types) if t in (SEND, RECV)]
@@ -333,10 +502,56 @@ def algo_graph_from_trace(trace: Trace, *, ignore_ctrl_deps: bool = False) -> Al
             g.chunks.append(0.0)
             g.durations_ns.append(0.0)
         g.names.append(name)
+        g.data.append(_read_data(texts[pos], g.kinds[-1], g.chunks[-1], where) if pos in texts else None)
         deps = trace.data_deps(pos) + ([] if ignore_ctrl_deps else trace.ctrl_deps(pos))
         g.deps_idx.extend(deps)
         g.deps_ptr.append(len(g.deps_idx))
+    for attr in trace.metadata.attr:
+        if attr.WhichOneof("value") != "string_val":
+            continue
+        try:
+            if attr.name == "data_placement":
+                g.placement = parse_placement(attr.string_val)
+            elif attr.name == "data_setup":
+                g.setup = [_read_copy(text) for text in attr.string_val.split(";") if text.strip()]
+        except ValueError as exc:
+            raise ValueError(f"{trace.where()}global metadata {attr.name}: {exc}") from None
     return g
+
+
+def _read_copy(text: str) -> NodeData:
+    """A setup copy written ``DST=SRC`` (segments with explicit counts)."""
+    dst_text, sep, src_text = text.partition("=")
+    if not sep:
+        raise ValueError(f"{text!r} is not DST=SRC")
+    dst, src = parse_segments(dst_text), parse_segments(src_text)
+    count = sum(s.cnt or 0 for s in dst)
+    return NodeData("copy", segments(dst, count, "copy dst"), segments(src, count, "copy src"))
+
+
+#: Node attributes holding data annotations.
+_DATA_ATTRS = frozenset({"data_op", "data_src", "data_dst"})
+#: Operations each node kind may carry.
+_KIND_OPS = {SEND: ("send",), RECV: ("store", "reduce"), COMP: ("copy", "reduce")}
+
+
+def _read_data(texts: dict[str, str], kind: int, chunks: float, where: str) -> NodeData:
+    """A node's :class:`~etsim.chakra.dataflow.NodeData` from its ``data_*`` attributes (checked)."""
+    op = texts.get("data_op")
+    allowed = _KIND_OPS.get(kind, ())
+    if op not in allowed:
+        what = f"data_op {op!r}" if op is not None else "data_src/data_dst without data_op"
+        raise ValueError(f"{where}: {what} on this node (expected {' or '.join(allowed) or 'none'})")
+    try:
+        src = segments(parse_segments(texts["data_src"]), chunks, "data_src") if "data_src" in texts else ()
+        dst = segments(parse_segments(texts["data_dst"]), chunks, "data_dst") if "data_dst" in texts else ()
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    need_src, need_dst = op != "store", op != "send"
+    if (need_src and not src and chunks) or (need_dst and not dst and chunks):
+        missing = "data_src" if need_src and not src else "data_dst"
+        raise ValueError(f"{where}: data_op {op!r} needs {missing}")
+    return NodeData(op, dst, src)
 
 
 def algorithm_traces(graphs: Sequence[AlgoGraph], *, metadata: Mapping[str, str] | None = None) -> list[Trace]:

@@ -1,9 +1,17 @@
-"""``etsim algo``: list the native collective algorithms and export them as Chakra ET families.
+"""``etsim algo``: list the native collective algorithms, export them as Chakra ET families, verify algorithms.
 
 ``etsim algo list`` prints every registered algorithm and the collectives it implements.
 ``etsim algo export NAME --collective C --npus N -o PREFIX [--dims 4x8]`` writes the
 algorithm's per-rank graphs, with symbolic sizes, to ``PREFIX.0.et … PREFIX.{N-1}.et``; the
 family runs with ``--algo PREFIX`` exactly as the native algorithm does.
+
+``etsim algo verify SPEC [--collective C] [--npus N] [--dims 4x8]`` checks that an algorithm
+computes its collective (:mod:`etsim.chakra.verify`) and prints ``SPEC: correct: …``,
+``SPEC: WRONG: <first missing piece>`` or ``SPEC: cannot verify: <why>``. *SPEC* is whatever
+``--algo`` takes: a family prefix (collective and group size from its files), an MSCCL-IR XML
+(from its ``<algo>``) or an algorithm name (then ``--collective`` and ``--npus`` are needed).
+Exit status: 0 correct, 1 wrong (or an error), 3 cannot verify (e.g. a family without data
+annotations), so scripts can tell an unchecked algorithm from a checked one.
 """
 
 from __future__ import annotations
@@ -14,10 +22,20 @@ from pathlib import Path
 from etsim.chakra.algorithm import algorithm_traces, write_family
 from etsim.chakra.graph import CollectiveType
 from etsim.chakra.graph import parse_collective as chakra_parse_collective
+from etsim.chakra.verify import Verdict
 from etsim.errors import ConfigError
-from etsim.system.algorithms import ALGORITHMS, CollectiveAlgorithm
+from etsim.system.algorithms import (
+    ALGORITHMS,
+    AlgorithmContext,
+    ChakraAlgorithm,
+    CollectiveAlgorithm,
+    resolve_algorithm,
+)
 
-__all__ = ["export_algorithm", "make_algorithm", "parse_collective", "parse_dims", "register"]
+__all__ = ["export_algorithm", "make_algorithm", "parse_collective", "parse_dims", "register", "verify_spec"]
+
+#: Exit status of ``etsim algo verify`` per verdict (True: correct, False: wrong, None: cannot verify).
+VERIFY_STATUS: dict[bool | None, int] = {True: 0, False: 1, None: 3}
 
 
 def parse_collective(text: str) -> CollectiveType:
@@ -74,6 +92,45 @@ def export_algorithm(
     return write_family(algorithm_traces(graphs, metadata={"collective": collective.name.lower()}), prefix)
 
 
+def verify_spec(
+    spec: str, collective: CollectiveType | None = None, npus: int | None = None, dims: tuple[int, ...] | None = None
+) -> tuple[CollectiveType, int, Verdict]:
+    """Resolve *spec* as ``--algo`` does and verify it: ``(collective, group size, verdict)``.
+
+    Files say what they implement and for how many ranks; *collective* and *npus* override or
+    complete that (a name needs both).
+
+    Raises:
+        ConfigError: the spec cannot be loaded, or the collective or group size is unknown or unsupported.
+    """
+    _, algo = resolve_algorithm(spec, AlgorithmContext(dims=dims), origin="algorithm")
+    own_size: int | None = None
+    if isinstance(algo, ChakraAlgorithm):
+        own_size = algo.workload.num_ranks
+    elif algo.source == "msccl-ir":
+        own_size = algo.conversion.program.ngpus  # type: ignore[attr-defined]
+    if collective is None:
+        if len(algo.collectives) != 1:
+            names = ", ".join(sorted(c.name.lower() for c in algo.collectives))
+            raise ConfigError(f"{spec}: say which collective to check with --collective (it implements {names})")
+        collective = next(iter(algo.collectives))
+    n = npus if npus is not None else own_size
+    if n is None:
+        raise ConfigError(f"{spec}: say for how many ranks with --npus")
+    algo.check(collective, n)
+    return collective, n, algo.verify(collective, n)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    collective = parse_collective(args.collective) if args.collective else None
+    dims = parse_dims(args.dims) if args.dims else None
+    if args.npus is not None and args.npus < 1:
+        raise ConfigError(f"--npus must be at least 1, not {args.npus}")
+    _, _, verdict = verify_spec(args.spec, collective, args.npus, dims)
+    print(f"{args.spec}: {verdict}")
+    return VERIFY_STATUS[verdict.ok]
+
+
 def _list(args: argparse.Namespace) -> int:
     rows = []
     for name in ALGORITHMS.names():
@@ -104,8 +161,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Register ``etsim algo`` and its actions ``list`` and ``export``."""
-    parser = subparsers.add_parser("algo", help="list native collective algorithms, export them as .et")
+    """Register ``etsim algo`` and its actions ``list``, ``export`` and ``verify``."""
+    parser = subparsers.add_parser("algo", help="list native collective algorithms, export them as .et, verify")
     sub = parser.add_subparsers(dest="algo_command", metavar="ACTION")
     sub.required = True
     p = sub.add_parser("list", help="print each algorithm and the collectives it implements")
@@ -117,3 +174,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--dims", help="dimension sizes for hierarchical algorithms, dimension 0 first (e.g. 4x8)")
     p.add_argument("-o", "--output", required=True, help="output prefix (PREFIX or PREFIX.et)")
     p.set_defaults(handler=_export)
+    p = sub.add_parser(
+        "verify",
+        help="check that an algorithm computes its collective (exit 0 correct, 1 wrong, 3 cannot verify)",
+    )
+    p.add_argument("spec", metavar="SPEC", help="a family prefix, an MSCCL-IR XML, or an algorithm name")
+    p.add_argument("--collective", help="the collective to check (default: what the files record)")
+    p.add_argument("--npus", type=int, help="group size (default: the files' rank count)")
+    p.add_argument("--dims", help="dimension sizes for hierarchical algorithms, dimension 0 first (e.g. 4x8)")
+    p.set_defaults(handler=_verify)

@@ -3,9 +3,12 @@
 ``etsim convert msccl IN.xml -o PREFIX [--instances K]`` converts an MSCCL-IR algorithm (any
 dialect: MSCCLang, Azure msccl-tools, RCCL / msccl-scheduler, TACCL, TE-CCL, ForestColl) into
 ``PREFIX.<gpu>.et``, one file per ``<gpu>``, with symbolic sizes; without ``-o`` it only checks
-the file and prints the summary. ``etsim convert chakra-to-msccl PREFIX -o OUT.xml`` writes an
-algorithm family made of sends, receives and reductions as MSCCL-IR XML that the first command
-(and ``--algo OUT.xml``) reads back to the same graph.
+the file and prints the summary. It also checks that the program computes its collective
+(:mod:`etsim.chakra.verify`) and prints the verdict; a program that does not is refused with the
+first missing piece and nothing is written. ``etsim convert chakra-to-msccl PREFIX -o OUT.xml``
+writes an algorithm family made of sends, receives and reductions as MSCCL-IR XML that the first
+command (and ``--algo OUT.xml``) reads back to the same graph, with the family's buffers and offsets
+(or placeholders, with a warning, when the family has none MSCCL-IR can express).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 from etsim.cli.algo import parse_collective
-from etsim.errors import ConfigError, TraceError
+from etsim.errors import ConfigError, TraceError, warn
 from etsim.files import write_text
 from etsim.producers.msccl import convert_msccl, step_counts, workload_to_msccl, write_msccl_et
 
@@ -25,12 +28,19 @@ def _msccl(args: argparse.Namespace) -> int:
         raise ConfigError(f"--instances must be at least 1, not {args.instances}")
     conversion = convert_msccl(args.input, instances=args.instances)
     program = conversion.program
+    verdict = conversion.verify()
+    if verdict.ok is False:
+        raise ConfigError(
+            f"{args.input}: the program does not compute {program.coll} over {program.ngpus} GPUs: {verdict.message}"
+            + ("; nothing written" if args.output else "")
+        )
     counts = ", ".join(f"{n} {t}" for t, n in sorted(step_counts(program).items()))
     print(
         f"{args.input}: {program.coll} on {program.ngpus} GPUs, {program.num_steps} steps ({counts}) "
         f"→ {conversion.num_nodes} nodes, {conversion.num_messages} messages, "
         f"{program.nchunksperloop} chunks per buffer"
     )
+    print(f"{args.input}: {verdict}")
     if args.output:
         paths = write_msccl_et(conversion, args.output)
         first, last = paths[0], paths[-1]
@@ -40,7 +50,13 @@ def _msccl(args: argparse.Namespace) -> int:
 
 def _to_msccl(args: argparse.Namespace) -> int:
     collective = parse_collective(args.collective) if args.collective else None
-    xml = workload_to_msccl(args.input, collective=collective, name=args.name, proto=args.proto)
+    notes: list[str] = []
+    xml = workload_to_msccl(args.input, collective=collective, name=args.name, proto=args.proto, notes=notes)
+    for note in notes:
+        warn(
+            f"{args.output}: buffer offsets are placeholders ({note}); the XML has the family's timing but is "
+            'not a data-correct program (<algo etsim_offsets="placeholder">)'
+        )
     out = write_text(args.output, xml, TraceError)
     print(f"wrote {out}")
     return 0

@@ -207,6 +207,8 @@ class System:
             reason = algo.supports(lookup, n)
             if reason is not None and n > 1:
                 raise ConfigError(f"{where}: {reason}")
+            if n > 1:  # refuse an algorithm that does not compute its collective (verified once, cached)
+                algo.check_correct(lookup, n, where=where, label=label)
             inst = _Instance(collective, size, where, label, algo, self._next_namespace, key, rule)
             try:
                 self._next_namespace += len(self._stream_sizes(collective, size, n))

@@ -12,9 +12,18 @@ simulated time is identical.
 
 What MSCCL-IR cannot say is refused with the node named: absolute byte sizes (MSCCL-IR sizes
 are chunks of the buffer), fractional chunk counts, and COMP nodes with a fixed duration.
-Buffer offsets are not part of an etsim graph; every step addresses chunk 0 of the input buffer
-(the output buffer for all-gather), which the runtimes' bounds allow but which is not a
-data-correct program for a real GPU.
+
+Buffers and offsets come from the graphs' data annotations (:mod:`etsim.chakra.dataflow`), so the
+XML is a data-correct program that :mod:`etsim.chakra.verify` checks like any other: sends read
+their chunks (``s``), storing receives write theirs (``r``), local copies and reductions are
+``cpy``/``re``, and a receive that reduces becomes an ``r`` plus the ``re`` of the COMP node that
+follows it (into a scratch slot first when it reduces in place). Scratch buffers other than ``s``
+are laid out one after another in ``s``; ``inplace``/``outofplace`` are the graphs' placements.
+When a graph has no annotations, or one MSCCL-IR cannot express (chunks that are not contiguous,
+a send that also copies, a reducing receive without a COMP node after it, untimed setup copies),
+every step addresses chunk 0 as a placeholder and ``<algo etsim_offsets="placeholder">`` says so:
+the lowering then reads the file as having no data annotations (it cannot be verified) instead of
+as a wrong program; the reason is returned in *notes*.
 """
 
 from __future__ import annotations
@@ -26,12 +35,16 @@ from xml.sax.saxutils import quoteattr
 
 from etsim.chakra.algorithm import COMP, RECV, SEND, AlgoGraph, algo_graph_from_trace
 from etsim.chakra.dag import topological_order
+from etsim.chakra.dataflow import IN_PLACE, OUT_OF_PLACE, Segment, absolute_segments
 from etsim.chakra.graph import CollectiveType, Workload
 from etsim.chakra.io import load_workload
 from etsim.errors import ConfigError, TraceError
 from etsim.producers.msccl.ir import msccl_collective
 
-__all__ = ["MSCCL_COLL_NAMES", "graphs_to_msccl", "workload_to_msccl"]
+__all__ = ["MSCCL_COLL_NAMES", "PLACEHOLDER", "graphs_to_msccl", "workload_to_msccl"]
+
+#: ``<algo etsim_offsets>`` value of a program whose offsets are placeholders (no data annotations).
+PLACEHOLDER = "placeholder"
 
 #: The ``<algo coll>`` written for each collective (Azure/RCCL spelling); others are ``custom``.
 MSCCL_COLL_NAMES: dict[CollectiveType, str] = {
@@ -46,6 +59,10 @@ MSCCL_COLL_NAMES: dict[CollectiveType, str] = {
 }
 
 
+#: A step's type and local buffers: ``(type, srcbuf, srcoff, dstbuf, dstoff)``.
+_Data = tuple[str, str, int, str, int]
+
+
 class _Tb:
     __slots__ = ("chan", "recv", "send", "steps")
 
@@ -53,8 +70,102 @@ class _Tb:
         self.send = -1
         self.recv = -1
         self.chan = -1
-        self.steps: list[tuple[str, int, tuple[int, int], list[tuple[int, int]]]] = []
-        """(type, cnt, (depid, deps), extra waits carried by nops)"""
+        self.steps: list[tuple[str, int, tuple[int, int], list[tuple[int, int]], _Data | None]] = []
+        """(type, cnt, (depid, deps), extra waits carried by nops, data or None)"""
+
+
+class _Inexpressible(Exception):
+    """A graph's data annotation has no MSCCL-IR form (the message says why)."""
+
+
+def _data_plan(graph: AlgoGraph, rank: int, group_size: int, label: str) -> tuple[list[_Data | None], int]:
+    """Per node, the step type and buffers its data annotation becomes; and the scratch chunks used.
+
+    Raises:
+        _Inexpressible: an annotation MSCCL-IR cannot say (see the module docstring).
+    """
+    n_nodes = graph.num_nodes
+    if graph.setup:
+        raise _Inexpressible(f"{label} rank {rank}: untimed setup copies have no MSCCL-IR form (a cpy step is timed)")
+    total = graph.total_chunks
+    refs: list[tuple[tuple[str, int] | None, tuple[str, int] | None]] = []
+    extent: dict[str, int] = {}
+
+    def one(segs: tuple[Segment, ...], v: int) -> tuple[str, int] | None:
+        if not segs:
+            return None
+        fixed = absolute_segments(segs, rank, group_size, total)
+        if len(fixed) != 1 or (fixed[0].stride != 1 and (fixed[0].cnt or 0) > 1):
+            raise _Inexpressible(
+                f"{label} rank {rank} node {v} ({graph.names[v]}): its chunks are not contiguous "
+                "(an MSCCL-IR step moves cnt chunks from one offset)"
+            )
+        s = fixed[0]
+        if s.buf not in ("i", "o"):
+            extent[s.buf] = max(extent.get(s.buf, 0), s.off + (s.cnt or 0))
+        return (s.buf, s.off)
+
+    for v in range(n_nodes):
+        d = graph.data_of(v)
+        refs.append((None, None) if d is None else (one(d.src, v), one(d.dst, v)))
+    base: dict[str, int] = {}
+    used = 0
+    for name in sorted(extent, key=lambda b: (b != "s", b)):
+        base[name] = used
+        used += extent[name]
+
+    def where(ref: tuple[str, int]) -> tuple[str, int]:
+        return ref if ref[0] in ("i", "o") else ("s", base[ref[0]] + ref[1])
+
+    plan: list[_Data | None] = [None] * n_nodes
+    paired: set[int] = set()
+    succ = graph.successor_lists()
+    for v in range(n_nodes):
+        d = graph.data_of(v)
+        kind = graph.kinds[v]
+        name = f"{label} rank {rank} node {v} ({graph.names[v]})"
+        cnt = int(graph.chunks[v])
+        if d is None:
+            if kind in (SEND, RECV):
+                raise _Inexpressible(f"{name}: no data annotation")
+            if v not in paired and plan[v] is None:
+                raise _Inexpressible(f"{name}: a COMP node that moves no data has no MSCCL-IR form")
+            continue
+        src, dst = refs[v]
+        if kind == SEND:
+            if d.dst:
+                raise _Inexpressible(f"{name}: a send that also copies locally has no MSCCL-IR form")
+            assert src is not None
+            b, o = where(src)
+            plan[v] = ("s", b, o, b, o)
+        elif kind == RECV and d.op == "store":
+            assert dst is not None
+            b, o = where(dst)
+            plan[v] = ("r", b, o, b, o)
+        elif kind == RECV:  # reduce: r now, re in the COMP node that follows
+            assert src is not None and dst is not None
+            free = [w for w in succ[v] if graph.kinds[w] == COMP and graph.data_of(w) is None and w not in paired]
+            comp = next((w for w in free if graph.chunks[w] == cnt), None)
+            if comp is None:
+                raise _Inexpressible(f"{name}: a reducing receive needs a COMP node after it to carry the reduction")
+            paired.add(comp)
+            db, do = where(dst)
+            sb, so = where(src)
+            if (db, do) == (sb, so):
+                landing = ("s", used)
+                used += cnt
+            elif db == sb and do < so + cnt and so < do + cnt:
+                raise _Inexpressible(f"{name}: a reduction between overlapping chunk ranges")
+            else:
+                landing = (db, do)
+            plan[v] = ("r", landing[0], landing[1], landing[0], landing[1])
+            plan[comp] = ("re", landing[0], landing[1], db, do) if landing != (db, do) else ("re", sb, so, db, do)
+        else:
+            assert src is not None and dst is not None
+            sb, so = where(src)
+            db, do = where(dst)
+            plan[v] = ("cpy" if d.op == "copy" else "re", sb, so, db, do)
+    return plan, used
 
 
 def _chunks(graph: AlgoGraph, pos: int, where: str) -> int:
@@ -64,7 +175,7 @@ def _chunks(graph: AlgoGraph, pos: int, where: str) -> int:
     return int(amount)
 
 
-def _gpu_tbs(graph: AlgoGraph, rank: int, group_size: int, label: str) -> list[_Tb]:
+def _gpu_tbs(graph: AlgoGraph, rank: int, group_size: int, label: str, plan: list[_Data | None]) -> list[_Tb]:
     succ_ptr, succ, indeg = graph.successors()
     order = topological_order(succ_ptr, succ, indeg)
     if len(order) != graph.num_nodes:
@@ -114,7 +225,10 @@ def _gpu_tbs(graph: AlgoGraph, rank: int, group_size: int, label: str) -> list[_
         implicit = (chosen, len(tb.steps) - 1)
         waits = [slot[d] for d in deps if slot[d] != implicit]
         main = waits[0] if waits else (-1, -1)
-        tb.steps.append((step_type, cnt, main, waits[1:]))
+        data = plan[v] if plan else None
+        if data is not None:
+            step_type = data[0]
+        tb.steps.append((step_type, cnt, main, waits[1:], data))
         # nops come before the step, so the step's index is shifted by them.
         slot[v] = (chosen, len(tb.steps) - 1)
     return tbs
@@ -127,6 +241,7 @@ def graphs_to_msccl(
     name: str = "etsim",
     proto: str = "Simple",
     label: str = "algorithm",
+    notes: list[str] | None = None,
 ) -> str:
     """The MSCCL-IR XML of one algorithm graph per rank (see the module docstring).
 
@@ -136,6 +251,7 @@ def graphs_to_msccl(
         name: ``<algo name>``.
         proto: ``<algo proto>``.
         label: how to name the input in messages.
+        notes: if given, why the offsets are placeholders is appended to it.
 
     Raises:
         ConfigError: a graph MSCCL-IR cannot express (named node and reason).
@@ -154,18 +270,42 @@ def graphs_to_msccl(
     total = int(next(iter(totals)) or 0)
     coll = MSCCL_COLL_NAMES.get(collective, "custom") if collective is not None else "custom"
     buf = "o" if coll == "allgather" else "i"
-    per_gpu = [_gpu_tbs(g, r, n, label) for r, g in enumerate(graphs)]
+    plans: list[list[_Data | None]] = []
+    scratch: list[int] = []
+    why = ""
+    if not any(any(d is not None for d in g.data) for g in graphs):
+        why = f"{label}: the graphs have no data annotations"
+    else:
+        try:
+            for r, g in enumerate(graphs):
+                plan, used = _data_plan(g, r, n, label)
+                plans.append(plan)
+                scratch.append(used)
+        except _Inexpressible as exc:
+            why = str(exc)
+    if why:
+        plans, scratch = [[] for _ in graphs], [0] * n
+        if notes is not None:
+            notes.append(why)
+    per_gpu = [_gpu_tbs(g, r, n, label, plans[r]) for r, g in enumerate(graphs)]
     max_cnt = max((st[1] for tbs in per_gpu for tb in tbs for st in tb.steps), default=0)
     size = max(total, max_cnt)
     nchannels = max((tb.chan for tbs in per_gpu for tb in tbs), default=0) + 1
+    placement = graphs[0].placement or (OUT_OF_PLACE,)
+    inplace, outofplace = int(IN_PLACE in placement), int(OUT_OF_PLACE in placement)
+    if why:
+        inplace, outofplace = 1, 0
+    marker = f' etsim_offsets="{PLACEHOLDER}"' if why else ""
     lines = [
         f'<algo name={quoteattr(name)} proto={quoteattr(proto)} nchannels="{nchannels}" '
-        f'nchunksperloop="{total}" ngpus="{n}" coll="{coll}" inplace="1" outofplace="0" '
-        'minBytes="0" maxBytes="0">'
+        f'nchunksperloop="{total}" ngpus="{n}" coll="{coll}" inplace="{inplace}" outofplace="{outofplace}" '
+        f'minBytes="0" maxBytes="0"{marker}>'
     ]
     for r, tbs in enumerate(per_gpu):
         i_chunks, o_chunks = (0, size) if buf == "o" else (size, 0)
-        lines.append(f'  <gpu id="{r}" i_chunks="{i_chunks}" o_chunks="{o_chunks}" s_chunks="0">')
+        if not why:
+            i_chunks = o_chunks = size  # offsets into either may reach the whole buffer
+        lines.append(f'  <gpu id="{r}" i_chunks="{i_chunks}" o_chunks="{o_chunks}" s_chunks="{scratch[r]}">')
         # Map (tb, logical step) to the written step index (nops shift indices).
         index: list[list[int]] = []
         for tb in tbs:
@@ -179,7 +319,7 @@ def graphs_to_msccl(
         for t, tb in enumerate(tbs):
             lines.append(f'    <tb id="{t}" send="{tb.send}" recv="{tb.recv}" chan="{max(tb.chan, 0)}">')
             s = 0
-            for kind, cnt, (dt, ds), extra in tb.steps:
+            for kind, cnt, (dt, ds), extra, data in tb.steps:
                 for et, es in extra:
                     has = int((t, s) in targets)
                     lines.append(
@@ -189,9 +329,10 @@ def graphs_to_msccl(
                     s += 1
                 depid, deps = (dt, index[dt][ds]) if dt >= 0 else (-1, -1)
                 has = int((t, s) in targets)
+                sbuf, soff, dbuf, doff = data[1:] if data is not None else (buf, 0, buf, 0)
                 lines.append(
-                    f'      <step s="{s}" type="{kind}" srcbuf="{buf}" srcoff="0" dstbuf="{buf}" dstoff="0" '
-                    f'cnt="{cnt}" depid="{depid}" deps="{deps}" hasdep="{has}"/>'
+                    f'      <step s="{s}" type="{kind}" srcbuf="{sbuf}" srcoff="{soff}" dstbuf="{dbuf}" '
+                    f'dstoff="{doff}" cnt="{cnt}" depid="{depid}" deps="{deps}" hasdep="{has}"/>'
                 )
                 s += 1
             lines.append("    </tb>")
@@ -217,6 +358,7 @@ def workload_to_msccl(
     collective: CollectiveType | None = None,
     name: str | None = None,
     proto: str = "Simple",
+    notes: list[str] | None = None,
 ) -> str:
     """The MSCCL-IR XML of a Chakra ET algorithm family (``PREFIX.<rank>.et``).
 
@@ -226,6 +368,7 @@ def workload_to_msccl(
             (written by the MSCCL-IR converter), else ``custom``.
         name: ``<algo name>`` (default: the prefix's base name).
         proto: ``<algo proto>``.
+        notes: if given, why the offsets are placeholders is appended to it (:func:`graphs_to_msccl`).
 
     Raises:
         TraceError: the family cannot be read.
@@ -244,4 +387,4 @@ def workload_to_msccl(
     base = Path(label).name
     if base.endswith(".et"):
         base = base[: -len(".et")]
-    return graphs_to_msccl(graphs, collective=collective, name=name or base, proto=proto, label=label)
+    return graphs_to_msccl(graphs, collective=collective, name=name or base, proto=proto, label=label, notes=notes)

@@ -115,6 +115,8 @@ class MscclStep:
     deps: int
     hasdep: int
     line: int | None = None
+    stride: int = 1
+    """Distance between the step's chunks: 1 as written; *k* after :func:`replicate_instances` with k instances."""
 
 
 @dataclass(slots=True)

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 from etsim.chakra.algorithm import COMP, RECV, SEND, AlgoGraph
 from etsim.chakra.dag import topological_order, transpose
+from etsim.chakra.dataflow import IN_PLACE, OUT_OF_PLACE, NodeData, Segment
 from etsim.chakra.graph import CollectiveType
+from etsim.chakra.verify import Verdict, verify_graphs
 from etsim.producers.msccl.ir import STEP_TYPES, MscclError, MscclGpu, MscclProgram, MscclStep, MscclTb, step_uses
 from etsim.producers.msccl.parse import parse_msccl, replicate_instances
 
@@ -46,6 +48,13 @@ class MscclConversion:
         """SEND nodes over all GPUs."""
         return sum(g.kinds.count(SEND) for g in self.graphs)
 
+    def verify(self, collective: CollectiveType | None = None) -> Verdict:
+        """Whether the program computes *collective* (default: its ``<algo coll>``); see :mod:`etsim.chakra.verify`."""
+        coll = collective if collective is not None else self.collective
+        if coll is None:
+            return Verdict(None, f"coll={self.program.coll!r} names no collective to check the program against")
+        return verify_graphs(self.graphs, coll)
+
 
 def convert_program(program: MscclProgram) -> MscclConversion:
     """Lower every GPU of *program* to an algorithm graph and check that the connections pair up.
@@ -64,6 +73,41 @@ def convert_program(program: MscclProgram) -> MscclConversion:
     return MscclConversion(program, graphs, origins)
 
 
+def placements(program: MscclProgram) -> tuple[str, ...]:
+    """The buffer placements a program declares valid: ``inplace``, ``outofplace`` (neither: out of place)."""
+    places = []
+    if program.inplace:
+        places.append(IN_PLACE)
+    if program.outofplace or not places:
+        places.append(OUT_OF_PLACE)
+    return tuple(places)
+
+
+def _step_data(tb: MscclTb, st: MscclStep, part: str) -> NodeData | None:
+    """What one node of step *st* does to buffers (the step table of :mod:`etsim.producers.msccl`).
+
+    The runtime reads ``src`` as a local buffer for ``rrs``/``rrc``/``rrcs`` and the fused sends
+    forward what the step wrote (``rcs``, ``rrcs``) or, for ``rrs``, its result, which lives in no
+    buffer: a temporary ``t<tb>.<step>``. Reductions are carried by the receive; the COMP node
+    of a fused step is its cost only.
+    """
+    src = (Segment(st.srcbuf, st.srcoff, st.cnt, st.stride),)
+    dst = (Segment(st.dstbuf, st.dstoff, st.cnt, st.stride),)
+    temp = (Segment(f"t{tb.id}.{st.s}", 0, st.cnt),)
+    kind = st.type
+    if part == "send":
+        return NodeData("send", (), {"s": src, "rrs": temp}.get(kind, dst))
+    if part == "recv":
+        if kind in ("r", "rcs"):
+            return NodeData("store", dst)
+        return NodeData("reduce", temp if kind == "rrs" else dst, src)
+    if kind == "cpy":
+        return NodeData("copy", dst, src)
+    if kind == "re":
+        return NodeData("reduce", dst, src)
+    return None
+
+
 def _convert_gpu(program: MscclProgram, gpu: MscclGpu) -> tuple[AlgoGraph, list[tuple[int, int, str, str, int]]]:
     path = program.path
     kinds: list[int] = []
@@ -71,6 +115,7 @@ def _convert_gpu(program: MscclProgram, gpu: MscclGpu) -> tuple[AlgoGraph, list[
     tags: list[int] = []
     chunks: list[float] = []
     names: list[str] = []
+    data: list[NodeData | None] = []
     origin: list[tuple[int, int, str, str, int]] = []
     deps: list[list[int]] = []
     first: list[list[int]] = []  # per tb, per step: first node (-1 for nop)
@@ -99,6 +144,7 @@ def _convert_gpu(program: MscclProgram, gpu: MscclGpu) -> tuple[AlgoGraph, list[
                 tags.append(tb.chan if kind != COMP else 0)
                 chunks.append(float(st.cnt))
                 names.append(f"tb{tb.id}_s{st.s}_{st.type}_{part}")
+                data.append(_step_data(tb, st, part))
                 origin.append((tb.id, st.s, part, buf, off))
                 deps.append([prev] if prev >= 0 else [])
                 if head < 0:
@@ -175,7 +221,8 @@ def _convert_gpu(program: MscclProgram, gpu: MscclGpu) -> tuple[AlgoGraph, list[
     new_pos = [0] * n
     for pos, old in enumerate(order):
         new_pos[old] = pos
-    g = AlgoGraph(total_chunks=program.nchunksperloop)
+    placeholder = program.attributes.get("etsim_offsets") == "placeholder"  # see producers.msccl.export
+    g = AlgoGraph(total_chunks=program.nchunksperloop, placement=() if placeholder else placements(program))
     new_origin = []
     for old in order:
         g.kinds.append(kinds[old])
@@ -184,6 +231,7 @@ def _convert_gpu(program: MscclProgram, gpu: MscclGpu) -> tuple[AlgoGraph, list[
         g.chunks.append(chunks[old])
         g.durations_ns.append(None)
         g.names.append(names[old])
+        g.data.append(None if placeholder else data[old])
         g.deps_idx.extend(sorted(new_pos[d] for d in deps[old]))
         g.deps_ptr.append(len(g.deps_idx))
         new_origin.append(origin[old])

@@ -325,8 +325,12 @@ def replicate_instances(program: MscclProgram, instances: int) -> MscclProgram:
 
     Every tb becomes *k* tbs (id ``tb·k + i``, channel ``nchannels·i + chan``), dependencies stay
     inside their instance, and every buffer (and ``nchunksperloop``) holds *k* times as many
-    chunks; offsets are interleaved (``off·k + i``). Each step moves the same number of (now
-    *k* times smaller) chunks, so the bytes moved are unchanged.
+    chunks, interleaved: chunk ``c`` of instance ``i`` is chunk ``c·k + i``. A step of ``cnt``
+    chunks from ``off`` therefore moves chunks ``off·k + i``, ``(off + 1)·k + i``, … (offset
+    ``off·k + i``, :attr:`~etsim.producers.msccl.ir.MscclStep.stride` k), the same number of (now
+    *k* times smaller) chunks, so the bytes moved are unchanged. (MSCCLang's interleaved
+    replication supports only single-chunk steps on the input and output buffers; per-chunk
+    interleaving is the layout that keeps every collective's pieces in place for any step.)
 
     Raises:
         ValueError: *instances* < 1.
@@ -347,6 +351,7 @@ def replicate_instances(program: MscclProgram, instances: int) -> MscclProgram:
                         srcoff=st.srcoff * k + i if st.srcoff >= 0 else -1,
                         dstoff=st.dstoff * k + i if st.dstoff >= 0 else -1,
                         depid=st.depid * k + i if st.depid >= 0 else -1,
+                        stride=st.stride * k,
                     )
                     for st in tb.steps
                 ]

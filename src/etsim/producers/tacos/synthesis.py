@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder, algorithm_traces, write_family
+from etsim.chakra.dataflow import IN_PLACE, seg
 from etsim.chakra.graph import CollectiveType, parse_collective
 from etsim.errors import ConfigError
 from etsim.network.topology import Topology
@@ -159,11 +160,18 @@ def algo_graphs(sched: Schedule) -> list[AlgoGraph]:
     logical link id. The SEND depends on the previous SEND on that link and on every earlier node
     that brought its chunk to the source (the RECV, or for reductions the COMP that folded it in).
     RECVs have no dependencies: the k-th RECV on a link matches the k-th SEND.
+
+    Data annotations (in place, for :mod:`etsim.chakra.verify`): chunk ``i·n + p`` (position p's
+    i-th) is buffer chunk ``p·k + i``; a transfer sends the source's copy of it and the receiver
+    stores it, or for a reduction lands it in scratch and the COMP node adds it into its own.
     """
     lg = sched.links
     n = lg.n
-    nchunks = n * sched.chunks_per_npu
-    builders = [AlgorithmBuilder(total_chunks=nchunks) for _ in range(n)]
+    k = sched.chunks_per_npu
+    nchunks = n * k
+    builders = [AlgorithmBuilder(total_chunks=nchunks, placement=IN_PLACE) for _ in range(n)]
+    # In place, a reduce-scatter's output lies in its input; the other collectives work in the output.
+    buf = "i" if sched.num_transfers and sched.reduce_count == sched.num_transfers else "o"
     last_send: dict[int, int] = {}
     have: list[dict[int, list[int]]] = [{} for _ in range(n)]
     src, dst = lg.src, lg.dst
@@ -175,10 +183,13 @@ def algo_graphs(sched: Schedule) -> list[AlgoGraph]:
         prev = last_send.get(lid)
         if prev is not None:
             deps.append(prev)
-        last_send[lid] = builders[s].send(d, 1, lid, deps=deps, name=f"send_c{c}_to{d}")
-        node = builders[d].recv(s, 1, lid, name=f"recv_c{c}_from{s}")
-        if x < sched.reduce_count:
-            node = builders[d].reduce(1, deps=[node], name=f"reduce_c{c}")
+        slot = seg(buf, (c % n) * k + c // n)
+        last_send[lid] = builders[s].send(d, 1, lid, deps=deps, name=f"send_c{c}_to{d}", src=slot)
+        reduce = x < sched.reduce_count
+        land = seg("t", x) if reduce else slot  # a partial to reduce lands in scratch; the COMP adds it in
+        node = builders[d].recv(s, 1, lid, name=f"recv_c{c}_from{s}", dst=land)
+        if reduce:
+            node = builders[d].reduce(1, deps=[node], name=f"reduce_c{c}", dst=slot, src=land)
         have[d].setdefault(c, []).append(node)
     return [b.build() for b in builders]
 

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from etsim.chakra.algorithm import AlgoGraph
 from etsim.chakra.graph import CollectiveType
+from etsim.chakra.verify import Verdict, verify_graphs
 from etsim.errors import ConfigError
 from etsim.registry import Registry
 
@@ -54,6 +55,12 @@ class CollectiveAlgorithm:
     - Optionally, :meth:`phases` splits a rank's part of one chunk (stream) into phases walked one
       after another, each waiting in a queue of the rank (e.g. one phase per topology dimension, so
       that streams pipeline across dimensions); the default is one phase, :meth:`graph`.
+    - Graphs may say which chunks each node moves (:mod:`etsim.chakra.dataflow`); then
+      :meth:`verify` checks that the algorithm computes its collective, and the system refuses
+      one that does not before running it (:meth:`check_correct`). A class whose own body sets
+      ``verified_by_tests = True`` (the natives) is checked by etsim's test suite instead of at
+      run time; subclasses that change the graphs must not inherit that claim (it is read from
+      the class itself, not its bases).
     """
 
     #: Registry name.
@@ -62,6 +69,9 @@ class CollectiveAlgorithm:
     source: ClassVar[str] = "native"
     #: Collectives implemented.
     collectives: ClassVar[frozenset[CollectiveType]] = frozenset()
+    #: The test suite verifies this class's graphs (read from the class's own body, never inherited).
+    verified_by_tests: ClassVar[bool] = False
+    _verdicts: dict[tuple[int, int], Verdict]
 
     def supports(self, collective: CollectiveType, group_size: int) -> str | None:
         """None if the algorithm can run *collective* on *group_size* ranks, else the reason it cannot."""
@@ -96,6 +106,48 @@ class CollectiveAlgorithm:
         reason = self.supports(collective, group_size)
         if reason is not None:
             raise ConfigError(reason)
+
+    def verify(self, collective: CollectiveType, group_size: int) -> Verdict:
+        """Whether the algorithm computes *collective* on *group_size* ranks.
+
+        Runs :func:`~etsim.chakra.verify.verify_graphs` on the graphs of every position, once per
+        algorithm object, collective and group size (cached). A collective or size the
+        algorithm does not support gives a cannot-verify verdict with the reason.
+        """
+        cache: dict[tuple[int, int], Verdict] | None = getattr(self, "_verdicts", None)
+        if cache is None:
+            cache = {}
+            self._verdicts = cache
+        key = (int(collective), group_size)
+        verdict = cache.get(key)
+        if verdict is None:
+            reason = self.supports(collective, group_size)
+            if reason is not None:
+                verdict = Verdict(None, reason)
+            elif type(self).phases is not CollectiveAlgorithm.phases:
+                verdict = Verdict(None, f"algorithm {self.name!r} runs as phases; phased algorithms are not verified")
+            else:
+                graphs = [self.graph(collective, group_size, r) for r in range(group_size)]
+                verdict = verify_graphs(graphs, collective)
+            cache[key] = verdict
+        return verdict
+
+    def check_correct(self, collective: CollectiveType, group_size: int, *, where: str = "", label: str = "") -> None:
+        """Raise :class:`~etsim.errors.ConfigError` if :meth:`verify` finds the algorithm wrong.
+
+        Algorithms whose class declares ``verified_by_tests`` are not verified here (their graphs
+        are checked by etsim's tests for every collective and several group sizes); graphs without
+        data annotations cannot be verified and pass.
+        """
+        if type(self).__dict__.get("verified_by_tests", False):
+            return
+        verdict = self.verify(collective, group_size)
+        if verdict.ok is False:
+            prefix = f"{where}: " if where else ""
+            raise ConfigError(
+                f"{prefix}algorithm {label or self.name!r} does not compute {collective.name.lower()} over "
+                f"{group_size} ranks: {verdict.message}"
+            )
 
     def check_position(self, collective: CollectiveType, group_size: int, position: int) -> None:
         """:meth:`check`, and raise :class:`~etsim.errors.ConfigError` if *position* is not in the group."""

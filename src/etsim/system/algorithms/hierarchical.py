@@ -16,14 +16,21 @@ all_gather      the all-gather half (S = gathered output; dimension 0 moves the 
 ==============  ==========================================================================
 
 Without ``dims`` (or with one dimension) every collective is the plain ring.
+
+Data (annotations for :mod:`etsim.chakra.verify`; in place): chunks are numbered like ranks. The
+dimension-``d`` phase works on the chunks that agree with the rank in coordinates below ``d``;
+its ring block ``b`` is those whose coordinate ``d`` is ``b`` (a strided segment), so after the
+reduce-scatter phases rank ``r`` holds chunk ``r``. The baseline's per-dimension all-reduces use
+contiguous blocks of the whole buffer.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder
+from etsim.chakra.dataflow import IN_PLACE, Segment, seg
 from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError
 from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm
@@ -44,6 +51,7 @@ class HierarchicalAlgorithm(BuiltAlgorithm):
     """
 
     name = "hierarchical"
+    verified_by_tests = True  # tests/system/algorithms/test_verify.py
     collectives = frozenset({C.ALL_REDUCE, C.REDUCE_SCATTER, C.ALL_GATHER})
     #: The system passes the topology's dimension sizes as ``dims``.
     needs_dims = True
@@ -75,9 +83,12 @@ class HierarchicalAlgorithm(BuiltAlgorithm):
         if p == 1:
             return empty_graph()
         dims = self.dims or (p,)
-        b = AlgorithmBuilder(total_chunks=p)
-        # Per dimension: ring neighbours of r and the chunks a step moves there.
+        b = AlgorithmBuilder(total_chunks=p, placement=IN_PLACE)
+        buf = "i" if collective == C.REDUCE_SCATTER else "o"  # in place, the output lies in the input
+        # Per dimension: ring neighbours of r, the chunks a step moves there, and its ring blocks.
         phases = []
+        blocks = []
+        coords = []
         stride = held = 1
         for n in dims:
             x = (r // stride) % n
@@ -85,6 +96,8 @@ class HierarchicalAlgorithm(BuiltAlgorithm):
             prv = r + ((x - 1) % n - x) * stride
             held *= n
             phases.append((n, nxt, prv, p // held))
+            coords.append(x)
+            blocks.append(self._blocks(buf, x, n, r % stride, stride, p // held, held))
             stride *= n
         tag = 0
         last: list[int] = []
@@ -95,20 +108,38 @@ class HierarchicalAlgorithm(BuiltAlgorithm):
             return [b.reduce(0, deps=deps, duration_ns=self.phase_delay, name="phase")]
 
         if self.baseline and collective == C.ALL_REDUCE:
-            # One full all-reduce per dimension, in order.
-            for n, nxt, prv, _ in phases:
-                last, tag = ring_reduce_scatter(b, nxt, prv, n - 1, p // n, tag=tag, after=boundary(last))
-                last, tag = ring_all_gather(b, nxt, prv, n - 1, p // n, tag=tag, after=last)
+            # One full all-reduce per dimension, in order, over contiguous blocks of the whole buffer.
+            for (n, nxt, prv, _), x in zip(phases, coords, strict=True):
+                whole = self._blocks(buf, x, n, 0, p // n, p // n, 1)
+                after = boundary(last)
+                last, tag = ring_reduce_scatter(b, nxt, prv, n - 1, p // n, tag=tag, after=after, block=whole)
+                # The next dimension reduces into the blocks this all-gather forwards: it waits for the last send.
+                last, tag = ring_all_gather(
+                    b, nxt, prv, n - 1, p // n, tag=tag, after=last, block=whole, wait_sends=True
+                )
             return b.build()
         if collective in (C.ALL_REDUCE, C.REDUCE_SCATTER):
-            for n, nxt, prv, chunks in phases:
-                last, tag = ring_reduce_scatter(b, nxt, prv, n - 1, chunks, tag=tag, after=boundary(last))
+            for (n, nxt, prv, chunks), block in zip(phases, blocks, strict=True):
+                after = boundary(last)
+                last, tag = ring_reduce_scatter(b, nxt, prv, n - 1, chunks, tag=tag, after=after, block=block)
         if collective in (C.ALL_REDUCE, C.ALL_GATHER):
-            for i, (n, nxt, prv, chunks) in enumerate(reversed(phases)):
+            for i, ((n, nxt, prv, chunks), block) in enumerate(zip(reversed(phases), reversed(blocks), strict=True)):
                 # The last dimension's reduce-scatter and all-gather form one all-reduce phase.
                 after = last if i == 0 and collective == C.ALL_REDUCE else boundary(last)
-                last, tag = ring_all_gather(b, nxt, prv, n - 1, chunks, tag=tag, after=after)
+                last, tag = ring_all_gather(b, nxt, prv, n - 1, chunks, tag=tag, after=after, block=block)
         return b.build()
+
+    @staticmethod
+    def _blocks(buf: str, x: int, n: int, first: int, step: int, cnt: int, stride: int) -> Callable[[int], Segment]:
+        """Ring blocks of a phase at ring position *x* of *n*.
+
+        Block ``b`` is *cnt* chunks every *stride* from ``first + b·step``.
+        """
+
+        def block(j: int) -> Segment:
+            return seg(buf, first + ((x + j) % n) * step, cnt, stride=stride)
+
+        return block
 
 
 @ALGORITHMS.register("hierarchical_baseline")
@@ -119,4 +150,5 @@ class HierarchicalBaselineAlgorithm(HierarchicalAlgorithm):
     """
 
     name = "hierarchical_baseline"
+    verified_by_tests = True  # tests/system/algorithms/test_verify.py
     baseline = True

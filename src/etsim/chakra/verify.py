@@ -1,0 +1,682 @@
+"""Does an algorithm compute its collective? A symbolic execution of every rank's graph.
+
+:func:`verify_graphs` runs the per-rank graphs of one algorithm over a group of ``n`` ranks on
+symbolic data and compares every rank's output with the collective's definition. It needs the data
+annotations of :mod:`etsim.chakra.dataflow` (which chunks each node reads and writes); a graph
+without them gets the verdict *cannot verify*, never an error.
+
+**Values.** A chunk slot holds nothing (never written) or ``(c, ranks)``: input chunk ``c`` summed
+over the ranks in the bitset ``ranks`` (one rank for data that was only copied). A reduction of two
+values of different chunks, or of two values that share a rank (that contribution would count
+twice), yields a *bad* value that remembers where it was made; so does reading a slot never
+written. Bad values are reported only if they reach an output the collective defines, so an
+algorithm that does something odd with scratch it never uses again is not refused.
+
+**Execution.** Nodes run in one deterministic valid order (Kahn's algorithm over all ranks' graphs
+joined by their messages): ranks take turns, first in, first out, and in its turn a rank runs every
+node it can until it has to wait for a message (``lockstep=True``: one node per turn, another
+valid order). A rank running ahead of its peers is what exposes a receive that does not wait for
+what it overwrites, or a send that does not wait for what it reads. Messages match as in the
+simulator: per ``(src, dst, tag)`` the k-th send executed pairs with the k-th receive; a receive
+that finds no message waits for one. A receive whose size differs from its message's, a receive
+that never gets a message (deadlock), a message nobody receives, and a read or write outside the
+input or output buffer are wrong immediately. The verifier checks one interleaving; it does not
+search all of them for data races (a read not ordered after the write it needs).
+
+**Collectives** (``T`` total chunks, ``n`` ranks, ``k = T / n`` chunks per rank, root = position
+0; ``in_q`` is rank ``q``'s input). This table is the single definition the verifier uses; it follows
+MSCCL-IR's conventions and :func:`~etsim.chakra.algorithm.collective_buffer_bytes`:
+
+==============  ========  ========  ===========================  ==========================  ============
+collective      input     output    output chunk ``x`` of rank   in place, input chunk ``j``  checked on
+                                    ``r`` must hold              is output chunk
+==============  ========  ========  ===========================  ==========================  ============
+all_reduce      T         T         Σ_q in_q[x]                  j                           every rank
+reduce          T         T         Σ_q in_q[x]                  j                           root
+broadcast       T         T         in_0[x]                      j                           every rank
+all_gather      k         T         in_{x div k}[x mod k]        r·k + j                     every rank
+gather          k         T         in_{x div k}[x mod k]        r·k + j                     root
+reduce_scatter  T         k         Σ_q in_q[r·k + x]            j − r·k (output = input     every rank
+                                                                 chunks r·k … r·k+k−1)
+scatter         T         k         in_0[r·k + x]                as reduce_scatter           every rank
+all_to_all      T         T         in_{x div k}[r·k + x mod k]  j                           every rank
+barrier         —         —         (no data) every rank has heard, directly or through others, from every rank
+==============  ========  ========  ===========================  ==========================  ============
+
+*In place* (:data:`~etsim.chakra.dataflow.IN_PLACE`) input and output are one buffer aliased as in the
+table; *out of place* they are separate and the output starts unwritten. An algorithm declares the
+placements it is written for (MSCCL-IR's ``inplace``/``outofplace``); each is verified.
+
+**Cost.** Linear in the chunks the nodes move, about 2 µs per node: a 1024-rank ring all-reduce
+(5.2 million nodes, a million output chunks) takes 11–14 s, twice its simulation; verdicts are
+cached by the callers (:meth:`~etsim.system.algorithms.base.CollectiveAlgorithm.verify`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from etsim.chakra.algorithm import COMP, RECV, SEND, AlgoGraph
+from etsim.chakra.dataflow import IN_PLACE, OUT_OF_PLACE, NodeData, Segment
+from etsim.chakra.graph import CollectiveType
+
+__all__ = ["LAYOUTS", "CollectiveLayout", "Verdict", "minimum_bytes", "verify_graphs"]
+
+C = CollectiveType
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The outcome of a verification.
+
+    Attributes:
+        ok: True (computes the collective), False (does not), None (cannot tell, e.g. no data annotations).
+        message: what was checked, the first missing piece, or why it cannot be checked.
+    """
+
+    ok: bool | None
+    message: str
+
+    def __str__(self) -> str:
+        word = {True: "correct", False: "WRONG", None: "cannot verify"}[self.ok]
+        return f"{word}: {self.message}"
+
+
+@dataclass(frozen=True)
+class CollectiveLayout:
+    """A collective's buffers and end state (one row of the module table).
+
+    Attributes:
+        piece_input: the input holds ``k = T/n`` chunks (else ``T``).
+        piece_output: the output holds ``k`` chunks (else ``T``).
+        alias: in place, ``same`` (input chunk j is output chunk j), ``input_in_output`` (input is
+            output chunks ``r·k …``) or ``output_in_input`` (output is input chunks ``r·k …``).
+        root_only: only the root's output is defined.
+        expect: ``(r, x, k) -> (input chunk, origin rank or None for the sum over all ranks)``.
+    """
+
+    piece_input: bool
+    piece_output: bool
+    alias: str
+    root_only: bool
+    expect: Callable[[int, int, int], tuple[int, int | None]]
+
+    @property
+    def needs_pieces(self) -> bool:
+        """The layout splits the buffer into one piece per rank (T must be a multiple of n)."""
+        return self.piece_input or self.piece_output or self.alias != "same"
+
+
+def _all_reduce(r: int, x: int, k: int) -> tuple[int, int | None]:
+    return x, None
+
+
+def _broadcast(r: int, x: int, k: int) -> tuple[int, int | None]:
+    return x, 0
+
+
+def _gather(r: int, x: int, k: int) -> tuple[int, int | None]:
+    return x % k, x // k
+
+
+def _reduce_scatter(r: int, x: int, k: int) -> tuple[int, int | None]:
+    return r * k + x, None
+
+
+def _scatter(r: int, x: int, k: int) -> tuple[int, int | None]:
+    return r * k + x, 0
+
+
+def _all_to_all(r: int, x: int, k: int) -> tuple[int, int | None]:
+    return r * k + x % k, x // k
+
+
+#: The definition of every collective the verifier checks (barrier is checked without data).
+LAYOUTS: dict[CollectiveType, CollectiveLayout] = {
+    C.ALL_REDUCE: CollectiveLayout(False, False, "same", False, _all_reduce),
+    C.REDUCE: CollectiveLayout(False, False, "same", True, _all_reduce),
+    C.BROADCAST: CollectiveLayout(False, False, "same", False, _broadcast),
+    C.ALL_GATHER: CollectiveLayout(True, False, "input_in_output", False, _gather),
+    C.GATHER: CollectiveLayout(True, False, "input_in_output", True, _gather),
+    C.REDUCE_SCATTER: CollectiveLayout(False, True, "output_in_input", False, _reduce_scatter),
+    C.REDUCE_SCATTER_BLOCK: CollectiveLayout(False, True, "output_in_input", False, _reduce_scatter),
+    C.SCATTER: CollectiveLayout(False, True, "output_in_input", False, _scatter),
+    C.ALL_TO_ALL: CollectiveLayout(False, False, "same", False, _all_to_all),
+}
+
+
+def minimum_bytes(collective: CollectiveType, n: int, buffer: float) -> dict[str, float]:
+    """Bytes any correct algorithm must move, for a collective buffer of *buffer* bytes over *n* ranks.
+
+    *buffer* is :func:`~etsim.chakra.algorithm.collective_buffer_bytes` (the all-gather output, the
+    reduce-scatter input, …). Returns ``sent_per_rank`` (every rank, or the root / every non-root
+    as noted), ``received_per_rank`` and ``total`` (sum over ranks). The bounds follow from where the
+    data starts (a chunk can leave its rank only in a message that rank sends, and a reduction adds
+    only chunks of the same index), in the chunk model the verifier uses:
+
+    - all-gather, gather: every (receiving) rank needs the n−1 pieces of buffer/n it lacks
+      (received ≥ (n−1)/n·buffer; total ≥ (n−1)·buffer, gather (n−1)/n·buffer); Chan et al.,
+      *Collective communication: theory, practice, and experience* (2007), Table 1.
+    - reduce-scatter: every rank's contribution to the n−1 pieces other ranks own must leave it
+      (sent ≥ (n−1)/n·buffer; total ≥ (n−1)·buffer).
+    - all-to-all: every rank sends and receives n−1 pieces (≥ (n−1)/n·buffer each way).
+    - all-reduce: every rank's contribution to every chunk must leave it and the others' must reach
+      it (sent ≥ buffer and received ≥ buffer per rank); summed over ranks, every chunk must travel
+      in at least 2(n−1) messages — a correct all-reduce schedule is a one-way gossip schedule,
+      which needs 2n−2 calls (Harary and Schwenk, *The communication problem on graphs and
+      digraphs*, 1974) — so total ≥ 2(n−1)·buffer, i.e. 2(n−1)/n·buffer per rank on average
+      (Patarasuk and Yuan, *Bandwidth optimal all-reduce algorithms*, 2009).
+    - broadcast: every non-root receives the buffer (total ≥ (n−1)·buffer); reduce: every non-root
+      sends it (total ≥ (n−1)·buffer); scatter: the root sends (n−1)/n·buffer.
+
+    With one rank every bound is 0.
+    """
+    if n <= 1:
+        return {"sent_per_rank": 0.0, "received_per_rank": 0.0, "total": 0.0}
+    piece = buffer * (n - 1) / n
+    c = C.REDUCE_SCATTER if collective == C.REDUCE_SCATTER_BLOCK else collective
+    table = {
+        C.ALL_GATHER: (0.0, piece, (n - 1) * buffer),
+        C.GATHER: (0.0, 0.0, piece),
+        C.REDUCE_SCATTER: (piece, 0.0, (n - 1) * buffer),
+        C.SCATTER: (0.0, 0.0, piece),
+        C.ALL_TO_ALL: (piece, piece, (n - 1) * buffer),
+        C.ALL_REDUCE: (buffer, buffer, 2 * (n - 1) * buffer),
+        C.BROADCAST: (0.0, 0.0, (n - 1) * buffer),
+        C.REDUCE: (0.0, 0.0, (n - 1) * buffer),
+    }
+    sent, received, total = table.get(c, (0.0, 0.0, 0.0))
+    return {"sent_per_rank": sent, "received_per_rank": received, "total": total}
+
+
+class _Bad:
+    """A value no correct algorithm produces; ``reason`` says where it was made."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+class _Wrong(Exception):
+    """Stops the execution with a WRONG verdict."""
+
+
+class _Unverifiable(Exception):
+    """Stops the execution with a cannot-verify verdict."""
+
+
+#: A slot's value: None (never written), ``(chunk, ranks)``, or a bad value.
+_Value = tuple[int, int] | _Bad | None
+
+
+#: A chunk slot of one rank: ``(store, physical index, buffer label, chunk index in that buffer)``.
+_Slot = tuple[dict[int, _Value], int, str, int]
+
+
+@dataclass(slots=True)
+class _Prep:
+    """A graph's columns in the form the execution loop reads (computed once per graph object)."""
+
+    kinds: list[int]
+    peers: list[int]
+    tags: list[int]
+    relative: bool
+    data: list[NodeData | None]
+    succ: list[tuple[int, ...]]
+    indeg: list[int]
+    roots: list[int]
+
+
+def _finish(
+    r: int,
+    v: int,
+    preps: list[_Prep],
+    indeg: list[list[int]],
+    done: list[int],
+    know: list[list[int]] | None,
+    append: Callable[[int], None],
+) -> None:
+    """Node *v* of rank *r* has run: release its successors (*append* queues a node of rank *r*)."""
+    done[r] += 1
+    deg = indeg[r]
+    for s in preps[r].succ[v]:
+        deg[s] -= 1
+        if know is not None:
+            know[r][s] |= know[r][v]
+        if deg[s] == 0:
+            append(s)
+
+
+def _ranks(bits: int, limit: int = 8) -> str:
+    out: list[int] = []
+    q = 0
+    count = bits.bit_count()
+    while bits and len(out) < limit:
+        if bits & 1:
+            out.append(q)
+        bits >>= 1
+        q += 1
+    more = f", … {count - len(out)} more" if count > len(out) else ""
+    return "[" + ", ".join(map(str, out)) + more + "]"
+
+
+def _lowest(bits: int) -> int:
+    return (bits & -bits).bit_length() - 1
+
+
+class _Execution:
+    """One symbolic execution of an algorithm in one placement (see the module docstring)."""
+
+    def __init__(
+        self,
+        graphs: Sequence[AlgoGraph],
+        collective: CollectiveType,
+        layout: CollectiveLayout | None,
+        placement: str,
+        total: int,
+    ) -> None:
+        self.graphs = graphs
+        self.n = n = len(graphs)
+        self.collective = collective
+        self.layout = layout
+        self.in_place = placement == IN_PLACE
+        self.total = total
+        self.k = total // n if total % n == 0 else 0
+        self.shift = self.k  # relative offsets move by k chunks per position
+        if layout is not None:
+            k = self.k
+            self.in_size = k if layout.piece_input else total
+            self.out_size = k if layout.piece_output else total
+        else:
+            self.in_size = self.out_size = 0
+        # Per rank: buffer name -> (store, base, limit or -1 for scratch, label).
+        self.mem: list[dict[str, tuple[dict[int, _Value], int, int, str]]] = []
+        for r in range(n):
+            self.mem.append(self._buffers(r))
+
+    def _buffers(self, r: int) -> dict[str, tuple[dict[int, _Value], int, int, str]]:
+        layout = self.layout
+        if layout is None:
+            return {}
+        inp: dict[int, _Value] = {}
+        if self.in_place:
+            out = inp
+            in_base = r * self.k if layout.alias == "input_in_output" else 0
+            out_base = r * self.k if layout.alias == "output_in_input" else 0
+        else:
+            out = {}
+            in_base = out_base = 0
+        for c in range(self.in_size):
+            inp[in_base + c] = (c, 1 << r)
+        return {"i": (inp, in_base, self.in_size, "input"), "o": (out, out_base, self.out_size, "output")}
+
+    # -- slots -----------------------------------------------------------------------------
+    def _where(self, r: int, v: int) -> str:
+        return f"rank {r}, node {self.graphs[r].names[v]!r}" if v >= 0 else f"rank {r}, untimed setup copy"
+
+    def _slots(self, r: int, segs: tuple[Segment, ...], v: int) -> list[_Slot]:
+        """``(store, physical index, buffer label, chunk)`` per chunk of *segs* for rank *r* (bounds checked)."""
+        mem = self.mem[r]
+        if len(segs) == 1 and segs[0].cnt == 1:  # the common case, without the general loop
+            s = segs[0]
+            entry = mem.get(s.buf)
+            if entry is not None:
+                store, base, limit, label = entry
+                idx = (s.off + r * self.shift) % self.total if s.rel else s.off
+                if idx >= 0 and (limit < 0 or idx < limit):
+                    return [(store, base + idx, label, idx)]
+        out = []
+        for s in segs:
+            entry = mem.get(s.buf)
+            if entry is None:
+                entry = mem[s.buf] = ({}, 0, -1, f"scratch {s.buf!r}")
+            store, base, limit, label = entry
+            if s.rel:
+                off, cnt, stride, total = s.off + r * self.shift, s.cnt or 0, s.stride, self.total
+                idxs = [(off + j * stride) % total for j in range(cnt)] if cnt != 1 else [off % total]
+            elif s.cnt == 1:
+                idxs = [s.off]
+            else:
+                idxs = list(range(s.off, s.off + (s.cnt or 0) * s.stride, s.stride))
+            for idx in idxs:
+                if idx < 0 or (limit >= 0 and idx >= limit):
+                    size = f"the {limit}-chunk {label}" if limit >= 0 else label
+                    raise _Wrong(
+                        f"{self._where(r, v)} addresses {label} chunk {idx}, outside {size} of a {self._coll()}"
+                    )
+                out.append((store, base + idx, label, idx))
+        return out
+
+    def _coll(self) -> str:
+        return self.collective.name.lower()
+
+    # -- values ----------------------------------------------------------------------------
+    def _read(self, slot: _Slot, r: int, v: int) -> _Value:
+        value = slot[0].get(slot[1])
+        if value is None:
+            return _Bad(f"{self._where(r, v)} reads {slot[2]} chunk {slot[3]} before anything was written there")
+        return value
+
+    def _combine(self, a: _Value, b: _Value, slot: _Slot, r: int, v: int) -> _Value:
+        if isinstance(a, _Bad) or a is None:
+            return a
+        if isinstance(b, _Bad) or b is None:
+            return b
+        if a[0] != b[0]:
+            return _Bad(
+                f"{self._where(r, v)} adds input chunk {b[0]} to {slot[2]} chunk {slot[3]}, "
+                f"which holds input chunk {a[0]}"
+            )
+        both = a[1] & b[1]
+        if both:
+            return _Bad(
+                f"{slot[2]} chunk {slot[3]} on {self._where(r, v)} would count rank {_lowest(both)}'s "
+                "contribution twice"
+            )
+        return (a[0], a[1] | b[1])
+
+    # -- execution -------------------------------------------------------------------------
+    def run(self, prep: dict[int, _Prep], causal: bool, turn: int = 0) -> list[int] | None:
+        """Execute every node; return the ranks each rank has heard from (with *causal*), else None.
+
+        Ranks take turns; in its turn a rank runs up to *turn* ready nodes (0: until it must wait).
+        """
+        graphs, n = self.graphs, self.n
+        if not causal:
+            for r, g in enumerate(graphs):
+                for c in g.setup:
+                    values = [self._read(s, r, -1) for s in self._slots(r, c.src, -1)]
+                    for (store, idx, _, _), value in zip(self._slots(r, c.dst, -1), values, strict=True):
+                        store[idx] = value
+        preps = [prep[id(g)] for g in graphs]
+        indeg = [list(p.indeg) for p in preps]
+        know = [[1 << r] * len(p.kinds) for r, p in enumerate(preps)] if causal else None
+        channels: dict[tuple[int, int, int], tuple[deque, deque]] = {}  # type: ignore[type-arg]
+        # Each rank runs its ready nodes until it has to wait for a message; ranks take turns (first in, first out).
+        ready: list[deque[int]] = [deque(p.roots) for p in preps]
+        active: deque[int] = deque(r for r in range(n) if ready[r])
+        queued = [bool(q) for q in ready]
+        done = [0] * n
+        data_needed = not causal
+
+        send, receive, local = self._send, self._receive, self._local
+        while active:
+            r = active.popleft()
+            queued[r] = False
+            p, queue, deg = preps[r], ready[r], indeg[r]
+            kinds, succ = p.kinds, p.succ
+            budget = turn or -1
+            while queue:
+                if not budget:  # the turn is over: the rest waits for the rank's next turn
+                    queued[r] = True
+                    active.append(r)
+                    break
+                budget -= 1
+                v = queue.popleft()
+                kind = kinds[v]
+                if kind != COMP:
+                    peer = p.peers[v]
+                    if p.relative:
+                        peer = (peer + r) % n
+                    elif not 0 <= peer < n:
+                        raise _Wrong(f"{self._where(r, v)}: peer {peer} is outside the {n}-rank group")
+                    if kind == SEND:
+                        key = (r, peer, p.tags[v])
+                        chan = channels.get(key)
+                        if chan is None:
+                            chan = channels[key] = (deque(), deque())
+                        msg = (send(r, v) if data_needed else [], v, know[r][v] if know is not None else 0)
+                        if chan[1]:  # a receive is waiting for it: it completes now
+                            w = chan[1].popleft()
+                            receive(peer, w, msg, r, know)
+                            _finish(peer, w, preps, indeg, done, know, ready[peer].append)
+                            if not queued[peer] and peer != r:
+                                queued[peer] = True
+                                active.append(peer)
+                        else:
+                            chan[0].append(msg)
+                    else:
+                        key = (peer, r, p.tags[v])
+                        chan = channels.get(key)
+                        if chan is None:
+                            chan = channels[key] = (deque(), deque())
+                        if not chan[0]:
+                            chan[1].append(v)
+                            continue
+                        receive(r, v, chan[0].popleft(), peer, know)
+                elif data_needed and p.data[v] is not None:
+                    local(r, v)
+                # finish v (inlined _finish: this loop runs once per node)
+                done[r] += 1
+                for w in succ[v]:
+                    deg[w] -= 1
+                    if know is not None:
+                        know[r][w] |= know[r][v]
+                    if not deg[w]:
+                        queue.append(w)
+        self._check_finished(preps, done, indeg, channels)
+        if know is None:
+            return None
+        heard = []
+        for r in range(n):
+            acc = 1 << r
+            for x in know[r]:
+                acc |= x
+            heard.append(acc)
+        return heard
+
+    def _send(self, r: int, v: int) -> list[_Value]:
+        data = self.graphs[r].data[v]
+        assert data is not None
+        values = [self._read(slot, r, v) for slot in self._slots(r, data.src, v)]
+        if data.dst:
+            for (store, idx, _, _), value in zip(self._slots(r, data.dst, v), values, strict=True):
+                store[idx] = value
+        return values
+
+    def _receive(
+        self,
+        r: int,
+        v: int,
+        msg: tuple[list[_Value], int, int],
+        sender: int,
+        know: list[list[int]] | None,
+    ) -> None:
+        payload, sent_by, heard = msg
+        g = self.graphs[r]
+        if know is not None:
+            know[r][v] |= heard
+            return
+        data = g.data[v]
+        assert data is not None
+        size = int(g.chunks[v])
+        if len(payload) != size:
+            other = self.graphs[sender].names[sent_by]
+            raise _Wrong(
+                f"{self._where(r, v)} receives {size} chunks but the message it matches (rank {sender}, "
+                f"node {other!r}) carries {len(payload)}"
+            )
+        dst = self._slots(r, data.dst, v)
+        if data.op == "reduce":
+            src = self._slots(r, data.src, v)
+            combine, read = self._combine, self._read
+            payload = [combine(read(s, r, v), m, d, r, v) for s, m, d in zip(src, payload, dst, strict=True)]
+        for (store, idx, _, _), value in zip(dst, payload, strict=True):
+            store[idx] = value
+
+    def _local(self, r: int, v: int) -> None:
+        data = self.graphs[r].data[v]
+        assert data is not None
+        src = [self._read(s, r, v) for s in self._slots(r, data.src, v)]
+        dst = self._slots(r, data.dst, v)
+        if data.op == "reduce":
+            src = [self._combine(self._read(d, r, v), x, d, r, v) for d, x in zip(dst, src, strict=True)]
+        for (store, idx, _, _), value in zip(dst, src, strict=True):
+            store[idx] = value
+
+    def _check_finished(
+        self,
+        preps: list[_Prep],
+        done: list[int],
+        indeg: list[list[int]],
+        channels: dict[tuple[int, int, int], tuple[deque, deque]],  # type: ignore[type-arg]
+    ) -> None:
+        graphs = self.graphs
+        for (src, dst, tag), (_, waiting) in sorted(channels.items()):
+            if waiting:
+                v = waiting[0]
+                raise _Wrong(
+                    f"rank {dst}, node {graphs[dst].names[v]!r} (receive from rank {src}, tag {tag}) never gets a "
+                    f"message: rank {src} sends fewer messages to rank {dst} with tag {tag} than rank {dst} "
+                    "receives, so the algorithm deadlocks"
+                )
+        for (src, dst, tag), (queued, _) in sorted(channels.items()):
+            if queued:
+                v = queued[0][1]
+                raise _Wrong(
+                    f"rank {src}, node {graphs[src].names[v]!r}: {len(queued)} message(s) to rank {dst} with tag "
+                    f"{tag} that no receive of rank {dst} takes"
+                )
+        for r, p in enumerate(preps):
+            if done[r] != len(p.kinds):
+                stuck = next(v for v, d in enumerate(indeg[r]) if d > 0)
+                raise _Wrong(f"rank {r}, node {graphs[r].names[stuck]!r} never runs (its dependencies never finish)")
+
+    # -- end state -------------------------------------------------------------------------
+    def check(self) -> tuple[str, int, int] | None:
+        """The first wrong output slot as a message, with (wrong, checked) counts; None if all are right."""
+        layout = self.layout
+        assert layout is not None
+        n, k = self.n, self.k
+        full = (1 << n) - 1
+        first = None
+        wrong = checked = 0
+        for r in range(n):
+            if layout.root_only and r != 0:
+                continue
+            store, base, _, _ = self.mem[r]["o"]
+            for x in range(self.out_size):
+                checked += 1
+                c, origin = layout.expect(r, x, k)
+                bits = full if origin is None else 1 << origin
+                got = store.get(base + x)
+                if got is not None and not isinstance(got, _Bad) and got[0] == c and got[1] == bits:
+                    continue
+                wrong += 1
+                if first is None:
+                    first = f"rank {r}, chunk {x}: " + self._describe(got, c, origin, bits)
+        return None if first is None else (first, wrong, checked)
+
+    def _describe(self, got: _Value, c: int, origin: int | None, bits: int) -> str:
+        want = f"chunk {c} reduced over all {self.n} ranks" if origin is None else f"rank {origin}'s chunk {c}"
+        if got is None:
+            return f"never written (it should hold {want})"
+        if isinstance(got, _Bad):
+            return f"{got.reason} (it should hold {want})"
+        gc, gbits = got
+        if origin is None and gc == c:
+            return f"missing contributions of ranks {_ranks(bits & ~gbits)}"
+        if gbits.bit_count() == 1:
+            have = f"rank {_lowest(gbits)}'s chunk {gc}"
+        else:
+            have = f"chunk {gc} summed over ranks {_ranks(gbits)}"
+        return f"holds {have} instead of {want}"
+
+
+def _prepare(graphs: Sequence[AlgoGraph]) -> dict[int, _Prep]:
+    prep: dict[int, _Prep] = {}
+    for g in graphs:
+        if id(g) in prep:
+            continue
+        _, _, indeg = g.successors()
+        data: list[NodeData | None] = g.data if len(g.data) == g.num_nodes else [None] * g.num_nodes
+        roots = [v for v, d in enumerate(indeg) if d == 0]
+        prep[id(g)] = _Prep(g.kinds, g.peers, g.tags, g.relative_peers, data, g.successor_lists(), indeg, roots)
+    return prep
+
+
+def _placements(graphs: Sequence[AlgoGraph]) -> tuple[str, ...]:
+    declared = {g.placement for g in graphs if g.placement}
+    if len(declared) > 1:
+        raise _Unverifiable("the ranks declare different buffer placements (in place / out of place)")
+    places = declared.pop() if declared else ()
+    return places or (OUT_OF_PLACE,)
+
+
+def verify_graphs(graphs: Sequence[AlgoGraph], collective: CollectiveType | int, *, lockstep: bool = False) -> Verdict:
+    """Check that the per-rank *graphs* (rank *i* at index *i*) compute *collective* (module docstring).
+
+    By default each rank runs ahead until it must wait for a message; with *lockstep* ranks run
+    one node per turn instead (another valid interleaving, for tests that want both).
+
+    Returns:
+        A :class:`Verdict`: ``ok`` True with what was checked, False with the first missing piece
+        (``rank R, chunk C: missing contributions of ranks [...]``, ``… holds rank Q's chunk …``,
+        a deadlock or a doubly counted contribution), or None with why it cannot be checked.
+    """
+    collective = C(int(collective))
+    n = len(graphs)
+    name = collective.name.lower()
+    if n == 0:
+        return Verdict(None, "no ranks")
+    prep = _prepare(graphs)
+    if collective == C.BARRIER:
+        try:
+            heard = _Execution(graphs, collective, None, OUT_OF_PLACE, 1).run(prep, causal=True, turn=int(lockstep))
+        except _Wrong as exc:
+            return Verdict(False, str(exc))
+        assert heard is not None
+        full = (1 << n) - 1
+        for r, bits in enumerate(heard):
+            if bits != full:
+                return Verdict(
+                    False, f"rank {r} can leave the barrier before ranks {_ranks(full & ~bits)} have entered it"
+                )
+        return Verdict(True, f"barrier over {n} ranks: every rank hears from every rank before it leaves")
+    layout = LAYOUTS.get(collective)
+    if layout is None:  # pragma: no cover - every collective has a layout
+        return Verdict(None, f"no definition of {name}")
+    distinct = list({id(g): g for g in graphs}.values())  # symmetric algorithms share one graph
+    if not all(g.annotated for g in distinct):
+        if not any(any(d is not None for d in g.data) for g in distinct):
+            return Verdict(None, "no data annotations (the graphs say how much each node moves, not which chunks)")
+        r = next(i for i, g in enumerate(graphs) if not g.annotated)
+        g = graphs[r]
+        v = next(i for i, k in enumerate(g.kinds) if k in (SEND, RECV) and g.data_of(i) is None)
+        return Verdict(None, f"rank {r}, node {g.names[v]!r} has no data annotation")
+    if any(g.gates for g in distinct):
+        why = "gated nodes (released in completion order, before all their dependencies) are not verified"
+        return Verdict(None, why)
+    # A rank without messages read from a file has no chunk count; it takes the others'.
+    totals = {g.total_chunks for g in distinct if g.total_chunks is not None or SEND in g.kinds or RECV in g.kinds}
+    if None in totals:
+        return Verdict(None, "sizes are absolute bytes, not chunks of the collective's buffer")
+    if len(totals) > 1:
+        return Verdict(None, f"the ranks disagree on the chunks per buffer ({sorted(t or 0 for t in totals)})")
+    total = int(totals.pop() or 0) if totals else n
+    if layout.needs_pieces and total % n:
+        return Verdict(None, f"{total} chunks cannot be split into equal pieces for {n} ranks")
+    try:
+        places = _placements(graphs)
+    except _Unverifiable as exc:
+        return Verdict(None, str(exc))
+    checked = 0
+    for place in places:
+        run = _Execution(graphs, collective, layout, place, total)
+        tag = f" ({place.replace('_', ' ')})" if len(places) > 1 else ""
+        try:
+            run.run(prep, causal=False, turn=int(lockstep))
+        except _Wrong as exc:
+            return Verdict(False, f"{exc}{tag}")
+        found = run.check()
+        if found is not None:
+            message, wrong, count = found
+            return Verdict(False, f"{message}{tag} ({wrong:,} of {count:,} output chunks wrong)")
+        checked = max(checked, run.out_size * (1 if layout.root_only else n))
+    where = " and ".join(p.replace("_", " ") for p in places)
+    setup = sum(len(g.setup) for g in graphs)
+    note = f" (with {setup} untimed local cop{'y' if setup == 1 else 'ies'} the graphs declare)" if setup else ""
+    return Verdict(True, f"{name} over {n} ranks, {where}: all {checked:,} output chunks hold what they should{note}")

@@ -1,0 +1,148 @@
+"""The system refuses an algorithm that does not compute its collective, once per algorithm, collective and size."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+import etsim.system.algorithms.base as base
+from etsim.chakra import CollectiveType as C
+from etsim.chakra import Workload, load_workload, write_workload
+from etsim.chakra.dataflow import NodeData, Segment
+from etsim.cli.algo import export_algorithm, make_algorithm
+from etsim.errors import ConfigError, EtsimWarning
+from etsim.network import fully_connected
+from etsim.producers import collective_workload
+from etsim.simulation import simulate
+from etsim.system.algorithms import RingAlgorithm
+from etsim.system.config import SystemConfig
+
+MiB = 1 << 20
+
+
+def run(algo: str, n: int = 4, collective: C = C.ALL_REDUCE, count: int = 1):
+    workload = collective_workload(collective, MiB, n)
+    if count > 1:  # the same collective several times on every rank
+        from etsim.chakra import TraceBuilder
+
+        traces = []
+        for r in range(n):
+            b = TraceBuilder()
+            last: list[int] = []
+            for _ in range(count):
+                last = [b.collective(collective, MiB, deps=last)]
+            traces.append(b.build(rank=r))
+        workload = traces
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EtsimWarning)
+        return simulate(
+            Workload(workload),
+            topology=fully_connected(n, 50.0, 500.0),
+            system=SystemConfig(algorithms={"default": algo}),
+        )
+
+
+def family(tmp_path: Path, name: str = "ring", n: int = 4) -> Path:
+    prefix = tmp_path / name
+    export_algorithm(make_algorithm(name), C.ALL_REDUCE, n, prefix)
+    return prefix
+
+
+def break_node(prefix: Path, rank: int, node: str) -> Path:
+    """Rank *rank*'s node *node* sends output chunk 3 instead of what it should."""
+    workload = load_workload(prefix)
+    for n in workload.traces[rank].nodes:
+        if n.name == node:
+            for attr in n.attr:
+                if attr.name == "data_src":
+                    attr.string_val = "o@3x1"
+    out = prefix.parent / (prefix.name + "_broken")
+    write_workload(workload.traces, str(out))
+    return out
+
+
+def test_a_wrong_family_is_refused_before_it_runs(tmp_path):
+    good = family(tmp_path)
+    assert run(str(good)).finish_ns > 0
+    bad = break_node(good, 1, "ag1_send")
+    with pytest.raises(ConfigError) as info:
+        run(str(bad))
+    message = str(info.value)
+    assert f"algorithm {str(bad)!r} does not compute all_reduce over 4 ranks: rank 2, chunk 0: holds" in message
+    assert message.startswith("rank 0: node 0 (ALL_REDUCE): ")
+
+
+def test_verdicts_are_computed_once_per_algorithm_collective_and_size(tmp_path, monkeypatch):
+    calls = []
+    real = base.verify_graphs
+
+    def counting(graphs, collective):
+        calls.append((len(graphs), collective))
+        return real(graphs, collective)
+
+    monkeypatch.setattr(base, "verify_graphs", counting)
+    run(str(family(tmp_path)), count=3)
+    assert calls == [(4, C.ALL_REDUCE)]
+
+
+def test_natives_are_verified_by_the_tests_not_at_run_time(monkeypatch):
+    def refuse(graphs, collective):
+        raise AssertionError("a native was verified at run time")
+
+    monkeypatch.setattr(base, "verify_graphs", refuse)
+    assert run("ring").finish_ns > 0
+    assert run("direct", collective=C.ALL_TO_ALL).finish_ns > 0
+
+
+def test_a_subclass_that_changes_the_graphs_is_verified():
+    class Broken(RingAlgorithm):
+        """Ring, but every all-gather receive stores one chunk too far."""
+
+        name = "broken"
+
+        def _build(self, collective, p, position):
+            g = super()._build(collective, p, position)
+            g.data = [
+                NodeData(d.op, (Segment(d.dst[0].buf, d.dst[0].off + 1, 1, 1, True),), d.src)
+                if d is not None and d.op == "store"
+                else d
+                for d in g.data
+            ]
+            return g
+
+    Broken().check_correct(C.ALL_GATHER, 1)  # one rank: nothing moves, nothing to get wrong
+    with pytest.raises(
+        ConfigError, match=r"algorithm 'broken' does not compute all_gather over 3 ranks: rank 0, chunk"
+    ):
+        Broken().check_correct(C.ALL_GATHER, 3)
+    RingAlgorithm().check_correct(C.ALL_GATHER, 3)  # declared verified by the tests: not checked here
+    assert Broken().verify(C.ALL_GATHER, 3).ok is False
+    assert Broken().verify(C.ALL_GATHER, 5).ok is False
+    assert RingAlgorithm().verify(C.ALL_GATHER, 3).ok is True
+    assert RingAlgorithm().verify(C.GATHER, 3).ok is None  # not implemented: cannot verify, with the reason
+
+
+def test_phased_algorithms_and_gated_nodes_cannot_be_verified():
+    from etsim.chakra.algorithm import AlgorithmBuilder
+    from etsim.chakra.verify import verify_graphs
+    from etsim.system.algorithms.base import CollectiveAlgorithm, Phase
+
+    class Phased(CollectiveAlgorithm):
+        name = "phased"
+        collectives = frozenset({C.ALL_REDUCE})
+
+        def phases(self, collective, group_size, position, *, stream, state):
+            return [Phase(AlgorithmBuilder(total_chunks=1).build())]
+
+    verdict = Phased().verify(C.ALL_REDUCE, 2)
+    assert verdict.ok is None and "runs as phases" in verdict.message
+    Phased().check_correct(C.ALL_REDUCE, 2)  # nothing to refuse
+    b = AlgorithmBuilder(total_chunks=1)
+    a = b.recv(1, 1, dst="o@0")
+    c = b.recv(1, 1, 1, dst="s@0")
+    d = b.reduce(1, deps=[a, c], dst="o@0", src="s@0")
+    b.gate(d, 1, a)
+    verdict = verify_graphs([b.build(), b.build()], C.ALL_REDUCE)
+    assert verdict.ok is None and verdict.message.startswith("gated nodes")
