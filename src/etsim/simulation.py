@@ -225,7 +225,8 @@ def _simulate(
     dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
     sys_layer = System(config, groups, dims=dims, topology=topo)
     expected = sys_layer.message_estimate(workload.traces)
-    if expected > MESSAGE_WARNING:
+    walked = expected - (sys_layer.shared_messages if config.fast_path and network.offers_bulk_timing() else 0)
+    if walked > MESSAGE_WARNING:
         warn(
             f"this run will send about {expected:,} messages (more than {MESSAGE_WARNING:,}); it may take a long "
             "time — fewer chunks or a smaller group make it cheaper"

@@ -126,6 +126,8 @@ class System:
         self._next_namespace = 0
         self._graphs: dict[tuple[int, int, int, int], AlgoGraph] = {}
         self._algorithm_state: dict[tuple[int, int], dict[str, Any]] = {}
+        #: Of the messages :meth:`message_estimate` counted, those sent by graphs every rank shares.
+        self.shared_messages = 0
 
     def _warn_once(self, key: tuple[str, ...], message: str) -> None:
         if key not in self._warned:
@@ -297,13 +299,15 @@ class System:
 
         Counts, per collective node of every rank, the SEND nodes of that rank's algorithm graph
         times the number of chunks. Collectives that cannot be resolved count as none (the run
-        reports them when it reaches them).
+        reports them when it reaches them). :attr:`shared_messages` is set to the part of the count
+        sent by graphs every rank shares (relative peers), which the fast path can evaluate in bulk.
 
         Raises:
             ConfigError: a collective split into more chunks than allowed, or into messages smaller than
                 one byte (named), before any time is spent simulating.
         """
         total = 0
+        self.shared_messages = 0
         sends_of: dict[tuple[int, int, int, int], tuple[AlgoGraph, int] | None] = {}
         streams_of: dict[tuple[int, int, str, int], int] = {}
         for rank, trace in enumerate(traces):
@@ -357,6 +361,8 @@ class System:
                         self._check_message_size(graph, unit, where, collective, size, n, label)
                     count = streams_of[split_key] = len(streams)
                 total += sends * count
+                if graph.relative_peers:
+                    self.shared_messages += sends * count
         return total
 
     def _check_instance(self, inst: _Instance, lookup: CollectiveType, n: int) -> None:

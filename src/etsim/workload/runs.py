@@ -64,7 +64,7 @@ class GraphRun:
         engine: the engine that owns the simulation.
         rank: the global rank this graph runs on.
         succs: successors of every node, as tuples.
-        indeg: number of dependencies of every node (copied).
+        indeg: number of dependencies of every node (the run keeps it as its own: copy a shared list).
     """
 
     __slots__ = ("endpoint_delay", "engine", "indeg", "rank", "remaining", "succs")
@@ -73,7 +73,7 @@ class GraphRun:
         self.engine = engine
         self.rank = rank
         self.succs = succs
-        self.indeg = indeg.copy()
+        self.indeg = indeg
         self.remaining = len(indeg)
         self.endpoint_delay = engine.endpoint_delay
 
@@ -204,6 +204,7 @@ class AlgoRun(GraphRun):
         self, engine: Engine, rank: int, part: CollectivePart, chans: dict[Any, Channel], call: CollectiveCall
     ) -> None:
         g = part.graph
+        # The graph's own in-degree list until the part starts (a part the fast path evaluates never does).
         super().__init__(engine, rank, g.successor_lists(), g.successors()[2])
         self.kinds = g.kinds
         self.peers = g.peers
@@ -223,6 +224,11 @@ class AlgoRun(GraphRun):
         self.endpoint_delay = part.endpoint_delay
         self.comp_ns = part.comp_ns
         self.reduction_time = engine.costs.reduction_time
+
+    def start(self) -> None:
+        """Take a copy of the graph's in-degrees, then walk."""
+        self.indeg = self.indeg.copy()
+        GraphRun.start(self)
 
     def execute(self, j: int) -> None:
         """SEND/RECV through the engine's mailbox; COMP as a reduction."""
@@ -324,9 +330,14 @@ class GatedAlgoRun(ExitAlgoRun):
         self.counts = dict.fromkeys(g.gates, 0)
         self.armed = dict.fromkeys(g.gates, False)
         self.fired: set[int] = set()
-        for x in g.gates:
-            self.indeg[x] = 1 << 40  # counting never makes it ready
         self.exits_left = len(self.exit_nodes) if self.exit_nodes else -1
+
+    def start(self) -> None:
+        """Copy the in-degrees, make gated nodes unreachable by counting, then walk."""
+        self.indeg = self.indeg.copy()
+        for x in self.part.graph.gates:
+            self.indeg[x] = 1 << 40  # counting never makes it ready
+        GraphRun.start(self)
 
     def release(self, j: int) -> None:
         """Arm and count the gates *j* takes part in, then release *j* as usual."""
