@@ -137,6 +137,11 @@ def segments(value: SegmentsLike, chunks: float, what: str) -> tuple[Segment, ..
     Raises:
         ValueError: counts that do not add up, a fractional chunk count, a bad stride or buffer.
     """
+    if value.__class__ is Segment and value.cnt is not None and value.cnt > 0 and value.cnt == chunks:  # type: ignore[union-attr]
+        # The common case (one segment naming all the node's chunks), checked as the general path would.
+        buf = value.buf  # type: ignore[union-attr]
+        if buf and "@" not in buf and "," not in buf and value.stride != 0:  # type: ignore[union-attr]
+            return (value,)  # type: ignore[return-value]
     if isinstance(value, str):
         segs = parse_segments(value)
     elif isinstance(value, Segment):

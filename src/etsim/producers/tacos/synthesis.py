@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder, algorithm_traces, write_family
+from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder, encode_algo_graph, write_family_by_rank
 from etsim.chakra.dataflow import IN_PLACE, seg
 from etsim.chakra.graph import CollectiveType, parse_collective
 from etsim.errors import ConfigError
@@ -154,7 +154,12 @@ def _collective_name(collective: str | CollectiveType) -> str:
 
 
 def algo_graphs(sched: Schedule) -> list[AlgoGraph]:
-    """Per-position algorithm graphs (symbolic sizes, one chunk per message) for *sched*.
+    """Per-position algorithm graphs (symbolic sizes, one chunk per message) for *sched* (:func:`iter_algo_graphs`)."""
+    return list(iter_algo_graphs(sched))
+
+
+def iter_algo_graphs(sched: Schedule) -> Iterator[AlgoGraph]:
+    """Per-position algorithm graphs for *sched*, one position at a time (a family is written rank by rank).
 
     Each transfer becomes a SEND at its source and a RECV at its destination, tagged with the
     logical link id. The SEND depends on the previous SEND on that link and on every earlier node
@@ -165,41 +170,66 @@ def algo_graphs(sched: Schedule) -> list[AlgoGraph]:
     i-th) is buffer chunk ``p·k + i``; a transfer sends the source's copy of it and the receiver
     stores it, or for a reduction lands it in scratch and the COMP node adds it into its own.
     """
+    touching = _touching(sched)
+    for p in range(sched.links.n):
+        yield _position_graph(sched, touching, p)
+
+
+def _touching(sched: Schedule) -> list[list[int]]:
+    """The transfers each position takes part in, in schedule order (its nodes are made in that order)."""
+    lg = sched.links
+    touching: list[list[int]] = [[] for _ in range(lg.n)]
+    for x in range(sched.num_transfers):
+        lid = sched.link[x]
+        touching[lg.src[lid]].append(x)
+        touching[lg.dst[lid]].append(x)
+    return touching
+
+
+def _position_graph(sched: Schedule, touching: list[list[int]], p: int) -> AlgoGraph:
     lg = sched.links
     n = lg.n
     k = sched.chunks_per_npu
-    nchunks = n * k
-    builders = [AlgorithmBuilder(total_chunks=nchunks, placement=IN_PLACE) for _ in range(n)]
     # In place, a reduce-scatter's output lies in its input; the other collectives work in the output.
     buf = "i" if sched.num_transfers and sched.reduce_count == sched.num_transfers else "o"
-    last_send: dict[int, int] = {}
-    have: list[dict[int, list[int]]] = [{} for _ in range(n)]
     src, dst = lg.src, lg.dst
-    for x in range(sched.num_transfers):
+    b = AlgorithmBuilder(total_chunks=n * k, placement=IN_PLACE)
+    last_send: dict[int, int] = {}
+    have: dict[int, list[int]] = {}
+    for x in touching[p]:
         lid = sched.link[x]
         c = sched.chunk[x]
         s, d = src[lid], dst[lid]
-        deps = list(have[s].get(c, ()))
-        prev = last_send.get(lid)
-        if prev is not None:
-            deps.append(prev)
-        slot = seg(buf, (c % n) * k + c // n)
-        last_send[lid] = builders[s].send(d, 1, lid, deps=deps, name=f"send_c{c}_to{d}", src=slot)
-        reduce = x < sched.reduce_count
-        land = seg("t", x) if reduce else slot  # a partial to reduce lands in scratch; the COMP adds it in
-        node = builders[d].recv(s, 1, lid, name=f"recv_c{c}_from{s}", dst=land)
-        if reduce:
-            node = builders[d].reduce(1, deps=[node], name=f"reduce_c{c}", dst=slot, src=land)
-        have[d].setdefault(c, []).append(node)
-    return [b.build() for b in builders]
+        slot = seg(buf, (c % n) * k + c // n, 1)
+        if s == p:
+            deps = list(have.get(c, ()))
+            prev = last_send.get(lid)
+            if prev is not None:
+                deps.append(prev)
+            last_send[lid] = b.send(d, 1, lid, deps=deps, name=f"send_c{c}_to{d}", src=slot)
+        if d == p:
+            reduce = x < sched.reduce_count
+            land = seg("t", x, 1) if reduce else slot  # a partial to reduce lands in scratch; the COMP adds it in
+            node = b.recv(s, 1, lid, name=f"recv_c{c}_from{s}", dst=land)
+            if reduce:
+                node = b.reduce(1, deps=[node], name=f"reduce_c{c}", dst=slot, src=land)
+            have.setdefault(c, []).append(node)
+    return b.build()
 
 
-def write_synthesis(syn: Synthesis | Schedule, prefix: str | Path) -> list[Path]:
+def write_synthesis(syn: Synthesis | Schedule, prefix: str | Path, *, jobs: int | None = None) -> list[Path]:
     """Write the algorithm as a Chakra ET family ``PREFIX.<position>.et``; return the paths.
 
     A trailing ``.et`` on *prefix* is dropped. The family runs with ``--algo PREFIX`` on the
-    group's ranks; peers are group positions.
+    group's ranks; peers are group positions. Ranks are made and written one at a time (memory stays
+    that of one rank), over *jobs* processes (default: the CPU count; the files are the same).
     """
     sched = syn.schedule if isinstance(syn, Synthesis) else syn
     metadata = {"collective": syn.collective} if isinstance(syn, Synthesis) else {}
-    return write_family(algorithm_traces(algo_graphs(sched), metadata=metadata), prefix)
+    n = sched.links.n
+    touching = _touching(sched)
+
+    def make(position: int) -> bytes:
+        return encode_algo_graph(_position_graph(sched, touching, position), position, n, metadata=metadata)
+
+    return write_family_by_rank(make, n, prefix, jobs=jobs)
