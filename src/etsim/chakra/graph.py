@@ -115,7 +115,7 @@ class Trace:
 
     metadata: pb.GlobalMetadata
     """The GlobalMetadata message (version and attributes)."""
-    nodes: list[pb.Node]
+    nodes: Sequence[pb.Node]
     """The raw protobuf nodes in file order (empty if loaded with ``keep_raw=False``)."""
     path: Path | None = None
     """Where the trace was read from, for messages."""
@@ -166,7 +166,7 @@ class Trace:
         from etsim.chakra.attributes import EXPECTED_MEMBER
 
         trace = cls(metadata=metadata if metadata is not None else pb.GlobalMetadata(), nodes=[], path=path, rank=rank)
-        raw: list[pb.Node] = []
+        raw: Sequence[pb.Node] = []
         ids = trace.ids
         names = trace.names
         types = trace.types
@@ -185,29 +185,32 @@ class Trace:
         duplicates = trace.duplicate_ids
         gc_was_enabled = gc.isenabled()
         gc.disable()  # building millions of long-lived objects triggers needless full collections
+        # (name, member) pairs whose value is stored as read: each lifted column in its expected member.
+        plain = {(name, EXPECTED_MEMBER[name]) for name in (*_INT_COLUMNS, "is_cpu_op", "pg_name")}
+        ids_append, names_append, types_append, durs_append = ids.append, names.append, types.append, durs.append
+        data_extend, data_end_append = data_dep_ids.extend, data_end.append
+        ctrl_extend, ctrl_end_append = ctrl_dep_ids.extend, ctrl_end.append
         try:
+            if keep_raw:
+                nodes = raw = list(nodes)  # one wrapper per node, made once (iterating a parsed field makes more)
             for pos, node in enumerate(nodes):
-                if keep_raw:
-                    raw.append(node)
-                nid = node.id
-                if nid in index_of:
-                    duplicates.append(nid)
-                else:
-                    index_of[nid] = pos
-                ids.append(nid)
-                names.append(node.name)
-                types.append(node.type)
-                durs.append(node.duration_micros)
-                data_dep_ids.extend(node.data_deps)
-                data_end.append(len(data_dep_ids))
-                ctrl_dep_ids.extend(node.ctrl_deps)
-                ctrl_end.append(len(ctrl_dep_ids))
+                ids_append(node.id)
+                names_append(node.name)
+                types_append(node.type)
+                durs_append(node.duration_micros)
+                data_extend(node.data_deps)
+                data_end_append(len(data_dep_ids))
+                ctrl_extend(node.ctrl_deps)
+                ctrl_end_append(len(ctrl_dep_ids))
                 for attr in node.attr:
                     name = attr.name
                     column = sparse.get(name)
                     if column is None or pos in column:  # not lifted, or a repeat (the first one wins)
                         continue
                     member = attr.WhichOneof("value")
+                    if (name, member) in plain:  # the expected member of an int or bool column: most attributes
+                        column[pos] = getattr(attr, member)
+                        continue
                     if name in int_columns:
                         value = getattr(attr, member) if member in _NUMERIC_MEMBERS else None
                         if value is None or (isinstance(value, float) and not value.is_integer()):
@@ -229,6 +232,14 @@ class Trace:
                     else:
                         bad.append((pos, name, f"expected a string, found {member or 'no value'}"))
             n = len(ids)
+            index_of.update(zip(ids, range(n), strict=True))
+            if len(index_of) != n:  # repeated ids: the first one wins, the others are reported
+                index_of.clear()
+                for pos, nid in enumerate(ids):
+                    if nid in index_of:
+                        duplicates.append(nid)
+                    else:
+                        index_of[nid] = pos
             for name, values in sparse.items():
                 dense: list[Any] = [None] * n
                 for pos, value in values.items():
@@ -242,21 +253,34 @@ class Trace:
         return trace
 
     def _build_csr(self, data_ids: list[int], data_end: list[int], ctrl_ids: list[int], ctrl_end: list[int]) -> None:
-        index_of = self.index_of
+        n = len(self.ids)
+        # Ids 0..n-1 in order (what writers produce): an id is its position, nothing to look up.
+        positional = n == 0 or (self.ids[0] == 0 and self.ids[-1] == n - 1 and self.ids == list(range(n)))
         for dep_ids, ends, ptr, idx, missing in (
             (data_ids, data_end, self.data_ptr, self.data_idx, self.missing_data_deps),
             (ctrl_ids, ctrl_end, self.ctrl_ptr, self.ctrl_idx, self.missing_ctrl_deps),
         ):
-            start = 0
-            for pos, end in enumerate(ends):
-                for k in range(start, end):
-                    target = index_of.get(dep_ids[k])
-                    if target is None:
-                        missing.append((pos, dep_ids[k]))
-                    else:
-                        idx.append(target)
-                ptr.append(len(idx))
-                start = end
+            if positional and (not dep_ids or (min(dep_ids) >= 0 and max(dep_ids) < n)):
+                idx.extend(dep_ids)
+                ptr.extend(ends)
+                continue
+            self._resolve_deps(dep_ids, ends, ptr, idx, missing)
+
+    def _resolve_deps(
+        self, dep_ids: list[int], ends: list[int], ptr: list[int], idx: list[int], missing: list[tuple[int, int]]
+    ) -> None:
+        """Map dependency ids to positions through :attr:`index_of`; unknown ids are reported as missing."""
+        index_of = self.index_of
+        start = 0
+        for pos, end in enumerate(ends):
+            for k in range(start, end):
+                target = index_of.get(dep_ids[k])
+                if target is None:
+                    missing.append((pos, dep_ids[k]))
+                else:
+                    idx.append(target)
+            ptr.append(len(idx))
+            start = end
 
     # -- convenience accessors (tools; the simulator reads the columns directly) --
 

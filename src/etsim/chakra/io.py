@@ -13,9 +13,11 @@ or a single file (a one-rank workload).
 from __future__ import annotations
 
 import gzip
+import itertools
 import os
 import re
 import zlib
+from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -159,23 +161,37 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
 def iter_frames(data: bytes, path: str | os.PathLike[str] = "<bytes>") -> Iterator[memoryview]:
     """Yield each frame's payload; a truncated frame raises :class:`TraceError`."""
     view = memoryview(data)
+    starts, ends = frame_spans(data, path)
+    for start, end in zip(starts, ends, strict=True):
+        yield view[start:end]
+
+
+def frame_spans(data: bytes, path: str | os.PathLike[str] = "<bytes>") -> tuple[array[int], array[int]]:
+    """Where every frame's payload starts and ends (byte offsets); a truncated frame raises :class:`TraceError`."""
+    starts, ends = array("Q"), array("Q")
     pos = 0
     end = len(data)
     index = 0
     while pos < end:
         start = pos
-        try:
-            length, pos = decode_varint(view, pos)
-        except ValueError as exc:
-            raise TraceError(f"{path}: frame {index} at byte {start}: {exc}") from None
+        length = data[pos]
+        if length < 0x80:  # one-byte length: most nodes
+            pos += 1
+        else:
+            try:
+                length, pos = decode_varint(data, pos)
+            except ValueError as exc:
+                raise TraceError(f"{path}: frame {index} at byte {start}: {exc}") from None
         if pos + length > end:
             raise TraceError(
                 f"{path}: frame {index} at byte {start} declares {length} bytes but only {end - pos} remain "
                 "(truncated file?)"
             )
-        yield view[pos : pos + length]
+        starts.append(pos)
         pos += length
+        ends.append(pos)
         index += 1
+    return starts, ends
 
 
 def read_trace(path: str | os.PathLike[str], *, rank: int | None = None, keep_raw: bool = True) -> Trace:
@@ -195,53 +211,48 @@ def read_trace(path: str | os.PathLike[str], *, rank: int | None = None, keep_ra
     data = read_bytes(p)
     if not data:
         raise TraceError(f"{p}: empty file (a trace starts with a GlobalMetadata frame)")
+    starts, ends = frame_spans(data, p)
     metadata = pb.GlobalMetadata()
-    payloads = iter_frames(data, p)
     try:
-        metadata.ParseFromString(next(payloads))
+        metadata.ParseFromString(data[starts[0] : ends[0]])
     except DecodeError as exc:
         raise TraceError(f"{p}: frame 0 is not a GlobalMetadata message: {exc}") from None
-    # Kept nodes share one arena (one parse call, less memory per node); without keeping them,
-    # parsing frame by frame lets each node be freed as soon as its columns are filled.
-    nodes = _parse_nodes(data, p, payloads) if keep_raw else _parse_frames(p, payloads)
-    return Trace.from_nodes(nodes, metadata, path=p, rank=rank, keep_raw=keep_raw)
+    # Nodes are parsed by protobuf in batches: each frame `varint(len) payload` preceded by 0x0a is an
+    # element of the repeated field 1 of NodeStream, so upb parses a whole batch in C into one arena.
+    # Kept nodes are parsed in one batch; otherwise batch by batch, each freed once its columns are filled.
+    batches = _parse_nodes(data, p, starts, ends, len(ends) if keep_raw else _BATCH)
+    if keep_raw:
+        kept: Sequence[pb.Node] = next(batches, [])  # the one batch, a repeated field kept as the trace's nodes
+        return Trace.from_nodes(kept, metadata, path=p, rank=rank, keep_raw=True)
+    return Trace.from_nodes(itertools.chain.from_iterable(batches), metadata, path=p, rank=rank, keep_raw=False)
 
 
-def _parse_frames(path: Path, payloads: Iterator[memoryview]) -> Iterator[pb.Node]:
-    for index, payload in enumerate(payloads, start=1):
-        node = pb.Node()
+_BATCH = 1 << 15
+
+
+def _parse_nodes(
+    data: bytes, path: Path, starts: array[int], ends: array[int], batch: int
+) -> Iterator[Sequence[pb.Node]]:
+    """The node frames (all but the first) parsed *batch* at a time (one repeated field each); a bad frame is named."""
+    view = memoryview(data)
+    # A frame's bytes start right after the previous frame's payload (its own length varint first).
+    for first in range(1, len(ends), batch):
+        last = min(first + batch, len(ends))
+        stream = NodeStream()
+        joined = bytearray()
+        for i in range(first, last):
+            joined += b"\x0a"
+            joined += view[ends[i - 1] : ends[i]]
         try:
-            node.ParseFromString(payload)
-        except DecodeError as exc:
-            raise TraceError(f"{path}: frame {index} (node {index - 1}) is not a Node message: {exc}") from None
-        yield node
-
-
-def _parse_nodes(data: bytes, path: Path, payloads: Iterator[memoryview]) -> Iterator[pb.Node]:
-    """Parse all node frames with one protobuf call.
-
-    Each frame ``varint(len) payload`` becomes ``0a varint(len) payload``, an element of the
-    repeated field 1 of ``NodeStream``; upb then parses the whole file in C and the nodes share
-    one arena, which is several times faster and smaller than one parse per frame. If that
-    fails, frames are parsed one by one to name the bad one.
-    """
-    pieces: list[bytes | memoryview] = []
-    for payload in payloads:
-        pieces.append(b"\x0a")
-        pieces.append(encode_varint(len(payload)))
-        pieces.append(payload)
-    stream = NodeStream()
-    try:
-        stream.ParseFromString(b"".join(pieces))
-    except DecodeError:
-        for index, payload in enumerate(iter_frames(data, path)):
-            if index:
+            stream.ParseFromString(joined)
+        except DecodeError:
+            for index in range(first, last):
                 try:
-                    pb.Node().ParseFromString(payload)
+                    pb.Node().ParseFromString(view[starts[index] : ends[index]])
                 except DecodeError as exc:
                     raise TraceError(f"{path}: frame {index} (node {index - 1}) is not a Node message: {exc}") from None
-        raise TraceError(f"{path}: the node frames are not valid Node messages") from None
-    return iter(stream.nodes)
+            raise TraceError(f"{path}: the node frames are not valid Node messages") from None
+        yield stream.nodes
 
 
 def serialize_trace(trace: Trace) -> bytes:
