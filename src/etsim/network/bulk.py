@@ -218,8 +218,10 @@ class LinkTiming(BulkTiming):
             links = matrix[:, h] if mask is None else matrix[mask, h]
             if len(links) == 0:
                 continue
-            if len(np.unique(links)) != len(links):
-                return None  # two messages on one link in one step: their order is not known here
+            if h and len(np.unique(links)) != len(links):
+                # Two messages on one link in one step: their order is not known here. (First hops leave
+                # different senders, so they never share a link.)
+                return None
             tn = now if mask is None else now[mask]
             last = self.last[links]
             free = self.free[links]

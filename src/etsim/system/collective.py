@@ -128,6 +128,8 @@ class System:
         self._algorithm_state: dict[tuple[int, int], dict[str, Any]] = {}
         #: Of the messages :meth:`message_estimate` counted, those sent by graphs every rank shares.
         self.shared_messages = 0
+        # The smallest SEND of each graph, in chunks (the graph kept with its id).
+        self._smallest_send: dict[int, tuple[AlgoGraph, float | None]] = {}
 
     def _warn_once(self, key: tuple[str, ...], message: str) -> None:
         if key not in self._warned:
@@ -384,11 +386,15 @@ class System:
         self, graph: AlgoGraph, unit: float, where: str, collective: CollectiveType, size: int, n: int, label: str
     ) -> None:
         """Refuse a split that makes messages smaller than one byte."""
-        sizes = [graph.chunks[i] * unit for i, kind in enumerate(graph.kinds) if kind == SEND and graph.chunks[i] > 0]
-        if sizes and min(sizes) < 1.0:
+        found = self._smallest_send.get(id(graph))
+        if found is None or found[0] is not graph:
+            sends = [graph.chunks[i] for i, kind in enumerate(graph.kinds) if kind == SEND and graph.chunks[i] > 0]
+            found = self._smallest_send[id(graph)] = (graph, min(sends) if sends else None)
+        smallest = found[1]
+        if smallest is not None and smallest * unit < 1.0:
             raise ConfigError(
                 f"{where}: {collective.name.lower()} of {size} bytes over {n} ranks in {self.config.chunks} chunk(s) "
-                f"with {label!r} makes messages of {min(sizes):.3g} bytes, less than one byte; use fewer chunks "
+                f"with {label!r} makes messages of {smallest * unit:.3g} bytes, less than one byte; use fewer chunks "
                 "(chunks / preferred-dataset-splits) or a larger size"
             )
 
