@@ -44,6 +44,20 @@ Cases:
                        (Ray's start-up and shutdown included in wall_s and points_per_s, also reported apart;
                        run_s / points_per_run_s: the sweep on the running cluster, its workers started cold)
 
+Whole processes (the command a user types, timed from outside: wall s, CPU s of the child, peak RSS;
+inputs are generated in the work directory before the clock starts; see PROCESS_CASES):
+  run-ring-P-MODEL     ``etsim run`` of one 256 MiB ring all-reduce on P NPUs of a ring (50 GB/s, 1 us),
+                       MODEL analytical or link (P = 1024, 4096); reference: heap-ring-P
+  run-direct-switch-1024-link  ``etsim run --algo direct`` of a 64 MiB all-reduce on a 1024-NPU switch
+  astra-ring-1024-BACKEND, astra-direct-switch-1024-BACKEND  ``etsim astra`` of ASTRA-sim inputs (64 MiB
+                       all-reduce, Ring / Switch of 1024 NPUs, 50 GB/s, 500 ns, endpoint delay 10, local-mem-bw
+                       1600, one split), BACKEND unaware or aware
+  run-8npu             ``etsim run workloads/allreduce_8npus_1MiB.et`` (start-up dominated)
+  run-dp-64-MODEL      ``etsim run`` of a data-parallel training step: 64 NPUs, 128 layers, 16 MiB gradient
+                       all-reduce per layer overlapping the backward pass (``etsim workload gen dp``)
+  synth-tacos-32x32    ``etsim synth tacos`` of an all-gather on topologies/mesh32x32.yaml, writing the family
+  write-1m             (in process) write the 1,000,000-node trace of load-1m back to disk
+
 Route computation (``model.route``) is done before the timer starts in the torus cases, for model and
 reference alike. SimPy events are counted with the environment's event-id counter (no wrapper in the loop);
 the analytical model, and the link model for single-hop messages, let messages delivered at the same
@@ -63,6 +77,7 @@ import tempfile
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
 NODES = 1_000_000
 RING_BYTES = 256 * 2**20  # all-reduce size per NPU
 BW, LAT = 50.0, 1000.0  # 50 GB/s (bytes per ns), 1 us
@@ -371,9 +386,107 @@ def _report(wall: float, cpu: float, rss: float, msgs: int, events: int, sim_ns:
     }
 
 
+#: Whole-process cases: name -> (etsim arguments, inputs to prepare). ``{w}`` is the work directory.
+PROCESS_CASES: dict[str, tuple[list[str], str]] = {
+    **{
+        f"run-ring-{p}-{m}": (["{w}/ar" + str(p), "--topology", "{w}/ring" + str(p) + ".yaml", "--model", m, "-q"],
+                              f"ring{p}")
+        for p in (1024, 4096)
+        for m in ("analytical", "link")
+    },
+    "run-direct-switch-1024-link": (
+        ["{w}/ar64m1024", "--topology", "{w}/switch1024.yaml", "--algo", "direct", "--model", "link", "--quiet"],
+        "switch1024",
+    ),
+    **{
+        f"astra-ring-1024-{b}": (
+            ["astra", "--workload-configuration", "{w}/ar64m1024", "--system-configuration", "{w}/astra_ring.json",
+             "--network-configuration", "{w}/astra_ring1024.yml", "--model", b],
+            "astra",
+        )
+        for b in ("unaware", "aware")
+    },
+    **{
+        f"astra-direct-switch-1024-{b}": (
+            ["astra", "--workload-configuration", "{w}/ar64m1024", "--system-configuration", "{w}/astra_direct.json",
+             "--network-configuration", "{w}/astra_switch1024.yml", "--model", b],
+            "astra",
+        )
+        for b in ("unaware", "aware")
+    },
+    "run-8npu": (["workloads/allreduce_8npus_1MiB.et", "--quiet"], ""),
+    **{f"run-dp-64-{m}": (["{w}/dp64", "--model", m, "--quiet"], "dp64") for m in ("analytical", "link")},
+    "synth-tacos-32x32": (
+        ["synth", "tacos", "--topology", "topologies/mesh32x32.yaml", "--collective", "all_gather",
+         "-o", "{w}/tacos/ag"],
+        "",
+    ),
+}  # fmt: skip
+
+
+def prepare(kind: str, workdir: Path) -> None:
+    """Write the inputs of whole-process cases of *kind* into *workdir* (once)."""
+    from etsim.chakra import CollectiveType, write_workload
+    from etsim.producers import collective_workload
+
+    def all_reduce(size: int, p: int, name: str) -> None:
+        if not (workdir / f"{name}.0.et").exists():
+            write_workload(collective_workload(CollectiveType.ALL_REDUCE, size, p), workdir / name)
+
+    if kind.startswith("ring"):
+        p = int(kind[4:])
+        all_reduce(RING_BYTES, p, f"ar{p}")
+        (workdir / f"ring{p}.yaml").write_text(f"kind: ring\nnpus: {p}\nbandwidth: 50 GB/s\nlatency: 1 us\n")
+    elif kind == "switch1024":
+        all_reduce(64 * 2**20, 1024, "ar64m1024")
+        (workdir / "switch1024.yaml").write_text("kind: switch\nnpus: 1024\nbandwidth: 50 GB/s\nlatency: 500 ns\n")
+    elif kind == "astra":
+        all_reduce(64 * 2**20, 1024, "ar64m1024")
+        for algo in ("ring", "direct"):
+            system = {"scheduling-policy": "LIFO", "collective-optimization": "baseline", "preferred-dataset-splits": 1,
+                      "active-chunks-per-dimension": 1, "endpoint-delay": 10, "local-mem-bw": 1600,
+                      **{f"{c}-implementation": [algo] for c in ("all-reduce", "all-gather", "reduce-scatter",
+                                                                    "all-to-all")}}  # fmt: skip
+            (workdir / f"astra_{algo}.json").write_text(json.dumps(system))
+        for kind_, name in (("Ring", "ring"), ("Switch", "switch")):
+            (workdir / f"astra_{name}1024.yml").write_text(
+                f"topology: [ {kind_} ]\nnpus_count: [ 1024 ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n"
+            )
+    elif kind == "dp64" and not (workdir / "dp64.0.et").exists():
+        from etsim.producers.workloads import data_parallel_workload
+
+        dp = data_parallel_workload(64, layers=128, grad_bytes=16 * 2**20, fwd_micros=100, bwd_micros=100)
+        write_workload(dp, workdir / "dp64")
+
+
+def run_process(case: str, workdir: Path) -> dict[str, float]:
+    """Time one whole ``etsim`` process (the clock starts after its inputs exist)."""
+    args, _ = PROCESS_CASES[case]
+    cmd = [sys.executable, "-m", "etsim", *(a.replace("{w}", str(workdir)) for a in args)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": after.ru_maxrss / 1024}
+
+
 def run_case(case: str, workdir: Path) -> dict[str, float]:
     """Run one case in this process and return its measurements."""
     trace_path = workdir / "big.et"
+    if case in PROCESS_CASES:
+        return run_process(case, workdir)
+    if case == "write-1m":
+        from etsim.chakra import read_trace
+        from etsim.chakra.io import write_trace
+
+        trace = read_trace(trace_path)
+        t0, c0 = time.perf_counter(), time.process_time()
+        write_trace(trace, workdir / "big_copy.et")
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        assert (workdir / "big_copy.et").read_bytes() == trace_path.read_bytes()
+        return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": _rss_mb(), "nodes_per_s": NODES / wall}
     if case.startswith("ring-ar-"):
         from etsim.chakra import CollectiveType, Workload
         from etsim.network import ring
@@ -443,7 +556,7 @@ CASES = ("load-1m", "load-1m-lean", "heap-ring-256", "ring-ar-256-analytical", "
          "heap-net-torus-a2a", "net-torus-a2a-link", "verify-ring-ar-256")  # fmt: skip
 EXPERIMENT_CASES = ("experiment-1000", "experiment-1000-ray")
 ALL_CASES = (*CASES, "heap-ring-4096", "ring-ar-4096-analytical", "ring-ar-4096-link", "verify-ring-ar-1024",
-             *PORTED, *EXPERIMENT_CASES)  # fmt: skip
+             *PORTED, *EXPERIMENT_CASES, *PROCESS_CASES, "write-1m")  # fmt: skip
 #: Ratio targets of the network-layer cases (model CPU time / heap reference CPU time) by model name.
 TARGETS = {"analytical": 2.0, "link": 3.0}
 
@@ -451,7 +564,7 @@ TARGETS = {"analytical": 2.0, "link": 3.0}
 def reference(case: str) -> str | None:
     """The bare-heap reference of a model case (None for references and other cases)."""
     parts = case.split("-")
-    if case.startswith(("ring-ar-", "net-ring-")):
+    if case.startswith(("ring-ar-", "net-ring-", "run-ring-")):
         return f"heap-ring-{parts[2]}"
     if case == "net-torus-a2a-link":
         return "heap-net-torus-a2a"
@@ -490,7 +603,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         print(f"# {os.cpu_count()} cores, Python {sys.version.split()[0]}")
-        if any(c.startswith("load-") for c in cases):
+        for kind in dict.fromkeys(PROCESS_CASES[c][1] for c in cases if c in PROCESS_CASES):
+            if kind:
+                prepare(kind, workdir)
+        if any(c.startswith(("load-", "write-")) for c in cases):
             t0 = time.perf_counter()
             make_trace(workdir / "big.et")
             size_mb = (workdir / "big.et").stat().st_size / 1e6

@@ -130,6 +130,7 @@ class System:
         self.shared_messages = 0
         # The smallest SEND of each graph, in chunks (the graph kept with its id).
         self._smallest_send: dict[int, tuple[AlgoGraph, float | None]] = {}
+        self._sends: dict[int, tuple[AlgoGraph, int]] = {}
 
     def _warn_once(self, key: tuple[str, ...], message: str) -> None:
         if key not in self._warned:
@@ -340,7 +341,7 @@ class System:
                         sends_of[key] = None
                         if algo.supports(lookup, n) is None:
                             phases = algo.phases(lookup, n, group.index(rank), stream=0, state={})
-                            sends = sum(ph.graph.kinds.count(SEND) for ph in phases)
+                            sends = sum(self._send_count(ph.graph) for ph in phases)
                             sends_of[key] = (phases[0].graph, sends)
                 except NoRuleError:
                     raise
@@ -381,6 +382,13 @@ class System:
                 f"{inst.where}: algorithm {inst.label!r} declares it is meant for buffers of {low:,} to {upper} "
                 f"bytes (minBytes/maxBytes), not {buffer:,.0f}; a runtime would not choose it for this call",
             )
+
+    def _send_count(self, graph: AlgoGraph) -> int:
+        """SEND nodes of *graph* (counted once per graph: ranks often share one)."""
+        found = self._sends.get(id(graph))
+        if found is None or found[0] is not graph:
+            found = self._sends[id(graph)] = (graph, graph.kinds.count(SEND))
+        return found[1]
 
     def _check_message_size(
         self, graph: AlgoGraph, unit: float, where: str, collective: CollectiveType, size: int, n: int, label: str
