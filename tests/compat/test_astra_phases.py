@@ -338,3 +338,24 @@ def test_direct_all_reduce_releases_far_packets_early(tmp_path: Path) -> None:
 def test_halving_doubling_refuses_all_to_all(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="halvingDoubling does not implement all-to-all"):
         run(tmp_path, C.ALL_TO_ALL, MiB, ["FullyConnected"], [8], "halvingDoubling")
+
+
+def test_direct_all_reduce_without_an_endpoint_delay_completes() -> None:
+    """`etsim run --algo astra:…` with no phase delay: phase 2 of direct waits for every reduction.
+
+    With a zero endpoint delay every reduction can finish by the last receipt, so no reduction follows the
+    gate's arming; the gate is dropped and phase 2 leaves once all reductions are done (this deadlocked).
+    """
+    from etsim.chakra import Workload
+    from etsim.network import mesh
+    from etsim.simulation import simulate
+    from etsim.system.config import SystemConfig
+
+    workload = Workload(collective_workload(C.ALL_REDUCE, MiB, 16))
+    results = [
+        simulate(workload, topology=mesh([4, 4], 50.0, 500.0), system=SystemConfig(
+            algorithms={"all_reduce": "astra:ring,direct;queues=2"}, chunks=4, fast_path=fast))
+        for fast in (False, True)
+    ]  # fmt: skip
+    assert len(results[0].collectives) == 16
+    assert results[0].finish_ns == results[1].finish_ns > 0

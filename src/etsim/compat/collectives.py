@@ -303,7 +303,10 @@ class AstraCollective(CollectiveAlgorithm):
         everything_in = b.reduce(0, deps=recvs, duration_ns=0, name="d_all_received")
         for j in range(1, n):
             send = b.send(at(x + j), m, 1, deps=reduced, name=f"d2_send_{j}")
-            b.gate(send, j, everything_in)
+            if e > 0:
+                b.gate(send, j, everything_in)
+            # Without an endpoint delay (ASTRA-sim refuses 0; `etsim run` may run one) every reduction can
+            # finish by the last receipt, so no reduction follows the arming: phase 2 then waits for them all.
         for j in range(1, n):
             got = b.recv(at(x - j), m, 1, name=f"d2_recv_{j}")
             b.reduce(0, deps=[got], duration_ns=e, name=f"d2_received_{j}")
