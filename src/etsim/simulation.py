@@ -220,7 +220,9 @@ def _simulate(
     groups_from_metadata(workload, groups)
 
     wall0 = time.perf_counter()
-    env = CountingEnvironment()
+    # Time is a float from the start, so whole-ns runs report 1034.0 on every path (the fast path's times
+    # come from float arrays; SimPy would keep int + int as an int).
+    env = CountingEnvironment(0.0)
     network = build_model(env, topo, model_name, options)
     dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
     sys_layer = System(config, groups, dims=dims, topology=topo)

@@ -58,7 +58,8 @@ def both(workload: Workload, system: SystemConfig | None = None, **kwargs: Any) 
     slow = simulate(workload, system=replace(system, fast_path=False), **kwargs)
     fast = simulate(workload, system=system, **kwargs)
     assert slow.sim["bulk_parts"] == 0
-    assert outcome(fast) == outcome(slow)
+    # Compared as text: 1034 and 1034.0 are equal numbers but different output.
+    assert json.dumps(outcome(fast), sort_keys=True) == json.dumps(outcome(slow), sort_keys=True)
     return fast
 
 
@@ -306,7 +307,7 @@ def test_astra_mode(tmp_path: Path, topology: list[str], npus: list[int], algos:
     args = (tmp_path / "wl", tmp_path / "sys.json", tmp_path / "net.yml")
     slow = run_astra(*args, model=model, fast_path=False)
     fast = run_astra(*args, model=model)
-    assert outcome(fast) == outcome(slow)
+    assert json.dumps(outcome(fast), sort_keys=True) == json.dumps(outcome(slow), sort_keys=True)
 
 
 def test_cli_no_fast_path_prints_the_same_result(tmp_path: Path) -> None:
