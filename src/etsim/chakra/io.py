@@ -220,11 +220,14 @@ def read_trace(path: str | os.PathLike[str], *, rank: int | None = None, keep_ra
     # Nodes are parsed by protobuf in batches: each frame `varint(len) payload` preceded by 0x0a is an
     # element of the repeated field 1 of NodeStream, so upb parses a whole batch in C into one arena.
     # Kept nodes are parsed in one batch; otherwise batch by batch, each freed once its columns are filled.
-    batches = _parse_nodes(data, p, starts, ends, len(ends) if keep_raw else _BATCH)
+    # Columns are filled from batches freed as they go; raw nodes, when kept, are one more parse of every
+    # frame into a repeated field that is kept as it is (iterating it while it is alive costs a Python
+    # wrapper per node that upb then tracks; the batches avoid that).
+    batches = _parse_nodes(data, p, starts, ends, _BATCH)
+    trace = Trace.from_nodes(itertools.chain.from_iterable(batches), metadata, path=p, rank=rank, keep_raw=False)
     if keep_raw:
-        kept: Sequence[pb.Node] = next(batches, [])  # the one batch, a repeated field kept as the trace's nodes
-        return Trace.from_nodes(kept, metadata, path=p, rank=rank, keep_raw=True)
-    return Trace.from_nodes(itertools.chain.from_iterable(batches), metadata, path=p, rank=rank, keep_raw=False)
+        trace.nodes = next(_parse_nodes(data, p, starts, ends, len(ends)), [])
+    return trace
 
 
 _BATCH = 1 << 15
