@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import etsim.workload.bulk as bulk
 from etsim.chakra import CollectiveType, TraceBuilder, Workload, load_workload, write_workload
 from etsim.compat import run_astra
-from etsim.errors import DeadlockError
+from etsim.errors import ConfigError, DeadlockError
 from etsim.network import fully_connected, hypercube, mesh, ring, switch, torus
 from etsim.network.topology import Topology
 from etsim.producers import collective_workload
@@ -327,5 +327,5 @@ def test_cli_no_fast_path_prints_the_same_result(tmp_path: Path) -> None:
 
 def test_fast_path_setting_must_be_a_boolean(tmp_path: Path) -> None:
     (tmp_path / "sys.yaml").write_text("fast_path: sometimes\n")
-    with pytest.raises(Exception, match="fast_path: expected true or false"):
+    with pytest.raises(ConfigError, match="fast_path: expected true or false"):
         load_system_config(tmp_path / "sys.yaml")

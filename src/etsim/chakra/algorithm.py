@@ -510,14 +510,6 @@ def encode_algo_graph(
     return b"".join(parts)
 
 
-def encode_algorithm_family(
-    graphs: Iterable[AlgoGraph], group_size: int, *, metadata: Mapping[str, str] | None = None
-) -> Iterator[bytes]:
-    """The files of an algorithm family, one rank at a time (see :func:`encode_algo_graph`)."""
-    for position, graph in enumerate(graphs):
-        yield encode_algo_graph(graph, position, group_size, metadata=metadata)
-
-
 def algo_graph_from_trace(trace: Trace, *, ignore_ctrl_deps: bool = False) -> AlgoGraph:
     """Read one rank of an algorithm family (Chakra ET) into an :class:`AlgoGraph`.
 
@@ -662,7 +654,7 @@ def write_family(files: Iterable[Trace | bytes], prefix: str | os.PathLike[str])
     """Write an algorithm family ``PREFIX.<rank>.et`` (a trailing ``.et`` on *prefix* is dropped).
 
     This is the one family writer: native exports, MSCCL-IR conversions and synthesised
-    algorithms all go through it. *files* are traces or encoded files (:func:`encode_algorithm_family`),
+    algorithms all go through it. *files* are traces or encoded files (:func:`encode_algo_graph`),
     written as they come: a generator keeps one rank in memory at a time.
 
     Raises:
@@ -670,11 +662,11 @@ def write_family(files: Iterable[Trace | bytes], prefix: str | os.PathLike[str])
     """
     text = family_prefix(prefix)
     make_parent(f"{text}.0.et", TraceError)
-    paths = []
-    for rank, item in enumerate(files):
-        path = f"{text}.{rank}.et"
-        paths.append(write_trace(item, path) if isinstance(item, Trace) else write_bytes(Path(path), item, TraceError))
-    return paths
+    return [_write_family_file(item, f"{text}.{rank}.et") for rank, item in enumerate(files)]
+
+
+def _write_family_file(item: Trace | bytes, path: str) -> Path:
+    return write_trace(item, path) if isinstance(item, Trace) else write_bytes(Path(path), item, TraceError)
 
 
 def write_family_by_rank(
@@ -714,9 +706,7 @@ def _write_ranks(ranks: range) -> None:
     assert _FAMILY_JOB is not None
     make, text = _FAMILY_JOB
     for rank in ranks:
-        item = make(rank)
-        path = f"{text}.{rank}.et"
-        write_trace(item, path) if isinstance(item, Trace) else write_bytes(Path(path), item, TraceError)
+        _write_family_file(make(rank), f"{text}.{rank}.et")
 
 
 def recorded_collective(trace: Trace) -> CollectiveType | str | None:

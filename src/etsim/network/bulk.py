@@ -94,9 +94,10 @@ class AnalyticalTiming(BulkTiming):
     def __init__(self, model: AnalyticalNetwork) -> None:
         self.model = model
         # Per (src vector, dst vector) seen: the route entries and their running byte / message totals.
-        self._routes: dict[tuple[int, int], tuple[list[list[Any]], np.ndarray, np.ndarray, np.ndarray, Any]] = {}
+        # (entries, latency, bandwidth, bytes, messages, src, dst); src and dst kept alive with their ids.
+        self._routes: dict[tuple[int, int], tuple[Any, ...]] = {}
 
-    def _route(self, src: np.ndarray, dst: np.ndarray) -> tuple[list[list[Any]], Any, Any, Any, Any]:
+    def _route(self, src: np.ndarray, dst: np.ndarray) -> tuple[Any, ...]:
         key = (id(src), id(dst))
         found = self._routes.get(key)
         if found is None:
@@ -112,8 +113,7 @@ class AnalyticalTiming(BulkTiming):
             bw = np.array([e[1] for e in entries], dtype=float)
             nbytes = np.array([e[2] for e in entries], dtype=float)
             msgs = np.array([e[3] for e in entries], dtype=np.int64)
-            # The arrays are keyed by identity: keep them alive while the key is in use.
-            found = self._routes[key] = (entries, lat, bw, nbytes, (msgs, src, dst))
+            found = self._routes[key] = (entries, lat, bw, nbytes, msgs, src, dst)
         return found
 
     def send(
@@ -122,7 +122,7 @@ class AnalyticalTiming(BulkTiming):
         """Deliver after ``Σ latency + size / B_min`` (floored with ``integer_ns``) plus *after*."""
         import numpy as np
 
-        _, lat, bw, nbytes, (msgs, _, _) = self._route(src, dst)
+        _, lat, bw, nbytes, msgs, _, _ = self._route(src, dst)
         delay = lat + size / bw
         if self.model._integer:
             delay = np.floor(delay)
@@ -132,7 +132,7 @@ class AnalyticalTiming(BulkTiming):
 
     def commit(self, owner: tuple[object, int]) -> None:
         """Write the running totals back into the model's per-route entries."""
-        for entries, _, _, nbytes, (msgs, _, _) in self._routes.values():
+        for entries, _, _, nbytes, msgs, _, _ in self._routes.values():
             for entry, b, m in zip(entries, nbytes.tolist(), msgs.tolist(), strict=True):
                 entry[2] = b
                 entry[3] = m

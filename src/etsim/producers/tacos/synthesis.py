@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,25 +154,20 @@ def _collective_name(collective: str | CollectiveType) -> str:
 
 
 def algo_graphs(sched: Schedule) -> list[AlgoGraph]:
-    """Per-position algorithm graphs (symbolic sizes, one chunk per message) for *sched* (:func:`iter_algo_graphs`)."""
-    return list(iter_algo_graphs(sched))
-
-
-def iter_algo_graphs(sched: Schedule) -> Iterator[AlgoGraph]:
-    """Per-position algorithm graphs for *sched*, one position at a time (a family is written rank by rank).
+    """Per-position algorithm graphs (symbolic sizes, one chunk per message) for *sched*.
 
     Each transfer becomes a SEND at its source and a RECV at its destination, tagged with the
     logical link id. The SEND depends on the previous SEND on that link and on every earlier node
     that brought its chunk to the source (the RECV, or for reductions the COMP that folded it in).
-    RECVs have no dependencies: the k-th RECV on a link matches the k-th SEND.
+    RECVs have no dependencies: the k-th RECV on a link matches the k-th SEND. Each position's graph
+    is made on its own (:func:`write_synthesis` makes and writes them one at a time).
 
     Data annotations (in place, for :mod:`etsim.chakra.verify`): chunk ``i·n + p`` (position p's
     i-th) is buffer chunk ``p·k + i``; a transfer sends the source's copy of it and the receiver
     stores it, or for a reduction lands it in scratch and the COMP node adds it into its own.
     """
     touching = _touching(sched)
-    for p in range(sched.links.n):
-        yield _position_graph(sched, touching, p)
+    return [_position_graph(sched, touching, p) for p in range(sched.links.n)]
 
 
 def _touching(sched: Schedule) -> list[list[int]]:
