@@ -13,19 +13,23 @@ failed, so a dead worker never stops the sweep nor loses finished points.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import multiprocessing
 import os
 import socket
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as wait_ready
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from etsim.errors import ConfigError, SimulationError
-from etsim.experiment.worker import PointOutcome, PointTask, init_worker, run_batch, run_point
+from etsim.experiment.worker import PointOutcome, PointTask, run_batch, run_point, serve
 
 __all__ = ["ENGINES", "POLL", "STOP", "batch_size", "check_stop", "default_jobs", "run_local", "run_ray", "run_serial"]
 
@@ -84,63 +88,118 @@ def _context() -> Any:
     return multiprocessing.get_context("spawn")  # pragma: no cover - Windows
 
 
-def _stop(pool: ProcessPoolExecutor) -> None:
-    """Shut *pool* down now: cancel queued batches and end running workers."""
-    processes = list(getattr(pool, "_processes", {}).values())  # no public way before Python 3.14
-    pool.shutdown(wait=False, cancel_futures=True)
-    for proc in processes:
-        if proc.is_alive():
-            proc.terminate()
-    for proc in processes:
-        proc.join(timeout=5)
+@dataclass
+class _Worker:
+    """One local worker process, the parent's end of its pipe, and the batch it is running."""
+
+    process: BaseProcess
+    conn: Connection
+    batch: list[PointTask] | None = None
+
+
+def _start_worker(ctx: Any, lifeline: Connection) -> _Worker:
+    conn, child = ctx.Pipe()
+    # Not a daemon: a point may start processes of its own (writing a synthesised family in parallel).
+    process = ctx.Process(target=serve, args=(child, lifeline), name="etsim-worker")
+    process.start()
+    child.close()  # the worker holds the only other end: its death is end-of-file here
+    return _Worker(process, conn)
+
+
+def _end_workers(workers: list[_Worker]) -> None:
+    """End every worker: idle ones are told to stop, busy ones are terminated (SIGTERM, then SIGKILL)."""
+    for worker in workers:
+        if not worker.process.is_alive():
+            continue
+        if worker.batch is None:
+            with contextlib.suppress(OSError):
+                worker.conn.send(None)
+        else:
+            worker.process.terminate()
+    for worker in workers:
+        worker.process.join(timeout=5)
+        if worker.process.is_alive():  # pragma: no cover - a worker stuck where SIGTERM cannot reach it
+            worker.process.kill()
+            worker.process.join()
+        worker.conn.close()
 
 
 def _pool_round(batches: list[list[PointTask]], workers: int, on_outcome: Callback) -> list[PointTask]:
-    """Run *batches* on a fresh pool until done or broken; return the points of lost batches."""
+    """Run *batches* on *workers* fresh worker processes; return the points of batches whose worker died.
+
+    A dead worker loses only the batch it was running; a new worker takes its place while batches wait.
+    """
     ctx = _context()
     lifeline, alive = ctx.Pipe(duplex=False)  # workers get the read end; only this process holds `alive`
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=init_worker, initargs=(lifeline,))
+    queue = deque(batches)
+    pool: list[_Worker] = []
     lost: list[PointTask] = []
+
+    def hand_out(worker: _Worker) -> None:
+        worker.batch = queue.popleft() if queue else None
+        if worker.batch is not None:
+            # A worker that died since its last answer: the loop below reads its end-of-file, loses the batch.
+            with contextlib.suppress(OSError):
+                worker.conn.send(worker.batch)
+
     try:
-        pending: dict[Future[list[PointOutcome]], list[PointTask]] = {
-            pool.submit(run_batch, batch): batch for batch in batches
-        }
-        while pending:
+        for _ in range(min(workers, len(queue))):
+            pool.append(_start_worker(ctx, lifeline))
+            hand_out(pool[-1])
+        while True:
+            busy = [worker for worker in pool if worker.batch is not None]
+            if not busy:
+                break
             check_stop()
-            done, _ = wait(pending, timeout=POLL, return_when=FIRST_COMPLETED)
-            for future in done:
-                batch = pending.pop(future)
+            ready = set(wait_ready([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout=POLL))
+            for worker in busy:
+                if worker.conn not in ready and worker.process.sentinel not in ready:
+                    continue
+                batch = worker.batch
+                assert batch is not None
                 try:
-                    outcomes = future.result()
-                except BrokenProcessPool:
+                    if worker.conn not in ready and not worker.conn.poll(0):
+                        # Dead, yet its pipe is still open (a process it started may hold it): nothing will come.
+                        raise EOFError
+                    outcomes: list[PointOutcome] = worker.conn.recv()
+                except (EOFError, OSError):  # died before or while answering
                     lost.extend(batch)
+                    worker.batch = None
+                    pool.remove(worker)
+                    _end_workers([worker])
+                    if queue:
+                        pool.append(_start_worker(ctx, lifeline))
+                        hand_out(pool[-1])
                     continue
                 for outcome in outcomes:
                     on_outcome(outcome)
+                hand_out(worker)
     finally:
-        _stop(pool)
+        _end_workers(pool)
         alive.close()
         lifeline.close()
     return lost
 
 
-def _probe() -> bool:
-    return True
-
-
 def _check_workers_start() -> None:
-    """Raise if a fresh worker cannot even run a no-op (then every point would "die", whatever it is)."""
+    """Raise if a fresh worker cannot even run an empty batch (then every point would "die", whatever it is)."""
     ctx = _context()
-    pool = ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=init_worker)
+    lifeline, alive = ctx.Pipe(duplex=False)
+    worker = _start_worker(ctx, lifeline)
     try:
-        pool.submit(_probe).result()
-    except BrokenProcessPool:
+        worker.conn.send([])
+        worker.batch = []
+        worker.conn.recv()
+        worker.batch = None
+    except (EOFError, OSError):
         raise SimulationError(
             "worker processes die before running anything (see the messages above; a program read from "
             "standard input cannot start workers): run with --jobs 1 to simulate in this process"
         ) from None
     finally:
-        _stop(pool)
+        _end_workers([worker])
+        alive.close()
+        lifeline.close()
 
 
 def run_local(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int) -> None:

@@ -39,7 +39,7 @@ from etsim.system.config import SystemConfig, load_system_config
 from etsim.producers.tacos import COLLECTIVES as TACOS_COLLECTIVES  # isort: skip
 from etsim.producers.tacos import synthesize, write_synthesis  # isort: skip
 
-__all__ = ["PointOutcome", "PointTask", "init_worker", "run_batch", "run_point", "simulate_point"]
+__all__ = ["PointOutcome", "PointTask", "init_worker", "run_batch", "run_point", "serve", "simulate_point"]
 
 T = TypeVar("T")
 
@@ -270,6 +270,33 @@ def _since(t0: float) -> float:
 def run_batch(tasks: Sequence[PointTask]) -> list[PointOutcome]:
     """Run points one after the other in this process (the unit of work sent to a worker)."""
     return [run_point(task) for task in tasks]
+
+
+def serve(conn: Connection, lifeline: Connection | None = None) -> None:
+    """A local pool worker's life: run each batch received on *conn* and send back its outcomes.
+
+    - ``None`` or end-of-file on *conn* ends the worker normally (its exit handlers run).
+    - SIGTERM ends it too, running its exit handlers (temporary directories are removed).
+    - Whatever happens to the worker, the sweep's process only ever reads this worker's own pipe: a
+      worker ended half-way through sending leaves a torn message on a pipe nobody reads again, never
+      a reader that waits forever (as :class:`concurrent.futures.ProcessPoolExecutor`'s shared result
+      queue does, which is why the local engine does not use it).
+    """
+    init_worker(lifeline)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    with conn:
+        while True:
+            try:
+                batch = conn.recv()
+            except EOFError:
+                return
+            if batch is None:
+                return
+            conn.send(run_batch(batch))
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def init_worker(lifeline: Connection | None = None) -> None:
