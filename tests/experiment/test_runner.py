@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -287,6 +288,36 @@ def test_a_stopped_local_pool_leaves_no_process_or_thread_behind(small: Path) ->
     assert 1 <= len(outcomes) < len(tasks)
     assert multiprocessing.active_children() == []
     assert set(threading.enumerate()) <= threads
+
+
+def test_workers_remove_their_synthesis_directories_when_done_or_stopped(write, tmp_path: Path) -> None:
+    write("mesh.yaml", "kind: mesh\nshape: [2, 4]\nbandwidth: 50 GB/s\nlatency: 500 ns\n")
+    path = write(
+        "t.yaml",
+        """
+        workload: {generate: collective, type: all_gather, npus: 8, size: 64 KiB}
+        topology: mesh.yaml
+        model: link
+        algo: {tacos: {chunks_per_npu: 2, seed: 1}}
+        sweep: {algo.tacos.seed: [1, 2, 3, 4, 5, 6, 7, 8]}
+        """,
+    )
+    tasks = [PointTask(p.id, p.spec) for p in select_points(load_experiment(path), ())]
+    synth_dirs = lambda: set(Path(tempfile.gettempdir()).glob("etsim-synth-*"))  # noqa: E731
+    before = synth_dirs()
+    lost = _pool_round([[t] for t in tasks], 2, lambda o: None)  # ends idle workers
+    assert lost == [] and synth_dirs() == before
+
+    def stop(outcome: PointOutcome) -> None:
+        STOP.set()  # the other worker is terminated in the middle of its point
+
+    STOP.clear()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _pool_round([[t] for t in tasks], 2, stop)
+    finally:
+        STOP.clear()
+    assert synth_dirs() == before
 
 
 def test_a_dead_worker_loses_only_its_own_batch(write, tmp_path: Path) -> None:

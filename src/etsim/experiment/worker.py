@@ -97,8 +97,15 @@ def _synthesis_dir() -> str:
     """A directory of this process for synthesised algorithm families (removed at exit)."""
     if not _TMP:
         _TMP.append(tempfile.mkdtemp(prefix="etsim-synth-"))
-        atexit.register(shutil.rmtree, _TMP[0], True)
+        atexit.register(_remove_synthesis_dir)
     return _TMP[0]
+
+
+def _remove_synthesis_dir() -> None:
+    # Called at exit, and by a pool worker as it ends: multiprocessing ends its children with os._exit,
+    # which runs no atexit handler.
+    while _TMP:
+        shutil.rmtree(_TMP.pop(), ignore_errors=True)
 
 
 def _workload_collectives(workload: Workload) -> dict[str, int]:
@@ -275,8 +282,8 @@ def run_batch(tasks: Sequence[PointTask]) -> list[PointOutcome]:
 def serve(conn: Connection, lifeline: Connection | None = None) -> None:
     """A local pool worker's life: run each batch received on *conn* and send back its outcomes.
 
-    - ``None`` or end-of-file on *conn* ends the worker normally (its exit handlers run).
-    - SIGTERM ends it too, running its exit handlers (temporary directories are removed).
+    - ``None`` or end-of-file on *conn* ends the worker; so does SIGTERM, even in the middle of a point.
+    - Either way its temporary directory (synthesised families) is removed.
     - Whatever happens to the worker, the sweep's process only ever reads this worker's own pipe: a
       worker ended half-way through sending leaves a torn message on a pipe nobody reads again, never
       a reader that waits forever (as :class:`concurrent.futures.ProcessPoolExecutor`'s shared result
@@ -284,15 +291,18 @@ def serve(conn: Connection, lifeline: Connection | None = None) -> None:
     """
     init_worker(lifeline)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    with conn:
-        while True:
-            try:
-                batch = conn.recv()
-            except EOFError:
-                return
-            if batch is None:
-                return
-            conn.send(run_batch(batch))
+    try:
+        with conn:
+            while True:
+                try:
+                    batch = conn.recv()
+                except EOFError:
+                    return
+                if batch is None:
+                    return
+                conn.send(run_batch(batch))
+    finally:
+        _remove_synthesis_dir()
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
@@ -314,4 +324,5 @@ def init_worker(lifeline: Connection | None = None) -> None:
 def _watch(lifeline: Connection) -> None:
     with contextlib.suppress(EOFError, OSError):
         lifeline.recv_bytes()  # blocks until the sweep's process closes its end, or dies
+    _remove_synthesis_dir()
     os._exit(1)
