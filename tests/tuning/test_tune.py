@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
+from time import sleep
 
 import pytest
 
@@ -153,3 +158,28 @@ def test_plot_marks_crossovers(repo: Path, tmp_path: Path) -> None:
         path = tmp_path / f"plot_{metric}.png"
         plot(path, result.measurements, result.tuned, request.candidates, metric=metric)
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_tune_leaves_no_worker_behind(repo: Path, tmp_path: Path, sig: signal.Signals) -> None:
+    # Its workers used to outlive a SIGTERM'd `etsim tune` for good (waiting on a queue nobody writes), and
+    # Ctrl-C printed their tracebacks.
+    cmd = [sys.executable, "-m", "etsim", "tune", "--topology", str(repo / "topologies" / "ring64.yaml")]
+    cmd += ["--sizes", "1KiB..1GiB", "--candidates", "ring,direct,tree,hd", "--jobs", "2"]
+    cmd += ["-o", str(tmp_path / "table.yaml")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    sleep(2)  # start-up, then the workers measure
+    # Ctrl-C reaches the whole foreground process group; a plain `kill` reaches the one process.
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, sig)
+    else:
+        os.kill(proc.pid, sig)
+    try:
+        # Returns once every process holding stderr is gone: the workers too.
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"`etsim tune` left processes running 30 s after {sig.name}")
+    assert proc.returncode != 0
+    assert b"Traceback" not in err

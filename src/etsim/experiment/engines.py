@@ -13,52 +13,23 @@ failed, so a dead worker never stops the sweep nor loses finished points.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import multiprocessing
-import os
 import socket
-import threading
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from multiprocessing.connection import wait as wait_ready
-from multiprocessing.process import BaseProcess
 from typing import Any
 
-from etsim.errors import ConfigError, SimulationError
-from etsim.experiment.worker import PointOutcome, PointTask, run_batch, run_point, serve
+from etsim.errors import ConfigError
+from etsim.experiment.worker import PointOutcome, PointTask, remove_synthesis_dir, run_batch, run_point
+from etsim.workers import POLL, STOP, check_stop, default_jobs, probe_workers, run_in_workers
 
 __all__ = ["ENGINES", "POLL", "STOP", "batch_size", "check_stop", "default_jobs", "run_local", "run_ray", "run_serial"]
 
 Callback = Callable[[PointOutcome], None]
 
-#: Set by the sweep's SIGINT/SIGTERM handlers (:func:`etsim.experiment.runner.run_experiment`). The parallel
-#: engines wait in short slices and stop at the next check: an exception raised asynchronously inside
-#: ``concurrent.futures`` or Ray while they hold a lock would leave that lock held, and the shutdown that
-#: follows would wait on it forever.
-STOP = threading.Event()
-#: Seconds between two checks of :data:`STOP`.
-POLL = 0.1
-
-
-def check_stop() -> None:
-    """Raise KeyboardInterrupt if the sweep was asked to stop."""
-    if STOP.is_set():
-        raise KeyboardInterrupt
-
-
 _DIED = "the worker process died while running this point (crash or out of memory)"
-
-
-def default_jobs() -> int:
-    """The CPUs this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+#: What the worker server imports once, before any worker starts.
+_PRELOAD = ("etsim.experiment.worker",)
 
 
 def batch_size(points: int, workers: int, *, per_worker: int = 8, cap: int = 32) -> int:
@@ -78,128 +49,15 @@ def run_serial(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int = 1) 
         on_outcome(run_point(task))
 
 
-def _context() -> Any:
-    # forkserver: workers start from a clean, single-threaded server (no fork of a process that may
-    # hold threads, e.g. a progress bar's), which imports etsim once for all of them.
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["etsim.experiment.worker"])
-        return ctx
-    return multiprocessing.get_context("spawn")  # pragma: no cover - Windows
-
-
-@dataclass
-class _Worker:
-    """One local worker process, the parent's end of its pipe, and the batch it is running."""
-
-    process: BaseProcess
-    conn: Connection
-    batch: list[PointTask] | None = None
-
-
-def _start_worker(ctx: Any, lifeline: Connection) -> _Worker:
-    conn, child = ctx.Pipe()
-    # Not a daemon: a point may start processes of its own (writing a synthesised family in parallel).
-    process = ctx.Process(target=serve, args=(child, lifeline), name="etsim-worker")
-    process.start()
-    child.close()  # the worker holds the only other end: its death is end-of-file here
-    return _Worker(process, conn)
-
-
-def _end_workers(workers: list[_Worker]) -> None:
-    """End every worker: idle ones are told to stop, busy ones are terminated (SIGTERM, then SIGKILL)."""
-    for worker in workers:
-        if not worker.process.is_alive():
-            continue
-        if worker.batch is None:
-            with contextlib.suppress(OSError):
-                worker.conn.send(None)
-        else:
-            worker.process.terminate()
-    for worker in workers:
-        worker.process.join(timeout=5)
-        if worker.process.is_alive():  # pragma: no cover - a worker stuck where SIGTERM cannot reach it
-            worker.process.kill()
-            worker.process.join()
-        worker.conn.close()
-
-
 def _pool_round(batches: list[list[PointTask]], workers: int, on_outcome: Callback) -> list[PointTask]:
-    """Run *batches* on *workers* fresh worker processes; return the points of batches whose worker died.
+    """Run *batches* on *workers* fresh worker processes; return the points of batches whose worker died."""
 
-    A dead worker loses only the batch it was running; a new worker takes its place while batches wait.
-    """
-    ctx = _context()
-    lifeline, alive = ctx.Pipe(duplex=False)  # workers get the read end; only this process holds `alive`
-    queue = deque(batches)
-    pool: list[_Worker] = []
-    lost: list[PointTask] = []
+    def on_result(batch: list[PointTask], outcomes: list[PointOutcome]) -> None:
+        for outcome in outcomes:
+            on_outcome(outcome)
 
-    def hand_out(worker: _Worker) -> None:
-        worker.batch = queue.popleft() if queue else None
-        if worker.batch is not None:
-            # A worker that died since its last answer: the loop below reads its end-of-file, loses the batch.
-            with contextlib.suppress(OSError):
-                worker.conn.send(worker.batch)
-
-    try:
-        for _ in range(min(workers, len(queue))):
-            pool.append(_start_worker(ctx, lifeline))
-            hand_out(pool[-1])
-        while True:
-            busy = [worker for worker in pool if worker.batch is not None]
-            if not busy:
-                break
-            check_stop()
-            ready = set(wait_ready([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout=POLL))
-            for worker in busy:
-                if worker.conn not in ready and worker.process.sentinel not in ready:
-                    continue
-                batch = worker.batch
-                assert batch is not None
-                try:
-                    if worker.conn not in ready and not worker.conn.poll(0):
-                        # Dead, yet its pipe is still open (a process it started may hold it): nothing will come.
-                        raise EOFError
-                    outcomes: list[PointOutcome] = worker.conn.recv()
-                except (EOFError, OSError):  # died before or while answering
-                    lost.extend(batch)
-                    worker.batch = None
-                    pool.remove(worker)
-                    _end_workers([worker])
-                    if queue:
-                        pool.append(_start_worker(ctx, lifeline))
-                        hand_out(pool[-1])
-                    continue
-                for outcome in outcomes:
-                    on_outcome(outcome)
-                hand_out(worker)
-    finally:
-        _end_workers(pool)
-        alive.close()
-        lifeline.close()
-    return lost
-
-
-def _check_workers_start() -> None:
-    """Raise if a fresh worker cannot even run an empty batch (then every point would "die", whatever it is)."""
-    ctx = _context()
-    lifeline, alive = ctx.Pipe(duplex=False)
-    worker = _start_worker(ctx, lifeline)
-    try:
-        worker.conn.send([])
-        worker.batch = []
-        worker.conn.recv()
-        worker.batch = None
-    except (EOFError, OSError):
-        raise SimulationError(
-            "worker processes die before running anything (see the messages above; a program read from "
-            "standard input cannot start workers): run with --jobs 1 to simulate in this process"
-        ) from None
-    finally:
-        _end_workers([worker])
-        alive.close()
-        lifeline.close()
+    lost = run_in_workers(run_batch, batches, workers, on_result, finalizer=remove_synthesis_dir, preload=_PRELOAD)
+    return [task for batch in lost for task in batch]
 
 
 def run_local(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int) -> None:
@@ -210,7 +68,7 @@ def run_local(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int) -> No
     workers = min(jobs, len(tasks))
     lost = _pool_round(_batches(tasks, batch_size(len(tasks), workers)), workers, on_outcome)
     if lost:
-        _check_workers_start()
+        probe_workers(_PRELOAD)
         # One point per task: only points in flight when a worker dies are lost again.
         lost = _pool_round(_batches(lost, 1), min(workers, len(lost)), on_outcome)
     for task in lost:

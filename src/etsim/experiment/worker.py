@@ -10,20 +10,16 @@ sweep workers and by ``etsim run --config``.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import json
 import os
 import shutil
-import signal
 import tempfile
-import threading
 import time
 import traceback
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
-from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 from etsim.chakra import COLLECTIVE_NAMES, NodeType, Workload, load_workload
@@ -39,7 +35,7 @@ from etsim.system.config import SystemConfig, load_system_config
 from etsim.producers.tacos import COLLECTIVES as TACOS_COLLECTIVES  # isort: skip
 from etsim.producers.tacos import synthesize, write_synthesis  # isort: skip
 
-__all__ = ["PointOutcome", "PointTask", "init_worker", "run_batch", "run_point", "serve", "simulate_point"]
+__all__ = ["PointOutcome", "PointTask", "remove_synthesis_dir", "run_batch", "run_point", "simulate_point"]
 
 T = TypeVar("T")
 
@@ -97,13 +93,16 @@ def _synthesis_dir() -> str:
     """A directory of this process for synthesised algorithm families (removed at exit)."""
     if not _TMP:
         _TMP.append(tempfile.mkdtemp(prefix="etsim-synth-"))
-        atexit.register(_remove_synthesis_dir)
+        atexit.register(remove_synthesis_dir)
     return _TMP[0]
 
 
-def _remove_synthesis_dir() -> None:
-    # Called at exit, and by a pool worker as it ends: multiprocessing ends its children with os._exit,
-    # which runs no atexit handler.
+def remove_synthesis_dir() -> None:
+    """Remove this process's directory of synthesised families (at exit, and as a pool worker ends).
+
+    A pool worker calls it itself: multiprocessing ends its children with ``os._exit``, which runs no
+    ``atexit`` handler.
+    """
     while _TMP:
         shutil.rmtree(_TMP.pop(), ignore_errors=True)
 
@@ -277,52 +276,3 @@ def _since(t0: float) -> float:
 def run_batch(tasks: Sequence[PointTask]) -> list[PointOutcome]:
     """Run points one after the other in this process (the unit of work sent to a worker)."""
     return [run_point(task) for task in tasks]
-
-
-def serve(conn: Connection, lifeline: Connection | None = None) -> None:
-    """A local pool worker's life: run each batch received on *conn* and send back its outcomes.
-
-    - ``None`` or end-of-file on *conn* ends the worker; so does SIGTERM, even in the middle of a point.
-    - Either way its temporary directory (synthesised families) is removed.
-    - Whatever happens to the worker, the sweep's process only ever reads this worker's own pipe: a
-      worker ended half-way through sending leaves a torn message on a pipe nobody reads again, never
-      a reader that waits forever (as :class:`concurrent.futures.ProcessPoolExecutor`'s shared result
-      queue does, which is why the local engine does not use it).
-    """
-    init_worker(lifeline)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    try:
-        with conn:
-            while True:
-                try:
-                    batch = conn.recv()
-                except EOFError:
-                    return
-                if batch is None:
-                    return
-                conn.send(run_batch(batch))
-    finally:
-        _remove_synthesis_dir()
-
-
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
-def init_worker(lifeline: Connection | None = None) -> None:
-    """Pool-worker start-up: Ctrl-C belongs to the parent, which stops the workers itself.
-
-    *lifeline* is the read end of a pipe whose only write end the sweep's process holds: a watchdog
-    thread ends this worker when it reads end-of-file, i.e. when that process is gone. A parent killed
-    outright (SIGKILL) cannot stop its workers, and they would otherwise wait for work forever.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if lifeline is not None:
-        threading.Thread(target=_watch, args=(lifeline,), name="etsim-lifeline", daemon=True).start()
-
-
-def _watch(lifeline: Connection) -> None:
-    with contextlib.suppress(EOFError, OSError):
-        lifeline.recv_bytes()  # blocks until the sweep's process closes its end, or dies
-    _remove_synthesis_dir()
-    os._exit(1)

@@ -2,8 +2,8 @@
 
 :func:`run_points` takes :class:`~etsim.tuning.points.Point` and :class:`~etsim.tuning.points.WorkloadPoint`
 values and returns one :class:`Measurement` each, in the same order. With ``jobs == 1`` everything runs in
-this process; otherwise a :class:`concurrent.futures.ProcessPoolExecutor` of ``jobs`` workers takes them in
-chunks, each worker building the network once (and so synthesising a ``tacos`` candidate once per group).
+this process; otherwise ``jobs`` worker processes (:func:`etsim.workers.run_in_workers`) take them in chunks,
+each worker building the network once (and so synthesising a ``tacos`` candidate once per group).
 An experiment engine can replace this function without touching its callers.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,6 +24,7 @@ from etsim.simulation import DEFAULT_MODEL, simulate
 from etsim.system.algorithms.sources import AlgorithmContext, resolve_algorithm
 from etsim.system.config import SystemConfig
 from etsim.tuning.points import Point, WorkloadPoint, point_workload
+from etsim.workers import probe_workers, run_in_workers
 
 __all__ = ["Measurement", "Setup", "run_points"]
 
@@ -51,6 +51,9 @@ class Measurement:
 
 
 _STATE: dict[str, Any] = {}
+_DIED = "the worker process died while measuring this point (crash or out of memory)"
+#: What the worker server imports once, before any worker starts.
+_PRELOAD = ("etsim.tuning.runner",)
 
 
 def _init(setup: Setup) -> None:
@@ -135,5 +138,21 @@ def run_points(points: Sequence[Point | WorkloadPoint], setup: Setup, jobs: int 
             _STATE.clear()
             _STATE.update(saved)
     chunk = max(1, len(points) // (jobs * 4))
-    with ProcessPoolExecutor(max_workers=jobs, initializer=_init, initargs=(setup,)) as pool:
-        return list(pool.map(_measure, points, chunksize=chunk))
+    batches = [(i, list(points[i : i + chunk])) for i in range(0, len(points), chunk)]
+    measured: dict[int, list[Measurement]] = {}
+
+    def on_result(batch: tuple[int, list[Point | WorkloadPoint]], out: list[Measurement]) -> None:
+        measured[batch[0]] = out
+
+    options: dict[str, Any] = {"initializer": _init, "initargs": (setup,), "preload": _PRELOAD}
+    lost = run_in_workers(_measure_batch, batches, jobs, on_result, **options)
+    if lost:  # rerun point by point: only a point that kills its worker alone is lost for good
+        probe_workers(_PRELOAD)
+        singles = [(i, [point]) for start, batch in lost for i, point in enumerate(batch, start)]
+        for i, [point] in run_in_workers(_measure_batch, singles, min(jobs, len(singles)), on_result, **options):
+            measured[i] = [Measurement(point, None, f"skipped: {_DIED}")]
+    return [m for i in sorted(measured) for m in measured[i]]
+
+
+def _measure_batch(batch: tuple[int, list[Point | WorkloadPoint]]) -> list[Measurement]:
+    return [_measure(point) for point in batch[1]]

@@ -1,0 +1,239 @@
+"""Worker processes for parallel runs (sweeps, tuning) that can be stopped at any moment.
+
+:func:`run_in_workers` farms tasks out to fresh worker processes, each with a pipe of its own. Not
+:class:`concurrent.futures.ProcessPoolExecutor`: its workers share one result queue, and a worker ended
+while writing to it leaves a half-written result that the pool's manager thread waits on forever, so
+the stopped process hangs at exit. With a pipe per worker, a torn answer is end-of-file on a pipe
+nobody reads again.
+
+Workers start from a ``forkserver`` (a clean, single-threaded process that imported the given modules
+once), so they never inherit a parent's threads or locks, and the task function, initialiser and
+arguments must be picklable (module-level functions, plain data).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as wait_ready
+from multiprocessing.process import BaseProcess
+from typing import Any, TypeVar
+
+from etsim.errors import SimulationError
+
+__all__ = ["POLL", "STOP", "check_stop", "default_jobs", "probe_workers", "run_in_workers"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Set by a signal handler to stop :func:`run_in_workers` at its next check (every :data:`POLL` seconds).
+#: A handler that raised instead could interrupt this process between two steps that must go together
+#: (writing a result file and counting it, say); the flag lets the caller choose where a stop may land.
+STOP = threading.Event()
+#: Seconds between two checks of :data:`STOP`.
+POLL = 0.1
+
+
+def check_stop() -> None:
+    """Raise KeyboardInterrupt if :data:`STOP` is set."""
+    if STOP.is_set():
+        raise KeyboardInterrupt
+
+
+def default_jobs() -> int:
+    """The CPUs this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _context(preload: Sequence[str]) -> Any:
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(list(preload))  # used when the server starts (once per process)
+        return ctx
+    return multiprocessing.get_context("spawn")  # pragma: no cover - Windows
+
+
+_IDLE = object()
+
+
+@dataclass
+class _Worker:
+    """One worker process, this process's end of its pipe, and the task it is running."""
+
+    process: BaseProcess
+    conn: Connection
+    task: Any = _IDLE
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What a worker runs, sent once when it starts."""
+
+    function: Callable[[Any], Any]
+    initializer: Callable[..., None] | None
+    initargs: tuple[Any, ...]
+    finalizer: Callable[[], None] | None
+
+
+def _start(ctx: Any, job: _Job, lifeline: Connection) -> _Worker:
+    conn, child = ctx.Pipe()
+    # Not a daemon: a task may start processes of its own (writing a synthesised family in parallel).
+    process = ctx.Process(target=_serve, args=(child, lifeline, job), name="etsim-worker")
+    process.start()
+    child.close()  # the worker holds the only other end: its death is end-of-file here
+    return _Worker(process, conn)
+
+
+def _end(workers: Sequence[_Worker]) -> None:
+    """End every worker: idle ones are told to stop, busy ones are terminated (SIGTERM, then SIGKILL)."""
+    for worker in workers:
+        if not worker.process.is_alive():
+            continue
+        if worker.task is _IDLE:
+            with contextlib.suppress(OSError):
+                worker.conn.send(None)  # tasks travel as 1-tuples: None means "end now"
+        else:
+            worker.process.terminate()
+    for worker in workers:
+        worker.process.join(timeout=5)
+        if worker.process.is_alive():  # pragma: no cover - a worker stuck where SIGTERM cannot reach it
+            worker.process.kill()
+            worker.process.join()
+        worker.conn.close()
+
+
+def run_in_workers(
+    function: Callable[[T], R],
+    tasks: Sequence[T],
+    workers: int,
+    on_result: Callable[[T, R], None],
+    *,
+    initializer: Callable[..., None] | None = None,
+    initargs: tuple[Any, ...] = (),
+    finalizer: Callable[[], None] | None = None,
+    preload: Sequence[str] = (),
+) -> list[T]:
+    """Run ``function(task)`` for every task on up to *workers* fresh processes; return the tasks whose worker died.
+
+    - ``on_result(task, result)`` runs in this process as each task finishes (in completion order).
+    - A worker that dies (a crash, the OOM killer) loses only its own task; a new worker takes its place
+      while tasks wait. Nothing is retried here: the caller decides what a lost task means.
+    - :data:`STOP` (checked every :data:`POLL` s) ends the run with KeyboardInterrupt; a KeyboardInterrupt
+      raised in this process ends it too. Either way every worker is gone before this returns or raises:
+      busy ones are terminated, idle ones told to stop.
+    - Workers ignore SIGINT (Ctrl-C belongs to this process) and end themselves when this process dies
+      (SIGKILL included: they watch a pipe whose only write end this process holds).
+    - ``initializer(*initargs)`` runs once in each worker before its first task; ``finalizer()`` runs as
+      it ends, whether told to, terminated or orphaned (multiprocessing's children skip ``atexit``).
+    - *preload*: modules the worker server imports once, so that workers start warm.
+    """
+    ctx = _context(preload)
+    job = _Job(function, initializer, initargs, finalizer)
+    lifeline, alive = ctx.Pipe(duplex=False)  # workers get the read end; only this process holds `alive`
+    queue = deque(tasks)
+    pool: list[_Worker] = []
+    lost: list[T] = []
+
+    def hand_out(worker: _Worker) -> None:
+        worker.task = queue.popleft() if queue else _IDLE
+        if worker.task is not _IDLE:
+            # A worker that died since its last answer: the loop below reads its end-of-file, loses the task.
+            with contextlib.suppress(OSError):
+                worker.conn.send((worker.task,))
+
+    try:
+        for _ in range(min(workers, len(queue))):
+            pool.append(_start(ctx, job, lifeline))
+            hand_out(pool[-1])
+        while True:
+            busy = [worker for worker in pool if worker.task is not _IDLE]
+            if not busy:
+                break
+            check_stop()
+            ready = set(wait_ready([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout=POLL))
+            for worker in busy:
+                if worker.conn not in ready and worker.process.sentinel not in ready:
+                    continue
+                task = worker.task
+                try:
+                    if worker.conn not in ready and not worker.conn.poll(0):
+                        # Dead, yet its pipe is still open (a process it started may hold it): nothing will come.
+                        raise EOFError
+                    result = worker.conn.recv()
+                except (EOFError, OSError):  # died before or while answering
+                    lost.append(task)
+                    worker.task = _IDLE
+                    pool.remove(worker)
+                    _end([worker])
+                    if queue:
+                        pool.append(_start(ctx, job, lifeline))
+                        hand_out(pool[-1])
+                    continue
+                hand_out(worker)  # first, so the worker computes while this process handles the result
+                on_result(task, result)
+    finally:
+        _end(pool)
+        alive.close()
+        lifeline.close()
+    return lost
+
+
+def _nothing(task: object) -> object:
+    return task
+
+
+def probe_workers(preload: Sequence[str] = ()) -> None:
+    """Raise :class:`~etsim.errors.SimulationError` if a fresh worker cannot even run a no-op.
+
+    Then every task would "die", whatever it is: a program read from standard input, for one, cannot
+    start workers.
+    """
+    if run_in_workers(_nothing, [None], 1, lambda task, result: None, preload=preload):
+        raise SimulationError(
+            "worker processes die before running anything (see the messages above; a program read from "
+            "standard input cannot start workers): run with --jobs 1 to work in this process"
+        )
+
+
+def _serve(conn: Connection, lifeline: Connection, job: _Job) -> None:
+    """A worker's life: run each task received on *conn* and send back its result, until told to end."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    threading.Thread(target=_watch, args=(lifeline, job.finalizer), name="etsim-lifeline", daemon=True).start()
+    try:
+        if job.initializer is not None:
+            job.initializer(*job.initargs)
+        with conn:
+            while True:
+                try:
+                    message = conn.recv()
+                except EOFError:
+                    return
+                if message is None:
+                    return
+                conn.send(job.function(message[0]))
+    finally:
+        if job.finalizer is not None:
+            job.finalizer()
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _watch(lifeline: Connection, finalizer: Callable[[], None] | None) -> None:
+    with contextlib.suppress(EOFError, OSError):
+        lifeline.recv_bytes()  # blocks until the parent process closes its end, or dies
+    if finalizer is not None:
+        finalizer()
+    os._exit(1)

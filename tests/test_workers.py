@@ -1,0 +1,77 @@
+"""Worker processes: results come back, a dead worker loses only its task, a stop leaves nothing behind."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import tempfile
+import threading
+import time
+from functools import partial
+from operator import call
+from pathlib import Path
+
+import pytest
+
+from etsim.workers import STOP, probe_workers, run_in_workers
+
+# Tasks are stdlib callables (picklable by reference; test modules are not importable in workers), run by
+# `operator.call`.
+
+
+def test_every_task_comes_back_with_its_result() -> None:
+    tasks = [partial(pow, 2, k) for k in range(20)]
+    got: dict[int, int] = {}
+    lost = run_in_workers(call, tasks, 2, lambda task, result: got.__setitem__(task.args[1], result))
+    assert lost == [] and got == {k: 2**k for k in range(20)}
+
+
+def test_a_crashing_task_loses_only_itself() -> None:
+    tasks = [partial(time.sleep, 0.01) for _ in range(6)]
+    tasks[2] = tasks[4] = partial(os._exit, 3)
+    done: list[int] = []
+    lost = run_in_workers(call, tasks, 2, lambda task, result: done.append(tasks.index(task)))
+    assert lost == [tasks[2], tasks[4]]
+    assert sorted(done) == [0, 1, 3, 5]
+
+
+@pytest.mark.parametrize("how", ["STOP", "KeyboardInterrupt"])
+def test_a_stop_ends_every_worker_and_runs_their_finalizers(tmp_path: Path, how: str) -> None:
+    # The stop lands when the first task ends, a second after the other worker began a task of a minute (a
+    # worker stopped before it even started has nothing to finalise; this one has).
+    tasks = [partial(time.sleep, 1), partial(time.sleep, 60), partial(time.sleep, 60)]
+    threads = set(threading.enumerate())
+
+    def on_result(task: object, result: object) -> None:
+        if how == "STOP":
+            STOP.set()  # as a SIGINT/SIGTERM handler does
+        else:
+            raise KeyboardInterrupt  # Ctrl-C landing in this process
+
+    STOP.clear()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_in_workers(call, tasks, 2, on_result, finalizer=partial(tempfile.mkstemp, dir=tmp_path))
+    finally:
+        STOP.clear()
+    assert time.monotonic() - t0 < 30  # the busy worker was terminated, not waited for
+    assert multiprocessing.active_children() == []
+    assert set(threading.enumerate()) <= threads
+    assert len(list(tmp_path.iterdir())) == 2  # each worker's finalizer ran: the idle one's and the busy one's
+
+
+def test_the_initializer_runs_once_per_worker_before_its_tasks(tmp_path: Path) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    init = partial(tempfile.mkstemp, dir=marks)
+    seen: list[list[str]] = []
+    # Each task lists the marks directory: the first worker's mark is there before its first task runs.
+    tasks = [partial(os.listdir, marks) for _ in range(8)]
+    assert run_in_workers(call, tasks, 2, lambda task, result: seen.append(result), initializer=init) == []
+    assert all(listing for listing in seen)
+    assert len(list(marks.iterdir())) == 2
+
+
+def test_probe_workers_passes_when_workers_can_start() -> None:
+    probe_workers()
