@@ -55,12 +55,16 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
-def _context(preload: Sequence[str]) -> Any:
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        ctx = multiprocessing.get_context("forkserver")
+def _context(start: str, preload: Sequence[str]) -> Any:
+    methods = multiprocessing.get_all_start_methods()
+    if start not in ("forkserver", "fork"):
+        raise ValueError(f"start={start!r}: expected 'forkserver' or 'fork'")
+    if start not in methods:  # pragma: no cover - not POSIX
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context(start)
+    if start == "forkserver":
         ctx.set_forkserver_preload(list(preload))  # used when the server starts (once per process)
-        return ctx
-    return multiprocessing.get_context("spawn")  # pragma: no cover - Windows
+    return ctx
 
 
 _IDLE = object()
@@ -85,10 +89,13 @@ class _Job:
     finalizer: Callable[[], None] | None
 
 
-def _start(ctx: Any, job: _Job, lifeline: Connection) -> _Worker:
+def _start(ctx: Any, job: _Job, lifeline: Connection, alive: Connection) -> _Worker:
     conn, child = ctx.Pipe()
+    # A forked worker inherits every descriptor, `alive` included: it closes that copy first thing, or its
+    # lifeline would never read end-of-file. Other start methods pass only what the arguments name.
+    inherited = alive if ctx.get_start_method() == "fork" else None
     # Not a daemon: a task may start processes of its own (writing a synthesised family in parallel).
-    process = ctx.Process(target=_serve, args=(child, lifeline, job), name="etsim-worker")
+    process = ctx.Process(target=_serve, args=(child, lifeline, job, inherited), name="etsim-worker")
     process.start()
     child.close()  # the worker holds the only other end: its death is end-of-file here
     return _Worker(process, conn)
@@ -122,6 +129,7 @@ def run_in_workers(
     initargs: tuple[Any, ...] = (),
     finalizer: Callable[[], None] | None = None,
     preload: Sequence[str] = (),
+    start: str = "forkserver",
 ) -> list[T]:
     """Run ``function(task)`` for every task on up to *workers* fresh processes; return the tasks whose worker died.
 
@@ -135,9 +143,13 @@ def run_in_workers(
       (SIGKILL included: they watch a pipe whose only write end this process holds).
     - ``initializer(*initargs)`` runs once in each worker before its first task; ``finalizer()`` runs as
       it ends, whether told to, terminated or orphaned (multiprocessing's children skip ``atexit``).
+    - An exception raised by *function* ends the run: it is raised here, once every worker is gone.
     - *preload*: modules the worker server imports once, so that workers start warm.
+    - *start*: ``"forkserver"`` (the default: clean workers; the function, initialiser and their
+      arguments are pickled) or ``"fork"`` (workers are copies of this process: a closure or a global
+      set just before the call reaches them as it is; use it from single-threaded code only).
     """
-    ctx = _context(preload)
+    ctx = _context(start, preload)
     job = _Job(function, initializer, initargs, finalizer)
     lifeline, alive = ctx.Pipe(duplex=False)  # workers get the read end; only this process holds `alive`
     queue = deque(tasks)
@@ -153,7 +165,7 @@ def run_in_workers(
 
     try:
         for _ in range(min(workers, len(queue))):
-            pool.append(_start(ctx, job, lifeline))
+            pool.append(_start(ctx, job, lifeline, alive))
             hand_out(pool[-1])
         while True:
             busy = [worker for worker in pool if worker.task is not _IDLE]
@@ -169,16 +181,18 @@ def run_in_workers(
                     if worker.conn not in ready and not worker.conn.poll(0):
                         # Dead, yet its pipe is still open (a process it started may hold it): nothing will come.
                         raise EOFError
-                    result = worker.conn.recv()
+                    ok, result = worker.conn.recv()
                 except (EOFError, OSError):  # died before or while answering
                     lost.append(task)
                     worker.task = _IDLE
                     pool.remove(worker)
                     _end([worker])
                     if queue:
-                        pool.append(_start(ctx, job, lifeline))
+                        pool.append(_start(ctx, job, lifeline, alive))
                         hand_out(pool[-1])
                     continue
+                if not ok:
+                    raise result
                 hand_out(worker)  # first, so the worker computes while this process handles the result
                 on_result(task, result)
     finally:
@@ -205,8 +219,10 @@ def probe_workers(preload: Sequence[str] = ()) -> None:
         )
 
 
-def _serve(conn: Connection, lifeline: Connection, job: _Job) -> None:
+def _serve(conn: Connection, lifeline: Connection, job: _Job, inherited: Connection | None) -> None:
     """A worker's life: run each task received on *conn* and send back its result, until told to end."""
+    if inherited is not None:
+        inherited.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     threading.Thread(target=_watch, args=(lifeline, job.finalizer), name="etsim-lifeline", daemon=True).start()
@@ -221,7 +237,14 @@ def _serve(conn: Connection, lifeline: Connection, job: _Job) -> None:
                     return
                 if message is None:
                     return
-                conn.send(job.function(message[0]))
+                try:
+                    answer = (True, job.function(message[0]))
+                except Exception as exc:
+                    answer = (False, exc)
+                try:
+                    conn.send(answer)
+                except Exception as exc:  # the answer does not pickle (nothing was written)
+                    conn.send((False, SimulationError(f"a worker's answer cannot be sent back: {exc!r}")))
     finally:
         if job.finalizer is not None:
             job.finalizer()

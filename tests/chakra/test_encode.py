@@ -7,6 +7,8 @@ serialising it) stays the reference.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,7 @@ from etsim.chakra.attributes import make_attribute
 from etsim.chakra.graph import CollectiveType
 from etsim.chakra.io import encode_node, serialize_trace
 from etsim.chakra.schema import et_def_pb2 as pb
+from etsim.errors import TraceError
 from etsim.network import mesh
 from etsim.producers.msccl import convert_msccl
 from etsim.producers.tacos import synthesize, write_synthesis
@@ -158,3 +161,25 @@ def test_parallel_family_writer_matches_the_serial_one(tmp_path: Path) -> None:
     assert [p.name for p in forked] == [f"two.{r}.et" for r in range(16)]
     for a, b in zip(serial, forked, strict=True):
         assert a.read_bytes() == b.read_bytes()
+
+
+def test_parallel_family_writer_reports_a_failing_or_dying_worker(tmp_path: Path) -> None:
+    algorithm = ALGORITHMS.get("ring")()
+    graphs = [algorithm.graph(CollectiveType.ALL_REDUCE, 8, p) for p in range(8)]
+
+    def failing(rank: int) -> bytes:
+        if rank == 5:
+            raise TraceError(f"rank {rank}: no graph")
+        return encode_algo_graph(graphs[rank], rank, 8)
+
+    with pytest.raises(TraceError, match="rank 5: no graph"):
+        write_family_by_rank(failing, 8, tmp_path / "fail", jobs=2)
+
+    def dying(rank: int) -> bytes:
+        if rank == 5:
+            os._exit(9)  # as the OOM killer would end it
+        return encode_algo_graph(graphs[rank], rank, 8)
+
+    with pytest.raises(TraceError, match=r"die\.\*\.et: the process writing ranks 1, 3, 5, 7 died"):
+        write_family_by_rank(dying, 8, tmp_path / "die", jobs=2)
+    assert multiprocessing.active_children() == []

@@ -684,17 +684,20 @@ def write_family_by_rank(
     text = family_prefix(prefix)
     if jobs <= 1 or count < 2 * jobs or "fork" not in multiprocessing.get_all_start_methods():
         return write_family((make(rank) for rank in range(count)), text)
-    from concurrent.futures import ProcessPoolExecutor
+    from etsim.workers import run_in_workers
 
     global _FAMILY_JOB
     make_parent(f"{text}.0.et", TraceError)
     _FAMILY_JOB = (make, text)  # inherited by the forked workers (a closure cannot be pickled)
     try:
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-            for done in [pool.submit(_write_ranks, range(w, count, jobs)) for w in range(jobs)]:
-                done.result()
+        parts = [range(w, count, jobs) for w in range(jobs)]
+        lost = run_in_workers(_write_ranks, parts, jobs, lambda part, result: None, start="fork")
     finally:
         _FAMILY_JOB = None
+    if lost:
+        ranks = sorted(rank for part in lost for rank in part)
+        shown = ", ".join(str(rank) for rank in ranks[:8]) + (", …" if len(ranks) > 8 else "")
+        raise TraceError(f"{text}.*.et: the process writing ranks {shown} died (out of memory?); the family is partial")
     return [Path(f"{text}.{rank}.et") for rank in range(count)]
 
 
