@@ -130,6 +130,7 @@ def run_in_workers(
     finalizer: Callable[[], None] | None = None,
     preload: Sequence[str] = (),
     start: str = "forkserver",
+    meanwhile: Callable[[], None] | None = None,
 ) -> list[T]:
     """Run ``function(task)`` for every task on up to *workers* fresh processes; return the tasks whose worker died.
 
@@ -148,6 +149,8 @@ def run_in_workers(
     - *start*: ``"forkserver"`` (the default: clean workers; the function, initialiser and their
       arguments are pickled) or ``"fork"`` (workers are copies of this process: a closure or a global
       set just before the call reaches them as it is; use it from single-threaded code only).
+    - ``meanwhile()`` runs in this process once every worker has its first task (this process's own
+      share of the work, say); results are collected after it returns.
     """
     ctx = _context(start, preload)
     job = _Job(function, initializer, initargs, finalizer)
@@ -167,6 +170,8 @@ def run_in_workers(
         for _ in range(min(workers, len(queue))):
             pool.append(_start(ctx, job, lifeline, alive))
             hand_out(pool[-1])
+        if meanwhile is not None:
+            meanwhile()
         while True:
             busy = [worker for worker in pool if worker.task is not _IDLE]
             if not busy:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
+import os
+import random
 from pathlib import Path
 
 import pytest
@@ -168,3 +171,83 @@ def test_family_with_two_files_for_one_rank(tmp_path: Path) -> None:
         write_trace(trace, tmp_path / name)
     with pytest.raises(TraceError, match=r"f.0.et and f.00.et are both rank 0 of f|f.00.et and f.0.et are both"):
         resolve_family(tmp_path / "f")
+
+
+def _messy_nodes(count: int, seed: int) -> list[pb.Node]:
+    """Nodes with everything a reader must get right: ids out of order and repeated, dependencies forward,
+    backward, far away and missing, attributes in the expected member, another member, of the wrong kind,
+    repeated and unknown."""
+    rng = random.Random(seed)
+    ids = list(range(count))
+    rng.shuffle(ids)
+    ids[7] = ids[count - 3]  # a repeated id
+    nodes = []
+    for pos, nid in enumerate(ids):
+        node = pb.Node(id=nid, name=rng.choice(["comp", "send", "recv", f"op{pos % 13}", ""]), type=rng.randrange(8))
+        node.duration_micros = rng.choice([0, 1, rng.randrange(10**6)])
+        node.data_deps.extend(rng.choice(ids) for _ in range(rng.randrange(3)))
+        node.ctrl_deps.extend(rng.choice([*ids[:5], count + 5]) for _ in range(rng.randrange(2)))
+        for _ in range(rng.randrange(5)):
+            name = rng.choice(["comm_size", "comm_type", "comm_src", "is_cpu_op", "pg_name", "num_ops", "other"])
+            attr = node.attr.add(name=name)
+            kind = rng.randrange(5)
+            if kind == 0:
+                attr.int64_val = rng.randrange(1 << 40)
+            elif kind == 1:
+                attr.int32_val = rng.randrange(100)
+            elif kind == 2:
+                attr.bool_val = rng.random() < 0.5
+            elif kind == 3:
+                attr.string_val = rng.choice(["dp", "tp", "7"])
+            else:
+                attr.double_val = rng.choice([2.0, 2.5])
+        nodes.append(node)
+    return nodes
+
+
+@pytest.mark.parametrize("keep_raw", [True, False])
+def test_reading_in_several_processes_gives_the_same_trace(tmp_path: Path, keep_raw: bool) -> None:
+    from etsim.chakra import Trace
+
+    meta = pb.GlobalMetadata(version="0.0.4")
+    path = write_trace(Trace.from_nodes(_messy_nodes(3001, seed=11), meta), tmp_path / "messy.et")
+    serial = read_trace(path, keep_raw=keep_raw, jobs=1)
+    assert serial.duplicate_ids and serial.missing_ctrl_deps and serial.bad_attributes and serial.member_mismatches
+    for jobs in (2, 3):
+        parallel = read_trace(path, keep_raw=keep_raw, jobs=jobs)
+        for f in dataclasses.fields(Trace):
+            assert getattr(parallel, f.name) == getattr(serial, f.name), (jobs, f.name)
+        if keep_raw:
+            assert serialize_trace(parallel) == read_bytes(path)
+
+
+def test_reading_the_corpus_in_several_processes_gives_the_same_trace(corpus: Path) -> None:
+    from etsim.chakra import Trace
+
+    path = corpus / "chakra" / "pytorch_trace" / "chakra.0.et"
+    serial, parallel = read_trace(path, jobs=1), read_trace(path, jobs=2)
+    assert all(getattr(parallel, f.name) == getattr(serial, f.name) for f in dataclasses.fields(Trace))
+
+
+def test_a_bad_frame_read_by_another_process_is_named(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    for _ in range(40):
+        b.comp(duration_micros=1)
+    data = bytearray(write_trace(b.build(), tmp_path / "ok.et").read_bytes())
+    data[-2] = 0xFF  # inside the last node's payload: a field with an invalid wire type
+    (tmp_path / "bad.et").write_bytes(bytes(data))
+    with pytest.raises(TraceError, match=r"bad\.et: frame 40 \(node 39\) is not a Node message"):
+        read_trace(tmp_path / "bad.et", jobs=2)
+
+
+def test_only_large_traces_are_read_in_several_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from etsim.chakra.io import PARALLEL_NODES, _reading_jobs
+
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    assert _reading_jobs(PARALLEL_NODES - 1, None) == 1
+    assert _reading_jobs(PARALLEL_NODES, None) == min(len(os.sched_getaffinity(0)), 4)
+    assert _reading_jobs(5, 8) == 5 and _reading_jobs(100, 1) == 1
+    monkeypatch.setattr(threading, "active_count", lambda: 2)  # forking a threaded process is unsafe
+    assert _reading_jobs(PARALLEL_NODES, None) == 1

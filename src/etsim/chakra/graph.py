@@ -94,6 +94,7 @@ def parse_collective(text: str | int | CollectiveType) -> CollectiveType:
     names = ", ".join(c.name.lower() for c in CollectiveType)
     raise ValueError(f"unknown collective {text!r}; choose one of: {names}")
 
+
 # Attributes lifted into flat columns. Values read from any numeric member; a string where a
 # number belongs is recorded in `bad_attributes` for validation instead of raising here.
 _NUMERIC_MEMBERS = frozenset(
@@ -104,6 +105,121 @@ _NUMERIC_MEMBERS = frozenset(
     )
 )  # fmt: skip
 _INT_COLUMNS = ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "comm_priority", "num_ops", "tensor_size")
+
+
+@dataclass
+class NodeColumns:
+    """The columns of a run of consecutive nodes, as read.
+
+    Positions count from the trace's first node; dependencies are ids, resolved when the runs are put
+    together (:meth:`Trace.from_columns`).
+    """
+
+    ids: list[int]
+    names: list[str]
+    types: list[int]
+    durs: list[int]
+    data_ids: list[int]
+    data_end: list[int]
+    """Running end offset into :attr:`data_ids` after each node."""
+    ctrl_ids: list[int]
+    ctrl_end: list[int]
+    sparse: dict[str, dict[int, Any]]
+    """Lifted attribute → {position: value} (most nodes carry few attributes)."""
+    bad: list[tuple[int, str, str]]
+    mismatch: list[tuple[int, str, str]]
+
+    @classmethod
+    def empty(cls) -> NodeColumns:
+        """No nodes yet."""
+        return cls([], [], [], [], [], [], [], [], {name: {} for name in _LIFTED}, [], [])
+
+    def extend(self, part: NodeColumns) -> None:
+        """Append the next run of nodes."""
+        data_base, ctrl_base = len(self.data_ids), len(self.ctrl_ids)
+        self.ids += part.ids
+        self.names += part.names
+        self.types += part.types
+        self.durs += part.durs
+        self.data_ids += part.data_ids
+        self.data_end += [end + data_base for end in part.data_end]
+        self.ctrl_ids += part.ctrl_ids
+        self.ctrl_end += [end + ctrl_base for end in part.ctrl_end]
+        for name, values in part.sparse.items():
+            self.sparse[name].update(values)
+        self.bad += part.bad
+        self.mismatch += part.mismatch
+
+
+_LIFTED = (*_INT_COLUMNS, "is_cpu_op", "pg_name")
+
+
+def gather_columns(nodes: Iterable[pb.Node], first: int = 0) -> NodeColumns:
+    """Read the columns of *nodes*, the first of which is at position *first* of its trace."""
+    from etsim.chakra.attributes import EXPECTED_MEMBER
+
+    cols = NodeColumns.empty()
+    names_seen: dict[str, str] = {}
+    sparse = cols.sparse
+    bad, mismatch = cols.bad, cols.mismatch
+    data_dep_ids, ctrl_dep_ids = cols.data_ids, cols.ctrl_ids
+    int_columns = frozenset(_INT_COLUMNS)
+    # (name, member) pairs whose value is stored as read: each lifted column in its expected member.
+    plain = {(name, EXPECTED_MEMBER[name]) for name in _LIFTED}
+    ids_append, names_append, types_append, durs_append = (
+        cols.ids.append,
+        cols.names.append,
+        cols.types.append,
+        cols.durs.append,
+    )
+    data_extend, data_end_append = data_dep_ids.extend, cols.data_end.append
+    ctrl_extend, ctrl_end_append = ctrl_dep_ids.extend, cols.ctrl_end.append
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # building millions of long-lived objects triggers needless full collections
+    try:
+        for pos, node in enumerate(nodes, first):
+            ids_append(node.id)
+            node_name = node.name
+            names_append(names_seen.setdefault(node_name, node_name))  # one string per distinct name (memory, pickling)
+            types_append(node.type)
+            durs_append(node.duration_micros)
+            data_extend(node.data_deps)
+            data_end_append(len(data_dep_ids))
+            ctrl_extend(node.ctrl_deps)
+            ctrl_end_append(len(ctrl_dep_ids))
+            for attr in node.attr:
+                name = attr.name
+                column = sparse.get(name)
+                if column is None or pos in column:  # not lifted, or a repeat (the first one wins)
+                    continue
+                member = attr.WhichOneof("value")
+                if (name, member) in plain:  # the expected member of an int or bool column: most attributes
+                    column[pos] = getattr(attr, member)
+                    continue
+                if name in int_columns:
+                    value = getattr(attr, member) if member in _NUMERIC_MEMBERS else None
+                    if value is None or (isinstance(value, float) and not value.is_integer()):
+                        bad.append((pos, name, f"expected an integer, found {member or 'no value'}"))
+                        continue
+                    column[pos] = int(value)
+                    if member != EXPECTED_MEMBER[name]:
+                        mismatch.append((pos, name, member or ""))
+                elif name == "is_cpu_op":
+                    if member not in _NUMERIC_MEMBERS:
+                        bad.append((pos, name, f"expected a bool, found {member or 'no value'}"))
+                        continue
+                    column[pos] = bool(getattr(attr, member))
+                elif member == "string_val":
+                    column[pos] = attr.string_val
+                elif member in _NUMERIC_MEMBERS and float(getattr(attr, member)).is_integer():
+                    column[pos] = str(int(getattr(attr, member)))
+                    mismatch.append((pos, name, member))
+                else:
+                    bad.append((pos, name, f"expected a string, found {member or 'no value'}"))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return cols
 
 
 @dataclass(eq=False)
@@ -163,74 +279,35 @@ class Trace:
         keep_raw: bool = True,
     ) -> Trace:
         """Build the flat form from protobuf nodes (parsed once; no per-node objects kept)."""
-        from etsim.chakra.attributes import EXPECTED_MEMBER
+        raw: Sequence[pb.Node] = list(nodes) if keep_raw else []  # one wrapper per node, made once
+        trace = cls.from_columns([gather_columns(raw if keep_raw else nodes)], metadata, path=path, rank=rank)
+        trace.nodes = raw
+        return trace
 
+    @classmethod
+    def from_columns(
+        cls,
+        parts: Sequence[NodeColumns],
+        metadata: pb.GlobalMetadata | None = None,
+        *,
+        path: Path | None = None,
+        rank: int | None = None,
+    ) -> Trace:
+        """Build the flat form from the gathered columns of consecutive runs of nodes, in order."""
         trace = cls(metadata=metadata if metadata is not None else pb.GlobalMetadata(), nodes=[], path=path, rank=rank)
-        raw: Sequence[pb.Node] = []
-        ids = trace.ids
-        names = trace.names
-        types = trace.types
-        durs = trace.duration_micros
-        # Dependencies are gathered as flat id lists with running end offsets, then resolved.
-        data_dep_ids: list[int] = []
-        data_end: list[int] = []
-        ctrl_dep_ids: list[int] = []
-        ctrl_end: list[int] = []
-        # Attribute columns are sparse while reading (most nodes carry few attributes).
-        sparse: dict[str, dict[int, Any]] = {name: {} for name in (*_INT_COLUMNS, "is_cpu_op", "pg_name")}
-        int_columns = frozenset(_INT_COLUMNS)
-        bad = trace.bad_attributes
-        mismatch = trace.member_mismatches
-        index_of = trace.index_of
-        duplicates = trace.duplicate_ids
         gc_was_enabled = gc.isenabled()
         gc.disable()  # building millions of long-lived objects triggers needless full collections
-        # (name, member) pairs whose value is stored as read: each lifted column in its expected member.
-        plain = {(name, EXPECTED_MEMBER[name]) for name in (*_INT_COLUMNS, "is_cpu_op", "pg_name")}
-        ids_append, names_append, types_append, durs_append = ids.append, names.append, types.append, durs.append
-        data_extend, data_end_append = data_dep_ids.extend, data_end.append
-        ctrl_extend, ctrl_end_append = ctrl_dep_ids.extend, ctrl_end.append
         try:
-            if keep_raw:
-                nodes = raw = list(nodes)  # one wrapper per node, made once (iterating a parsed field makes more)
-            for pos, node in enumerate(nodes):
-                ids_append(node.id)
-                names_append(node.name)
-                types_append(node.type)
-                durs_append(node.duration_micros)
-                data_extend(node.data_deps)
-                data_end_append(len(data_dep_ids))
-                ctrl_extend(node.ctrl_deps)
-                ctrl_end_append(len(ctrl_dep_ids))
-                for attr in node.attr:
-                    name = attr.name
-                    column = sparse.get(name)
-                    if column is None or pos in column:  # not lifted, or a repeat (the first one wins)
-                        continue
-                    member = attr.WhichOneof("value")
-                    if (name, member) in plain:  # the expected member of an int or bool column: most attributes
-                        column[pos] = getattr(attr, member)
-                        continue
-                    if name in int_columns:
-                        value = getattr(attr, member) if member in _NUMERIC_MEMBERS else None
-                        if value is None or (isinstance(value, float) and not value.is_integer()):
-                            bad.append((pos, name, f"expected an integer, found {member or 'no value'}"))
-                            continue
-                        column[pos] = int(value)
-                        if member != EXPECTED_MEMBER[name]:
-                            mismatch.append((pos, name, member or ""))
-                    elif name == "is_cpu_op":
-                        if member not in _NUMERIC_MEMBERS:
-                            bad.append((pos, name, f"expected a bool, found {member or 'no value'}"))
-                            continue
-                        column[pos] = bool(getattr(attr, member))
-                    elif member == "string_val":
-                        column[pos] = attr.string_val
-                    elif member in _NUMERIC_MEMBERS and float(getattr(attr, member)).is_integer():
-                        column[pos] = str(int(getattr(attr, member)))
-                        mismatch.append((pos, name, member))
-                    else:
-                        bad.append((pos, name, f"expected a string, found {member or 'no value'}"))
+            if len(parts) == 1:  # the columns as gathered, not copied
+                whole = parts[0]
+            else:
+                whole = NodeColumns.empty()
+                for part in parts:
+                    whole.extend(part)
+            trace.ids, trace.names, trace.types, trace.duration_micros = whole.ids, whole.names, whole.types, whole.durs
+            trace.bad_attributes.extend(whole.bad)
+            trace.member_mismatches.extend(whole.mismatch)
+            ids, index_of, duplicates = trace.ids, trace.index_of, trace.duplicate_ids
             n = len(ids)
             index_of.update(zip(ids, range(n), strict=True))
             if len(index_of) != n:  # repeated ids: the first one wins, the others are reported
@@ -240,13 +317,12 @@ class Trace:
                         duplicates.append(nid)
                     else:
                         index_of[nid] = pos
-            for name, values in sparse.items():
+            for name, values in whole.sparse.items():
                 dense: list[Any] = [None] * n
                 for pos, value in values.items():
                     dense[pos] = value
                 setattr(trace, name, dense)
-            trace.nodes = raw
-            trace._build_csr(data_dep_ids, data_end, ctrl_dep_ids, ctrl_end)
+            trace._build_csr(whole.data_ids, whole.data_end, whole.ctrl_ids, whole.ctrl_end)
         finally:
             if gc_was_enabled:
                 gc.enable()

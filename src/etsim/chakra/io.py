@@ -24,7 +24,7 @@ from pathlib import Path
 from google.protobuf import descriptor_pb2, message_factory
 from google.protobuf.message import DecodeError, Message
 
-from etsim.chakra.graph import Trace, Workload
+from etsim.chakra.graph import NodeColumns, Trace, Workload, gather_columns
 from etsim.chakra.schema import et_def_pb2 as pb
 from etsim.errors import TraceError, warn
 from etsim.files import write_bytes
@@ -194,7 +194,9 @@ def frame_spans(data: bytes, path: str | os.PathLike[str] = "<bytes>") -> tuple[
     return starts, ends
 
 
-def read_trace(path: str | os.PathLike[str], *, rank: int | None = None, keep_raw: bool = True) -> Trace:
+def read_trace(
+    path: str | os.PathLike[str], *, rank: int | None = None, keep_raw: bool = True, jobs: int | None = None
+) -> Trace:
     """Read one ``.et`` file (plain or gzipped) into a :class:`Trace`.
 
     Args:
@@ -202,6 +204,9 @@ def read_trace(path: str | os.PathLike[str], *, rank: int | None = None, keep_ra
         rank: the rank to record on the trace (for messages).
         keep_raw: keep the protobuf nodes (needed to write the trace back or read arbitrary
             attributes); ``False`` keeps only the flat columns and saves memory.
+        jobs: processes that read the nodes' columns. Default: one per CPU (at most 4) for a trace of
+            :data:`PARALLEL_NODES` nodes or more, read by a process that runs no other thread (forking one
+            that does is unsafe); otherwise 1, this process. The result is the same either way.
 
     Raises:
         TraceError: unreadable file, empty file, truncated frame or bytes that are not a
@@ -219,28 +224,91 @@ def read_trace(path: str | os.PathLike[str], *, rank: int | None = None, keep_ra
         raise TraceError(f"{p}: frame 0 is not a GlobalMetadata message: {exc}") from None
     # Nodes are parsed by protobuf in batches: each frame `varint(len) payload` preceded by 0x0a is an
     # element of the repeated field 1 of NodeStream, so upb parses a whole batch in C into one arena.
-    # Kept nodes are parsed in one batch; otherwise batch by batch, each freed once its columns are filled.
-    # Columns are filled from batches freed as they go; raw nodes, when kept, are one more parse of every
+    # Columns are gathered from batches freed as they go; raw nodes, when kept, are one more parse of every
     # frame into a repeated field that is kept as it is (iterating it while it is alive costs a Python
     # wrapper per node that upb then tracks; the batches avoid that).
-    batches = _parse_nodes(data, p, starts, ends, _BATCH)
-    trace = Trace.from_nodes(itertools.chain.from_iterable(batches), metadata, path=p, rank=rank, keep_raw=False)
+    jobs = _reading_jobs(len(ends) - 1, jobs)
+    if jobs > 1:
+        trace = Trace.from_columns(_gather_in_workers(data, p, starts, ends, jobs), metadata, path=p, rank=rank)
+    else:
+        trace = Trace.from_nodes(
+            _nodes(data, p, starts, ends, 1, len(ends)), metadata, path=p, rank=rank, keep_raw=False
+        )
     if keep_raw:
         trace.nodes = next(_parse_nodes(data, p, starts, ends, len(ends)), [])
     return trace
 
 
 _BATCH = 1 << 15
+#: Traces of at least this many nodes are read by several processes by default (:func:`read_trace`): below,
+#: starting them costs about what they save.
+PARALLEL_NODES = 200_000
+
+
+def _reading_jobs(nodes: int, jobs: int | None) -> int:
+    import multiprocessing
+    import threading
+
+    if "fork" not in multiprocessing.get_all_start_methods():  # pragma: no cover - not POSIX
+        return 1
+    if jobs is None:
+        if nodes < PARALLEL_NODES or threading.active_count() > 1:
+            return 1
+        jobs = min(len(os.sched_getaffinity(0)), 4)
+    return max(1, min(jobs, nodes))
+
+
+def _nodes(data: bytes, path: Path, starts: array[int], ends: array[int], first: int, last: int) -> Iterator[pb.Node]:
+    """The nodes of frames ``first .. last-1``, parsed in batches freed as the iteration goes."""
+    return itertools.chain.from_iterable(_parse_nodes(data, path, starts, ends, _BATCH, first, last))
+
+
+#: What forked readers read (set just before they start; a fork inherits it as it is, without a copy).
+_READ_JOB: tuple[bytes, Path, array[int], array[int]] | None = None
+
+
+def _gather_frames(span: tuple[int, int]) -> NodeColumns:
+    """The columns of the nodes in frames ``span[0] .. span[1]-1`` of the file being read."""
+    assert _READ_JOB is not None
+    data, path, starts, ends = _READ_JOB
+    return gather_columns(_nodes(data, path, starts, ends, *span), span[0] - 1)
+
+
+def _gather_in_workers(data: bytes, path: Path, starts: array[int], ends: array[int], jobs: int) -> list[NodeColumns]:
+    """The columns of every node, gathered in *jobs* processes (this one and forked ones), a run of frames each."""
+    from etsim.workers import run_in_workers
+
+    global _READ_JOB
+    frames = len(ends)
+    bounds = [1 + (frames - 1) * k // jobs for k in range(jobs + 1)]
+    spans = list(itertools.pairwise(bounds))
+    parts: dict[tuple[int, int], NodeColumns] = {}
+
+    def own_share() -> None:
+        parts[spans[0]] = _gather_frames(spans[0])
+
+    _READ_JOB = (data, path, starts, ends)
+    try:
+        lost = run_in_workers(_gather_frames, spans[1:], jobs - 1, parts.__setitem__, start="fork", meanwhile=own_share)
+        for span in lost:  # a reader that died (out of memory?): its share is read here
+            parts[span] = _gather_frames(span)
+    finally:
+        _READ_JOB = None
+    return [parts[span] for span in spans]
 
 
 def _parse_nodes(
-    data: bytes, path: Path, starts: array[int], ends: array[int], batch: int
+    data: bytes, path: Path, starts: array[int], ends: array[int], batch: int, lo: int = 1, hi: int | None = None
 ) -> Iterator[Sequence[pb.Node]]:
-    """The node frames (all but the first) parsed *batch* at a time (one repeated field each); a bad frame is named."""
+    """Frames ``lo .. hi-1`` (default: every node frame) parsed *batch* at a time (one repeated field each).
+
+    A bad frame is named.
+    """
     view = memoryview(data)
+    hi = len(ends) if hi is None else hi
     # A frame's bytes start right after the previous frame's payload (its own length varint first).
-    for first in range(1, len(ends), batch):
-        last = min(first + batch, len(ends))
+    for first in range(lo, hi, batch):
+        last = min(first + batch, hi)
         stream = NodeStream()
         joined = bytearray()
         for i in range(first, last):
