@@ -75,3 +75,29 @@ def test_the_initializer_runs_once_per_worker_before_its_tasks(tmp_path: Path) -
 
 def test_probe_workers_passes_when_workers_can_start() -> None:
     probe_workers()
+
+
+def test_meanwhile_runs_here_while_workers_work_and_an_error_there_ends_them() -> None:
+    got: list[object] = []
+    here: list[int] = []
+    lost = run_in_workers(
+        call,
+        [partial(pow, 3, 2)],
+        1,
+        lambda task, result: got.append(result),
+        meanwhile=lambda: here.append(os.getpid()),
+    )
+    assert lost == [] and got == [9] and here == [os.getpid()]
+
+    def fail() -> None:
+        raise ValueError("this process's share failed")
+
+    with pytest.raises(ValueError, match="share failed"):
+        run_in_workers(call, [partial(time.sleep, 60)], 1, lambda task, result: None, meanwhile=fail)
+    assert multiprocessing.active_children() == []
+
+
+def test_an_exception_in_a_task_is_raised_here() -> None:
+    with pytest.raises(ZeroDivisionError):
+        run_in_workers(call, [partial(divmod, 1, 0)], 1, lambda task, result: None)
+    assert multiprocessing.active_children() == []
