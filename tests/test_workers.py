@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from etsim.workers import STOP, probe_workers, run_in_workers
+from etsim.errors import SimulationError
+from etsim.workers import STOP, RemoteTraceback, _remote_error, probe_workers, run_in_workers
 
 # Tasks are stdlib callables (picklable by reference; test modules are not importable in workers), run by
 # `operator.call`.
@@ -98,6 +99,30 @@ def test_meanwhile_runs_here_while_workers_work_and_an_error_there_ends_them() -
 
 
 def test_an_exception_in_a_task_is_raised_here() -> None:
-    with pytest.raises(ZeroDivisionError):
+    with pytest.raises(ZeroDivisionError) as caught:
         run_in_workers(call, [partial(divmod, 1, 0)], 1, lambda task, result: None)
+    assert "in the worker process" in str(caught.value.__cause__)
     assert multiprocessing.active_children() == []
+
+
+def test_an_initializer_that_raises_is_raised_here_with_the_workers_traceback() -> None:
+    with pytest.raises(FileNotFoundError, match="no-such-dir") as caught:
+        init = partial(os.listdir, "/no-such-dir")
+        run_in_workers(call, [partial(pow, 2, 1)] * 4, 2, lambda t, r: None, initializer=init)
+    assert isinstance(caught.value.__cause__, RemoteTraceback)
+    assert "FileNotFoundError" in str(caught.value.__cause__)
+    assert multiprocessing.active_children() == []
+
+
+def test_what_cannot_travel_back_is_a_clear_error() -> None:
+    with pytest.raises(SimulationError, match="result cannot be sent back"):
+        run_in_workers(call, [threading.Lock], 1, lambda t, r: None)  # a lock does not pickle
+    # An exception that does not survive the trip keeps its type name and text.
+    exc = _remote_error((b"not a pickle", "CustomError: the disk is full", "Traceback ..."))
+    assert isinstance(exc, SimulationError) and str(exc) == "in a worker process: CustomError: the disk is full"
+    assert str(exc.__cause__).endswith("Traceback ...")
+
+
+def test_no_workers_is_refused() -> None:
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        run_in_workers(call, [partial(pow, 2, 1)], 0, lambda t, r: None)

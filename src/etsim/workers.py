@@ -16,19 +16,22 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import pickle
 import signal
 import threading
+import traceback
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_ready
 from multiprocessing.process import BaseProcess
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, TypeVar
 
 from etsim.errors import SimulationError
 
-__all__ = ["POLL", "STOP", "check_stop", "default_jobs", "probe_workers", "run_in_workers"]
+__all__ = ["POLL", "STOP", "RemoteTraceback", "check_stop", "default_jobs", "probe_workers", "run_in_workers"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -144,7 +147,9 @@ def run_in_workers(
       (SIGKILL included: they watch a pipe whose only write end this process holds).
     - ``initializer(*initargs)`` runs once in each worker before its first task; ``finalizer()`` runs as
       it ends, whether told to, terminated or orphaned (multiprocessing's children skip ``atexit``).
-    - An exception raised by *function* ends the run: it is raised here, once every worker is gone.
+    - An exception raised by *function* or *initializer* ends the run: it is raised here, once every worker
+      is gone, with the worker's traceback as its cause (:class:`RemoteTraceback`); one that cannot
+      travel becomes a :class:`~etsim.errors.SimulationError` with its text.
     - *preload*: modules the worker server imports once, so that workers start warm.
     - *start*: ``"forkserver"`` (the default: clean workers; the function, initialiser and their
       arguments are pickled) or ``"fork"`` (workers are copies of this process: a closure or a global
@@ -152,6 +157,8 @@ def run_in_workers(
     - ``meanwhile()`` runs in this process once every worker has its first task (this process's own
       share of the work, say); results are collected after it returns.
     """
+    if workers < 1 and tasks:
+        raise ValueError(f"run_in_workers: workers must be >= 1, got {workers}")
     ctx = _context(start, preload)
     job = _Job(function, initializer, initargs, finalizer)
     lifeline, alive = ctx.Pipe(duplex=False)  # workers get the read end; only this process holds `alive`
@@ -167,9 +174,11 @@ def run_in_workers(
                 worker.conn.send((worker.task,))
 
     try:
-        for _ in range(min(workers, len(queue))):
-            pool.append(_start(ctx, job, lifeline, alive))
-            hand_out(pool[-1])
+        for _ in range(min(workers, len(queue))):  # all started before any task is sent: they start together
+            with _sigint_held():
+                pool.append(_start(ctx, job, lifeline, alive))
+        for worker in pool:
+            hand_out(worker)
         if meanwhile is not None:
             meanwhile()
         while True:
@@ -186,18 +195,19 @@ def run_in_workers(
                     if worker.conn not in ready and not worker.conn.poll(0):
                         # Dead, yet its pipe is still open (a process it started may hold it): nothing will come.
                         raise EOFError
-                    ok, result = worker.conn.recv()
+                    ok, result = _receive(worker.conn)
                 except (EOFError, OSError):  # died before or while answering
                     lost.append(task)
                     worker.task = _IDLE
                     pool.remove(worker)
                     _end([worker])
                     if queue:
-                        pool.append(_start(ctx, job, lifeline, alive))
+                        with _sigint_held():
+                            pool.append(_start(ctx, job, lifeline, alive))
                         hand_out(pool[-1])
                     continue
                 if not ok:
-                    raise result
+                    raise _remote_error(result)
                 hand_out(worker)  # first, so the worker computes while this process handles the result
                 on_result(task, result)
     finally:
@@ -205,6 +215,62 @@ def run_in_workers(
         alive.close()
         lifeline.close()
     return lost
+
+
+def _receive(conn: Connection) -> Any:
+    """A worker's answer; end-of-file or OSError if it died; a SimulationError if it cannot be unpickled."""
+    payload = conn.recv_bytes()
+    try:
+        return pickle.loads(payload)
+    except Exception as exc:
+        raise SimulationError(f"a worker's answer cannot be read here: {type(exc).__name__}: {exc}") from None
+
+
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[None]:
+    """Hold Ctrl-C off while a worker starts.
+
+    A KeyboardInterrupt between its fork and its entry in the pool would leave it unknown, never ended nor
+    reaped. A Ctrl-C that came meanwhile is raised on leaving.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in a worker (the ``__cause__`` of the one raised here)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def _failure(exc: BaseException) -> tuple[bytes | None, str, str]:
+    """What a worker sends back for *exc*: the pickled exception if it pickles, and its text either way."""
+    try:
+        pickled: bytes | None = pickle.dumps(exc)
+    except Exception:
+        pickled = None
+    text = "".join(traceback.format_exception(exc))
+    return pickled, f"{type(exc).__name__}: {exc}", text
+
+
+def _remote_error(failure: tuple[bytes | None, str, str]) -> BaseException:
+    """The exception to raise here for a worker's :func:`_failure` (its own, when it survives the trip)."""
+    pickled, summary, text = failure
+    exc: BaseException | None = None
+    if pickled is not None:
+        with contextlib.suppress(Exception):
+            exc = pickle.loads(pickled)
+    if not isinstance(exc, BaseException):
+        exc = SimulationError(f"in a worker process: {summary}")
+    exc.__cause__ = RemoteTraceback(f"\n---- in the worker process ----\n{text}")
+    return exc
 
 
 def _nothing(task: object) -> object:
@@ -225,31 +291,51 @@ def probe_workers(preload: Sequence[str] = ()) -> None:
 
 
 def _serve(conn: Connection, lifeline: Connection, job: _Job, inherited: Connection | None) -> None:
-    """A worker's life: run each task received on *conn* and send back its result, until told to end."""
+    """A worker's life: run each task received on *conn* and send back its result, until told to end.
+
+    Answers are ``(True, result)`` or ``(False, failure)`` (:func:`_failure`). An initialiser that
+    raises is the answer to the first task, then the worker ends. A parent that is gone (end-of-file, a
+    reset or broken pipe) ends the worker quietly.
+    """
     if inherited is not None:
         inherited.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a fork inherits the mask of _sigint_held
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     threading.Thread(target=_watch, args=(lifeline, job.finalizer), name="etsim-lifeline", daemon=True).start()
     try:
+        broken: BaseException | None = None
         if job.initializer is not None:
-            job.initializer(*job.initargs)
+            try:
+                job.initializer(*job.initargs)
+            except Exception as exc:
+                broken = exc
         with conn:
             while True:
                 try:
                     message = conn.recv()
-                except EOFError:
+                except (EOFError, OSError):
                     return
                 if message is None:
                     return
+                if broken is not None:
+                    answer: tuple[bool, Any] = (False, _failure(broken))
+                else:
+                    try:
+                        answer = (True, job.function(message[0]))
+                    except Exception as exc:
+                        answer = (False, _failure(exc))
                 try:
-                    answer = (True, job.function(message[0]))
-                except Exception as exc:
-                    answer = (False, exc)
+                    payload = ForkingPickler.dumps(answer)
+                except Exception as exc:  # a result that does not pickle
+                    failure = _failure(SimulationError(f"a worker's result cannot be sent back: {exc!r}"))
+                    payload = ForkingPickler.dumps((False, failure))
                 try:
-                    conn.send(answer)
-                except Exception as exc:  # the answer does not pickle (nothing was written)
-                    conn.send((False, SimulationError(f"a worker's answer cannot be sent back: {exc!r}")))
+                    conn.send_bytes(payload)
+                except OSError:  # the parent is gone
+                    return
+                if broken is not None:
+                    return
     finally:
         if job.finalizer is not None:
             job.finalizer()

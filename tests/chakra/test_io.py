@@ -21,7 +21,7 @@ from etsim.chakra import (
     write_trace,
     write_workload,
 )
-from etsim.chakra.io import encode_varint, read_bytes
+from etsim.chakra.io import encode_varint, frame_spans, read_bytes
 from etsim.chakra.schema import et_def_pb2 as pb
 from etsim.errors import EtsimWarning, TraceError
 
@@ -251,3 +251,18 @@ def test_only_large_traces_are_read_in_several_processes(monkeypatch: pytest.Mon
     assert _reading_jobs(5, 8) == 5 and _reading_jobs(100, 1) == 1
     monkeypatch.setattr(threading, "active_count", lambda: 2)  # forking a threaded process is unsafe
     assert _reading_jobs(PARALLEL_NODES, None) == 1
+
+
+def test_the_first_bad_frame_is_named_whichever_process_finds_one_first(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    for _ in range(300):
+        b.comp(duration_micros=1)
+    path = write_trace(b.build(), tmp_path / "two_bad.et")
+    data = bytearray(path.read_bytes())
+    _, ends = frame_spans(bytes(data))
+    data[ends[200] - 1] = 0xFF  # frames 200 and 201: the ends of two runs of frames when read by 3 processes
+    data[ends[201] - 1] = 0xFF
+    path.write_bytes(bytes(data))
+    for _ in range(3):
+        with pytest.raises(TraceError, match=r"frame 200 \(node 199\)"):
+            read_trace(path, jobs=3)

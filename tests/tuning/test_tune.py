@@ -13,11 +13,12 @@ from time import sleep
 import pytest
 
 from etsim.chakra import Workload, write_workload
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, TopologyError
 from etsim.producers import moe_workload
 from etsim.simulation import simulate
 from etsim.system.config import load_system_config
 from etsim.tuning import Point, TuneRequest, csv_text, parse_sizes, point_workload, tune
+from etsim.tuning.runner import Setup, run_points
 from etsim.tuning.tune import compare_workload, expand_candidates
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -183,3 +184,12 @@ def test_a_stopped_tune_leaves_no_worker_behind(repo: Path, tmp_path: Path, sig:
         pytest.fail(f"`etsim tune` left processes running 30 s after {sig.name}")
     assert proc.returncode != 0
     assert b"Traceback" not in err
+
+
+def test_a_setup_that_fails_in_the_workers_fails_as_in_this_process(tmp_path: Path) -> None:
+    # The workers build the network in their initialiser: its error must come back, not "every point died".
+    points = [Point("all_reduce", size, tuple(range(8)), "ring") for size in (KiB, MiB)]
+    setup = Setup(str(tmp_path / "missing.yaml"))
+    for jobs in (1, 2):
+        with pytest.raises(TopologyError, match=r"missing\.yaml"):
+            run_points(points, setup, jobs=jobs)

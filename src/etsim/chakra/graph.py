@@ -293,17 +293,17 @@ class Trace:
         path: Path | None = None,
         rank: int | None = None,
     ) -> Trace:
-        """Build the flat form from the gathered columns of consecutive runs of nodes, in order."""
+        """Build the flat form from the gathered columns of consecutive runs of nodes, in order.
+
+        The trace takes over the first run's lists (the others are appended to them).
+        """
         trace = cls(metadata=metadata if metadata is not None else pb.GlobalMetadata(), nodes=[], path=path, rank=rank)
         gc_was_enabled = gc.isenabled()
         gc.disable()  # building millions of long-lived objects triggers needless full collections
         try:
-            if len(parts) == 1:  # the columns as gathered, not copied
-                whole = parts[0]
-            else:
-                whole = NodeColumns.empty()
-                for part in parts:
-                    whole.extend(part)
+            whole = parts[0] if parts else NodeColumns.empty()  # the first run's lists grow: no copy of them
+            for part in parts[1:]:
+                whole.extend(part)
             trace.ids, trace.names, trace.types, trace.duration_micros = whole.ids, whole.names, whole.types, whole.durs
             trace.bad_attributes.extend(whole.bad)
             trace.member_mismatches.extend(whole.mismatch)

@@ -267,11 +267,14 @@ def _nodes(data: bytes, path: Path, starts: array[int], ends: array[int], first:
 _READ_JOB: tuple[bytes, Path, array[int], array[int]] | None = None
 
 
-def _gather_frames(span: tuple[int, int]) -> NodeColumns:
-    """The columns of the nodes in frames ``span[0] .. span[1]-1`` of the file being read."""
+def _gather_frames(span: tuple[int, int]) -> NodeColumns | TraceError:
+    """The columns of the nodes in frames ``span[0] .. span[1]-1`` of the file being read, or what is wrong."""
     assert _READ_JOB is not None
     data, path, starts, ends = _READ_JOB
-    return gather_columns(_nodes(data, path, starts, ends, *span), span[0] - 1)
+    try:
+        return gather_columns(_nodes(data, path, starts, ends, *span), span[0] - 1)
+    except TraceError as exc:  # returned: the first bad frame of the file is named, whichever run finds one first
+        return exc
 
 
 def _gather_in_workers(data: bytes, path: Path, starts: array[int], ends: array[int], jobs: int) -> list[NodeColumns]:
@@ -282,7 +285,7 @@ def _gather_in_workers(data: bytes, path: Path, starts: array[int], ends: array[
     frames = len(ends)
     bounds = [1 + (frames - 1) * k // jobs for k in range(jobs + 1)]
     spans = list(itertools.pairwise(bounds))
-    parts: dict[tuple[int, int], NodeColumns] = {}
+    parts: dict[tuple[int, int], NodeColumns | TraceError] = {}
 
     def own_share() -> None:
         parts[spans[0]] = _gather_frames(spans[0])
@@ -294,7 +297,13 @@ def _gather_in_workers(data: bytes, path: Path, starts: array[int], ends: array[
             parts[span] = _gather_frames(span)
     finally:
         _READ_JOB = None
-    return [parts[span] for span in spans]
+    gathered = []
+    for span in spans:
+        part = parts.pop(span)
+        if isinstance(part, TraceError):
+            raise part
+        gathered.append(part)
+    return gathered
 
 
 def _parse_nodes(

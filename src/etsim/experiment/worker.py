@@ -10,6 +10,7 @@ sweep workers and by ``etsim run --config``.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -103,8 +104,9 @@ def remove_synthesis_dir() -> None:
     A pool worker calls it itself: multiprocessing ends its children with ``os._exit``, which runs no
     ``atexit`` handler.
     """
-    while _TMP:
-        shutil.rmtree(_TMP.pop(), ignore_errors=True)
+    with contextlib.suppress(IndexError):  # the lifeline thread and the worker's own exit may race here
+        while _TMP:
+            shutil.rmtree(_TMP.pop(), ignore_errors=True)
 
 
 def _workload_collectives(workload: Workload) -> dict[str, int]:
