@@ -160,6 +160,8 @@ def run_in_workers(
     if workers < 1 and tasks:
         raise ValueError(f"run_in_workers: workers must be >= 1, got {workers}")
     ctx = _context(start, preload)
+    if ctx.get_start_method() == "forkserver" and tasks:
+        _start_server_ignoring_ctrl_c()
     job = _Job(function, initializer, initargs, finalizer)
     lifeline, alive = ctx.Pipe(duplex=False)  # workers get the read end; only this process holds `alive`
     queue = deque(tasks)
@@ -241,6 +243,27 @@ def _sigint_held() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _start_server_ignoring_ctrl_c() -> None:
+    """Start the worker server (once per process) with Ctrl-C ignored from its first instruction.
+
+    It shares this process's terminal: a Ctrl-C while it imports the preloaded modules would kill it with
+    a traceback, and this process's next worker would fail to start. An ignored signal stays ignored across
+    ``exec`` and Python keeps it so; the workers it forks inherit that. Here, the Ctrl-C is held and
+    raised once the server runs.
+    """
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()
+        return
+    with _sigint_held():
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            forkserver.ensure_running()
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
 class RemoteTraceback(Exception):

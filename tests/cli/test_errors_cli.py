@@ -155,3 +155,16 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["--version"])
     assert info.value.code == 0 and capsys.readouterr().out.strip() == f"etsim {__version__}"
+
+
+@pytest.mark.parametrize(("size", "value"), [("9000 PiB", "10133099161583616000"), ("8192 PiB", "9223372036854775808")])
+def test_values_past_chakras_integer_fields_are_clear_errors(capsys, tmp_path: Path, size: str, value: str) -> None:
+    args = ["--type", "all_reduce", "--size", size, "--npus", "8", "-o", str(tmp_path / "w")]
+    code, _, err = run(capsys, "workload", "gen", "collective", *args)
+    assert code == 1 and f"'comm_size': {value} does not fit" in err
+
+
+def test_a_duration_past_chakras_field_is_a_clear_error(capsys, tmp_path: Path) -> None:
+    args = ["workload", "gen", "dp", "--npus", "8", "--layers", "2", "--grad-size", "1MiB"]
+    code, _, err = run(capsys, *args, "--fwd-us", str(10**23), "-o", str(tmp_path / "d"))
+    assert code == 1 and "does not fit Chakra's Node message" in err

@@ -267,6 +267,33 @@ def test_a_killed_sweep_loses_nothing_and_resumes(write, tmp_path: Path, sig: si
     assert without_wall(out) == without_wall(reference)
 
 
+@pytest.mark.parametrize("delay", [0.25, 0.5, 0.75])
+def test_ctrl_c_while_workers_start_is_a_clean_interrupt(write, tmp_path: Path, delay: float) -> None:
+    # Ctrl-C reaches the whole process group, the worker server included: while it was importing etsim, it
+    # died with a traceback and the sweep crashed starting its next worker.
+    sizes = ", ".join(f"{k} MiB" for k in range(1, 21))
+    path = write(
+        "c.yaml",
+        f"""
+        workload: {{generate: collective, type: all_reduce, npus: 64, size: 1 MiB}}
+        model: analytical
+        sweep: {{size: [{sizes}]}}
+        """,
+    )
+    cmd = [sys.executable, "-m", "etsim", "experiment", "run", str(path), "--out", str(tmp_path / "o"), "--jobs", "2"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    time.sleep(delay)
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("the sweep did not end within 30 s of Ctrl-C")
+    assert b"Traceback" not in err, err.decode()
+    assert proc.returncode in (0, 130)
+
+
 def test_a_stopped_local_pool_leaves_no_process_or_thread_behind(small: Path) -> None:
     # The sweep's process must be able to exit at once after a stop, whatever the workers were doing: no
     # worker process and no helper thread may survive the engine (a thread stuck reading a torn result
@@ -355,3 +382,13 @@ def test_torn_last_lines_are_dropped_and_rerun(small: Path, tmp_path: Path) -> N
     summary = run_experiment(exp, out=out, jobs=1, resume=True, plots=False)
     assert (summary.skipped, summary.ran) == (4, 2)
     assert without_wall(out) == without_wall(reference)
+
+
+def test_an_unusable_result_directory_is_a_clear_error(small: Path, tmp_path: Path) -> None:
+    (tmp_path / "a_file").write_text("")
+    exp = load_experiment(small)
+    for out in (tmp_path / "a_file", tmp_path / "a_file" / "r"):
+        with pytest.raises(ConfigError, match=r"a_file is a file, not a directory"):
+            run_experiment(exp, out=out, jobs=1, plots=False)
+    with pytest.raises(ConfigError, match="--resume keeps earlier results and --force discards them"):
+        run_experiment(exp, out=tmp_path / "r", jobs=1, resume=True, force=True, plots=False)

@@ -33,6 +33,8 @@ def test_parse_sizes() -> None:
         parse_sizes("8KiB..1KiB")
     with pytest.raises(ConfigError, match="unknown size unit"):
         parse_sizes("4 parsecs")
+    with pytest.raises(ConfigError, match="'0': a collective moves at least 1 byte"):
+        parse_sizes("0,1KiB")
 
 
 def test_expand_candidates_collapses_families(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:

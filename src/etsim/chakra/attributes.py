@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from etsim.chakra.schema import et_def_pb2 as pb
+from etsim.errors import TraceError
 
 __all__ = [
     "EXPECTED_MEMBER",
@@ -98,12 +99,15 @@ def make_attribute(name: str, value: Any, member: str | None = None) -> pb.Attri
         member = EXPECTED_MEMBER.get(name)
     if member is None:
         member = _infer_member(name, value)
-    if member.endswith("_list"):
-        getattr(attr, member).values.extend(value)
-        # An empty list still marks the member as set (the writer emits `<tag> 00`).
-        getattr(attr, member).SetInParent()
-    else:
-        setattr(attr, member, value)
+    try:
+        if member.endswith("_list"):
+            getattr(attr, member).values.extend(value)
+            # An empty list still marks the member as set (the writer emits `<tag> 00`).
+            getattr(attr, member).SetInParent()
+        else:
+            setattr(attr, member, value)
+    except (ValueError, TypeError) as exc:  # protobuf's range and type checks: too big, negative, not a number
+        raise TraceError(f"attribute {name!r}: {value!r} does not fit Chakra's {member} field ({exc})") from None
     return attr
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from etsim.chakra.attributes import make_attribute
 from etsim.chakra.graph import CollectiveType, NodeType, Trace
 from etsim.chakra.schema import et_def_pb2 as pb
+from etsim.errors import TraceError
 
 __all__ = ["TraceBuilder"]
 
@@ -48,9 +49,12 @@ class TraceBuilder:
         nid = self._next_id
         self._next_id += 1
         # Any integer is written as given (unknown node types must survive a round trip).
-        node = pb.Node(id=nid, name=name, type=int(node_type), duration_micros=duration_micros)  # type: ignore[arg-type]
-        node.data_deps.extend(deps)
-        node.ctrl_deps.extend(ctrl_deps)
+        try:
+            node = pb.Node(id=nid, name=name, type=int(node_type), duration_micros=duration_micros)  # type: ignore[arg-type]
+            node.data_deps.extend(deps)
+            node.ctrl_deps.extend(ctrl_deps)
+        except (ValueError, TypeError) as exc:  # protobuf's range checks: a duration past 2^64 µs, say
+            raise TraceError(f"node {nid} ({name or 'unnamed'}): does not fit Chakra's Node message: {exc}") from None
         for key, value in (attrs or {}).items():
             if value is not None:
                 node.attr.append(make_attribute(key, value))

@@ -76,6 +76,14 @@ def _clear_progress() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the process exit code."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # at any moment, a command's imports included
+        print("etsim: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and not argv[0].startswith("-"):
         # `etsim WORKLOAD …` means `etsim run WORKLOAD …`.
@@ -95,8 +103,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             _clear_progress()
             print(f"etsim: error: {exc}", file=sys.stderr)
             return 1
-        except KeyboardInterrupt:
-            print("etsim: interrupted", file=sys.stderr)
-            return 130
         except BrokenPipeError:
             return 0

@@ -31,6 +31,7 @@ import yaml
 from etsim.errors import ConfigError
 from etsim.experiment.spec import Experiment, Point, point_config
 from etsim.experiment.worker import PointOutcome
+from etsim.files import make_parent
 
 __all__ = ["ResultsDir", "read_results"]
 
@@ -146,6 +147,9 @@ class ResultsDir:
         Raises:
             ConfigError: results exist and neither flag was given, or they were written for other axes.
         """
+        if resume and force:
+            raise ConfigError("--resume keeps earlier results and --force discards them: pass one of them")
+        make_parent(self.csv_path)  # a clear error when a component of the directory is a file
         if self.csv_path.exists() and not resume:
             if not force:
                 raise ConfigError(
@@ -155,15 +159,17 @@ class ResultsDir:
                 (self.dir / name).unlink(missing_ok=True)
             for name in ("points", "plots"):
                 shutil.rmtree(self.dir / name, ignore_errors=True)
-        self.dir.mkdir(parents=True, exist_ok=True)
         kept: set[str] = set()
         if resume and self.csv_path.exists():
             kept = self._load_previous()
-        (self.dir / "experiment.yaml").write_text(self.experiment.text, encoding="utf-8")
-        todo = [p for p in run if p.id not in kept]
-        self._rewrite()
-        self._csv = open(self.csv_path, "a", encoding="utf-8", newline="")  # noqa: SIM115 - closed in close()
-        self._jsonl = open(self.jsonl_path, "ab")  # noqa: SIM115
+        try:
+            (self.dir / "experiment.yaml").write_text(self.experiment.text, encoding="utf-8")
+            todo = [p for p in run if p.id not in kept]
+            self._rewrite()
+            self._csv = open(self.csv_path, "a", encoding="utf-8", newline="")  # noqa: SIM115 - closed in close()
+            self._jsonl = open(self.jsonl_path, "ab")  # noqa: SIM115
+        except OSError as exc:
+            raise ConfigError(f"{self.dir}: cannot write the results there: {exc.strerror or exc}") from None
         self._jsonl_end = self._jsonl.seek(0, os.SEEK_END)
         return todo
 

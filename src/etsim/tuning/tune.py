@@ -57,7 +57,10 @@ def parse_sizes(text: str, key: str = "--sizes") -> list[int]:
     for item in filter(None, (part.strip() for part in text.split(","))):
         m = _RANGE.fullmatch(item)
         if m is None:
-            sizes.add(parse_size(item, key=key, default_unit="B"))
+            size = parse_size(item, key=key, default_unit="B")
+            if size < 1:
+                raise ConfigError(f"{key}: {item!r}: a collective moves at least 1 byte")
+            sizes.add(size)
             continue
         low, high = (parse_size(v.strip(), key=key, default_unit="B") for v in m.groups())
         for end in (low, high):
