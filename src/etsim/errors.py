@@ -15,6 +15,7 @@ __all__ = [
     "EtsimError",
     "EtsimWarning",
     "FastPathConflict",
+    "Interrupted",
     "RegistryError",
     "SimulationError",
     "TopologyError",
@@ -75,6 +76,18 @@ class FastPathConflict(SimulationError):
         super().__init__(message)
         self.namespace = namespace
         self.signature = signature
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by a signal (SIGINT or SIGTERM) after putting what it finished in order.
+
+    A KeyboardInterrupt, so code that handles Ctrl-C handles it; :attr:`signum` tells the command line
+    which exit status to give (128 + the signal's number, as a shell does).
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 class EtsimWarning(UserWarning):

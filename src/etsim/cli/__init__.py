@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 import warnings
 from collections.abc import Sequence
@@ -78,9 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the process exit code."""
     try:
         return _main(argv)
-    except KeyboardInterrupt:  # at any moment, a command's imports included
-        print("etsim: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # at any moment, a command's imports included
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print("etsim: interrupted" if signum == signal.SIGINT else "etsim: terminated", file=sys.stderr)
+        return 128 + int(signum)
 
 
 def _main(argv: Sequence[str] | None) -> int:

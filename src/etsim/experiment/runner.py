@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, Interrupted
 from etsim.experiment.engines import ENGINES, STOP, default_jobs
 from etsim.experiment.results import ResultsDir
 from etsim.experiment.spec import Experiment, select_points
@@ -126,13 +126,17 @@ def _stop_on_signals(*, immediate: bool) -> Iterator[None]:
         if STOP.is_set():
             os.write(2, b"etsim: interrupted twice, stopping now (--resume continues the sweep)\n")
             os._exit(130)
+        received.append(signum)
         STOP.set()
         if immediate:
             raise KeyboardInterrupt
 
+    received: list[int] = []
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
+    except KeyboardInterrupt:
+        raise Interrupted(received[0] if received else signal.SIGINT) from None
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
