@@ -13,6 +13,8 @@ from etsim.experiment import load_experiment, run_experiment
 from etsim.experiment.plots import PlotUnavailable, draw_plots, plots_of_directory
 from etsim.experiment.results import read_results
 
+from .conftest import RING8
+
 pytest.importorskip("matplotlib")
 
 
@@ -83,3 +85,35 @@ def test_plot_of_a_directory_checks_columns(small: Path, tmp_path: Path) -> None
     (out / "experiment.yaml").write_text(text.replace("y: finish_ns", "y: latency_ns"))
     with pytest.raises(ConfigError, match=r"experiment.yaml: plots\[0\].y: 'latency_ns' is not a result column"):
         plots_of_directory(out)
+
+
+def test_a_zipped_axis_follows_the_plotted_one(write, tmp_path: Path) -> None:
+    # layers and grad_size vary together: with x = grad_size, layers is decided by x and needs no pin.
+    write("ring8.yaml", RING8)
+    common = """
+        workload: {generate: dp, npus: 8, layers: 1, grad_size: 1 MiB}
+        topology: ring8.yaml
+        model: analytical
+        plots: [{x: workload.grad_size, y: finish_ns, series: algo}]
+    """
+    zipped = (
+        common
+        + """
+        sweep: {algo: [ring, direct]}
+        zip: {workload.layers: [1, 2, 3], workload.grad_size: [4 MiB, 2 MiB, 1 MiB]}
+    """
+    )
+    out = tmp_path / "out"
+    summary = run_experiment(load_experiment(write("z.yaml", zipped)), out=out, jobs=1)
+    name = "finish_ns_vs_workload.grad_size_by_algo"
+    assert summary.failed == 0 and [p.name for p in summary.plots] == [f"{name}.png", f"{name}.svg"]
+    (plot,) = plots_of_directory(out)  # the same check, from the results directory
+    assert plot.x == "workload.grad_size"
+    crossed = (
+        common
+        + """
+        sweep: {algo: [ring, direct], workload.layers: [1, 2], workload.grad_size: [4 MiB, 1 MiB]}
+    """
+    )
+    with pytest.raises(ConfigError, match=r"axis 'workload\.layers' has 2 values but is not the plot's x"):
+        load_experiment(write("n.yaml", crossed))

@@ -189,4 +189,4 @@ def plots_of_directory(directory: str | os.PathLike[str]) -> list[PlotSpec]:
         labels = tuple(dict.fromkeys(r[key] for r in rows))
         axes.append(Axis(key, labels, labels, tuple(f"{key}[{i}]" for i in range(len(labels)))))
     numeric = [c for c in header[end:] if c not in ("network_model", "status", "error", "warnings")]
-    return parse_plots(str(source), data.get("plots"), axes, numeric)
+    return parse_plots(str(source), data.get("plots"), axes, numeric, data.get("zip"))

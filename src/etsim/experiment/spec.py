@@ -582,16 +582,34 @@ def _resolve(loader: _Loader, raw: Mapping[str, Any], origins: Mapping[str, list
     return PointSpec(workload, topology, algo, model, options, system)
 
 
-def parse_plots(where: str, value: Any, axes: Sequence[Axis], numeric: Sequence[str]) -> list[PlotSpec]:
+def parse_plots(
+    where: str, value: Any, axes: Sequence[Axis], numeric: Sequence[str], zip_value: Any = None
+) -> list[PlotSpec]:
     """Validate an experiment's ``plots`` entry against its axes and numeric result columns.
+
+    *zip_value* is the experiment's ``zip`` entry: an axis zipped with a plotted or pinned one needs no pin.
 
     Raises:
         ConfigError: naming *where* and the plot key.
     """
-    return _plots(_Loader(where, Path(".")), value, list(axes), list(numeric))
+    return _plots(_Loader(where, Path(".")), value, list(axes), list(numeric), zip_partners(zip_value))
 
 
-def _plots(loader: _Loader, value: Any, axes: list[Axis], numeric: list[str]) -> list[PlotSpec]:
+def zip_partners(zip_value: Any) -> dict[str, frozenset[str]]:
+    """Axis key → the other keys of its ``zip`` group (the axes whose value its value decides)."""
+    groups = zip_value if isinstance(zip_value, list) else [zip_value]
+    partners: dict[str, frozenset[str]] = {}
+    for group in groups:
+        if isinstance(group, Mapping):
+            keys = frozenset(str(k) for k in group)
+            for key in keys:
+                partners[key] = keys - {key}
+    return partners
+
+
+def _plots(
+    loader: _Loader, value: Any, axes: list[Axis], numeric: list[str], zipped: Mapping[str, frozenset[str]]
+) -> list[PlotSpec]:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -634,8 +652,9 @@ def _plots(loader: _Loader, value: Any, axes: list[Axis], numeric: list[str]) ->
                     [f"{key}.where.{axis_key}"],
                     f"{label!r} is not a value of the axis; values: {', '.join(by_key[axis_key].labels)}",
                 )
+        decided = {u for u in used if u} | set(where)  # these axes' values decide their zip partners'
         for a in axes:
-            if a.key not in used and a.key not in where and len(a.values) > 1:
+            if a.key not in decided and len(a.values) > 1 and not zipped.get(a.key, frozenset()) & decided:
                 raise loader.error(
                     [key],
                     f"axis {a.key!r} has {len(a.values)} values but is not the plot's x, series or facet; "
@@ -738,7 +757,9 @@ def load_experiment(source: str | os.PathLike[str]) -> Experiment:
             raise loader.error([axis.key], "model is a name; it has no keys to set (use model_options.KEY)")
     points, collectives = _expand(loader, data, axes, groups, repeat)
     experiment = Experiment(path, name, description, axes, repeat, points, collectives, [], text)
-    experiment.plots = _plots(loader, data.get("plots"), axes, experiment.numeric_columns)
+    experiment.plots = _plots(
+        loader, data.get("plots"), axes, experiment.numeric_columns, zip_partners(data.get("zip"))
+    )
     return experiment
 
 
