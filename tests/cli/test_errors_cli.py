@@ -168,3 +168,10 @@ def test_a_duration_past_chakras_field_is_a_clear_error(capsys, tmp_path: Path) 
     args = ["workload", "gen", "dp", "--npus", "8", "--layers", "2", "--grad-size", "1MiB"]
     code, _, err = run(capsys, *args, "--fwd-us", str(10**23), "-o", str(tmp_path / "d"))
     assert code == 1 and "does not fit Chakra's Node message" in err
+
+
+def test_more_npus_than_a_topology_may_hold_is_refused_before_writing(capsys, tmp_path: Path) -> None:
+    args = ["workload", "gen", "collective", "--type", "all_reduce", "--size", "1 MiB", "--npus", "2000000"]
+    code, _, err = run(capsys, *args, "-o", str(tmp_path / "w"))
+    assert code == 1 and "--npus 2,000,000: larger than etsim's limit of 1,048,576 NPUs" in err
+    assert not (tmp_path / "w.0.et").exists()

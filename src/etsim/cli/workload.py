@@ -88,13 +88,22 @@ def _positive(value: int, flag: str) -> int:
     return value
 
 
+def _npus(value: int) -> int:
+    """``--npus``: at least 1, at most what a topology may hold (more could be written but never simulated)."""
+    from etsim.network.topology import MAX_NPUS
+
+    if value > MAX_NPUS:
+        raise ConfigError(f"--npus {value:,}: larger than etsim's limit of {MAX_NPUS:,} NPUs per topology")
+    return _positive(value, "--npus")
+
+
 def cmd_collective(args: argparse.Namespace) -> int:
     """Write a collective microbenchmark."""
     size = parse_size(args.size, key="--size", default_unit="B")
     traces = collective_workload(
         _COLLECTIVES[args.type],
         size,
-        _positive(args.npus, "--npus"),
+        _npus(args.npus),
         count=_positive(args.count, "--count"),
         pg_name=args.pg_name,
     )
@@ -103,7 +112,7 @@ def cmd_collective(args: argparse.Namespace) -> int:
 
 def cmd_sendrecv(args: argparse.Namespace) -> int:
     """Write a ring send/receive microbenchmark."""
-    npus = _positive(args.npus, "--npus")
+    npus = _npus(args.npus)
     if npus < 2:
         raise ConfigError("--npus must be >= 2 for send/receive")
     return _write(ring_sendrecv_workload(parse_size(args.size, key="--size", default_unit="B"), npus), args.output)
@@ -115,7 +124,7 @@ def cmd_dp(args: argparse.Namespace) -> int:
         if value < 0:
             raise ConfigError(f"{flag} must be >= 0, got {value}")
     traces = data_parallel_workload(
-        _positive(args.npus, "--npus"),
+        _npus(args.npus),
         layers=_positive(args.layers, "--layers"),
         grad_bytes=parse_size(args.grad_size, key="--grad-size", default_unit="B"),
         fwd_micros=args.fwd_us,
@@ -131,7 +140,7 @@ def cmd_moe(args: argparse.Namespace) -> int:
     for flag, value in (("--attn-us", args.attn_us), ("--expert-us", args.expert_us)):
         if value < 0:
             raise ConfigError(f"{flag} must be >= 0, got {value}")
-    npus = _positive(args.npus, "--npus")
+    npus = _npus(args.npus)
     ep = _positive(args.ep_size, "--ep-size")
     if npus % ep:
         raise ConfigError(f"--ep-size {ep} must divide --npus {npus}")
