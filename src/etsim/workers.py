@@ -161,7 +161,7 @@ def run_in_workers(
         raise ValueError(f"run_in_workers: workers must be >= 1, got {workers}")
     ctx = _context(start, preload)
     if ctx.get_start_method() == "forkserver" and tasks:
-        _start_server_ignoring_ctrl_c()
+        _start_server()
     job = _Job(function, initializer, initargs, finalizer)
     lifeline, alive = ctx.Pipe(duplex=False)  # workers get the read end; only this process holds `alive`
     queue = deque(tasks)
@@ -175,10 +175,17 @@ def run_in_workers(
             with contextlib.suppress(OSError):
                 worker.conn.send((worker.task,))
 
+    def start_worker() -> _Worker:
+        try:
+            with _signals_held():
+                return _start(ctx, job, lifeline, alive)
+        except (EOFError, OSError) as exc:  # the worker server is gone: killed with this process's group?
+            check_stop()
+            raise SimulationError(f"cannot start a worker process: {type(exc).__name__}: {exc}") from None
+
     try:
         for _ in range(min(workers, len(queue))):  # all started before any task is sent: they start together
-            with _sigint_held():
-                pool.append(_start(ctx, job, lifeline, alive))
+            pool.append(start_worker())
         for worker in pool:
             hand_out(worker)
         if meanwhile is not None:
@@ -204,8 +211,7 @@ def run_in_workers(
                     pool.remove(worker)
                     _end([worker])
                     if queue:
-                        with _sigint_held():
-                            pool.append(_start(ctx, job, lifeline, alive))
+                        pool.append(start_worker())
                         hand_out(pool[-1])
                     continue
                 if not ok:
@@ -229,41 +235,36 @@ def _receive(conn: Connection) -> Any:
 
 
 @contextlib.contextmanager
-def _sigint_held() -> Iterator[None]:
-    """Hold Ctrl-C off while a worker starts.
+def _signals_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM off in this thread while a worker or the worker server starts.
 
-    A KeyboardInterrupt between its fork and its entry in the pool would leave it unknown, never ended nor
-    reaped. A Ctrl-C that came meanwhile is raised on leaving.
+    A process started meanwhile inherits the hold, so a signal cannot kill it half-way through its start-up
+    (workers lift it once their handlers are in place, :func:`_serve`). Here, a signal that came meanwhile
+    is delivered on leaving: a KeyboardInterrupt between a worker's fork and its entry in the pool would
+    leave it unknown, never ended nor reaped.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def _start_server_ignoring_ctrl_c() -> None:
-    """Start the worker server (once per process) with Ctrl-C ignored from its first instruction.
+def _start_server() -> None:
+    """Start the worker server (once per process) with Ctrl-C and SIGTERM held off.
 
-    It shares this process's terminal: a Ctrl-C while it imports the preloaded modules would kill it with
-    a traceback, and this process's next worker would fail to start. An ignored signal stays ignored across
-    ``exec`` and Python keeps it so; the workers it forks inherit that. Here, the Ctrl-C is held and
-    raised once the server runs.
+    It shares this process's terminal and process group: a Ctrl-C (or a ``kill`` of the group) while it
+    imports the preloaded modules would kill it with a traceback, and this process's next worker would
+    fail to start. Started under :func:`_signals_held`, it imports in peace, then ignores SIGINT (which
+    drops a held one); a held SIGTERM never reaches it, and it ends with this process anyway. The
+    resource tracker starts first: starting it lifts the hold.
     """
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, resource_tracker
 
-    if threading.current_thread() is not threading.main_thread():
+    resource_tracker.ensure_running()
+    with _signals_held():
         forkserver.ensure_running()
-        return
-    with _sigint_held():
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            forkserver.ensure_running()
-        finally:
-            signal.signal(signal.SIGINT, previous)
 
 
 class RemoteTraceback(Exception):
@@ -323,8 +324,8 @@ def _serve(conn: Connection, lifeline: Connection, job: _Job, inherited: Connect
     if inherited is not None:
         inherited.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a fork inherits the mask of _sigint_held
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # held by _signals_held
     threading.Thread(target=_watch, args=(lifeline, job.finalizer), name="etsim-lifeline", daemon=True).start()
     try:
         broken: BaseException | None = None

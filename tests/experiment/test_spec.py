@@ -166,6 +166,9 @@ def test_generator_errors_name_the_key(write) -> None:
     path = write("e.yaml", "workload: {generate: sequence, npus: 8, collectives: [{type: all_reduce}]}\n")
     with pytest.raises(ConfigError, match=r"workload.collectives\[0\].size: missing"):
         load_experiment(path)
+    path = write("e.yaml", "workload: {generate: collective, type: all_reduce, npus: 2000000, size: 1 MiB}\n")
+    with pytest.raises(ConfigError, match=r"workload.npus: 2,000,000 NPUs is more than etsim's limit of 1,048,576"):
+        load_experiment(path)
     path = write("e.yaml", "topology: ring8.yaml\n")
     with pytest.raises(ConfigError, match=r"e.yaml: workload: missing"):
         load_experiment(path)

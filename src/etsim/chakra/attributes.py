@@ -106,8 +106,9 @@ def make_attribute(name: str, value: Any, member: str | None = None) -> pb.Attri
             getattr(attr, member).SetInParent()
         else:
             setattr(attr, member, value)
-    except (ValueError, TypeError) as exc:  # protobuf's range and type checks: too big, negative, not a number
-        raise TraceError(f"attribute {name!r}: {value!r} does not fit Chakra's {member} field ({exc})") from None
+    except ValueError as exc:  # protobuf's range check: too big, or negative where unsigned
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise TraceError(f"attribute {name!r}: {shown} does not fit Chakra's {member} field ({exc})") from None
     return attr
 
 

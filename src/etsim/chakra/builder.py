@@ -53,7 +53,7 @@ class TraceBuilder:
             node = pb.Node(id=nid, name=name, type=int(node_type), duration_micros=duration_micros)  # type: ignore[arg-type]
             node.data_deps.extend(deps)
             node.ctrl_deps.extend(ctrl_deps)
-        except (ValueError, TypeError) as exc:  # protobuf's range checks: a duration past 2^64 µs, say
+        except ValueError as exc:  # protobuf's range checks: a duration past 2^64 µs, say
             raise TraceError(f"node {nid} ({name or 'unnamed'}): does not fit Chakra's Node message: {exc}") from None
         for key, value in (attrs or {}).items():
             if value is not None:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
 import socket
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -95,6 +97,9 @@ def run_ray(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int, address
     if started:
         if address:
             _check_reachable(address)
+        # Ray installs a SIGTERM handler of its own (a crash dump, exit 1): the sweep's, which puts the results
+        # in order and exits 143, stays in charge.
+        sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
         try:
             if address:
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
@@ -104,6 +109,9 @@ def run_ray(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int, address
             raise ConfigError(
                 f"--engine ray: cannot start or reach a Ray cluster ({address or 'local'}): {exc}"
             ) from None
+        finally:
+            if sigterm is not None:
+                signal.signal(signal.SIGTERM, sigterm)
     try:
         workers = max(1, int(ray.cluster_resources().get("CPU", jobs)))
         # Tasks are not retried by Ray: a lost batch is rerun point by point below, like the local pool.

@@ -29,6 +29,7 @@ from typing import Any
 
 from etsim.chakra import COLLECTIVE_NAMES, CollectiveType, Trace, TraceBuilder
 from etsim.errors import ConfigError
+from etsim.network.topology import MAX_NPUS
 from etsim.producers.workloads import collective_workload, data_parallel_workload, ring_sendrecv_workload
 from etsim.units import parse_size
 
@@ -55,6 +56,13 @@ def _int(value: object, key: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{key}: expected an integer >= {minimum}, got {value!r}")
     return value
+
+
+def _npus(value: object, key: str, minimum: int) -> int:
+    npus = _int(value, key, minimum)
+    if npus > MAX_NPUS:
+        raise ConfigError(f"{key}: {npus:,} NPUs is more than etsim's limit of {MAX_NPUS:,} per topology")
+    return npus
 
 
 def _collective(value: object, key: str) -> str:
@@ -94,14 +102,14 @@ def normalize_generator(spec: Mapping[str, Any], key: str = "workload") -> dict[
     if kind == "collective":
         out["type"] = _collective(spec["type"], f"{key}.type")
         out["size"] = _size(spec["size"], f"{key}.size")
-        out["npus"] = _int(spec["npus"], f"{key}.npus", 1)
+        out["npus"] = _npus(spec["npus"], f"{key}.npus", 1)
         out["count"] = _int(spec.get("count", 1), f"{key}.count", 1)
         out["pg_name"] = _pg_name(spec.get("pg_name"), f"{key}.pg_name")
     elif kind == "sendrecv":
         out["size"] = _size(spec["size"], f"{key}.size")
-        out["npus"] = _int(spec["npus"], f"{key}.npus", 2)
+        out["npus"] = _npus(spec["npus"], f"{key}.npus", 2)
     elif kind == "dp":
-        out["npus"] = _int(spec["npus"], f"{key}.npus", 1)
+        out["npus"] = _npus(spec["npus"], f"{key}.npus", 1)
         out["layers"] = _int(spec["layers"], f"{key}.layers", 1)
         out["grad_size"] = _size(spec["grad_size"], f"{key}.grad_size")
         out["fwd_us"] = _int(spec.get("fwd_us", 100), f"{key}.fwd_us", 0)
@@ -110,7 +118,7 @@ def normalize_generator(spec: Mapping[str, Any], key: str = "workload") -> dict[
         out["wg_us"] = out["bwd_us"] if wg is None else _int(wg, f"{key}.wg_us", 0)
         out["iterations"] = _int(spec.get("iterations", 1), f"{key}.iterations", 1)
     else:
-        out["npus"] = _int(spec["npus"], f"{key}.npus", 1)
+        out["npus"] = _npus(spec["npus"], f"{key}.npus", 1)
         default_size = spec.get("size")
         collectives = spec["collectives"]
         if not isinstance(collectives, list) or not collectives:

@@ -167,7 +167,11 @@ class ResultsDir:
             todo = [p for p in run if p.id not in kept]
             self._rewrite()
             self._csv = open(self.csv_path, "a", encoding="utf-8", newline="")  # noqa: SIM115 - closed in close()
-            self._jsonl = open(self.jsonl_path, "ab")  # noqa: SIM115
+            try:
+                self._jsonl = open(self.jsonl_path, "ab")  # noqa: SIM115
+            except OSError:
+                self._csv.close()
+                raise
         except OSError as exc:
             raise ConfigError(f"{self.dir}: cannot write the results there: {exc.strerror or exc}") from None
         self._jsonl_end = self._jsonl.seek(0, os.SEEK_END)

@@ -124,8 +124,8 @@ def _stop_on_signals(*, immediate: bool) -> Iterator[None]:
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if STOP.is_set():
-            os.write(2, b"etsim: interrupted twice, stopping now (--resume continues the sweep)\n")
-            os._exit(130)
+            os.write(2, b"etsim: stopped again, ending now (--resume continues the sweep)\n")
+            os._exit(128 + signum)
         received.append(signum)
         STOP.set()
         if immediate:
