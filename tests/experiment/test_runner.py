@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
-import time
 import warnings
 from pathlib import Path
 
@@ -221,13 +217,11 @@ def test_resume_refuses_results_of_other_axes(small: Path, write, tmp_path: Path
         run_experiment(load_experiment(other), out=out, jobs=1, resume=True, plots=False)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_a_killed_sweep_loses_nothing_and_resumes(write, tmp_path: Path, sig: signal.Signals) -> None:
-    write("ring8.yaml", RING8)
-    sizes = ", ".join(f"{k} MiB" for k in range(1, 41))
-    # 40 points of a 64-rank ring all-reduce on the default topology: long enough to kill half-way.
-    path = write(
-        "k.yaml",
+def _sizes_sweep(write, name: str, points: int) -> Path:
+    """A sweep of *points* 64-rank ring all-reduces (1, 2, … MiB) on the default topology."""
+    sizes = ", ".join(f"{k} MiB" for k in range(1, points + 1))
+    return write(
+        name,
         f"""
         workload: {{generate: collective, type: all_reduce, npus: 64, size: 1 MiB}}
         model: analytical
@@ -235,27 +229,24 @@ def test_a_killed_sweep_loses_nothing_and_resumes(write, tmp_path: Path, sig: si
         sweep: {{size: [{sizes}]}}
         """,
     )
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_killed_sweep_loses_nothing_and_resumes(write, tmp_path: Path, sig: signal.Signals, signal_command) -> None:
+    # 40 points of a 64-rank ring all-reduce on the default topology: long enough to kill half-way.
+    path = _sizes_sweep(write, "k.yaml", 40)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "etsim", "experiment", "run", str(path), "--out", str(out), "--jobs", "2", "-q"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    deadline = time.monotonic() + 60
     csv_path = out / "results.csv"
-    while time.monotonic() < deadline:
-        if csv_path.exists() and csv_path.read_text().count("\n") >= 6:
-            break
-        time.sleep(0.01)
-    os.kill(proc.pid, sig)
-    # communicate() returns once every process holding stderr is gone: for SIGKILL, that proves the pool
-    # workers noticed their parent's death and ended themselves.
-    try:
-        _, err = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, err = proc.communicate()
-        pytest.fail(f"the sweep did not end within 30 s of {sig.name}; it printed: {err.decode()!r}")
-    assert proc.returncode == (143 if sig == signal.SIGTERM else -9)  # 128 + SIGTERM, as a shell reports it
+
+    def six_rows() -> bool:
+        return csv_path.exists() and csv_path.read_text().count("\n") >= 6
+
+    # For SIGKILL, the command ending at all proves the pool workers noticed their parent's death.
+    args = ["experiment", "run", str(path), "--out", str(out), "--jobs", "2", "-q"]
+    status, err = signal_command(args, sig, six_rows)
+    assert status == (143 if sig == signal.SIGTERM else -9)  # 128 + SIGTERM, as a shell reports it
     if sig == signal.SIGTERM:
-        assert b"Traceback" not in err and b"etsim: terminated" in err
+        assert "Traceback" not in err and "etsim: terminated" in err
     done = [r["point"] for r in rows(csv_path) if r["status"] == "ok"]
     assert 5 <= len(done) < 40
     if sig == signal.SIGTERM:
@@ -270,33 +261,17 @@ def test_a_killed_sweep_loses_nothing_and_resumes(write, tmp_path: Path, sig: si
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 @pytest.mark.parametrize("delay", [0.25, 0.5, 0.75])
 def test_a_signal_to_the_group_while_workers_start_is_a_clean_stop(
-    write, tmp_path: Path, delay: float, sig: signal.Signals
+    write, tmp_path: Path, delay: float, sig: signal.Signals, signal_command
 ) -> None:
     # Ctrl-C (or `kill -- -PGID`, `timeout`, a batch scheduler) reaches the whole process group, the worker
     # server included: while it was importing etsim, it died with a traceback and the sweep crashed
     # starting its next worker.
-    sizes = ", ".join(f"{k} MiB" for k in range(1, 21))
-    path = write(
-        "c.yaml",
-        f"""
-        workload: {{generate: collective, type: all_reduce, npus: 64, size: 1 MiB}}
-        model: analytical
-        sweep: {{size: [{sizes}]}}
-        """,
-    )
-    cmd = [sys.executable, "-m", "etsim", "experiment", "run", str(path), "--out", str(tmp_path / "o"), "--jobs", "2"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    time.sleep(delay)
-    os.killpg(proc.pid, sig)
-    try:
-        _, err = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"the sweep did not end within 30 s of {sig.name}")
-    assert b"Traceback" not in err, err.decode()
+    path = _sizes_sweep(write, "c.yaml", 20)
+    args = ["experiment", "run", str(path), "--out", str(tmp_path / "o"), "--jobs", "2"]
+    status, err = signal_command(args, sig, delay, group=True)
+    assert "Traceback" not in err, err
     # Done, stopped (128 + the signal), or a SIGTERM that came before the sweep took it over (killed by it).
-    assert proc.returncode in (0, 128 + sig, -signal.SIGTERM)
+    assert status in (0, 128 + sig, -signal.SIGTERM)
 
 
 def test_a_stopped_local_pool_leaves_no_process_or_thread_behind(small: Path) -> None:

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import itertools
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
-from time import sleep
 
 import pytest
 
@@ -164,28 +160,15 @@ def test_plot_marks_crossovers(repo: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_stopped_tune_leaves_no_worker_behind(repo: Path, tmp_path: Path, sig: signal.Signals) -> None:
+def test_a_stopped_tune_leaves_no_worker_behind(
+    repo: Path, tmp_path: Path, sig: signal.Signals, signal_command
+) -> None:
     # Its workers used to outlive a SIGTERM'd `etsim tune` for good (waiting on a queue nobody writes), and
-    # Ctrl-C printed their tracebacks.
-    cmd = [sys.executable, "-m", "etsim", "tune", "--topology", str(repo / "topologies" / "ring64.yaml")]
-    cmd += ["--sizes", "1KiB..1GiB", "--candidates", "ring,direct,tree,hd", "--jobs", "2"]
-    cmd += ["-o", str(tmp_path / "table.yaml")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    sleep(2)  # start-up, then the workers measure
-    # Ctrl-C reaches the whole foreground process group; a plain `kill` reaches the one process.
-    if sig == signal.SIGINT:
-        os.killpg(proc.pid, sig)
-    else:
-        os.kill(proc.pid, sig)
-    try:
-        # Returns once every process holding stderr is gone: the workers too.
-        _, err = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"`etsim tune` left processes running 30 s after {sig.name}")
-    assert proc.returncode != 0
-    assert b"Traceback" not in err
+    # Ctrl-C printed their tracebacks. Ctrl-C reaches the whole process group; a plain `kill` the one process.
+    args = ["tune", "--topology", str(repo / "topologies" / "ring64.yaml"), "--sizes", "1KiB..1GiB"]
+    args += ["--candidates", "ring,direct,tree,hd", "--jobs", "2", "-o", str(tmp_path / "table.yaml")]
+    status, err = signal_command(args, sig, 2.0, group=sig == signal.SIGINT)  # 2 s: the workers measure
+    assert status != 0 and "Traceback" not in err
 
 
 def test_a_setup_that_fails_in_the_workers_fails_as_in_this_process(tmp_path: Path) -> None:
