@@ -165,10 +165,10 @@ def test_a_stopped_tune_leaves_no_worker_behind(
 ) -> None:
     # Its workers used to outlive a SIGTERM'd `etsim tune` for good (waiting on a queue nobody writes), and
     # Ctrl-C printed their tracebacks. Ctrl-C reaches the whole process group; a plain `kill` the one process.
-    args = ["tune", "--topology", str(repo / "topologies" / "ring64.yaml"), "--sizes", "1KiB..1GiB"]
+    args = ["tune", "--topology", str(repo / "topologies" / "ring64.yaml"), "--sizes", "1B..1GiB"]
     args += ["--candidates", "ring,direct,tree,hd", "--jobs", "2", "-o", str(tmp_path / "table.yaml")]
-    status, err = signal_command(args, sig, 2.0, group=sig == signal.SIGINT)  # 2 s: the workers measure
-    assert status != 0 and "Traceback" not in err
+    status, err = signal_command(args, sig, 2.0, group=sig == signal.SIGINT)  # 2 s: the workers measure (of ~8)
+    assert status in (0, 128 + sig, -sig) and "Traceback" not in err  # 0: a machine fast enough to finish first
 
 
 def test_a_setup_that_fails_in_the_workers_fails_as_in_this_process(tmp_path: Path) -> None:
