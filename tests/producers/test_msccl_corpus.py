@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import warnings
-from pathlib import Path
 
 import pytest
 
@@ -21,20 +19,8 @@ from etsim.simulation import simulate
 from etsim.system.algorithms.msccl import load_msccl_algorithm
 from etsim.system.config import SystemConfig
 
-REPO = Path(__file__).resolve().parents[2]
+from .conftest import CORPUS, FILES, GEN, REPO, needs_corpus
 
-
-def _gen_module():
-    spec = importlib.util.spec_from_file_location("gen_msccl_algorithms", REPO / "scripts" / "gen_msccl_algorithms.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = _gen_module()
-CORPUS = GEN.corpus_dir()
-FILES = GEN.corpus_files(CORPUS) if CORPUS.is_dir() else []
-needs_corpus = pytest.mark.skipif(not FILES, reason=f"no MSCCL-IR corpus at {CORPUS}")
 GENERATED = CORPUS / "generated"
 MiB = 1 << 20
 BW, LAT = 50.0, 500.0

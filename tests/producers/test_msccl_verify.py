@@ -6,8 +6,6 @@ Every corpus file's verdict is asserted in ``test_msccl_corpus.py`` (which simul
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-from pathlib import Path
 
 import pytest
 
@@ -15,21 +13,10 @@ from etsim.chakra import CollectiveType as C
 from etsim.chakra.verify import Verdict, verify_graphs
 from etsim.producers.msccl import MscclProgram, convert_msccl, convert_program, parse_msccl
 
-REPO = Path(__file__).resolve().parents[2]
+from .conftest import CORPUS, needs_corpus
 
-
-def _gen_module():
-    spec = importlib.util.spec_from_file_location("gen_msccl_algorithms", REPO / "scripts" / "gen_msccl_algorithms.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = _gen_module()
-CORPUS = GEN.corpus_dir()
-FILES = GEN.corpus_files(CORPUS) if CORPUS.is_dir() else []
-needs_corpus = pytest.mark.skipif(not FILES, reason=f"no MSCCL-IR corpus at {CORPUS}")
 RING8 = CORPUS / "generated" / "allreduce_ring_n8_c1_i1_LL128.xml"
+
 
 def to_xml(program: MscclProgram) -> str:
     """A program as MSCCL-IR text (the attributes the parser reads)."""
