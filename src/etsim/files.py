@@ -1,19 +1,23 @@
-"""Reading configuration files and writing outputs, with one-line errors instead of tracebacks.
+"""Reading inputs and writing outputs, with one-line errors instead of tracebacks.
 
 Every YAML/JSON configuration etsim reads goes through :func:`read_text` (a file that is not UTF-8
-is named with the offset of its first bad byte), and every file etsim writes goes through
-:func:`write_text`/:func:`write_bytes` or :func:`make_parent` (a parent that cannot be created is
-named, and a path component that is a file is called that, not "File exists").
+is named with the offset of its first bad byte), every trace through :func:`read_bytes`, and every
+file etsim writes goes through :func:`write_text`/:func:`write_bytes` or :func:`make_parent` (a parent
+that cannot be created is named, and a path component that is a file is called that, not "File exists").
 """
 
 from __future__ import annotations
 
+import gzip
 import os
+import zlib
 from pathlib import Path
 
 from etsim.errors import ConfigError, EtsimError
 
-__all__ = ["make_parent", "read_text", "write_bytes", "write_text"]
+__all__ = ["make_parent", "read_bytes", "read_text", "write_bytes", "write_text"]
+
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def read_text(path: str | os.PathLike[str], what: str = "file", error: type[EtsimError] = ConfigError) -> str:
@@ -29,18 +33,34 @@ def read_text(path: str | os.PathLike[str], what: str = "file", error: type[Etsi
             the file and, for bad bytes, the byte offset.
     """
     p = Path(path)
+    data = read_bytes(p, what, error)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{p}: the {what} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+
+
+def read_bytes(
+    path: str | os.PathLike[str], what: str = "file", error: type[EtsimError] = ConfigError, *, gunzip: bool = False
+) -> bytes:
+    """The bytes of *path*; with *gunzip*, decompressed when they start with gzip's magic bytes.
+
+    Raises:
+        EtsimError: (of class *error*) the file cannot be read, or is corrupt gzip data (named).
+    """
+    p = Path(path)
     try:
         data = p.read_bytes()
     except IsADirectoryError:
         raise error(f"{p}: cannot read the {what}: it is a directory") from None
     except OSError as exc:
         raise error(f"{p}: cannot read the {what}: {exc.strerror or exc}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise error(
-            f"{p}: the {what} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
-        ) from None
+    if gunzip and data[:2] == _GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise error(f"{p}: the {what} is corrupt gzip data ({exc})") from None
+    return data
 
 
 def make_parent(path: str | os.PathLike[str], error: type[EtsimError] = ConfigError) -> Path:

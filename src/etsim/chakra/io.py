@@ -16,7 +16,6 @@ import gzip
 import itertools
 import os
 import re
-import zlib
 from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 from google.protobuf import descriptor_pb2, message_factory
 from google.protobuf.message import DecodeError, Message
 
+from etsim import files
 from etsim.chakra.graph import NodeColumns, Trace, Workload, gather_columns
 from etsim.chakra.schema import et_def_pb2 as pb
 from etsim.errors import TraceError, warn
@@ -41,8 +41,6 @@ __all__ = [
     "write_trace",
     "write_workload",
 ]
-
-_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def _node_stream_class() -> type:
@@ -143,19 +141,7 @@ def decode_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
 
 def read_bytes(path: str | os.PathLike[str]) -> bytes:
     """The decompressed content of a trace file (gzip detected by magic bytes)."""
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except IsADirectoryError:
-        raise TraceError(f"{p}: is a directory, not a trace file") from None
-    except OSError as exc:
-        raise TraceError(f"{p}: cannot read: {exc.strerror or exc}") from None
-    if data[:2] == _GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise TraceError(f"{p}: corrupt gzip data: {exc}") from None
-    return data
+    return files.read_bytes(path, "trace file", TraceError, gunzip=True)
 
 
 def iter_frames(data: bytes, path: str | os.PathLike[str] = "<bytes>") -> Iterator[memoryview]:

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from collections.abc import Sequence
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from etsim.errors import ConfigError
-from etsim.files import make_parent
+from etsim.files import make_parent, read_bytes
 
 __all__ = ["load_trace_events", "plot_links", "plot_timeline"]
 
@@ -53,17 +52,7 @@ def load_trace_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         ConfigError: the file cannot be read or is not a trace (named, with the reason).
     """
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except IsADirectoryError:
-        raise ConfigError(f"{p}: cannot read the trace: it is a directory") from None
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read the trace: {exc.strerror or exc}") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise ConfigError(f"{p}: not a readable gzip file ({exc})") from None
+    data = read_bytes(p, "trace", ConfigError, gunzip=True)
     try:
         doc = json.loads(data)
     except UnicodeDecodeError:
