@@ -13,46 +13,13 @@ from etsim.compat import astra_output, run_astra
 from etsim.errors import ConfigError, EtsimWarning
 from etsim.producers import collective_workload
 
+from .conftest import astra_inputs
+
 GIB = 2**30
 
 # ASTRA-sim's congestion-unaware back end gives concurrent messages full bandwidth; etsim reproduces
 # it and says so (a warning per run, tested below), which these closed-form tests do not care about.
 pytestmark = pytest.mark.filterwarnings("ignore:network model 'analytical' ignores contention")
-
-
-def setup(
-    tmp_path: Path,
-    collective: CollectiveType,
-    size: int,
-    topology: list[str],
-    npus: list[int],
-    *,
-    algo: str | list[str] = "ring",
-    endpoint: int = 10,
-    local_mem_bw: float = 1600,
-    bw: float = 50.0,
-    lat: float = 500.0,
-    optimization: str = "localBWAware",
-    **extra: object,
-) -> tuple[Path, Path, Path]:
-    n = math.prod(npus)
-    write_workload(collective_workload(collective, size, n), tmp_path / "wl")
-    algos = algo if isinstance(algo, list) else [algo]
-    system = {
-        "scheduling-policy": "LIFO",
-        "collective-optimization": optimization,
-        "preferred-dataset-splits": 1,
-        "active-chunks-per-dimension": 1,
-        "endpoint-delay": endpoint,
-        "local-mem-bw": local_mem_bw,
-        **{f"{c}-implementation": algos for c in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")},
-        **extra,
-    }
-    (tmp_path / "sys.json").write_text(json.dumps(system))
-    (tmp_path / "net.yml").write_text(
-        f"topology: {topology}\nnpus_count: {npus}\nbandwidth: {[bw] * len(npus)}\nlatency: {[lat] * len(npus)}\n"
-    )
-    return tmp_path / "wl", tmp_path / "sys.json", tmp_path / "net.yml"
 
 
 def finishes(paths: tuple[Path, Path, Path], model: str = "unaware") -> set[int]:
@@ -73,14 +40,14 @@ def P(m: float, local: float = 1600) -> int:
 
 
 def test_worked_example_43025(tmp_path: Path) -> None:
-    paths = setup(tmp_path, CollectiveType.ALL_REDUCE, 1 << 20, ["Ring"], [8])
+    paths = astra_inputs(tmp_path, CollectiveType.ALL_REDUCE, 1 << 20, ["Ring"], [8])
     result = run_astra(*paths)
     assert {int(r.finish_ns) for r in result.ranks} == {43025}
     assert astra_output(result).splitlines()[0] == "sys[0] finished, 43025 cycles, exposed communication 43025 cycles."
 
 
 def test_clean_configuration_ring64(tmp_path: Path) -> None:
-    paths = setup(tmp_path, CollectiveType.ALL_REDUCE, GIB, ["Ring"], [64], endpoint=1, local_mem_bw=1e9)
+    paths = astra_inputs(tmp_path, CollectiveType.ALL_REDUCE, GIB, ["Ring"], [64], endpoint=1, local_mem_bw=1e9)
     assert finishes(paths) == {39_438_127}
 
 
@@ -102,7 +69,7 @@ def test_ring_closed_forms(tmp_path: Path, n: int, size: int, topo: str, hops: i
     ):
         sub = tmp_path / coll.name
         sub.mkdir()
-        assert finishes(setup(sub, coll, size, [topo], [n])) == {expected}, coll.name
+        assert finishes(astra_inputs(sub, coll, size, [topo], [n])) == {expected}, coll.name
 
 
 @pytest.mark.parametrize("n", [4, 8])
@@ -123,7 +90,7 @@ def test_direct_closed_forms(tmp_path: Path, n: int, topo: str) -> None:
     for coll, value in expected.items():
         sub = tmp_path / coll.name
         sub.mkdir()
-        assert finishes(setup(sub, coll, size, [topo], [n], algo="direct")) == {value}, coll.name
+        assert finishes(astra_inputs(sub, coll, size, [topo], [n], algo="direct")) == {value}, coll.name
 
 
 @pytest.mark.parametrize("n", [4, 8, 16])
@@ -132,7 +99,7 @@ def test_halving_doubling_closed_form_fully_connected(tmp_path: Path, n: int) ->
     K = int(math.log2(n))
     sizes = [size / 2**k for k in range(1, K + 1)]
     expected = E + sum(net(m) for m in sizes + sizes[::-1]) + 2 * K * E + sum(P(m) for m in sizes[1:])
-    paths = setup(tmp_path, CollectiveType.ALL_REDUCE, size, ["FullyConnected"], [n], algo="halvingDoubling")
+    paths = astra_inputs(tmp_path, CollectiveType.ALL_REDUCE, size, ["FullyConnected"], [n], algo="halvingDoubling")
     assert finishes(paths) == {expected}
 
 
@@ -148,11 +115,11 @@ def test_two_dimensional_ring_ring(tmp_path: Path) -> None:
     def t_ar(n: int, s: float) -> int:
         return E + 2 * (n - 1) * net(s / n) + (n - 1) * (2 * E + P(s / n))
 
-    local = setup(tmp_path, CollectiveType.ALL_REDUCE, size, ["Ring", "Ring"], [n0, n1], algo=["ring", "ring"])
+    local = astra_inputs(tmp_path, CollectiveType.ALL_REDUCE, size, ["Ring", "Ring"], [n0, n1], algo=["ring", "ring"])
     assert finishes(local) == {t_rs(n0, size) + t_ar(n1, size / n0) + t_ag(n0, size / n0)}
     sub = tmp_path / "baseline"
     sub.mkdir()
-    base = setup(sub, CollectiveType.ALL_REDUCE, size, ["Ring", "Ring"], [n0, n1], algo=["ring", "ring"],
+    base = astra_inputs(sub, CollectiveType.ALL_REDUCE, size, ["Ring", "Ring"], [n0, n1], algo=["ring", "ring"],
                  optimization="baseline")  # fmt: skip
     assert finishes(base) == {t_ar(n0, size) + t_ar(n1, size)}
 
@@ -161,20 +128,20 @@ def test_congestion_aware_store_and_forward(tmp_path: Path) -> None:
     # Ring neighbours are one hop: aware equals unaware; on a switch every message crosses two links.
     n, size, E = 8, 1 << 20, 10
     m = size / n
-    paths = setup(tmp_path, CollectiveType.ALL_REDUCE, size, ["Switch"], [n])
+    paths = astra_inputs(tmp_path, CollectiveType.ALL_REDUCE, size, ["Switch"], [n])
     hop = math.floor(500 + m / B())
     assert finishes(paths, "aware") == {E + 2 * (n - 1) * 2 * hop + (n - 1) * (2 * E + P(m))}
 
 
 def test_invalid_values_are_errors(tmp_path: Path) -> None:
-    paths = setup(tmp_path, CollectiveType.ALL_REDUCE, 1 << 20, ["Ring"], [4], **{"preferred-dataset-splits": 0})
+    paths = astra_inputs(tmp_path, CollectiveType.ALL_REDUCE, 1 << 20, ["Ring"], [4], **{"preferred-dataset-splits": 0})
     with pytest.raises(ConfigError, match="'preferred-dataset-splits' must be an integer >= 1, got 0"):
         run_astra(*paths)
-    paths = setup(tmp_path, CollectiveType.ALL_REDUCE, 1 << 20, ["Ring"], [4], **{"scheduling-policy": "RANDOM"})
+    paths = astra_inputs(tmp_path, CollectiveType.ALL_REDUCE, 1 << 20, ["Ring"], [4], **{"scheduling-policy": "RANDOM"})
     with pytest.raises(ConfigError, match="scheduling-policy"):
         run_astra(*paths)
     warnings: list[str] = []
-    paths = setup(tmp_path, CollectiveType.ALL_REDUCE, 1 << 20, ["Ring"], [4], **{"boost-mode": 1, "mystery": 2})
+    paths = astra_inputs(tmp_path, CollectiveType.ALL_REDUCE, 1 << 20, ["Ring"], [4], **{"boost-mode": 1, "mystery": 2})
     run_astra(*paths, warn=warnings.append)
     assert any("'boost-mode' is accepted but has no effect" in w for w in warnings)
     assert any("unknown key 'mystery'" in w for w in warnings)
@@ -185,11 +152,11 @@ def test_splits_and_active_chunks(tmp_path: Path) -> None:
     n, size, E = 8, 1 << 22, 10
     m = size / 4 / n
     one = E + 2 * (n - 1) * net(m) + (n - 1) * (2 * E + P(m))
-    paths = setup(tmp_path, CollectiveType.ALL_REDUCE, size, ["Ring"], [n], **{"preferred-dataset-splits": 4})
+    paths = astra_inputs(tmp_path, CollectiveType.ALL_REDUCE, size, ["Ring"], [n], **{"preferred-dataset-splits": 4})
     assert finishes(paths) == {4 * one}
     sub = tmp_path / "active"
     sub.mkdir()
-    paths = setup(sub, CollectiveType.ALL_REDUCE, size, ["Ring"], [n],
+    paths = astra_inputs(sub, CollectiveType.ALL_REDUCE, size, ["Ring"], [n],
                   **{"preferred-dataset-splits": 4, "active-chunks-per-dimension": 4})  # fmt: skip
     assert finishes(paths) == {one}  # congestion-unaware: concurrent streams do not share bandwidth
 
@@ -197,7 +164,7 @@ def test_splits_and_active_chunks(tmp_path: Path) -> None:
 def test_direct_all_reduce_fully_connected(tmp_path: Path) -> None:
     n, size, E = 8, 1 << 22, 10
     m = size / n
-    paths = setup(tmp_path, CollectiveType.ALL_REDUCE, size, ["FullyConnected"], [n], algo="direct")
+    paths = astra_inputs(tmp_path, CollectiveType.ALL_REDUCE, size, ["FullyConnected"], [n], algo="direct")
     assert finishes(paths) == {3 * E + 2 * net(m) + P(m)}
 
 
@@ -253,7 +220,7 @@ def test_custom_collective_uses_its_own_sizes(tmp_path: Path) -> None:
     for size in (1 << 20, 64 << 20):
         sub = tmp_path / str(size)
         sub.mkdir()
-        paths = setup(sub, CollectiveType.ALL_REDUCE, size, ["Ring"], [n],
+        paths = astra_inputs(sub, CollectiveType.ALL_REDUCE, size, ["Ring"], [n],
                       **{"all-reduce-implementation-custom": [str(tmp_path / "custom_ar")]})  # fmt: skip
         assert finishes(paths) == {expected}
 
@@ -272,7 +239,7 @@ def test_per_node_custom_implementation(tmp_path: Path) -> None:
     write_workload(custom, tmp_path / "one_hop")
     (tmp_path / "per_node.yaml").write_text(f"1: {tmp_path / 'one_hop'}\n")
     per_node = {"per-node-custom-implementation": str(tmp_path / "per_node.yaml")}
-    paths = setup(tmp_path, CollectiveType.ALL_REDUCE, size, ["Ring"], [n], **per_node)
+    paths = astra_inputs(tmp_path, CollectiveType.ALL_REDUCE, size, ["Ring"], [n], **per_node)
     write_workload(collective_workload(CollectiveType.ALL_REDUCE, size, n, count=2), tmp_path / "wl")  # ids 0, 1
     m = size / n
     ring_time = E + 2 * (n - 1) * net(m) + (n - 1) * (2 * E + P(m))

@@ -23,18 +23,17 @@ Ring closed forms (verified against the binary, ``shared/reference/astra-sim.md`
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
 import pytest
 
 from etsim.chakra import CollectiveType as C
-from etsim.chakra import write_workload
 from etsim.compat import run_astra
 from etsim.compat.collectives import tree_roles
 from etsim.errors import ConfigError
 from etsim.producers import collective_workload
+
+from .conftest import astra_inputs
 
 # The unaware back end is contention-free by design; its warnings are tested in test_astra.py.
 pytestmark = pytest.mark.filterwarnings("ignore:network model 'analytical' ignores contention")
@@ -56,23 +55,19 @@ def run(
     local_mem_bw: float = 1600,
 ) -> list[int]:
     """Per-rank finish times of one collective under etsim astra."""
-    n = math.prod(npus)
-    write_workload(collective_workload(collective, size, n), tmp_path / "wl")
-    algos = algo if isinstance(algo, list) else [algo]
-    system = {
-        "scheduling-policy": "LIFO",
-        "collective-optimization": optimization,
-        "preferred-dataset-splits": splits,
-        "active-chunks-per-dimension": active,
-        "endpoint-delay": 10,
-        "local-mem-bw": local_mem_bw,
-        **{f"{c}-implementation": algos for c in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")},
-    }
-    (tmp_path / "sys.json").write_text(json.dumps(system))
-    (tmp_path / "net.yml").write_text(
-        f"topology: {topology}\nnpus_count: {npus}\nbandwidth: {[50.0] * len(npus)}\nlatency: {[500.0] * len(npus)}\n"
+    extra = {"preferred-dataset-splits": splits, "active-chunks-per-dimension": active}
+    inputs = astra_inputs(
+        tmp_path,
+        collective,
+        size,
+        topology,
+        npus,
+        algo=algo,
+        optimization=optimization,
+        local_mem_bw=local_mem_bw,
+        **extra,
     )
-    result = run_astra(tmp_path / "wl", tmp_path / "sys.json", tmp_path / "net.yml", queues_per_dim=queues)
+    result = run_astra(*inputs, queues_per_dim=queues)
     return [int(r.finish_ns) for r in result.ranks]
 
 
