@@ -15,7 +15,7 @@ import itertools
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -123,18 +123,7 @@ def table_yaml(
         lines.append(yaml.safe_dump(dict(settings), sort_keys=True, default_flow_style=False).rstrip("\n"))
     lines.append("algorithms:")
     for rule in rules:
-        text = SelectionRule(
-            _relative(rule.algorithm, out.parent),
-            rule.name,
-            rule.origin,
-            collective=rule.collective,
-            min_bytes=rule.min_bytes,
-            max_bytes=rule.max_bytes,
-            group_sizes=rule.group_sizes,
-            pg_names=rule.pg_names,
-            dimension=rule.dimension,
-            is_default=rule.is_default,
-        ).describe()
+        text = replace(rule, algorithm=_relative(rule.algorithm, out.parent), bounds_from_file=False).describe()
         served = [
             w
             for w in tuned
