@@ -77,26 +77,26 @@ def test_point_config_reruns_alone_with_the_identical_result(small: Path, tmp_pa
         assert alone == swept
 
 
-def _trouble(write, needs: Path) -> Path:
+def _trouble(write, name: str, sweep: str) -> Path:
+    """An 8-NPU all-reduce experiment *name* on the misbehaving model (conftest), swept over *sweep* (flow style)."""
     write("ring8.yaml", RING8)
     write("trouble.py", TROUBLE_MODEL)
     return write(
-        "t.yaml",
+        name,
         f"""
-        name: t
         workload: {{generate: collective, type: all_reduce, npus: 8, size: 1 MiB}}
         topology: ring8.yaml
         model: trouble.py:Trouble
-        sweep:
-          size: [1 KiB, 2 KiB, 3 KiB, 4 KiB]
-          model_options.needs: ["", {str(needs)!r}]
+        sweep: {sweep}
         """,
     )
 
 
 def test_failed_points_are_recorded_and_rerun_by_resume(write, tmp_path: Path) -> None:
     marker = tmp_path / "marker"
-    exp = load_experiment(_trouble(write, marker))
+    exp = load_experiment(
+        _trouble(write, "t.yaml", f'{{size: [1 KiB, 2 KiB, 3 KiB, 4 KiB], model_options.needs: ["", {str(marker)!r}]}}')
+    )
     out = tmp_path / "out"
     summary = run_experiment(exp, out=out, jobs=2, plots=False)
     assert (summary.ok, summary.failed) == (4, 4)
@@ -116,17 +116,7 @@ def test_failed_points_are_recorded_and_rerun_by_resume(write, tmp_path: Path) -
 
 
 def test_an_unexpected_exception_is_a_failed_point_not_a_crash(write, tmp_path: Path) -> None:
-    write("ring8.yaml", RING8)
-    write("trouble.py", TROUBLE_MODEL)
-    path = write(
-        "b.yaml",
-        """
-        workload: {generate: collective, type: all_reduce, npus: 8, size: 1 MiB}
-        topology: ring8.yaml
-        model: trouble.py:Trouble
-        sweep: {model_options.bug: ["", "oops"]}
-        """,
-    )
+    path = _trouble(write, "b.yaml", '{model_options.bug: ["", "oops"]}')
     summary = run_experiment(load_experiment(path), out=tmp_path / "out", jobs=1, plots=False)
     assert (summary.ok, summary.failed) == (1, 1)
     error = rows(tmp_path / "out" / "results.csv")[1]["error"]
@@ -134,17 +124,7 @@ def test_an_unexpected_exception_is_a_failed_point_not_a_crash(write, tmp_path: 
 
 
 def test_warnings_are_recorded_with_their_point(write, tmp_path: Path, capsys) -> None:
-    write("ring8.yaml", RING8)
-    write("trouble.py", TROUBLE_MODEL)
-    path = write(
-        "w.yaml",
-        """
-        workload: {generate: collective, type: all_reduce, npus: 8, size: 1 MiB}
-        topology: ring8.yaml
-        model: trouble.py:Trouble
-        sweep: {model_options.warn: ["", "mind the gap"]}
-        """,
-    )
+    path = _trouble(write, "w.yaml", '{model_options.warn: ["", "mind the gap"]}')
     # pytest turns warnings into errors here: a worker must record them, not fail on them.
     assert main(["experiment", "run", str(path), "--out", str(tmp_path / "out"), "--jobs", "2"]) == 0
     quiet, warned = rows(tmp_path / "out" / "results.csv")
@@ -156,18 +136,8 @@ def test_warnings_are_recorded_with_their_point(write, tmp_path: Path, capsys) -
 
 
 def test_a_dead_worker_fails_only_its_point(write, tmp_path: Path) -> None:
-    write("ring8.yaml", RING8)
-    write("trouble.py", TROUBLE_MODEL)
-    path = write(
-        "d.yaml",
-        """
-        workload: {generate: collective, type: all_reduce, npus: 8, size: 1 MiB}
-        topology: ring8.yaml
-        model: trouble.py:Trouble
-        sweep:
-          size: [1 KiB, 2 KiB, 3 KiB, 4 KiB, 5 KiB, 6 KiB]
-          model_options.crash: ["", "yes"]
-        """,
+    path = _trouble(
+        write, "d.yaml", '{size: [1 KiB, 2 KiB, 3 KiB, 4 KiB, 5 KiB, 6 KiB], model_options.crash: ["", "yes"]}'
     )
     out = tmp_path / "out"
     summary = run_experiment(load_experiment(path), out=out, jobs=2, plots=False)
@@ -270,8 +240,10 @@ def test_a_signal_to_the_group_while_workers_start_is_a_clean_stop(
     args = ["experiment", "run", str(path), "--out", str(tmp_path / "o"), "--jobs", "2"]
     status, err = signal_command(args, sig, delay, group=True)
     assert "Traceback" not in err, err
-    # Done, stopped (128 + the signal), or a SIGTERM that came before the sweep took it over (killed by it).
-    assert status in (0, 128 + sig, -signal.SIGTERM)
+    # Done, stopped (128 + the signal), or killed by the signal: a SIGTERM that came before the sweep took it
+    # over, or a Ctrl-C that landed inside an exec() of a string (dataclasses does that while etsim imports):
+    # CPython then ends the process by SIGINT at exit even though etsim handled it, as a shell expects.
+    assert status in (0, 128 + sig, -sig, -signal.SIGTERM)
 
 
 def test_a_stopped_local_pool_leaves_no_process_or_thread_behind(small: Path) -> None:
@@ -328,17 +300,7 @@ def test_workers_remove_their_synthesis_directories_when_done_or_stopped(write, 
 
 
 def test_a_dead_worker_loses_only_its_own_batch(write, tmp_path: Path) -> None:
-    write("trouble.py", TROUBLE_MODEL)
-    write("ring8.yaml", RING8)
-    path = write(
-        "d.yaml",
-        f"""
-        workload: {{generate: collective, type: all_reduce, npus: 8, size: 1 MiB}}
-        topology: ring8.yaml
-        model: {tmp_path / "trouble.py"}:Trouble
-        sweep: {{size: [1 KiB, 2 KiB, 3 KiB], model_options.crash: ["", "yes"]}}
-        """,
-    )
+    path = _trouble(write, "d.yaml", '{size: [1 KiB, 2 KiB, 3 KiB], model_options.crash: ["", "yes"]}')
     points = select_points(load_experiment(path), ())
     crashing = sorted(p.id for p in points if "yes" in p.labels)
     assert len(crashing) == 3
