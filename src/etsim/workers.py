@@ -31,7 +31,16 @@ from typing import Any, TypeVar
 
 from etsim.errors import SimulationError
 
-__all__ = ["POLL", "STOP", "RemoteTraceback", "check_stop", "default_jobs", "probe_workers", "run_in_workers"]
+__all__ = [
+    "POLL",
+    "STOP",
+    "RemoteTraceback",
+    "check_stop",
+    "default_jobs",
+    "fork_jobs",
+    "probe_workers",
+    "run_in_workers",
+]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -56,6 +65,18 @@ def default_jobs() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+def fork_jobs(cap: int | None = None) -> int:
+    """Processes a fork-based parallel step uses by default: this process's CPUs (at most *cap*), or 1.
+
+    1 when ``fork`` is unavailable, or when this process runs other threads: forking it could deadlock the
+    child (a thread may hold a lock), and such a process (a sweep worker, say) is one of several already.
+    """
+    if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
+        return 1
+    jobs = default_jobs()
+    return jobs if cap is None else min(jobs, cap)
 
 
 def _context(start: str, preload: Sequence[str]) -> Any:

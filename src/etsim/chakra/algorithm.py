@@ -674,17 +674,15 @@ def write_family_by_rank(
 ) -> list[Path]:
     """Write the family file of each rank ``0 .. count-1``, made by ``make(rank)``, over *jobs* processes.
 
-    With ``jobs`` > 1 (default: the CPU count, or 1 in a process that runs other threads) and POSIX
+    With ``jobs`` > 1 (default: :func:`etsim.workers.fork_jobs`, 1 in a process that runs other threads) and POSIX
     ``fork``, ranks are made and written by forked workers (rank r by worker ``r mod jobs``); the files
     are the same as written in order by :func:`write_family`, which this falls back to otherwise.
     """
     import multiprocessing
-    import threading
 
-    if jobs is None:
-        # Forking a process that runs other threads (a sweep worker's lifeline, say) is unsafe; such a
-        # process is one of several already.
-        jobs = (os.cpu_count() or 1) if threading.active_count() == 1 else 1
+    from etsim.workers import fork_jobs
+
+    jobs = fork_jobs() if jobs is None else jobs
     text = family_prefix(prefix)
     if jobs <= 1 or count < 2 * jobs or "fork" not in multiprocessing.get_all_start_methods():
         return write_family((make(rank) for rank in range(count)), text)

@@ -232,16 +232,15 @@ PARALLEL_NODES = 200_000
 
 
 def _reading_jobs(nodes: int, jobs: int | None) -> int:
+    if jobs is None and nodes < PARALLEL_NODES:
+        return 1  # decided without importing multiprocessing: most traces are small
     import multiprocessing
-    import threading
+
+    from etsim.workers import fork_jobs
 
     if "fork" not in multiprocessing.get_all_start_methods():  # pragma: no cover - not POSIX
         return 1
-    if jobs is None:
-        if nodes < PARALLEL_NODES or threading.active_count() > 1:
-            return 1
-        jobs = min(len(os.sched_getaffinity(0)), 4)
-    return max(1, min(jobs, nodes))
+    return max(1, min(fork_jobs(4) if jobs is None else jobs, nodes))
 
 
 def _nodes(data: bytes, path: Path, starts: array[int], ends: array[int], first: int, last: int) -> Iterator[pb.Node]:
