@@ -11,7 +11,7 @@ Cases:
   load-1m-lean         the same with keep_raw=False (flat columns only)
   ring-ar-P-MODEL      full stack (workload -> system -> network): one 256 MiB ring all-reduce on P NPUs of a
                        bidirectional ring, 50 GB/s, 1 us, MODEL analytical or link (P = 256, 1024, 4096)
-  verify-ring-ar-P     the semantic verifier (etsim.chakra.verify) on the native ring all-reduce of P ranks
+  verify-ring-ar-P     the semantic verifier (etsim.algo.verify) on the native ring all-reduce of P ranks
                        (P = 256, 1024): 5(P-1) nodes per rank, P² output chunks; checks the verdict is correct
   heap-ring-P          the reference loop of performance.md: a bare heapq loop over the same ring all-reduce
                        with busy-until links, no simulator (the yardstick for the full-stack cases and for
@@ -505,8 +505,8 @@ def run_case(case: str, workdir: Path) -> dict[str, float]:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": rss, "messages": msgs, "msgs_per_cpu_s": msgs / cpu}
     if case.startswith("verify-ring-ar-"):
+        from etsim.algo.verify import verify_graphs
         from etsim.chakra import CollectiveType
-        from etsim.chakra.verify import verify_graphs
         from etsim.system.algorithms import RingAlgorithm
 
         p = int(case.split("-")[3])

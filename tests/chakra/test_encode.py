@@ -15,17 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from etsim.chakra.algorithm import (
-    COMP,
-    RECV,
-    SEND,
-    AlgoGraph,
-    AlgorithmBuilder,
-    algorithm_traces,
-    encode_algo_graph,
-    write_family,
-    write_family_by_rank,
-)
+from etsim.algo.family_io import algorithm_traces, encode_algo_graph, write_family, write_family_by_rank
+from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph, AlgorithmBuilder
 from etsim.chakra.attributes import make_attribute
 from etsim.chakra.graph import CollectiveType
 from etsim.chakra.io import encode_node, serialize_trace

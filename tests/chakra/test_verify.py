@@ -4,15 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from etsim.chakra import CollectiveType as C
-from etsim.chakra.algorithm import (
-    AlgoGraph,
-    AlgorithmBuilder,
-    algo_graph_from_trace,
-    algo_graph_to_trace,
-    algorithm_traces,
-)
-from etsim.chakra.dataflow import (
+from etsim.algo.dataflow import (
     IN_PLACE,
     OUT_OF_PLACE,
     NodeData,
@@ -22,7 +14,11 @@ from etsim.chakra.dataflow import (
     parse_segments,
     seg,
 )
-from etsim.chakra.verify import LAYOUTS, Verdict, minimum_bytes, verify_graphs
+from etsim.algo.family_io import algo_graph_from_trace, algo_graph_to_trace, algorithm_traces
+from etsim.algo.graph import AlgoGraph, AlgorithmBuilder
+from etsim.algo.semantics import LAYOUTS, minimum_bytes
+from etsim.algo.verify import Verdict, verify_graphs
+from etsim.chakra import CollectiveType as C
 
 # -- fixtures built with the library's builder ------------------------------------------------
 

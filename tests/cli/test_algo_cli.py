@@ -2,8 +2,9 @@ import argparse
 
 import pytest
 
+from etsim.algo.family_io import algo_graph_from_trace
+from etsim.algo.graph import SEND
 from etsim.chakra import load_workload
-from etsim.chakra.algorithm import SEND, algo_graph_from_trace
 from etsim.cli import algo as algo_cli
 from etsim.errors import ConfigError, EtsimWarning
 

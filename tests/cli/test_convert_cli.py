@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from etsim.algo.family_io import algo_graph_from_trace
+from etsim.algo.graph import COMP, RECV, SEND
 from etsim.chakra import load_workload
-from etsim.chakra.algorithm import COMP, RECV, SEND, algo_graph_from_trace
 from etsim.cli import main
 
 REPO = Path(__file__).resolve().parents[2]

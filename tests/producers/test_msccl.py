@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from etsim.algo.family_io import algo_graph_from_trace
+from etsim.algo.graph import COMP, RECV, SEND, AlgorithmBuilder
 from etsim.chakra import Workload, load_workload
-from etsim.chakra.algorithm import COMP, RECV, SEND, AlgorithmBuilder, algo_graph_from_trace
 from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError, TraceError
 from etsim.network import fully_connected

@@ -7,9 +7,10 @@ import warnings
 
 import pytest
 
+from etsim.algo.family_io import algo_graph_from_trace
+from etsim.algo.graph import SEND
 from etsim.chakra import Workload, load_workload
-from etsim.chakra.algorithm import SEND, algo_graph_from_trace, collective_buffer_bytes
-from etsim.chakra.graph import CollectiveType
+from etsim.chakra.graph import CollectiveType, collective_buffer_bytes
 from etsim.cli.algo import export_algorithm, make_algorithm
 from etsim.errors import EtsimWarning
 from etsim.network import fully_connected, ring

@@ -9,8 +9,8 @@ import dataclasses
 
 import pytest
 
+from etsim.algo.verify import Verdict, verify_graphs
 from etsim.chakra import CollectiveType as C
-from etsim.chakra.verify import Verdict, verify_graphs
 from etsim.producers.msccl import MscclProgram, convert_msccl, convert_program, parse_msccl
 
 from .conftest import CORPUS, needs_corpus
@@ -88,7 +88,7 @@ def test_instances_keep_the_program_correct(rel):
 
 
 def test_msccl_step_semantics_reduce_in_the_receive():
-    from etsim.chakra.dataflow import NodeData, Segment
+    from etsim.algo.dataflow import NodeData, Segment
     from etsim.producers.msccl.ir import MscclStep, MscclTb
     from etsim.producers.msccl.lower import _step_data
 

@@ -6,10 +6,11 @@ from itertools import pairwise
 
 import pytest
 
+from etsim.algo.family_io import algo_graph_from_trace
+from etsim.algo.graph import COMP, RECV, SEND
+from etsim.algo.verify import verify_graphs
 from etsim.chakra import CollectiveType, Workload, load_workload
-from etsim.chakra.algorithm import COMP, RECV, SEND, algo_graph_from_trace
 from etsim.chakra.builder import TraceBuilder
-from etsim.chakra.verify import verify_graphs
 from etsim.errors import ConfigError
 from etsim.network import graph, hypercube, load_topology, mesh, ring, switch, torus, uni_ring, with_failures
 from etsim.producers import collective_workload, tacos

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from etsim.algo.family_io import algorithm_traces, write_family
 from etsim.chakra import CollectiveType, TraceBuilder, Workload, load_workload, make_attribute, write_workload
-from etsim.chakra.algorithm import algorithm_traces, write_family
 from etsim.errors import ConfigError, DeadlockError, EtsimWarning, SimulationError
 from etsim.network import ring, switch
 from etsim.producers import collective_workload

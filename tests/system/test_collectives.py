@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from etsim.algo.family_io import algorithm_traces, write_family
 from etsim.chakra import CollectiveType, TraceBuilder, Workload, make_attribute, write_workload
-from etsim.chakra.algorithm import algorithm_traces, write_family
 from etsim.errors import ConfigError, EtsimWarning, SimulationError
 from etsim.network import fully_connected, ring
 from etsim.producers import collective_workload, data_parallel_workload

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import etsim.system.algorithms.base as base
+from etsim.algo.dataflow import NodeData, Segment
 from etsim.chakra import CollectiveType as C
 from etsim.chakra import Workload, load_workload, write_workload
-from etsim.chakra.dataflow import NodeData, Segment
 from etsim.cli.algo import export_algorithm, make_algorithm
 from etsim.errors import ConfigError, EtsimWarning
 from etsim.network import fully_connected
@@ -125,8 +125,8 @@ def test_a_subclass_that_changes_the_graphs_is_verified():
 
 
 def test_phased_algorithms_and_gated_nodes_cannot_be_verified():
-    from etsim.chakra.algorithm import AlgorithmBuilder
-    from etsim.chakra.verify import verify_graphs
+    from etsim.algo.graph import AlgorithmBuilder
+    from etsim.algo.verify import verify_graphs
     from etsim.system.algorithms.base import CollectiveAlgorithm, Phase
 
     class Phased(CollectiveAlgorithm):

@@ -3,7 +3,7 @@
 Graphs here are CSR arrays over node positions 0..n-1: the dependencies of node ``i`` are
 ``idx[ptr[i]:ptr[i+1]]``. These two functions are the only successor builder and the only
 topological sort in etsim; :class:`~etsim.chakra.graph.Trace`,
-:class:`~etsim.chakra.algorithm.AlgoGraph`, validation and the MSCCL-IR tools all use them.
+:class:`~etsim.algo.graph.AlgoGraph`, validation and the MSCCL-IR tools all use them.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ __all__ = [
     "NodeType",
     "Trace",
     "Workload",
+    "collective_buffer_bytes",
     "parse_collective",
 ]
 
@@ -94,6 +95,19 @@ def parse_collective(text: str | int | CollectiveType) -> CollectiveType:
     names = ", ".join(c.name.lower() for c in CollectiveType)
     raise ValueError(f"unknown collective {text!r}; choose one of: {names}")
 
+
+
+def collective_buffer_bytes(collective: CollectiveType | int | str, comm_size: float, group_size: int) -> float:
+    """The whole buffer of a collective whose workload node says *comm_size* bytes, over *group_size* ranks.
+
+    Chakra's ``comm_size`` is the per-rank input of an all-gather (the buffer is ``group_size`` times it),
+    the whole input of a reduce-scatter and the buffer of every other collective. This one rule is what
+    symbolic chunk counts divide (MSCCL-IR counts chunks of the larger buffer), what synthesis sizes its
+    chunks by, and the size ``S`` nccl-tests' bandwidths and NCCL's tuner count. *collective* may be a
+    :class:`CollectiveType`, its value or any name :func:`parse_collective` reads.
+    """
+    kind = collective if isinstance(collective, CollectiveType) else parse_collective(collective)
+    return comm_size * group_size if kind == CollectiveType.ALL_GATHER else comm_size
 
 # Attributes lifted into flat columns. Values read from any numeric member; a string where a
 # number belongs is recorded in `bad_attributes` for validation instead of raising here.

@@ -6,7 +6,7 @@ algorithm's per-rank graphs, with symbolic sizes, to ``PREFIX.0.et … PREFIX.{N
 family runs with ``--algo PREFIX`` exactly as the native algorithm does.
 
 ``etsim algo verify SPEC [--collective C] [--npus N] [--dims 4x8]`` checks that an algorithm
-computes its collective (:mod:`etsim.chakra.verify`) and prints ``SPEC: correct: …``,
+computes its collective (:mod:`etsim.algo.verify`) and prints ``SPEC: correct: …``,
 ``SPEC: WRONG: <first missing piece>`` or ``SPEC: cannot verify: <why>``. *SPEC* is whatever
 ``--algo`` takes: a family prefix (collective and group size from its files), an MSCCL-IR XML
 (from its ``<algo>``) or an algorithm name (then ``--collective`` and ``--npus`` are needed).
@@ -19,10 +19,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from etsim.chakra.algorithm import algorithm_traces, write_family
+from etsim.algo.family_io import algorithm_traces, write_family
+from etsim.algo.verify import Verdict
 from etsim.chakra.graph import CollectiveType
 from etsim.chakra.graph import parse_collective as chakra_parse_collective
-from etsim.chakra.verify import Verdict
 from etsim.errors import ConfigError
 from etsim.system.algorithms import (
     ALGORITHMS,

@@ -4,7 +4,7 @@
 dialect: MSCCLang, Azure msccl-tools, RCCL / msccl-scheduler, TACCL, TE-CCL, ForestColl) into
 ``PREFIX.<gpu>.et``, one file per ``<gpu>``, with symbolic sizes; without ``-o`` it only checks
 the file and prints the summary. It also checks that the program computes its collective
-(:mod:`etsim.chakra.verify`) and prints the verdict; a program that does not is refused with the
+(:mod:`etsim.algo.verify`) and prints the verdict; a program that does not is refused with the
 first missing piece and nothing is written. ``etsim convert chakra-to-msccl PREFIX -o OUT.xml``
 writes an algorithm family made of sends, receives and reductions as MSCCL-IR XML that the first
 command (and ``--algo OUT.xml``) reads back to the same graph, with the family's buffers and offsets

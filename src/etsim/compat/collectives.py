@@ -5,7 +5,7 @@ the ``*-implementation`` list, each with that dimension's algorithm (``ring``, `
 ``halvingDoubling``, ``doubleBinaryTree``; ``oneRing`` & co. are one ring over all NPUs). A phase waits
 in its dimension's queue on its rank, so streams pipeline across dimensions. This module builds, per
 rank, the phase graphs etsim's walker runs (the general mechanisms: :class:`~etsim.system.algorithms.base.Phase`,
-exit nodes and gated nodes of :class:`~etsim.chakra.algorithm.AlgoGraph`); what each phase does follows
+exit nodes and gated nodes of :class:`~etsim.algo.graph.AlgoGraph`); what each phase does follows
 ASTRA-sim's state machines as described in ``docs/astra-sim.md``:
 
 ==================  ==========================================================================
@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder
+from etsim.algo.graph import AlgoGraph, AlgorithmBuilder
 from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError
 from etsim.system.algorithms.base import CollectiveAlgorithm, Phase

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from etsim.chakra import COLLECTIVE_NAMES, NodeType, Workload, load_workload
+from etsim.chakra.graph import collective_buffer_bytes
 from etsim.errors import ConfigError, EtsimError
 from etsim.experiment.generators import build_generated
 from etsim.experiment.spec import PointSpec
@@ -127,7 +128,7 @@ def _tacos(spec: dict[str, Any], collective: str, size: int, net: NetworkConfig 
     topology = net.topology
     group = list(range(n)) if n < topology.npus else None
     # Synthesis buffers follow MSCCL-IR's chunk accounting: the all-gather output, every other buffer as is.
-    buffer = params["size"] if params["size"] is not None else (size * n if collective == "all_gather" else size)
+    buffer = params["size"] if params["size"] is not None else collective_buffer_bytes(collective, size, n)
     key = _key([collective, buffer, params, topo_key, group])
 
     def build() -> str:

@@ -24,6 +24,8 @@ scatter, barrier).
 
 from __future__ import annotations
 
+from etsim.chakra.graph import collective_buffer_bytes
+
 __all__ = ["bandwidths", "bus_factor", "nccl_bytes"]
 
 _FACTORS = {
@@ -45,7 +47,7 @@ def bus_factor(collective: str, n: int) -> float | None:
 
 def nccl_bytes(collective: str, comm_size: float, n: int) -> float:
     """The size ``S`` nccl-tests divides by the time, for a workload node of *comm_size* bytes."""
-    return comm_size * n if collective.upper() == "ALL_GATHER" else comm_size
+    return collective_buffer_bytes(collective, comm_size, n)
 
 
 def bandwidths(collective: str, comm_size: float, n: int, duration_ns: float) -> tuple[float | None, float | None]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from etsim.chakra.algorithm import COMP, RECV, SEND
+from etsim.algo.graph import COMP, RECV, SEND
 from etsim.chakra.graph import NodeType
 from etsim.errors import ConfigError, SimulationError
 from etsim.units import format_size

@@ -13,8 +13,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from etsim.chakra.algorithm import SEND, AlgoGraph, collective_buffer_bytes
-from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Trace
+from etsim.algo.graph import SEND, AlgoGraph
+from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Trace, collective_buffer_bytes
 from etsim.errors import ConfigError, EtsimError, SimulationError, warn
 from etsim.system.algorithms import CollectiveAlgorithm, Phase
 from etsim.system.config import SystemConfig, chunk_sizes

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from lxml import etree
 
+from etsim.chakra.graph import collective_buffer_bytes
 from etsim.errors import ConfigError
 from etsim.files import read_text, write_bytes
 from etsim.system.rules import SelectionRule
@@ -44,7 +45,7 @@ SIZE_MAX = 2**64 - 1
 
 def _buffer(collective: str, size: int, n: int) -> int:
     """NCCL's nBytes for a call of comm_size *size* over *n* ranks (an all-gather's is its output)."""
-    return size * n if collective == "all_gather" else size
+    return int(collective_buffer_bytes(collective, size, n))
 
 
 def nccl_tuner_csv(rules: Sequence[SelectionRule], header: Sequence[str] = ()) -> tuple[str, list[str]]:

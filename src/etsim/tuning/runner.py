@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from etsim.chakra.algorithm import collective_buffer_bytes
-from etsim.chakra.graph import Workload, parse_collective
+from etsim.chakra.graph import Workload, collective_buffer_bytes, parse_collective
 from etsim.chakra.io import load_workload
 from etsim.errors import EtsimError, EtsimWarning
 from etsim.network import NetworkConfig, Topology, load_network

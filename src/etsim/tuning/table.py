@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from etsim.chakra.graph import collective_buffer_bytes
 from etsim.files import write_text
 from etsim.system.rules import SelectionRule
 from etsim.tuning.points import Point, bus_bandwidth_factor
@@ -149,7 +150,7 @@ def csv_text(measurements: Sequence[Measurement], tuned: Sequence[TunedPoint]) -
         bus = (
             ""
             if not m.time_ns
-            else f"{p.size * _algbw_scale(p) / m.time_ns * bus_bandwidth_factor(p.collective, p.group_size):.6g}"
+            else f"{_bus_gbps(p.collective, p.size, p.group_size, m.time_ns):.6g}"
         )
         fastest = "yes" if best.get((_series(p), p.size)) == p.candidate and m.time_ns is not None else ""
         dim = "" if p.dimension is None else str(p.dimension)
@@ -161,9 +162,9 @@ def csv_text(measurements: Sequence[Measurement], tuned: Sequence[TunedPoint]) -
     return "\n".join(rows) + "\n"
 
 
-def _algbw_scale(p: Point) -> int:
-    """nccl-tests' S is the whole array: an all-gather's comm_size is one rank's share of it."""
-    return p.group_size if p.collective == "all_gather" else 1
+def _bus_gbps(collective: str, size: int, n: int, time_ns: float) -> float:
+    """nccl-tests' bus bandwidth (GB/s) of a call of comm_size *size* over *n* ranks that took *time_ns*."""
+    return collective_buffer_bytes(collective, size, n) / time_ns * bus_bandwidth_factor(collective, n)
 
 
 def _sort_key(p: Point) -> tuple[str, int, int, int]:
@@ -207,11 +208,7 @@ def plot(
             if not pts:
                 continue
             xs = [x for x, _ in pts]
-            if metric == "busbw":
-                scale = s[1] if s[0] == "all_gather" else 1
-                ys = [x * scale / t * bus_bandwidth_factor(s[0], s[1]) for x, t in pts]
-            else:
-                ys = [t / 1e3 for _, t in pts]
+            ys = [_bus_gbps(s[0], x, s[1], t) if metric == "busbw" else t / 1e3 for x, t in pts]
             ax.plot(xs, ys, marker="o", markersize=3, label=cand)
         ws = [w for w in tuned if w.series == s]
         for prev, w in itertools.pairwise(ws):

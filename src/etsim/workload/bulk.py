@@ -36,7 +36,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from etsim.chakra.algorithm import COMP, RECV, SEND, AlgoGraph
+from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph
 from etsim.errors import FastPathConflict
 
 if TYPE_CHECKING:
@@ -326,7 +326,7 @@ class FastPath:
         done: list[Any],
         np: Any,
     ) -> Any:
-        """When gated node *j* is released on each rank (:attr:`~etsim.chakra.algorithm.AlgoGraph.gates`).
+        """When gated node *j* is released on each rank (:attr:`~etsim.algo.graph.AlgoGraph.gates`).
 
         The walker releases it at the first completion of one of its dependencies that comes after its
         arming node finished and is at least the k-th: with the dependencies' finish times sorted, the

@@ -2,7 +2,7 @@
 
 A :class:`GraphRun` walks one flat dependency graph: a rank's workload trace
 (:class:`WorkloadRun`) or one chunk of one rank's part of a collective algorithm
-(:class:`AlgoRun`, over an :class:`~etsim.chakra.algorithm.AlgoGraph`). There is no SimPy process
+(:class:`AlgoRun`, over an :class:`~etsim.algo.graph.AlgoGraph`). There is no SimPy process
 per node or per message: nodes that take time schedule one event whose callback finishes them,
 nodes that take none finish at once (through the engine's work list, so long zero-time chains do
 not recurse).
@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Any
 
-from etsim.chakra.algorithm import COMP, RECV, SEND
+from etsim.algo.graph import COMP, RECV, SEND
 from etsim.chakra.dag import in_degrees
 from etsim.chakra.graph import NodeType, Trace
 
@@ -282,7 +282,7 @@ class AlgoRun(GraphRun):
 
 
 class ExitAlgoRun(AlgoRun):
-    """An algorithm part whose graph names exit nodes (:attr:`~etsim.chakra.algorithm.AlgoGraph.exits`).
+    """An algorithm part whose graph names exit nodes (:attr:`~etsim.algo.graph.AlgoGraph.exits`).
 
     The part ends for its collective when the exit nodes have finished; the rest (sends still in
     flight) completes in the background, and only then is the part done for its namespace.
@@ -313,7 +313,7 @@ class ExitAlgoRun(AlgoRun):
 
 
 class GatedAlgoRun(ExitAlgoRun):
-    """An algorithm part with gated nodes (:attr:`~etsim.chakra.algorithm.AlgoGraph.gates`).
+    """An algorithm part with gated nodes (:attr:`~etsim.algo.graph.AlgoGraph.gates`).
 
     A gated node is never released by counting its dependencies; instead, at each completion of one of
     them, it becomes ready if its arming node has finished and at least *k* of its dependencies have.

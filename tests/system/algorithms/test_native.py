@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph
 from etsim.chakra import CollectiveType as C
 from etsim.chakra import Workload
-from etsim.chakra.algorithm import COMP, RECV, SEND, AlgoGraph, collective_buffer_bytes
+from etsim.chakra.graph import collective_buffer_bytes
 from etsim.errors import ConfigError, RegistryError
 from etsim.producers.workloads import collective_workload
 from etsim.simulation import simulate

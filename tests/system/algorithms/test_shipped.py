@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from etsim.algo.family_io import algo_graph_from_trace
+from etsim.algo.graph import COMP
 from etsim.chakra import load_workload, validate_workload
-from etsim.chakra.algorithm import COMP, algo_graph_from_trace
 from etsim.cli.algo import make_algorithm
 
 REPO = Path(__file__).resolve().parents[3]

@@ -22,7 +22,7 @@ PLUGIN = '''
 """A third-party algorithm format: a ring all-reduce described in JSON."""
 import json
 
-from etsim.chakra.algorithm import AlgorithmBuilder
+from etsim.algo.graph import AlgorithmBuilder
 from etsim.chakra.graph import CollectiveType
 from etsim.system.algorithms import AlgorithmSource, CollectiveAlgorithm
 

@@ -16,10 +16,13 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from etsim.algo.family_io import algo_graph_from_trace
+from etsim.algo.graph import RECV, SEND
+from etsim.algo.semantics import minimum_bytes
+from etsim.algo.verify import verify_graphs
 from etsim.chakra import CollectiveType as C
 from etsim.chakra import Workload, load_workload
-from etsim.chakra.algorithm import RECV, SEND, algo_graph_from_trace, collective_buffer_bytes
-from etsim.chakra.verify import minimum_bytes, verify_graphs
+from etsim.chakra.graph import collective_buffer_bytes
 from etsim.cli.algo import export_algorithm
 from etsim.errors import EtsimWarning
 from etsim.network import fully_connected, switch

@@ -4,7 +4,7 @@ MSCCL-IR describes a collective as, per GPU, thread blocks (``<tb>``) that execu
 ``<step>`` lists in order; a tb sends to at most one peer and receives from at most one peer on
 one channel, and a step may wait on one step of another tb of the same GPU (``depid``/``deps``,
 plus extra waits carried by ``nop`` steps). This module turns that into one
-:class:`~etsim.chakra.algorithm.AlgoGraph` per GPU:
+:class:`~etsim.algo.graph.AlgoGraph` per GPU:
 
 ==========  ==========================================  ==================================
 step        nodes (in order, each depending on the      local buffers read / written
@@ -30,7 +30,7 @@ connections: sends and receives on ``(sender, receiver, channel)`` match first-t
 size, reporting the first mismatch.
 
 Sizes are symbolic: ``total_chunks`` = ``nchunksperloop`` (× instances), which matches
-:func:`~etsim.chakra.algorithm.collective_buffer_bytes` for every collective: MSCCL-IR counts
+:func:`~etsim.chakra.graph.collective_buffer_bytes` for every collective: MSCCL-IR counts
 chunks of the larger buffer (the all-gather output, the reduce-scatter input, the all-reduce and
 all-to-all buffer). COMP nodes carry their chunk count; the simulator costs them with its
 reduction bandwidth (copies included, as memory time).

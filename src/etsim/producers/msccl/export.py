@@ -13,8 +13,8 @@ simulated time is identical.
 What MSCCL-IR cannot say is refused with the node named: absolute byte sizes (MSCCL-IR sizes
 are chunks of the buffer), fractional chunk counts, and COMP nodes with a fixed duration.
 
-Buffers and offsets come from the graphs' data annotations (:mod:`etsim.chakra.dataflow`), so the
-XML is a data-correct program that :mod:`etsim.chakra.verify` checks like any other: sends read
+Buffers and offsets come from the graphs' data annotations (:mod:`etsim.algo.dataflow`), so the
+XML is a data-correct program that :mod:`etsim.algo.verify` checks like any other: sends read
 their chunks (``s``), storing receives write theirs (``r``), local copies and reductions are
 ``cpy``/``re``, and a receive that reduces becomes an ``r`` plus the ``re`` of the COMP node that
 follows it (into a scratch slot first when it reduces in place). Scratch buffers other than ``s``
@@ -33,9 +33,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
-from etsim.chakra.algorithm import COMP, RECV, SEND, AlgoGraph, algo_graph_from_trace
+from etsim.algo.dataflow import IN_PLACE, OUT_OF_PLACE, Segment, absolute_segments
+from etsim.algo.family_io import algo_graph_from_trace
+from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph
 from etsim.chakra.dag import topological_order
-from etsim.chakra.dataflow import IN_PLACE, OUT_OF_PLACE, Segment, absolute_segments
 from etsim.chakra.graph import CollectiveType, Workload
 from etsim.chakra.io import load_workload
 from etsim.errors import ConfigError, TraceError

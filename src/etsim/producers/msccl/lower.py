@@ -6,11 +6,11 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from etsim.chakra.algorithm import COMP, RECV, SEND, AlgoGraph
+from etsim.algo.dataflow import IN_PLACE, OUT_OF_PLACE, NodeData, Segment
+from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph
+from etsim.algo.verify import Verdict, verify_graphs
 from etsim.chakra.dag import topological_order, transpose
-from etsim.chakra.dataflow import IN_PLACE, OUT_OF_PLACE, NodeData, Segment
 from etsim.chakra.graph import CollectiveType
-from etsim.chakra.verify import Verdict, verify_graphs
 from etsim.producers.msccl.ir import STEP_TYPES, MscclError, MscclGpu, MscclProgram, MscclStep, MscclTb, step_uses
 from etsim.producers.msccl.parse import parse_msccl, replicate_instances
 
@@ -23,7 +23,7 @@ class MscclConversion:
 
     Attributes:
         program: the (instance-replicated) program converted.
-        graphs: one :class:`~etsim.chakra.algorithm.AlgoGraph` per GPU (peers are GPU ids).
+        graphs: one :class:`~etsim.algo.graph.AlgoGraph` per GPU (peers are GPU ids).
         origins: per GPU, per node: ``(tb, step, part, buffer, offset)`` — the step a node
             comes from, which part of it ("send", "recv", "reduce", "copy"), and the local
             buffer and chunk offset it reads (send, reduce) or writes (recv, copy).
@@ -49,7 +49,7 @@ class MscclConversion:
         return sum(g.kinds.count(SEND) for g in self.graphs)
 
     def verify(self, collective: CollectiveType | None = None) -> Verdict:
-        """Whether the program computes *collective* (default: its ``<algo coll>``); see :mod:`etsim.chakra.verify`."""
+        """Whether the program computes *collective* (default: its ``<algo coll>``); see :mod:`etsim.algo.verify`."""
         coll = collective if collective is not None else self.collective
         if coll is None:
             return Verdict(None, f"coll={self.program.coll!r} names no collective to check the program against")

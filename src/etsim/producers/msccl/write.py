@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from etsim.chakra.algorithm import algo_graph_to_trace, write_family
+from etsim.algo.family_io import algo_graph_to_trace, write_family
 from etsim.chakra.attributes import make_attribute
 from etsim.chakra.graph import Trace
 from etsim.producers.msccl.lower import MscclConversion

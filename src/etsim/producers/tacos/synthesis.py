@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder, encode_algo_graph, write_family_by_rank
-from etsim.chakra.dataflow import IN_PLACE, seg
+from etsim.algo.dataflow import IN_PLACE, seg
+from etsim.algo.family_io import encode_algo_graph, write_family_by_rank
+from etsim.algo.graph import AlgoGraph, AlgorithmBuilder
 from etsim.chakra.graph import CollectiveType, parse_collective
 from etsim.errors import ConfigError
 from etsim.network.topology import Topology
@@ -162,7 +163,7 @@ def algo_graphs(sched: Schedule) -> list[AlgoGraph]:
     RECVs have no dependencies: the k-th RECV on a link matches the k-th SEND. Each position's graph
     is made on its own (:func:`write_synthesis` makes and writes them one at a time).
 
-    Data annotations (in place, for :mod:`etsim.chakra.verify`): chunk ``i·n + p`` (position p's
+    Data annotations (in place, for :mod:`etsim.algo.verify`): chunk ``i·n + p`` (position p's
     i-th) is buffer chunk ``p·k + i``; a transfer sends the source's copy of it and the receiver
     stores it, or for a reduction lands it in scratch and the COMP node adds it into its own.
     """

@@ -6,9 +6,9 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from etsim.chakra.algorithm import AlgoGraph
+from etsim.algo.graph import AlgoGraph
+from etsim.algo.verify import Verdict, verify_graphs
 from etsim.chakra.graph import CollectiveType
-from etsim.chakra.verify import Verdict, verify_graphs
 from etsim.errors import ConfigError
 from etsim.registry import Registry
 
@@ -40,11 +40,11 @@ class CollectiveAlgorithm:
 
     - ``collectives`` (class attribute) lists the :class:`~etsim.chakra.CollectiveType` values
       the algorithm implements; :meth:`supports` may refine it by group size (e.g. powers of two).
-    - :meth:`graph` returns the :class:`~etsim.chakra.algorithm.AlgoGraph` of the rank at group
+    - :meth:`graph` returns the :class:`~etsim.algo.graph.AlgoGraph` of the rank at group
       position ``position`` for a collective over ``group_size`` ranks. Peers are group
       positions (or offsets, with ``relative_peers``); the system maps them to global ranks.
     - Sizes are symbolic chunk counts (``total_chunks`` set) relative to the collective buffer
-      (:func:`~etsim.chakra.algorithm.collective_buffer_bytes`), so the graph does not depend on
+      (:func:`~etsim.chakra.graph.collective_buffer_bytes`), so the graph does not depend on
       the message size; absolute byte sizes are allowed for ingested files that carry them.
     - Graphs are pure functions of ``(collective, group_size, position)``; the system caches
       them, so returning the same object for every position is fine.
@@ -55,7 +55,7 @@ class CollectiveAlgorithm:
     - Optionally, :meth:`phases` splits a rank's part of one chunk (stream) into phases walked one
       after another, each waiting in a queue of the rank (e.g. one phase per topology dimension, so
       that streams pipeline across dimensions); the default is one phase, :meth:`graph`.
-    - Graphs may say which chunks each node moves (:mod:`etsim.chakra.dataflow`); then
+    - Graphs may say which chunks each node moves (:mod:`etsim.algo.dataflow`); then
       :meth:`verify` checks that the algorithm computes its collective, and the system refuses
       one that does not before running it (:meth:`check_correct`). A class whose own body sets
       ``verified_by_tests = True`` (the natives) is checked by etsim's test suite instead of at
@@ -110,7 +110,7 @@ class CollectiveAlgorithm:
     def verify(self, collective: CollectiveType, group_size: int) -> Verdict:
         """Whether the algorithm computes *collective* on *group_size* ranks.
 
-        Runs :func:`~etsim.chakra.verify.verify_graphs` on the graphs of every position, once per
+        Runs :func:`~etsim.algo.verify.verify_graphs` on the graphs of every position, once per
         algorithm object, collective and group size (cached). A collective or size the
         algorithm does not support gives a cannot-verify verdict with the reason.
         """

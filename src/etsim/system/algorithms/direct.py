@@ -19,7 +19,7 @@ On a fully connected network without contention each phase costs one message tim
 single port per rank it costs p−1 of them (the network model decides). Symmetric collectives
 use relative peers, so one cached graph serves every rank.
 
-Data (annotations for :mod:`etsim.chakra.verify`): chunk ``j`` is rank ``j``'s piece; each send
+Data (annotations for :mod:`etsim.algo.verify`): chunk ``j`` is rank ``j``'s piece; each send
 carries the piece its destination owns (all-to-all, reduce-scatter) or the sender's own
 (all-gather, the all-reduce's second phase), and each receive stores or reduces it at its place.
 Every graph is in place except the all-to-all's, whose own piece is an untimed setup copy.
@@ -27,8 +27,8 @@ Every graph is in place except the all-to-all's, whose own piece is an untimed s
 
 from __future__ import annotations
 
-from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder
-from etsim.chakra.dataflow import IN_PLACE, OUT_OF_PLACE, Segment, seg
+from etsim.algo.dataflow import IN_PLACE, OUT_OF_PLACE, Segment, seg
+from etsim.algo.graph import AlgoGraph, AlgorithmBuilder
 from etsim.chakra.graph import CollectiveType
 from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm
 from etsim.system.algorithms.steps import empty_graph

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from etsim.chakra.algorithm import RECV, SEND, AlgoGraph, algo_graph_from_trace, recorded_collective
+from etsim.algo.family_io import algo_graph_from_trace, recorded_collective
+from etsim.algo.graph import RECV, SEND, AlgoGraph
 from etsim.chakra.graph import CollectiveType, NodeType
 from etsim.chakra.io import load_workload
 from etsim.errors import ConfigError, TraceError, warn

@@ -14,7 +14,7 @@ all_gather      the recursive-doubling half (K steps, S = gathered output)
 After the reduce-scatter, rank r holds chunk r. Group sizes that are not powers of two are
 refused (:meth:`HalvingDoublingAlgorithm.supports` says so).
 
-Data (annotations for :mod:`etsim.chakra.verify`; in place): halving keeps the half of the held
+Data (annotations for :mod:`etsim.algo.verify`; in place): halving keeps the half of the held
 range whose ``dist`` bit matches the rank's and sends the other (the partner's half lands in
 scratch and the reduction adds it in); doubling sends the held block (``size`` chunks from ``r``
 with its low bits cleared) and stores the partner's beside it.
@@ -22,8 +22,8 @@ with its low bits cleared) and stores the partner's beside it.
 
 from __future__ import annotations
 
-from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder
-from etsim.chakra.dataflow import IN_PLACE, seg
+from etsim.algo.dataflow import IN_PLACE, seg
+from etsim.algo.graph import AlgoGraph, AlgorithmBuilder
 from etsim.chakra.graph import CollectiveType
 from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm
 from etsim.system.algorithms.steps import empty_graph

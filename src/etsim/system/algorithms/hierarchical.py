@@ -17,7 +17,7 @@ all_gather      the all-gather half (S = gathered output; dimension 0 moves the 
 
 Without ``dims`` (or with one dimension) every collective is the plain ring.
 
-Data (annotations for :mod:`etsim.chakra.verify`; in place): chunks are numbered like ranks. The
+Data (annotations for :mod:`etsim.algo.verify`; in place): chunks are numbered like ranks. The
 dimension-``d`` phase works on the chunks that agree with the rank in coordinates below ``d``;
 its ring block ``b`` is those whose coordinate ``d`` is ``b`` (a strided segment), so after the
 reduce-scatter phases rank ``r`` holds chunk ``r``. The baseline's per-dimension all-reduces use
@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder
-from etsim.chakra.dataflow import IN_PLACE, Segment, seg
+from etsim.algo.dataflow import IN_PLACE, Segment, seg
+from etsim.algo.graph import AlgoGraph, AlgorithmBuilder
 from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError
 from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
-from etsim.chakra.algorithm import AlgoGraph
+from etsim.algo.graph import AlgoGraph
 from etsim.chakra.graph import CollectiveType
 from etsim.producers.msccl import MscclConversion, MscclError, convert_msccl
 from etsim.system.algorithms.base import CollectiveAlgorithm

@@ -15,7 +15,7 @@ barrier         p−1 steps of zero-byte tokens (a ring all-gather of nothing)
 
 Symmetric collectives use relative peers, so one cached graph serves every rank.
 
-Data (annotations for :mod:`etsim.chakra.verify`): the reduce-scatter and all-gather phases move
+Data (annotations for :mod:`etsim.algo.verify`): the reduce-scatter and all-gather phases move
 block ``r − s − 1`` (resp. ``r − s``) of the buffer at step ``s``, in place, and leave rank ``r``
 owning chunk ``r``; the chains move segment ``s`` as chunk ``s``, in place. The all-to-all relay is
 out of place: the receiver keeps the chunk meant for it (``o`` at its origin's offset) and stores
@@ -25,8 +25,8 @@ piece from input to output is declared as an untimed setup copy (the graph has n
 
 from __future__ import annotations
 
-from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder
-from etsim.chakra.dataflow import IN_PLACE, OUT_OF_PLACE, Segment, seg
+from etsim.algo.dataflow import IN_PLACE, OUT_OF_PLACE, Segment, seg
+from etsim.algo.graph import AlgoGraph, AlgorithmBuilder
 from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError
 from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm

@@ -18,7 +18,7 @@ Third-party formats plug in through the entry-point group ``etsim.algorithm_sour
 one :class:`AlgorithmSource` subclass whose :meth:`~AlgorithmSource.claims` looks at the suffix and
 whose :meth:`~AlgorithmSource.load` returns a
 :class:`~etsim.system.algorithms.base.CollectiveAlgorithm` (usually by building
-:class:`~etsim.chakra.algorithm.AlgoGraph` objects with the shared builder).
+:class:`~etsim.algo.graph.AlgoGraph` objects with the shared builder).
 """
 
 from __future__ import annotations

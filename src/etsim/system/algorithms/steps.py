@@ -1,12 +1,12 @@
 """Building blocks shared by the native algorithms: ring phases, chains and binary trees.
 
-Each helper appends nodes to an :class:`~etsim.chakra.algorithm.AlgorithmBuilder` and returns
+Each helper appends nodes to an :class:`~etsim.algo.graph.AlgorithmBuilder` and returns
 the node the next phase must wait for, so phases compose (the hierarchical algorithm chains ring
 phases of several dimensions). Every helper gives each message its own tag (``tag``,
 ``tag + 1``, …) so sends and receives pair up unambiguously whatever order the simulator issues
 them in.
 
-Data annotations (:mod:`etsim.chakra.dataflow`): the ring phases take ``block(j)``, the chunks of
+Data annotations (:mod:`etsim.algo.dataflow`): the ring phases take ``block(j)``, the chunks of
 the block ``j`` places after the rank's own along the ring, and annotate every send and every
 storing receive with it; the chains annotate segment ``s`` as chunk ``s`` of buffer ``buf``. A
 receive whose message is to be reduced stores it in a landing slot of its own (scratch ``t<tag>``)
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder
-from etsim.chakra.dataflow import IN_PLACE, SegmentsLike, seg
+from etsim.algo.dataflow import IN_PLACE, SegmentsLike, seg
+from etsim.algo.graph import AlgoGraph, AlgorithmBuilder
 
 __all__ = [
     "chain_broadcast",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from etsim.chakra.algorithm import AlgoGraph
+from etsim.algo.graph import AlgoGraph
 from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError
 from etsim.system.algorithms.base import CollectiveAlgorithm

@@ -17,7 +17,7 @@ double binary tree, with an even number of ranks the leaves of one tree are exac
 interior nodes of the other, so no rank forwards data in both trees. Without contention both
 all-reduce halves take 2⌊log2 p⌋ message times of S/2.
 
-Data (annotations for :mod:`etsim.chakra.verify`; in place): the first tree carries chunk 0, the
+Data (annotations for :mod:`etsim.algo.verify`; in place): the first tree carries chunk 0, the
 second chunk 1 (broadcast and reduce: the one chunk); a child's partial lands in scratch and the
 reduction after the receive adds it into the parent's chunk; the root's result is stored down the
 tree.
@@ -25,8 +25,8 @@ tree.
 
 from __future__ import annotations
 
-from etsim.chakra.algorithm import AlgoGraph, AlgorithmBuilder
-from etsim.chakra.dataflow import IN_PLACE, seg
+from etsim.algo.dataflow import IN_PLACE, seg
+from etsim.algo.graph import AlgoGraph, AlgorithmBuilder
 from etsim.chakra.graph import CollectiveType
 from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm
 from etsim.system.algorithms.steps import empty_graph, heap_tree

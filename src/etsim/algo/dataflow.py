@@ -1,7 +1,7 @@
-"""What an algorithm node does to buffers: the data annotations of :class:`~etsim.chakra.algorithm.AlgoGraph`.
+"""What an algorithm node does to buffers: the data annotations of :class:`~etsim.algo.graph.AlgoGraph`.
 
 Timing needs only sizes and dependencies; checking that an algorithm computes its collective
-(:mod:`etsim.chakra.verify`) also needs to know *which* chunks each node reads and writes. A node's
+(:mod:`etsim.algo.verify`) also needs to know *which* chunks each node reads and writes. A node's
 annotation is a :class:`NodeData` ``(op, dst, src)``:
 
 ======  =========  ====================================  =================================
@@ -58,7 +58,7 @@ __all__ = [
     "segments",
 ]
 
-#: Input and output are one buffer, aliased as the collective defines (:mod:`etsim.chakra.verify`).
+#: Input and output are one buffer, aliased as the collective defines (:mod:`etsim.algo.verify`).
 IN_PLACE = "in_place"
 #: Input and output are separate buffers.
 OUT_OF_PLACE = "out_of_place"
