@@ -24,8 +24,8 @@ from etsim.errors import EtsimWarning
 from etsim.network import fully_connected
 from etsim.producers import collective_workload
 from etsim.producers.msccl import MscclError, convert_msccl, step_counts, write_msccl_et
+from etsim.producers.msccl.source import load_msccl_algorithm
 from etsim.simulation import simulate
-from etsim.system.algorithms.msccl import load_msccl_algorithm
 from etsim.system.config import SystemConfig
 from etsim.units import format_time
 

@@ -19,8 +19,8 @@ from etsim.producers.msccl import (
     replicate_instances,
     write_msccl_et,
 )
+from etsim.producers.msccl.source import MscclAlgorithm, load_msccl_algorithm
 from etsim.simulation import simulate
-from etsim.system.algorithms.msccl import MscclAlgorithm, load_msccl_algorithm
 from etsim.system.config import SystemConfig
 
 

@@ -16,8 +16,8 @@ from etsim.errors import EtsimWarning
 from etsim.network import fully_connected, ring
 from etsim.producers import collective_workload
 from etsim.producers.msccl import convert_msccl, workload_to_msccl
+from etsim.producers.msccl.source import load_msccl_algorithm
 from etsim.simulation import simulate
-from etsim.system.algorithms.msccl import load_msccl_algorithm
 from etsim.system.config import SystemConfig
 
 from .conftest import CORPUS, FILES, GEN, REPO, needs_corpus

@@ -233,7 +233,7 @@ def test_cli_algo_goes_before_a_table(repo: Path, tmp_path: Path, capsys: pytest
 
 
 def test_tacos_spec_is_synthesised_per_group_and_cached(repo: Path) -> None:
-    from etsim.system.algorithms import synthesised
+    from etsim.producers.tacos import source as synthesised
 
     topo = load_network(repo / "topologies" / "mesh4x4.yaml").topology
     config = table({"collective": "all_reduce", "algorithm": "tacos:chunks_per_npu=1,seed=3"})

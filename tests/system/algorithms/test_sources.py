@@ -12,9 +12,9 @@ from etsim.chakra import CollectiveType, Workload
 from etsim.errors import ConfigError
 from etsim.network import ring
 from etsim.producers import collective_workload
+from etsim.producers.msccl.source import MscclAlgorithm
 from etsim.simulation import simulate
 from etsim.system.algorithms import SOURCES, AlgorithmContext, ChakraAlgorithm, resolve_algorithm
-from etsim.system.algorithms.msccl import MscclAlgorithm
 from etsim.system.algorithms.ring import RingAlgorithm
 from etsim.system.config import SystemConfig
 

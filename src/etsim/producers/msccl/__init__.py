@@ -41,24 +41,53 @@ Errors name the file, line, GPU, tb and step and say why (:class:`MscclError`, a
 Modules: :mod:`~etsim.producers.msccl.ir` (the program model), :mod:`~etsim.producers.msccl.parse`
 (XML → program), :mod:`~etsim.producers.msccl.lower` (program → algorithm graphs),
 :mod:`~etsim.producers.msccl.write` (graphs → Chakra ET family) and
-:mod:`~etsim.producers.msccl.export` (Chakra ET family → XML). The simulator's adapter lives in
-the system layer (:mod:`etsim.system.algorithms.sources`).
+:mod:`~etsim.producers.msccl.export` (Chakra ET family → XML). The simulator's adapter, the
+``msccl-ir`` algorithm source, is :mod:`~etsim.producers.msccl.source`.
 """
 
-from etsim.producers.msccl.export import MSCCL_COLL_NAMES, graphs_to_msccl, workload_to_msccl
-from etsim.producers.msccl.ir import (
-    COLLECTIVES,
-    STEP_TYPES,
-    MscclError,
-    MscclGpu,
-    MscclProgram,
-    MscclStep,
-    MscclTb,
-    msccl_collective,
-)
-from etsim.producers.msccl.lower import MscclConversion, convert_msccl, convert_program, step_counts
-from etsim.producers.msccl.parse import parse_msccl, replicate_instances
-from etsim.producers.msccl.write import conversion_traces, write_msccl_et
+from typing import TYPE_CHECKING
+
+from etsim.lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from etsim.producers.msccl.export import MSCCL_COLL_NAMES, graphs_to_msccl, workload_to_msccl
+    from etsim.producers.msccl.ir import (
+        COLLECTIVES,
+        STEP_TYPES,
+        MscclError,
+        MscclGpu,
+        MscclProgram,
+        MscclStep,
+        MscclTb,
+        msccl_collective,
+    )
+    from etsim.producers.msccl.lower import MscclConversion, convert_msccl, convert_program, step_counts
+    from etsim.producers.msccl.parse import parse_msccl, replicate_instances
+    from etsim.producers.msccl.write import conversion_traces, write_msccl_et
+
+#: Where each public name lives; a submodule (and what it imports) loads when one of its names is first used.
+_HOMES = {
+    "COLLECTIVES": "ir",
+    "MSCCL_COLL_NAMES": "export",
+    "MscclConversion": "lower",
+    "MscclError": "ir",
+    "MscclGpu": "ir",
+    "MscclProgram": "ir",
+    "MscclStep": "ir",
+    "MscclTb": "ir",
+    "STEP_TYPES": "ir",
+    "conversion_traces": "write",
+    "convert_msccl": "lower",
+    "convert_program": "lower",
+    "graphs_to_msccl": "export",
+    "msccl_collective": "ir",
+    "parse_msccl": "parse",
+    "replicate_instances": "parse",
+    "step_counts": "lower",
+    "workload_to_msccl": "export",
+    "write_msccl_et": "write",
+}
+__getattr__ = lazy_attributes(__name__, _HOMES)
 
 __all__ = [
     "COLLECTIVES",

@@ -41,9 +41,32 @@ Modules: :mod:`~etsim.producers.tacos.links` (the logical link graph and lower b
 (runs, bounds and the algorithm family).
 """
 
-from etsim.producers.tacos.greedy import Schedule, greedy_all_gather, retime, reverse
-from etsim.producers.tacos.links import LinkGraph, LowerBound, build_link_graph, lower_bound
-from etsim.producers.tacos.synthesis import COLLECTIVES, Synthesis, algo_graphs, synthesize, write_synthesis
+from typing import TYPE_CHECKING
+
+from etsim.lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from etsim.producers.tacos.greedy import Schedule, greedy_all_gather, retime, reverse
+    from etsim.producers.tacos.links import LinkGraph, LowerBound, build_link_graph, lower_bound
+    from etsim.producers.tacos.synthesis import COLLECTIVES, Synthesis, algo_graphs, synthesize, write_synthesis
+
+#: Where each public name lives; a submodule (and what it imports) loads when one of its names is first used.
+_HOMES = {
+    "COLLECTIVES": "synthesis",
+    "LinkGraph": "links",
+    "LowerBound": "links",
+    "Schedule": "greedy",
+    "Synthesis": "synthesis",
+    "algo_graphs": "synthesis",
+    "build_link_graph": "links",
+    "greedy_all_gather": "greedy",
+    "lower_bound": "links",
+    "retime": "greedy",
+    "reverse": "greedy",
+    "synthesize": "synthesis",
+    "write_synthesis": "synthesis",
+}
+__getattr__ = lazy_attributes(__name__, _HOMES)
 
 __all__ = [
     "COLLECTIVES",

@@ -9,12 +9,17 @@ source      priority  claims
 native      0         a name in :data:`~etsim.system.algorithms.base.ALGORITHMS` (``ring`` …)
                       or a ``package.module:Class`` path
 tacos       10        ``tacos`` or ``tacos:k=v,…``: TACOS synthesis for the run's topology and each group
-msccl-ir    50        a path ending in ``.xml`` (MSCCL-IR, any dialect; converted once per file)
+                      (:mod:`etsim.producers.tacos.source`)
+msccl-ir    50        a path ending in ``.xml`` (MSCCL-IR, any dialect; converted once per file;
+                      :mod:`etsim.producers.msccl.source`)
 chakra-et   100       anything else: a Chakra ET family (prefix, ``P.et`` or directory)
 ==========  ========  =====================================================================
 
-Third-party formats plug in through the entry-point group ``etsim.algorithm_sources`` (or
-``module:Class`` is not needed: a source is found by what it claims). A new XML/JSON dialect is
+``native`` and ``chakra-et`` are defined here; every other source, etsim's own producers included, is
+published through the entry-point group ``etsim.algorithm_sources`` (``module:Class`` is not needed: a
+source is found by what it claims), so the system layer imports no producer. A spec ``NAME:…`` whose NAME
+is a source's registry name belongs to that source, never to ``native``'s ``module:Class`` form.
+A new XML/JSON dialect is
 one :class:`AlgorithmSource` subclass whose :meth:`~AlgorithmSource.claims` looks at the suffix and
 whose :meth:`~AlgorithmSource.load` returns a
 :class:`~etsim.system.algorithms.base.CollectiveAlgorithm` (usually by building
@@ -42,9 +47,7 @@ __all__ = [
     "AlgorithmContext",
     "AlgorithmSource",
     "FamilySource",
-    "MscclSource",
     "NativeSource",
-    "TacosSource",
     "resolve_algorithm",
 ]
 
@@ -108,11 +111,16 @@ class NativeSource(AlgorithmSource):
     priority = 0
 
     def claims(self, spec: str) -> bool:
-        """A registered name, or ``package.module:Class`` / ``file.py:Class`` that is not an existing file."""
+        """A registered name, or ``package.module:Class`` / ``file.py:Class`` that is not an existing file.
+
+        ``NAME:…`` where NAME is another source's registry name (``tacos:seed=1``) is that source's.
+        """
         if spec in ALGORITHMS.names():
             return True
         module, sep, attr = spec.rpartition(":")
-        return bool(sep) and attr.isidentifier() and bool(module) and module != "tacos" and not os.path.exists(spec)
+        if not (sep and attr.isidentifier() and module) or os.path.exists(spec):
+            return False
+        return spec.partition(":")[0] not in SOURCES.names()
 
     def load(self, spec: str, context: AlgorithmContext) -> CollectiveAlgorithm:
         """Instantiate the class; multi-dimensional ones get the topology's ``dims``."""
@@ -120,42 +128,6 @@ class NativeSource(AlgorithmSource):
         if getattr(cls, "needs_dims", False):
             return cls(dims=context.dims, phase_delay=context.phase_delay)  # type: ignore[call-arg]
         return cls()
-
-
-@SOURCES.register("tacos")
-class TacosSource(AlgorithmSource):
-    """``tacos`` or ``tacos:chunks_per_npu=2,seed=0,runs=1,size=1MiB``: TACOS synthesis per topology and group."""
-
-    name = "tacos"
-    priority = 10
-
-    def claims(self, spec: str) -> bool:
-        """``tacos`` and ``tacos:…``."""
-        return spec == "tacos" or spec.startswith("tacos:")
-
-    def load(self, spec: str, context: AlgorithmContext) -> CollectiveAlgorithm:
-        """A :class:`~etsim.system.algorithms.synthesised.TacosAlgorithm`, synthesised per group when first used."""
-        from etsim.system.algorithms.synthesised import TacosAlgorithm, parse_tacos_spec
-
-        return TacosAlgorithm(spec, parse_tacos_spec(spec), context.topology)
-
-
-@SOURCES.register("msccl-ir")
-class MscclSource(AlgorithmSource):
-    """MSCCL-IR XML files (converted on the fly, once per file and process)."""
-
-    name = "msccl-ir"
-    priority = 50
-
-    def claims(self, spec: str) -> bool:
-        """Paths ending in ``.xml``."""
-        return spec.endswith(".xml")
-
-    def load(self, spec: str, context: AlgorithmContext) -> CollectiveAlgorithm:
-        """Convert (or reuse) the XML."""
-        from etsim.system.algorithms.msccl import load_msccl_algorithm  # lxml is loaded only when needed
-
-        return load_msccl_algorithm(context.path(spec))
 
 
 @SOURCES.register("chakra-et")

@@ -1,16 +1,25 @@
-"""``msccl-ir``: an MSCCL-IR XML algorithm, converted when first used (once per file and process)."""
+"""``msccl-ir``: an MSCCL-IR XML algorithm, converted when first used (once per file and process).
+
+:class:`MscclSource` claims ``--algo`` values ending in ``.xml``; it reaches the system's source registry
+through the ``etsim.algorithm_sources`` entry point ``msccl-ir`` (``pyproject.toml``).
+"""
 
 from __future__ import annotations
 
 import os
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from etsim.algo.graph import AlgoGraph
 from etsim.chakra.graph import CollectiveType
-from etsim.producers.msccl import MscclConversion, MscclError, convert_msccl
+from etsim.producers.msccl.ir import MscclError
 from etsim.system.algorithms.base import CollectiveAlgorithm
+from etsim.system.algorithms.sources import AlgorithmContext, AlgorithmSource
 
-__all__ = ["MscclAlgorithm", "load_msccl_algorithm"]
+if TYPE_CHECKING:
+    from etsim.producers.msccl.lower import MscclConversion
+
+__all__ = ["MscclAlgorithm", "MscclSource", "load_msccl_algorithm"]
 
 
 class MscclAlgorithm(CollectiveAlgorithm):
@@ -28,6 +37,8 @@ class MscclAlgorithm(CollectiveAlgorithm):
     source = "msccl-ir"
 
     def __init__(self, source: str | os.PathLike[str] | MscclConversion, *, instances: int = 1) -> None:
+        from etsim.producers.msccl.lower import MscclConversion, convert_msccl  # lxml: only once an XML is used
+
         self.conversion = source if isinstance(source, MscclConversion) else convert_msccl(source, instances=instances)
         coll = self.conversion.collective
         self.collectives = frozenset(CollectiveType) if coll is None else frozenset({coll})  # type: ignore[misc]
@@ -73,3 +84,18 @@ def load_msccl_algorithm(path: str | os.PathLike[str], *, instances: int = 1) ->
     except OSError as exc:
         raise MscclError(name, f"cannot read: {exc.strerror or exc}") from None
     return _converted(real, st.st_mtime_ns, st.st_size, instances, name)
+
+
+class MscclSource(AlgorithmSource):
+    """MSCCL-IR XML files (converted on the fly, once per file and process)."""
+
+    name = "msccl-ir"
+    priority = 50
+
+    def claims(self, spec: str) -> bool:
+        """Paths ending in ``.xml``."""
+        return spec.endswith(".xml")
+
+    def load(self, spec: str, context: AlgorithmContext) -> CollectiveAlgorithm:
+        """Convert (or reuse) the XML."""
+        return load_msccl_algorithm(context.path(spec))

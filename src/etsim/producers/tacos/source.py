@@ -6,6 +6,9 @@ topology, the group's NPUs and the collective (all-gather, reduce-scatter, all-r
 first needs it and is cached per process, keyed by (topology identity, collective, group, parameters), so
 every later call and every later simulation on the same :class:`~etsim.network.Topology` object reuses it.
 The graphs are symbolic (one chunk of ``buffer / (n·k)`` per message), so one synthesis serves every size.
+
+:class:`TacosSource` claims such specs; it reaches the system's source registry through the
+``etsim.algorithm_sources`` entry point ``tacos`` (``pyproject.toml``).
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ from etsim.algo.graph import AlgoGraph
 from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError
 from etsim.system.algorithms.base import CollectiveAlgorithm
+from etsim.system.algorithms.sources import AlgorithmContext, AlgorithmSource
 from etsim.units import parse_size
 
 if TYPE_CHECKING:
     from etsim.network.topology import Topology
 
-__all__ = ["TacosAlgorithm", "TacosParams", "parse_tacos_spec"]
+__all__ = ["TacosAlgorithm", "TacosParams", "TacosSource", "parse_tacos_spec"]
 
 _C = CollectiveType
 _COLLECTIVES = frozenset({_C.ALL_GATHER, _C.REDUCE_SCATTER, _C.ALL_REDUCE})
@@ -73,7 +77,7 @@ _CACHE: dict[tuple[int, int, tuple[int, ...], TacosParams], tuple[Topology, list
 def _synthesised(
     topology: Topology, collective: CollectiveType, group: tuple[int, ...], params: TacosParams
 ) -> list[AlgoGraph]:
-    from etsim.producers.tacos import algo_graphs, synthesize
+    from etsim.producers.tacos.synthesis import algo_graphs, synthesize  # numpy and networkx: only when used
 
     key = (id(topology), int(collective), group, params)
     hit = _CACHE.get(key)
@@ -171,3 +175,18 @@ class _GroupTacos(CollectiveAlgorithm):
                 ]
             self._graphs[int(collective)] = graphs
         return graphs[position]
+
+
+class TacosSource(AlgorithmSource):
+    """``tacos`` or ``tacos:chunks_per_npu=2,seed=0,runs=1,size=1MiB``: TACOS synthesis per topology and group."""
+
+    name = "tacos"
+    priority = 10
+
+    def claims(self, spec: str) -> bool:
+        """``tacos`` and ``tacos:…``."""
+        return spec == "tacos" or spec.startswith("tacos:")
+
+    def load(self, spec: str, context: AlgorithmContext) -> CollectiveAlgorithm:
+        """A :class:`TacosAlgorithm`, synthesised per group when first used."""
+        return TacosAlgorithm(spec, parse_tacos_spec(spec), context.topology)
