@@ -3,7 +3,9 @@
 One :class:`Registry` instance exists per pluggable kind (network models, collective
 algorithms, …). A name is resolved in this order:
 
-1. names registered in-process (built-ins register themselves with :meth:`Registry.register`);
+1. names registered in-process: built-ins register themselves with :meth:`Registry.register`, and a
+   registry made with ``builtins="package"`` imports every module of that package on its first lookup, so
+   a built-in plug-in is one new module in it (nothing else lists it);
 2. the entry-point group of the registry (loaded lazily, once; a name that clashes with an
    existing one triggers a warning and the first registration wins);
 3. a ``package.module:Class`` path, imported on demand, or ``path/to/file.py:Class`` (a user's
@@ -16,6 +18,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import pkgutil
 import sys
 import warnings
 from collections.abc import Callable
@@ -66,15 +69,18 @@ class Registry(Generic[T]):
         kind: what the registry holds, used in error messages ("network model").
         group: the entry-point group scanned for third-party plug-ins.
         base: plug-ins must be subclasses of this class.
+        builtins: a package every module of which registers built-ins (imported on the first lookup).
     """
 
-    def __init__(self, kind: str, group: str, base: type[T]) -> None:
+    def __init__(self, kind: str, group: str, base: type[T], *, builtins: str | None = None) -> None:
         self.kind = kind
         self.group = group
         self.base = base
+        self.builtins = builtins
         self._items: dict[str, type[T]] = {}
         self._from_entry_points: set[str] = set()
         self._entry_points_loaded = False
+        self._builtins_loaded = builtins is None
 
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
         """Class decorator registering a built-in under *name*; a duplicate name raises."""
@@ -87,7 +93,18 @@ class Registry(Generic[T]):
 
         return decorate
 
+    def _load_builtins(self) -> None:
+        if self._builtins_loaded:
+            return
+        self._builtins_loaded = True
+        assert self.builtins is not None
+        package = importlib.import_module(self.builtins)
+        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+            if not info.name.startswith("_"):
+                importlib.import_module(f"{self.builtins}.{info.name}")
+
     def _load_entry_points(self) -> None:
+        self._load_builtins()
         if self._entry_points_loaded:
             return
         self._entry_points_loaded = True
@@ -134,6 +151,9 @@ class Registry(Generic[T]):
 
     def get(self, name: str) -> type[T]:
         """Resolve *name* to a plug-in class; raise :class:`RegistryError` listing the choices."""
+        if name in self._items:
+            return self._items[name]
+        self._load_builtins()
         if name in self._items:
             return self._items[name]
         self._load_entry_points()

@@ -22,7 +22,7 @@ from etsim.chakra.graph import Workload
 from etsim.chakra.validate import preflight
 from etsim.errors import ConfigError, DeadlockError, EtsimWarning, FastPathConflict, SimulationError, warn
 from etsim.network import NetworkConfig, Topology, build_model, load_network, ring
-from etsim.network.model import CountingEnvironment, LinkStats
+from etsim.network.model import DEFAULT_MODEL, CountingEnvironment, LinkStats
 from etsim.report.result import CollectiveRecord, RankResult, Result
 from etsim.system.collective import System
 from etsim.system.config import SystemConfig
@@ -40,10 +40,6 @@ __all__ = [
     "default_topology",
     "simulate",
 ]
-
-#: The network model used when neither the call nor the topology file names one: congestion-aware,
-#: so that no result is faster than the links can carry (``analytical`` is an explicit choice).
-DEFAULT_MODEL = "link"
 
 #: Attempts with the fast path before a run falls back to the event path for every collective.
 MAX_FAST_RERUNS = 3

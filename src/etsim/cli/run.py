@@ -10,6 +10,8 @@ from etsim.chakra.graph import COLLECTIVE_NAMES
 from etsim.chakra.io import load_workload
 from etsim.errors import ConfigError
 from etsim.files import write_text
+from etsim.network.model import DEFAULT_MODEL, describe_models
+from etsim.options import add_arguments, arguments_given, flag_name, parse_options
 from etsim.report.groups import exposure_by_group, exposure_from_ranks, single_group
 from etsim.report.record import RunRecorder
 from etsim.report.result import Result
@@ -18,12 +20,15 @@ from etsim.simulation import simulate
 from etsim.system.algorithms import ALGORITHMS
 from etsim.system.config import SystemConfig, load_system_config
 from etsim.system.rules import SelectionRule
-from etsim.units import format_size, parse_bandwidth, parse_time
+from etsim.units import format_size
 
 #: --trace-limit's default (etsim.report.trace.DEFAULT_LIMIT, not imported here to keep start-up light).
 DEFAULT_LIMIT = 1_000_000
 
 __all__ = ["parse_algo_options", "register"]
+
+#: System settings ``etsim run`` takes as flags (the rest only in a system YAML, ``--system``).
+SYSTEM_FLAGS = ("comm_groups", "chunks", "reduction_bandwidth", "endpoint_delay", "ignore_ctrl_deps", "fast_path")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -55,24 +60,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--topology", help="topology YAML (default: a bidirectional ring of the workload's ranks, 50 GB/s, 500 ns)"
     )
     p.add_argument(
-        "--model",
-        help="network model: link (default; congestion-aware FIFO links, store-and-forward), analytical "
-        "(congestion-unaware: latency + size/bandwidth per message, concurrent messages do not share links), "
-        "ideal (fixed delay), or package.module:Class",
+        "--model", help=f"network model: {describe_models(DEFAULT_MODEL)}, or package.module:Class (a plug-in)"
     )
     p.add_argument(
         "--system", help="system YAML (algorithms, chunks, reduction_bandwidth, endpoint_delay, resources, …)"
     )
-    p.add_argument("--comm-groups", help='communicator groups: JSON {"1": [0, 1]} or YAML groups: {1: [0, 1]}')
-    p.add_argument("--chunks", type=int, help="split each collective into N pipelined chunks")
-    p.add_argument("--reduction-bandwidth", help="cost reductions at this bandwidth, e.g. '100 GB/s'")
-    p.add_argument("--endpoint-delay", help="delay added to every message, e.g. '10 ns'")
-    p.add_argument("--ignore-ctrl-deps", action="store_true", help="walk data dependencies only")
-    p.add_argument(
-        "--no-fast-path",
-        action="store_true",
-        help="walk every message of every collective (the event path); results are identical, only slower",
-    )
+    # The system settings that have flags: declared once, on SystemConfig (etsim.options).
+    add_arguments(p, SystemConfig, only=SYSTEM_FLAGS)
     p.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT ('-' for standard output)")
     p.add_argument(
         "--trace",
@@ -152,21 +146,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             algorithms[key] = str(Path(value).resolve())
     if config.algorithm_rules and cli_algorithms:
         changes["algorithm_rules"] = _with_cli_rules(config.algorithm_rules, algorithms, cli_algorithms)
-    if args.chunks is not None:
-        if args.chunks < 1:
-            raise ConfigError(f"--chunks must be >= 1, got {args.chunks}")
-        changes["chunks"] = args.chunks
-    if args.reduction_bandwidth:
-        changes["reduction_bandwidth"] = parse_bandwidth(args.reduction_bandwidth, key="--reduction-bandwidth")
-    if args.endpoint_delay:
-        changes["endpoint_delay"] = parse_time(args.endpoint_delay, key="--endpoint-delay")
-    if args.comm_groups:
-        changes["comm_groups"] = str(Path(args.comm_groups).resolve())
-    if args.ignore_ctrl_deps:
-        changes["ignore_ctrl_deps"] = True
-    if args.no_fast_path:
-        changes["fast_path"] = False
-    config = config.with_overrides(**changes)
+    flags = parse_options(SystemConfig, arguments_given(args, SystemConfig), key=flag_name, text=True)
+    if flags.get("comm_groups"):
+        flags["comm_groups"] = str(Path(flags["comm_groups"]).resolve())  # flags are relative to the working directory
+    config = config.with_overrides(**changes, **flags)
     if args.trace_limit < 1:
         raise ConfigError(f"--trace-limit must be >= 1, got {args.trace_limit}")
     workload = load_workload(args.workload)
@@ -212,9 +195,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_config(args: argparse.Namespace) -> int:
     """``--config FILE``: the point's own workload, topology, algorithm, model and system, nothing else."""
     # (--trace and --critical-path need a recorded run: with a WORKLOAD only, for now)
-    keys = ("algo", "topology", "model", "system", "comm_groups", "chunks", "reduction_bandwidth", "endpoint_delay",
-            "ignore_ctrl_deps", "no_fast_path", "trace", "critical_path")  # fmt: skip
-    given = [f"--{k.replace('_', '-')}" for k in keys if getattr(args, k)]
+    given = [f"--{k.replace('_', '-')}" for k in ("algo", "topology", "model", "system", "trace", "critical_path")
+             if getattr(args, k)]  # fmt: skip
+    given += [flag_name(name) if value is not False else f"--no-{flag_name(name)[2:]}"
+              for name, value in arguments_given(args, SystemConfig).items()]  # fmt: skip
     if args.config is None:
         raise ConfigError("give a WORKLOAD, or --config FILE")
     if args.workload is not None or given:

@@ -19,7 +19,7 @@ This layer depends only on :mod:`etsim.units`, :mod:`etsim.errors` and :mod:`ets
 from __future__ import annotations
 
 from etsim.network.irregular import graph, with_failures
-from etsim.network.loader import TOPOLOGY_KINDS, NetworkConfig, load_network, load_topology, topology_from_dict
+from etsim.network.loader import NetworkConfig, load_network, load_topology, topology_from_dict
 from etsim.network.model import NETWORK_MODELS, LinkStats, NetworkModel, build_model, option
 from etsim.network.models import AnalyticalNetwork, IdealNetwork, LinkNetwork
 from etsim.network.routing import ROUTERS, DimensionOrderRouter, Router, ShortestPathRouter, make_router
@@ -39,7 +39,6 @@ from etsim.network.topology import (
 __all__ = [
     "NETWORK_MODELS",
     "ROUTERS",
-    "TOPOLOGY_KINDS",
     "AnalyticalNetwork",
     "Dim",
     "DimensionOrderRouter",

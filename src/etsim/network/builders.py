@@ -1,9 +1,11 @@
 """Topology kinds and file formats: what the ``kind:`` of a topology file builds.
 
-Every value of ``kind:`` is a :class:`TopologyBuilder` registered in :data:`TOPOLOGY_BUILDERS`
-(built-ins: ring, uni_ring, fully_connected, switch, hypercube, mesh, torus, product, graph). A new
-kind is one subclass: register it with ``@TOPOLOGY_BUILDERS.register("name")``, through the
-``etsim.topology_kinds`` entry points, or name it as ``kind: package.module:Class``.
+Every value of ``kind:`` is a :class:`TopologyBuilder` registered in :data:`TOPOLOGY_BUILDERS`; the built-ins
+are one module each in :mod:`etsim.network.kinds` (ring, uni_ring, fully_connected, switch, hypercube, mesh,
+torus, product, graph), which the registry imports on its first lookup. A new kind is one subclass in one new
+module there, registered with ``@TOPOLOGY_BUILDERS.register("name")``; outside etsim, publish it through the
+``etsim.topology_kinds`` entry points, or name it as ``kind: package.module:Class``. The registry's names are
+the only list of kinds.
 
 Files of other simulators (no ``kind:`` key) are read by a :class:`TopologyFormat` from
 :data:`TOPOLOGY_FORMATS` (entry points ``etsim.topology_formats``) that recognises their keys.
@@ -15,20 +17,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from etsim.errors import TopologyError
-from etsim.network.dims import DIMENSION_KINDS
-from etsim.network.irregular import graph
-from etsim.network.topology import (
-    Dim,
-    Topology,
-    fully_connected,
-    hypercube,
-    mesh,
-    product,
-    ring,
-    switch,
-    torus,
-    uni_ring,
-)
+from etsim.network.topology import Topology
 from etsim.registry import Registry
 from etsim.units import parse_bandwidth, parse_time
 
@@ -36,12 +25,14 @@ __all__ = [
     "COMMON_KEYS",
     "TOPOLOGY_BUILDERS",
     "TOPOLOGY_FORMATS",
-    "TOPOLOGY_KINDS",
+    "NpusBuilder",
+    "ShapeBuilder",
     "TopologyBuilder",
     "TopologyFormat",
     "build_topology",
     "check_keys",
     "int_value",
+    "link_params",
     "require",
 ]
 
@@ -115,150 +106,45 @@ class TopologyFormat:
 
 
 #: Topology kinds: built-ins, the ``etsim.topology_kinds`` entry points, ``module:Class``.
-TOPOLOGY_BUILDERS: Registry[TopologyBuilder] = Registry("topology kind", "etsim.topology_kinds", TopologyBuilder)
+TOPOLOGY_BUILDERS: Registry[TopologyBuilder] = Registry(
+    "topology kind", "etsim.topology_kinds", TopologyBuilder, builtins="etsim.network.kinds"
+)
 #: Foreign topology file formats: the ``etsim.topology_formats`` entry points.
 TOPOLOGY_FORMATS: Registry[TopologyFormat] = Registry(
     "topology file format", "etsim.topology_formats", TopologyFormat
 )
 
 
-def _link_params(data: Mapping[str, Any]) -> tuple[float, float]:
+def link_params(data: Mapping[str, Any]) -> tuple[float, float]:
+    """The ``bandwidth`` (bytes per ns) and ``latency`` (ns) every link of a regular kind has."""
     return (
         parse_bandwidth(require(data, "bandwidth"), key="bandwidth"),
         parse_time(require(data, "latency"), key="latency"),
     )
 
 
-@TOPOLOGY_BUILDERS.register("ring")
-class RingBuilder(TopologyBuilder):
-    """``kind: ring`` — ``npus``, ``bandwidth``, ``latency``, ``bidirectional`` (default true)."""
+class NpusBuilder(TopologyBuilder):
+    """A kind of ``npus``, ``bandwidth`` and ``latency`` made by ``function(npus, bandwidth, latency, name=…)``."""
 
-    keys = frozenset({"npus", "bandwidth", "latency", "bidirectional"})
-
-    def build(self, data: Mapping[str, Any], name: str | None) -> Topology:
-        """A ring (see :func:`~etsim.network.topology.ring`)."""
-        bw, lat = _link_params(data)
-        npus = int_value(require(data, "npus"), "npus")
-        bidirectional = data.get("bidirectional", True)
-        if not isinstance(bidirectional, bool):
-            raise TopologyError(f"bidirectional: expected true or false, got {bidirectional!r}")
-        return ring(npus, bw, lat, bidirectional=bidirectional, name=name)
-
-
-class _NpusBuilder(TopologyBuilder):
     keys = frozenset({"npus", "bandwidth", "latency"})
     function: ClassVar[Any]
 
     def build(self, data: Mapping[str, Any], name: str | None) -> Topology:
-        bw, lat = _link_params(data)
+        """The topology of ``npus`` NPUs."""
+        bw, lat = link_params(data)
         return type(self).function(int_value(require(data, "npus"), "npus"), bw, lat, name=name)
 
 
-@TOPOLOGY_BUILDERS.register("uni_ring")
-class UniRingBuilder(_NpusBuilder):
-    """``kind: uni_ring`` — ``npus``, ``bandwidth``, ``latency``."""
+class ShapeBuilder(TopologyBuilder):
+    """A kind of ``shape``, ``bandwidth`` and ``latency`` made by ``function(shape, bandwidth, latency, name=…)``."""
 
-    function = uni_ring
-
-
-@TOPOLOGY_BUILDERS.register("fully_connected")
-class FullyConnectedBuilder(_NpusBuilder):
-    """``kind: fully_connected`` — ``npus``, ``bandwidth``, ``latency``."""
-
-    function = fully_connected
-
-
-@TOPOLOGY_BUILDERS.register("switch")
-class SwitchBuilder(_NpusBuilder):
-    """``kind: switch`` — ``npus``, ``bandwidth``, ``latency``."""
-
-    function = switch
-
-
-@TOPOLOGY_BUILDERS.register("hypercube")
-class HypercubeBuilder(_NpusBuilder):
-    """``kind: hypercube`` — ``npus`` (a power of two), ``bandwidth``, ``latency``."""
-
-    function = hypercube
-
-
-class _ShapeBuilder(TopologyBuilder):
     keys = frozenset({"shape", "bandwidth", "latency"})
     function: ClassVar[Any]
 
     def build(self, data: Mapping[str, Any], name: str | None) -> Topology:
-        bw, lat = _link_params(data)
+        """The topology of the given ``shape``."""
+        bw, lat = link_params(data)
         return type(self).function(require(data, "shape"), bw, lat, name=name)
-
-
-@TOPOLOGY_BUILDERS.register("mesh")
-class MeshBuilder(_ShapeBuilder):
-    """``kind: mesh`` — ``shape`` ([x, y] or [x, y, z]), ``bandwidth``, ``latency``."""
-
-    function = mesh
-
-
-@TOPOLOGY_BUILDERS.register("torus")
-class TorusBuilder(_ShapeBuilder):
-    """``kind: torus`` — ``shape``, ``bandwidth``, ``latency``."""
-
-    function = torus
-
-
-def dimension(entry: object, prefix: str) -> Dim:
-    """One ``{kind, npus, bandwidth, latency}`` entry of a product's ``dims``."""
-    if not isinstance(entry, Mapping):
-        raise TopologyError(f"{prefix}: expected a mapping {{kind, npus, bandwidth, latency}}, got {entry!r}")
-    check_keys(entry, {"kind", "npus", "bandwidth", "latency"}, "a dimension", f"{prefix}.")
-    kind = require(entry, "kind", f"{prefix}.")
-    kinds = DIMENSION_KINDS.names()
-    if kind not in kinds:
-        raise TopologyError(f"{prefix}.kind: unknown dimension kind {kind!r}; expected one of {', '.join(kinds)}")
-    npus = int_value(require(entry, "npus", f"{prefix}."), f"{prefix}.npus")
-    if npus < 2:
-        raise TopologyError(f"{prefix}.npus: a dimension needs at least 2 NPUs, got {npus}")
-    bw = parse_bandwidth(require(entry, "bandwidth", f"{prefix}."), key=f"{prefix}.bandwidth")
-    lat = parse_time(require(entry, "latency", f"{prefix}."), key=f"{prefix}.latency")
-    return Dim(kind, npus, bw, lat)
-
-
-@TOPOLOGY_BUILDERS.register("product")
-class ProductBuilder(TopologyBuilder):
-    """``kind: product`` — ``dims``: a list of ``{kind, npus, bandwidth, latency}``, dimension 0 first."""
-
-    keys = frozenset({"dims"})
-
-    def build(self, data: Mapping[str, Any], name: str | None) -> Topology:
-        """The Cartesian product of the dimensions."""
-        dims = require(data, "dims")
-        if not isinstance(dims, list) or not dims:
-            raise TopologyError(f"dims: expected a non-empty list of dimensions, got {dims!r}")
-        return product([dimension(d, f"dims[{i}]") for i, d in enumerate(dims)], name=name)
-
-
-@TOPOLOGY_BUILDERS.register("graph")
-class GraphBuilder(TopologyBuilder):
-    """``kind: graph`` — ``npus``, ``switches``, ``links`` and default ``bandwidth``/``latency``."""
-
-    keys = frozenset({"npus", "switches", "links", "bandwidth", "latency"})
-
-    def build(self, data: Mapping[str, Any], name: str | None) -> Topology:
-        """An explicit graph (see :func:`~etsim.network.topology.graph`)."""
-        links = require(data, "links")
-        if not isinstance(links, list):
-            raise TopologyError(f"links: expected a list of links, got {links!r}")
-        return graph(
-            int_value(require(data, "npus"), "npus"),
-            links,
-            switches=data.get("switches", 0),
-            bandwidth=data.get("bandwidth"),
-            latency=data.get("latency"),
-            name=name,
-        )
-
-
-#: The built-in values of ``kind``.
-TOPOLOGY_KINDS = ("ring", "uni_ring", "fully_connected", "switch", "mesh", "torus", "hypercube", "product", "graph")
 
 
 def build_topology(data: Mapping[str, Any], name: str | None) -> Topology:

@@ -41,12 +41,12 @@ import yaml
 
 from etsim.errors import ConfigError, TopologyError
 from etsim.files import read_text
-from etsim.network.builders import TOPOLOGY_KINDS, build_topology, check_keys, int_value
+from etsim.network.builders import build_topology, check_keys, int_value
 from etsim.network.irregular import with_failures
-from etsim.network.model import NETWORK_MODELS, NetworkModel, build_model
+from etsim.network.model import DEFAULT_MODEL, NETWORK_MODELS, NetworkModel, build_model
 from etsim.network.topology import Topology
 
-__all__ = ["TOPOLOGY_KINDS", "NetworkConfig", "load_network", "load_topology", "topology_from_dict"]
+__all__ = ["NetworkConfig", "load_network", "load_topology", "topology_from_dict"]
 
 @dataclass(frozen=True)
 class NetworkConfig:
@@ -59,7 +59,7 @@ class NetworkConfig:
     """
 
     topology: Topology
-    model: str = "link"
+    model: str = DEFAULT_MODEL
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def build(self, env: simpy.Environment) -> NetworkModel:

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from heapq import heappush
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import simpy
 
-from etsim.errors import ConfigError, SimulationError
+from etsim.errors import SimulationError
 from etsim.network.routing import Router, make_router
 from etsim.network.topology import Topology
-from etsim.registry import Registry
+from etsim.options import Boolean, Integer, Text, option, option_help, parse_options
+from etsim.registry import HIDDEN_PREFIX, Registry
 
 if TYPE_CHECKING:
     from etsim.network.bulk import BulkTiming
 
 __all__ = [
+    "DEFAULT_MODEL",
     "LATE",
     "NETWORK_MODELS",
     "CountingEnvironment",
@@ -26,6 +27,7 @@ __all__ = [
     "NetworkModel",
     "SharedDeliveries",
     "build_model",
+    "describe_models",
     "option",
     "parse_bool_option",
     "parse_int_option",
@@ -35,37 +37,10 @@ __all__ = [
 ]
 
 
-def option(default: Any, help: str, parse: Callable[..., Any] | None = None) -> Any:
-    """Declare a model option: a dataclass field with a default, help text and optional parser.
-
-    Args:
-        default: the default value (already in internal units).
-        help: one line shown in documentation and error messages.
-        parse: ``parse(value, key=...)`` converting a configuration value (e.g. a unit string) into
-            the internal value; raises :class:`~etsim.errors.ConfigError`.
-    """
-    return field(default=default, metadata={"help": help, "parse": parse})
-
-
-def parse_str_option(value: object, *, key: str) -> str:
-    """Option parser: a string."""
-    if not isinstance(value, str):
-        raise ConfigError(f"{key}: expected a string, got {value!r}")
-    return value
-
-
-def parse_bool_option(value: object, *, key: str) -> bool:
-    """Option parser: true or false."""
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key}: expected true or false, got {value!r}")
-    return value
-
-
-def parse_int_option(value: object, *, key: str) -> int:
-    """Option parser: an integer."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
-    return value
+#: Option parsers of the first models, kept as names for plug-ins written against them (:mod:`etsim.options`).
+parse_str_option = Text()
+parse_bool_option = Boolean()
+parse_int_option = Integer()
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +186,8 @@ class NetworkModel:
 
     #: Registry name of the model (informational; the registry key is what selects it).
     name: ClassVar[str] = ""
+    #: What the model models, in a few words (``--model`` help, ``etsim`` listings).
+    summary: ClassVar[str] = ""
     #: Whether concurrent messages share link bandwidth. A model that says False gets a warning after
     #: any run in which a link carried more bytes than it could in the run's time.
     congestion_aware: ClassVar[bool] = True
@@ -235,7 +212,7 @@ class NetworkModel:
     @classmethod
     def option_help(cls) -> dict[str, str]:
         """Option name → help text, for documentation and ``--help``."""
-        return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls.Options)}
+        return option_help(cls.Options)
 
     @classmethod
     def parse_options(cls, options: Mapping[str, Any], *, key: str = "network") -> Any:
@@ -248,20 +225,12 @@ class NetworkModel:
         Raises:
             ConfigError: an unknown option (the message lists the valid ones) or a bad value.
         """
-        fields = {f.name: f for f in dataclasses.fields(cls.Options)}
-        values: dict[str, Any] = {}
-        for name, value in options.items():
-            f = fields.get(name)
-            if f is None:
-                valid = ", ".join(sorted(fields)) or "(none)"
-                raise ConfigError(f"{key}.{name}: unknown option of network model {cls.__name__}; valid: {valid}")
-            parse = f.metadata.get("parse")
-            if value is None and f.default is None:
-                values[name] = None
-            elif parse is not None:
-                values[name] = parse(value, key=f"{key}.{name}")
-            else:
-                values[name] = value
+        values = parse_options(
+            cls.Options,
+            options,
+            key=lambda name: f"{key}.{name}",
+            unknown=f"{{key}}: unknown option of network model {cls.__name__}; valid: {{valid}}",
+        )
         return cls.Options(**values)
 
     def route(self, src: int, dst: int) -> list[int]:
@@ -312,14 +281,31 @@ class NetworkModel:
         return SimulationError(f"transfer size must be a number of bytes >= 0, got {size!r}")
 
 
+#: The network model of a run that names none (``--model``, a topology file's ``network: {model: …}``):
+#: congestion-aware, so that no result is faster than the links can carry (``analytical`` is an explicit choice).
+DEFAULT_MODEL = "link"
+
 #: The network-model registry: built-ins, the ``etsim.network_models`` entry points, ``module:Class``.
-NETWORK_MODELS: Registry[NetworkModel] = Registry("network model", "etsim.network_models", NetworkModel)
+NETWORK_MODELS: Registry[NetworkModel] = Registry(
+    "network model", "etsim.network_models", NetworkModel, builtins="etsim.network.models"
+)
+
+
+def describe_models(default: str | None = None) -> str:
+    """Every registered model with its summary, for ``--help``: ``link (default; …), analytical (…), …``."""
+    parts = []
+    for name, cls in NETWORK_MODELS.items():
+        if name.startswith(HIDDEN_PREFIX):
+            continue
+        notes = (["default"] if name == default else []) + ([cls.summary] if cls.summary else [])
+        parts.append(f"{name} ({'; '.join(notes)})" if notes else name)
+    return ", ".join(parts)
 
 
 def build_model(
     env: simpy.Environment,
     topology: Topology,
-    name: str = "link",
+    name: str = DEFAULT_MODEL,
     options: Mapping[str, Any] | None = None,
 ) -> NetworkModel:
     """Resolve the model *name* in :data:`NETWORK_MODELS`, construct it and call its :meth:`~NetworkModel.setup`.

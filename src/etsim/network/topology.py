@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     import networkx as nx
 
 __all__ = [
-    "DIM_KINDS",
     "MAX_NPUS",
     "Dim",
     "Node",
@@ -68,10 +67,6 @@ def check_size(npus: int) -> None:
 
 #: A node id: an NPU rank (int) or a switch name (str).
 Node = int | str
-
-#: Built-in kinds a dimension of a regular topology can have (more through :data:`~etsim.network.dims.DIMENSION_KINDS`).
-DIM_KINDS = ("ring", "uni_ring", "line", "fully_connected", "switch")
-
 
 def link_bandwidth(value: float | str, key: str) -> float:
     """A link bandwidth in bytes per ns: a positive finite number, or a unit string."""

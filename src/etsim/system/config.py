@@ -11,8 +11,7 @@ endpoint delay, no reduction cost. Turn them on with ``chunks: 4``, ``endpoint_d
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,21 @@ import yaml
 
 from etsim.errors import ConfigError
 from etsim.files import read_text
+from etsim.options import (
+    Bandwidth,
+    Boolean,
+    Choice,
+    Flops,
+    Integer,
+    Nested,
+    Optional,
+    Text,
+    Time,
+    keys_named,
+    option,
+    parse_options,
+)
 from etsim.system.rules import SelectionRule, parse_rules
-from etsim.units import parse_bandwidth, parse_time
 
 __all__ = [
     "CHUNKINGS",
@@ -34,21 +46,8 @@ __all__ = [
     "parse_flops",
 ]
 
-_FLOPS = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
-
-
-def parse_flops(value: object, *, key: str) -> float:
-    """Parse ``"312 TFLOP/s"`` (or ``TFLOPS``) into operations per ns."""
-    m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([KMGTP]?)FLOP(?:/s|S)\s*", str(value))
-    if not m:
-        raise ConfigError(f"{key}: expected a rate like '312 TFLOP/s', got {value!r}")
-    try:
-        number = float(m.group(1))
-    except ValueError:
-        raise ConfigError(f"{key}: bad number in {value!r}") from None
-    if number <= 0:
-        raise ConfigError(f"{key}: must be positive, got {value!r}")
-    return number * _FLOPS[m.group(2)] / 1e9
+#: Parse ``"312 TFLOP/s"`` (or ``TFLOPS``) into operations per ns.
+parse_flops = Flops()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,9 +58,9 @@ class Resources:
     communication op (collective, send, memory access) at a time; receives take no slot.
     """
 
-    compute_streams: int = 1
-    comm_streams: int = 1
-    cpu_ops: int = 1
+    compute_streams: int = option(1, "GPU compute nodes in flight at once (0 = unlimited)", Integer(0))
+    comm_streams: int = option(1, "communication nodes (collectives, sends, memory accesses) in flight", Integer(0))
+    cpu_ops: int = option(1, "CPU nodes in flight at once (0 = unlimited)", Integer(0))
 
 
 #: Values of :attr:`SystemConfig.stream_order`.
@@ -103,9 +102,17 @@ def chunk_sizes(size: int, chunks: int, group_size: int, *, per_rank_size: bool,
 
 @dataclass(frozen=True, kw_only=True)
 class SystemConfig:
-    """Everything the system and workload layers need besides the workload and the network."""
+    """Everything the system and workload layers need besides the workload and the network.
 
-    algorithms: dict[str, str] = field(default_factory=dict)
+    Every field declared with :func:`~etsim.options.option` is a system YAML key of the same name (and, where
+    ``etsim run`` has one, a flag); the others are set by the program, not by files.
+    """
+
+    algorithms: dict[str, str] = option(
+        help="algorithm per collective ({all_reduce: ring, default: direct}), or a selection table (a list of rules)",
+        default_factory=dict,
+        flag=False,
+    )
     """Collective name (``all_reduce`` …, or ``default``) → algorithm name or ET family path."""
     algorithm_origins: dict[str, str] = field(default_factory=dict)
     """Where each ``algorithms`` entry was given (``FILE: algorithms.KEY``; absent means ``--algo``), for messages."""
@@ -114,52 +121,77 @@ class SystemConfig:
     :mod:`etsim.system.rules`); when given, it replaces the mapping ``algorithms``."""
     node_algorithms: dict[int, str] = field(default_factory=dict)
     """Workload node id → algorithm for that collective node only (overrides the per-collective choice)."""
-    chunks: int = 1
+    chunks: int = option(1, "split each collective into N pipelined chunks", Integer(1), metavar="N")
     """Split every collective into this many pipelined chunks (concurrent algorithm instances)."""
-    reduction_bandwidth: float | None = None
+    reduction_bandwidth: float | None = option(
+        None, "cost reductions at this bandwidth, e.g. '100 GB/s' (default: free)", Optional(Bandwidth())
+    )
     """Bytes per ns a reduction processes; None = reductions are free."""
-    endpoint_delay: float = 0.0
+    endpoint_delay: float = option(0.0, "delay added to every message, e.g. '10 ns'", Time())
     """ns added before every message enters the network."""
-    resources: Resources = field(default_factory=Resources)
-    peak_flops: float | None = None
+    resources: Resources = option(
+        help="nodes in flight per NPU: compute_streams, comm_streams, cpu_ops",
+        default_factory=Resources,
+        parse=Nested(Resources, unknown="{key}: unknown resource; valid: {valid}"),
+        flag=False,
+    )
+    peak_flops: float | None = option(
+        None, "roofline peak compute rate, e.g. '312 TFLOP/s' (default: replay durations)", Optional(Flops())
+    )
     """Operations per ns for the roofline model (with ``memory_bandwidth``); None = replay durations."""
-    memory_bandwidth: float | None = None
+    memory_bandwidth: float | None = option(
+        None, "local memory bandwidth for the roofline model", Optional(Bandwidth()), flag=False
+    )
     """Bytes per ns of local memory for the roofline model."""
-    remote_memory_bandwidth: float = 50.0
+    remote_memory_bandwidth: float = option(50.0, "bandwidth of MEM_LOAD/MEM_STORE nodes", Bandwidth(), flag=False)
     """Bytes per ns for MEM_LOAD/MEM_STORE nodes (default 50 GB/s)."""
-    remote_memory_latency: float = 0.0
+    remote_memory_latency: float = option(0.0, "latency of each MEM_LOAD/MEM_STORE node", Time(), flag=False)
     """ns per MEM_LOAD/MEM_STORE node."""
-    comm_groups: str | None = None
+    comm_groups: str | None = option(
+        None,
+        'communicator groups: JSON {"1": [0, 1]} or YAML groups: {1: [0, 1]}',
+        Text(empty=False, what="the path of a comm-group file"),
+        metavar="FILE",
+    )
     """Path of a comm-group file (JSON `{"1": [0, 1]}` or etsim YAML)."""
-    ignore_ctrl_deps: bool = False
+    ignore_ctrl_deps: bool = option(False, "walk data dependencies only", Boolean())
     """Walk ``data_deps`` only (PyTorch-derived traces keep call-stack parents in ``ctrl_deps``)."""
     base_dir: str = "."
     """Directory relative paths in this config resolve against."""
     # -- how collectives are split, queued and costed; the defaults match the α-β closed forms.
-    chunking: str = "equal"
+    chunking: str = option("equal", "how a collective's bytes split into chunks", Choice(*CHUNKINGS), flag=False)
     """How a collective's bytes split into chunks: ``equal`` or ``whole`` (see :func:`chunk_sizes`)."""
-    stream_order: str = "fifo"
+    stream_order: str = option("fifo", "order queued chunks start in", Choice(*STREAM_ORDERS), flag=False)
     """Order in which the queued chunks (streams) of one collective start: ``fifo`` or ``lifo``."""
-    active_streams: int = 0
+    active_streams: int = option(0, "chunks of one collective in flight at once (0 = all)", Integer(0), flag=False)
     """Chunks of one collective in flight at once; the others wait in the queue (0 = all at once)."""
-    stream_delay: float = 0.0
+    stream_delay: float = option(0.0, "delay before each chunk stream's first step", Time(), flag=False)
     """ns each chunk stream waits before its first step."""
-    phase_delay: float = 0.0
+    phase_delay: float = option(0.0, "delay between dimension phases", Time(), flag=False)
     """ns between consecutive dimension phases of multi-dimensional algorithms (``hierarchical``)."""
-    reduction_passes: int = 1
+    reduction_passes: int = option(1, "memory passes per reduced byte", Integer(1), flag=False)
     """Memory passes per reduced byte (3 = read two operands, write one): a reduction of m bytes costs
     ``passes · m / reduction_bandwidth``."""
-    integer_ns: bool = False
+    integer_ns: bool = option(False, "truncate reduction times to whole ns", Boolean(), flag=False)
     """Truncate each reduction's ``m / reduction_bandwidth`` to whole ns before multiplying by the passes."""
-    min_compute_ns: float = 0.0
+    min_compute_ns: float = option(0.0, "the shortest a replayed COMP node takes", Time(), flag=False)
     """Replayed COMP durations shorter than this take this long (e.g. 1 ns for 0 µs nodes)."""
-    synchronise_collectives: bool = True
+    synchronise_collectives: bool = option(
+        True, "a collective completes only once every member has issued it", Boolean(), flag=False
+    )
     """A collective completes on a rank only once every member of its group has issued it (a barrier
     of zero bytes synchronises; a broadcast root waits for its receivers)."""
-    families_as_written: bool = False
+    families_as_written: bool = option(
+        False, "run ingested algorithm families as written", Boolean(), flag=False
+    )
     """Run ingested Chakra ET algorithm families as written: one stream, the files' absolute sizes, no
     endpoint or stream delay, COMP nodes cost their own duration (at least ``min_compute_ns``)."""
-    fast_path: bool = True
+    fast_path: bool = option(
+        True,
+        "evaluate collectives whose ranks share one algorithm graph in bulk (the results are the event path's, "
+        "bit for bit; off walks every message, only slower)",
+        Boolean(),
+    )
     """Evaluate collectives whose ranks share one algorithm graph in bulk (exactly the event path's
     result, far fewer events; ``workload/bulk.py``); false walks every message (``--no-fast-path``)."""
 
@@ -170,12 +202,6 @@ class SystemConfig:
     def resolve_path(self, value: str) -> str:
         """*value* made absolute relative to :attr:`base_dir` (absolute paths unchanged)."""
         return os.fspath(Path(self.base_dir) / value) if not os.path.isabs(value) else value
-
-
-def _positive_int(value: object, key: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{key}: expected an integer >= {minimum}, got {value!r}")
-    return value
 
 
 def load_system_config(source: str | os.PathLike[str] | dict[str, Any], *, base_dir: str | None = None) -> SystemConfig:
@@ -195,64 +221,22 @@ def load_system_config(source: str | os.PathLike[str] | dict[str, Any], *, base_
         base = base_dir or str(path.parent)
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping of keys to values")
-    known = {f.name for f in fields(SystemConfig)} - {
-        "base_dir",
-        "node_algorithms",
-        "algorithm_origins",
-        "algorithm_rules",
-    }
-    values: dict[str, Any] = {"base_dir": base}
-    for key, value in data.items():
-        k = f"{where}: {key}"
-        if key not in known:
-            raise ConfigError(f"{where}: unknown key {key!r}; valid keys: {', '.join(sorted(known))}")
-        if key == "algorithms" and isinstance(value, list):
-            values["algorithm_rules"] = parse_rules(value, where)
-        elif key == "algorithms":
-            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-                raise ConfigError(
-                    f"{k}: expected a mapping like {{all_reduce: ring, default: ring}} or a list of rules like "
-                    "[{collective: all_reduce, max_bytes: 256 KiB, algorithm: tree}, {default: ring}]"
-                )
-            values[key] = {str(c): v for c, v in value.items()}
-            values["algorithm_origins"] = {str(c): f"{where}: algorithms.{c}" for c in value}
-        elif key == "chunks":
-            values[key] = _positive_int(value, k)
-        elif key in ("reduction_bandwidth", "memory_bandwidth", "remote_memory_bandwidth"):
-            if value is None and key == "remote_memory_bandwidth":
-                raise ConfigError(f"{k}: expected a bandwidth such as '50 GB/s'")
-            bandwidth = None if value is None else parse_bandwidth(value, key=k)
-            if bandwidth is not None and bandwidth <= 0:
-                raise ConfigError(f"{k}: must be positive, got {value!r}")
-            values[key] = bandwidth
-        elif key in ("endpoint_delay", "remote_memory_latency"):
-            values[key] = parse_time(value, key=k)
-        elif key == "peak_flops":
-            values[key] = None if value is None else parse_flops(value, key=k)
-        elif key == "resources":
-            if not isinstance(value, dict):
-                raise ConfigError(f"{k}: expected a mapping")
-            names = {f.name for f in fields(Resources)}
-            for rk, rv in value.items():
-                if rk not in names:
-                    raise ConfigError(f"{k}.{rk}: unknown resource; valid: {', '.join(sorted(names))}")
-                _positive_int(rv, f"{k}.{rk}", minimum=0)
-            values[key] = Resources(**value)
-        elif key == "comm_groups":
-            if not isinstance(value, str) or not value:
-                raise ConfigError(f"{k}: expected the path of a comm-group file, got {value!r}")
-            values[key] = value
-        elif key in ("ignore_ctrl_deps", "integer_ns", "families_as_written", "synchronise_collectives", "fast_path"):
-            if not isinstance(value, bool):
-                raise ConfigError(f"{k}: expected true or false")
-            values[key] = value
-        elif key in ("stream_delay", "phase_delay", "min_compute_ns"):
-            values[key] = parse_time(value, key=k)
-        elif key in ("reduction_passes", "active_streams"):
-            values[key] = _positive_int(value, k, minimum=1 if key == "reduction_passes" else 0)
-        elif key in ("chunking", "stream_order"):
-            choices = CHUNKINGS if key == "chunking" else STREAM_ORDERS
-            if value not in choices:
-                raise ConfigError(f"{k}: expected one of {', '.join(choices)}, got {value!r}")
-            values[key] = value
+    escaped = where.replace("{", "{{").replace("}", "}}")
+    values = parse_options(
+        SystemConfig, data, key=keys_named(where), unknown=escaped + ": unknown key {name!r}; valid keys: {valid}"
+    )
+    values["base_dir"] = base
+    if "algorithms" in values:
+        algorithms = values["algorithms"]
+        if isinstance(algorithms, list):
+            values["algorithm_rules"] = parse_rules(algorithms, where)
+            del values["algorithms"]
+        elif isinstance(algorithms, dict) and all(isinstance(v, str) for v in algorithms.values()):
+            values["algorithms"] = {str(c): v for c, v in algorithms.items()}
+            values["algorithm_origins"] = {str(c): f"{where}: algorithms.{c}" for c in algorithms}
+        else:
+            raise ConfigError(
+                f"{where}: algorithms: expected a mapping like {{all_reduce: ring, default: ring}} or a list of rules "
+                "like [{collective: all_reduce, max_bytes: 256 KiB, algorithm: tree}, {default: ring}]"
+            )
     return SystemConfig(**values)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from etsim.errors import ConfigError
+from etsim.network.bulk import BulkTiming
 from etsim.network.model import (
     NETWORK_MODELS,
     LinkStats,
@@ -18,20 +18,15 @@ from etsim.network.model import (
     parse_bool_option,
 )
 from etsim.network.topology import Topology
+from etsim.options import Choice
 
 if TYPE_CHECKING:
-    from etsim.network.bulk import AnalyticalTiming
+    import numpy as np
 
-__all__ = ["AnalyticalNetwork"]
+__all__ = ["AnalyticalNetwork", "AnalyticalTiming"]
 
 
 _CHARGES = ("route", "first_differing")
-
-
-def _parse_charge(value: object, *, key: str) -> str:
-    if value not in _CHARGES:
-        raise ConfigError(f"{key}: expected one of {', '.join(_CHARGES)}, got {value!r}")
-    return str(value)
 
 
 @NETWORK_MODELS.register("analytical")
@@ -59,6 +54,7 @@ class AnalyticalNetwork(NetworkModel):
     """
 
     name = "analytical"
+    summary = "congestion-unaware: latency + size/bandwidth per message, concurrent messages do not share links"
     congestion_aware = False
 
     @dataclass(frozen=True, kw_only=True)
@@ -70,7 +66,7 @@ class AnalyticalNetwork(NetworkModel):
             "route",
             "multi-dimensional messages: 'route' (every link of the route) or 'first_differing' (only the "
             "first dimension in which source and destination differ)",
-            _parse_charge,
+            Choice(*_CHARGES),
         )
 
     def __init__(self, env: simpy.Environment, topology: Topology, **options: Any) -> None:
@@ -130,8 +126,6 @@ class AnalyticalNetwork(NetworkModel):
 
     def bulk_timing(self) -> AnalyticalTiming:
         """Delivery times in bulk: the same formula over vectors (no link state, so always exact)."""
-        from etsim.network.bulk import AnalyticalTiming
-
         return AnalyticalTiming(self)
 
     def link_stats(self) -> list[LinkStats]:
@@ -147,3 +141,58 @@ class AnalyticalNetwork(NetworkModel):
             LinkStats(i, u, v, bw, lat, nbytes[i], nbytes[i] / bw, msgs[i])
             for i, ((u, v), bw, lat) in enumerate(zip(topo.links, topo.bandwidths, topo.latencies, strict=True))
         ]
+
+
+class AnalyticalTiming(BulkTiming):
+    """``analytical``: ``t + (delay + after)`` per message, route statistics added per (src, dst)."""
+
+    def __init__(self, model: AnalyticalNetwork) -> None:
+        self.model = model
+        # Per (src vector, dst vector) seen: the route entries and their running byte / message totals.
+        # (entries, latency, bandwidth, bytes, messages, src, dst); src and dst kept alive with their ids.
+        self._routes: dict[tuple[int, int], tuple[Any, ...]] = {}
+
+    def _route(self, src: np.ndarray, dst: np.ndarray) -> tuple[Any, ...]:
+        key = (id(src), id(dst))
+        found = self._routes.get(key)
+        if found is None:
+            import numpy as np
+
+            model = self.model
+            pairs = model._pairs
+            entries = []
+            for s, d in zip(src.tolist(), dst.tolist(), strict=True):
+                entry = pairs.get((s, d))
+                entries.append(entry if entry is not None else model._entry(s, d))
+            lat = np.array([e[0] for e in entries], dtype=float)
+            bw = np.array([e[1] for e in entries], dtype=float)
+            nbytes = np.array([e[2] for e in entries], dtype=float)
+            msgs = np.array([e[3] for e in entries], dtype=np.int64)
+            found = self._routes[key] = (entries, lat, bw, nbytes, msgs, src, dst)
+        return found
+
+    def send(
+        self, src: np.ndarray, dst: np.ndarray, size: float, t: np.ndarray, after: float, cause: tuple[int, int]
+    ) -> np.ndarray | None:
+        """Deliver after ``Σ latency + size / B_min`` (floored with ``integer_ns``) plus *after*."""
+        import numpy as np
+
+        _, lat, bw, nbytes, msgs, _, _ = self._route(src, dst)
+        delay = lat + size / bw
+        if self.model._integer:
+            delay = np.floor(delay)
+        nbytes += size
+        msgs += 1
+        return t + (delay + after)
+
+    def commit(self, owner: tuple[object, int]) -> None:
+        """Write the running totals back into the model's per-route entries."""
+        for entries, _, _, nbytes, msgs, _, _ in self._routes.values():
+            for entry, b, m in zip(entries, nbytes.tolist(), msgs.tolist(), strict=True):
+                entry[2] = b
+                entry[3] = m
+        self._routes.clear()
+
+    def abort(self) -> None:
+        """Drop the running totals."""
+        self._routes.clear()

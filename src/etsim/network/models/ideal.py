@@ -7,18 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from etsim.network.bulk import BulkTiming
 from etsim.network.model import NETWORK_MODELS, NetworkModel, option
 from etsim.network.topology import Topology
-from etsim.units import parse_time
+from etsim.options import Time
 
 if TYPE_CHECKING:
-    from etsim.network.bulk import IdealTiming
+    import numpy as np
 
-__all__ = ["IdealNetwork"]
-
-
-def _parse_delay(value: object, *, key: str) -> float:
-    return parse_time(value, key=key, default_unit="ns")
+__all__ = ["IdealNetwork", "IdealTiming"]
 
 
 @NETWORK_MODELS.register("ideal")
@@ -36,13 +33,14 @@ class IdealNetwork(NetworkModel):
     """
 
     name = "ideal"
+    summary = "a fixed delay per message"
     congestion_aware = False
 
     @dataclass(frozen=True, kw_only=True)
     class Options(NetworkModel.Options):
         """Options of the ideal model."""
 
-        delay: float = option(0.0, "fixed delivery delay (a time; bare numbers are ns)", _parse_delay)
+        delay: float = option(0.0, "fixed delivery delay (a time; bare numbers are ns)", Time(bare_unit="ns"))
 
     def __init__(self, env: simpy.Environment, topology: Topology, **options: Any) -> None:
         super().__init__(env, topology, **options)
@@ -60,6 +58,20 @@ class IdealNetwork(NetworkModel):
 
     def bulk_timing(self) -> IdealTiming:
         """Delivery times in bulk (a fixed delay; no state)."""
-        from etsim.network.bulk import IdealTiming
-
         return IdealTiming(self)
+
+
+class IdealTiming(BulkTiming):
+    """``ideal``: a fixed delay between different NPUs, none to itself; no state, no statistics."""
+
+    def __init__(self, model: IdealNetwork) -> None:
+        self.delay = model._delay
+
+    def send(
+        self, src: np.ndarray, dst: np.ndarray, size: float, t: np.ndarray, after: float, cause: tuple[int, int]
+    ) -> np.ndarray | None:
+        """``(t + after) + delay`` (the base ``transfer_after``: a timeout, then the transfer)."""
+        import numpy as np
+
+        t1 = t + after if after > 0 else t
+        return t1 + np.where(src == dst, 0.0, self.delay)

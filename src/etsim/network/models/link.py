@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 import simpy
 from simpy.events import Timeout
 
-from etsim.errors import ConfigError, FastPathConflict
+from etsim.errors import FastPathConflict
+from etsim.network.bulk import BulkTiming
 from etsim.network.model import (
     NETWORK_MODELS,
     LinkStats,
@@ -20,19 +21,12 @@ from etsim.network.model import (
     succeed_at,
 )
 from etsim.network.topology import Topology
-from etsim.units import parse_size
+from etsim.options import Optional, Size
 
 if TYPE_CHECKING:
-    from etsim.network.bulk import LinkTiming
+    import numpy as np
 
-__all__ = ["LinkNetwork"]
-
-
-def _parse_packet_size(value: object, *, key: str) -> int:
-    size = parse_size(value, key=key, default_unit="B")
-    if size < 1:
-        raise ConfigError(f"{key}: packet size must be at least 1 byte, got {value!r}")
-    return size
+__all__ = ["LinkNetwork", "LinkTiming"]
 
 
 class _Hop:
@@ -114,13 +108,16 @@ class LinkNetwork(NetworkModel):
     """
 
     name = "link"
+    summary = "congestion-aware FIFO links, store-and-forward"
 
     @dataclass(frozen=True, kw_only=True)
     class Options(NetworkModel.Options):
         """Options of the link model."""
 
         packet_size: int | None = option(
-            None, "split messages into packets of this size (e.g. '4 KiB'; bare numbers are bytes)", _parse_packet_size
+            None,
+            "split messages into packets of this size (e.g. '4 KiB'; bare numbers are bytes)",
+            Optional(Size(minimum=1)),
         )
         integer_ns: bool = option(False, "truncate busy and hop times to whole ns, per hop", parse_bool_option)
 
@@ -175,8 +172,6 @@ class LinkNetwork(NetworkModel):
 
     def bulk_timing(self) -> LinkTiming:
         """Delivery times in bulk, hop by hop over the same link state (see ``network/bulk.py``)."""
-        from etsim.network.bulk import LinkTiming
-
         return LinkTiming(self)
 
     def _reserve(self, link: int, now: float, size: float, count: bool) -> float:
@@ -256,3 +251,138 @@ class LinkNetwork(NetworkModel):
             LinkStats(i, u, v, self._bw[i], self._lat[i], self._bytes[i], self._busy[i], self._msgs[i])
             for i, (u, v) in enumerate(topo.links)
         ]
+
+
+class LinkTiming(BulkTiming):
+    """``link``: store-and-forward over FIFO links, hop by hop, with the model's link state.
+
+    The link arrays are copied into numpy when the timing is made and written back on :meth:`commit`;
+    messages split into packets are refused (the event path keeps them).
+    """
+
+    def __init__(self, model: LinkNetwork) -> None:
+        import numpy as np
+
+        self.model = model
+        self.free = np.array(model._free, dtype=float)
+        self.busy = np.array(model._busy, dtype=float)
+        self.bytes = np.array(model._bytes, dtype=float)
+        self.msgs = np.array(model._msgs, dtype=np.int64)
+        self.last = np.array(model._last, dtype=float)
+        self.bw = np.array(model._bw, dtype=float)
+        self.lat = np.array(model._lat, dtype=float)
+        self.last_release = np.full(len(self.free), -1, dtype=np.int64)
+        self.last_index = np.full(len(self.free), -1, dtype=np.int64)
+        self.touched = np.zeros(len(self.free), dtype=bool)
+        self._routes: dict[tuple[int, int], tuple[Any, Any, int, Any, Any]] = {}
+
+    stateful = True
+
+    def _route(self, src: np.ndarray, dst: np.ndarray) -> tuple[Any, Any, int]:
+        key = (id(src), id(dst))
+        found = self._routes.get(key)
+        if found is None:
+            matrix, hops, width = self.model.route_matrix(src, dst)
+            found = self._routes[key] = (matrix, hops, width, src, dst)  # the arrays kept alive with their ids
+        return found[0], found[1], found[2]
+
+    def refuses(self, group: np.ndarray, offsets: list[int]) -> str | None:
+        """Refuse unless every link the messages use is used at one hop position only, once per message set.
+
+        Messages reach a link in time order across graph nodes only if the link is always their k-th hop
+        for one k (an uplink always first, a switch downlink always second), never a first hop for some
+        and a later hop for others.
+        """
+        import numpy as np
+
+        n = len(group)
+        positions = np.arange(n)
+        stage = np.full(len(self.free), -1, dtype=np.int64)
+        for offset in offsets:
+            matrix, hops, width = self.model.route_matrix(group, group[(positions + offset) % n])
+            for h in range(width):
+                links = matrix[:, h][hops > h]
+                if len(np.unique(links)) != len(links):
+                    return f"messages at offset {offset} share a link at hop {h + 1}"
+                seen = stage[links]
+                if bool(((seen >= 0) & (seen != h)).any()):
+                    return "a link is a first hop for some messages and a later hop for others"
+                stage[links] = h
+        return None
+
+    def send(
+        self, src: np.ndarray, dst: np.ndarray, size: float, t: np.ndarray, after: float, cause: tuple[int, int]
+    ) -> np.ndarray | None:
+        """Queue each message on each link of its route in turn; ``None`` on an order the event path could differ in."""
+        import numpy as np
+
+        model = self.model
+        packet = model._packet
+        if packet is not None and size > packet:
+            return None
+        matrix, hops, width = self._route(src, dst)
+        now = t + after if after > 0 else t.copy()
+        integer = model._integer
+        for h in range(width):
+            mask = None if bool((hops > h).all()) else hops > h
+            links = matrix[:, h] if mask is None else matrix[mask, h]
+            if len(links) == 0:
+                continue
+            if h and len(np.unique(links)) != len(links):
+                # Two messages on one link in one step: their order is not known here. (First hops leave
+                # different senders, so they never share a link.)
+                return None
+            tn = now if mask is None else now[mask]
+            last = self.last[links]
+            free = self.free[links]
+            later = tn > last
+            if not later.all():
+                tie = tn == last
+                # Same instant: fine if the link is idle by then, or (first hop) if the walker issues both
+                # messages in the order seen here.
+                ordered = free <= tn
+                if h == 0:
+                    ordered |= (self.last_release[links] == cause[0]) & (self.last_index[links] < cause[1])
+                if not (later | (tie & ordered)).all():
+                    return None
+            bw = self.bw[links]
+            lat = self.lat[links]
+            start = np.maximum(tn, free)
+            if integer:
+                ser = np.floor(size / bw)
+                arrival = start + np.floor(lat + size / bw)
+            else:
+                ser = size / bw
+                # The first hop goes through _reserve (start + (ser + lat)), later hops through the
+                # inlined copy in _Hop.arrive ((start + ser) + lat): the same sums, associated differently.
+                arrival = start + (ser + lat) if h == 0 else (start + ser) + lat
+            self.free[links] = start + ser
+            self.busy[links] += ser
+            self.bytes[links] += size
+            self.msgs[links] += 1
+            self.last[links] = tn
+            self.last_release[links] = cause[0] if h == 0 else -1
+            self.last_index[links] = cause[1]
+            self.touched[links] = True
+            if mask is None:
+                now = tn + (arrival - tn)
+            else:
+                now[mask] = tn + (arrival - tn)
+        return now
+
+    def commit(self, owner: tuple[object, int]) -> None:
+        """Write the link state back and claim every touched link up to its last queueing time."""
+        model = self.model
+        model._free = self.free.tolist()
+        model._busy = self.busy.tolist()
+        model._bytes = self.bytes.tolist()
+        model._msgs = self.msgs.tolist()
+        model._last = self.last.tolist()
+        for link in self.touched.nonzero()[0].tolist():
+            model._claim[link] = model._last[link]
+            model._claim_owner[link] = owner
+        self._routes.clear()
+
+    def abort(self) -> None:
+        """Leave the model as it was."""
+        self._routes.clear()
