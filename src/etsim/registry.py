@@ -149,6 +149,16 @@ class Registry(Generic[T]):
         self._load_entry_points()
         return sorted(name for name in self._items if not name.startswith(HIDDEN_PREFIX))
 
+    def describe(self, default: str | None = None) -> str:
+        """Every listed name with what its class's ``summary`` says, for ``--help``: ``a (default; …), b (…)``."""
+        parts = []
+        for name in self.names():
+            cls = self._items[name]
+            summary = getattr(cls, "summary", "")
+            notes = (["default"] if name == default else []) + ([summary] if summary else [])
+            parts.append(f"{name} ({'; '.join(notes)})" if notes else name)
+        return ", ".join(parts)
+
     def get(self, name: str) -> type[T]:
         """Resolve *name* to a plug-in class; raise :class:`RegistryError` listing the choices."""
         if name in self._items:

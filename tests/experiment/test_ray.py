@@ -25,4 +25,5 @@ def test_an_unreachable_cluster_is_a_clear_error(small: Path, tmp_path: Path) ->
     from etsim.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"--ray-address 127.0.0.1:1: cannot reach a Ray cluster there"):
-        run_experiment(load_experiment(small), out=tmp_path / "o", engine="ray", ray_address="127.0.0.1:1")
+        exp = load_experiment(small)
+        run_experiment(exp, out=tmp_path / "o", engine="ray", engine_options={"address": "127.0.0.1:1"})

@@ -16,7 +16,8 @@ from etsim.chakra import CollectiveType, Workload
 from etsim.cli import main
 from etsim.errors import ConfigError
 from etsim.experiment import load_experiment, run_experiment
-from etsim.experiment.engines import STOP, _pool_round, run_local
+from etsim.experiment.engines import STOP
+from etsim.experiment.engines.local import _pool_round, run_local
 from etsim.experiment.spec import select_points
 from etsim.experiment.worker import PointOutcome, PointTask
 from etsim.producers.workloads import collective_workload

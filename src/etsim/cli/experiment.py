@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 from etsim.errors import ConfigError
+from etsim.experiment.engines import ENGINES
+from etsim.options import add_arguments, arguments_given, flag_name
 
 __all__ = ["register"]
 
@@ -31,8 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("file", help="experiment YAML")
     p.add_argument("--out", metavar="DIR", help="result directory (default: results/<name>)")
     p.add_argument("--jobs", "-j", type=int, metavar="N", help="parallel workers (default: all CPUs)")
-    p.add_argument("--engine", choices=("local", "ray"), default="local", help="process pool (default) or Ray")
-    p.add_argument("--ray-address", metavar="ADDR", help="a Ray cluster to use (default: start a local one)")
+    p.add_argument(
+        "--engine", default="local", help=f"where points run: {ENGINES.describe('local')}, or package.module:Class"
+    )
+    for name, engine in ENGINES.items():  # each engine's options: --NAME-OPTION
+        add_arguments(p, engine.Options, prefix=name)
     p.add_argument("--resume", action="store_true", help="keep finished points of DIR; rerun failed and missing")
     p.add_argument("--force", action="store_true", help="discard DIR's earlier results and start over")
     p.add_argument(
@@ -67,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         out=args.out,
         jobs=args.jobs,
         engine=args.engine,
-        ray_address=args.ray_address,
+        engine_options=_engine_options(args),
         resume=args.resume,
         force=args.force,
         only=args.only,
@@ -145,3 +150,16 @@ def cmd_plot(args: argparse.Namespace) -> int:
     written = draw_plots(plots, directory)
     print(f"plots: {', '.join(str(p) for p in written)}")
     return 0
+
+
+def _engine_options(args: argparse.Namespace) -> dict[str, object]:
+    """The chosen engine's options given as flags; another engine's flag is an error naming it."""
+    options: dict[str, object] = {}
+    for name, engine in ENGINES.items():
+        given = arguments_given(args, engine.Options, prefix=name)
+        if given and name != args.engine:
+            flags = ", ".join(flag_name(option, name) for option in given)
+            raise ConfigError(f"{flags} is an option of --engine {name}, not of --engine {args.engine}")
+        if name == args.engine:
+            options = given
+    return options

@@ -10,7 +10,7 @@ from etsim.chakra.graph import COLLECTIVE_NAMES
 from etsim.chakra.io import load_workload
 from etsim.errors import ConfigError
 from etsim.files import write_text
-from etsim.network.model import DEFAULT_MODEL, describe_models
+from etsim.network.model import DEFAULT_MODEL, NETWORK_MODELS
 from etsim.options import add_arguments, arguments_given, flag_name, parse_options
 from etsim.report.groups import exposure_by_group, exposure_from_ranks, single_group
 from etsim.report.record import RunRecorder
@@ -60,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--topology", help="topology YAML (default: a bidirectional ring of the workload's ranks, 50 GB/s, 500 ns)"
     )
     p.add_argument(
-        "--model", help=f"network model: {describe_models(DEFAULT_MODEL)}, or package.module:Class (a plug-in)"
+        "--model", help=f"network model: {NETWORK_MODELS.describe(DEFAULT_MODEL)}, or package.module:Class (a plug-in)"
     )
     p.add_argument(
         "--system", help="system YAML (algorithms, chunks, reduction_bandwidth, endpoint_delay, resources, …)"

@@ -13,8 +13,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from etsim.errors import ConfigError, Interrupted
-from etsim.experiment.engines import ENGINES, STOP, default_jobs
+from etsim.errors import ConfigError, Interrupted, RegistryError
+from etsim.experiment.engines import STOP, default_jobs, make_engine
 from etsim.experiment.results import ResultsDir
 from etsim.experiment.spec import Experiment, select_points
 from etsim.experiment.worker import PointOutcome, PointTask
@@ -149,7 +149,7 @@ def run_experiment(
     out: str | os.PathLike[str] | None = None,
     jobs: int | None = None,
     engine: str = "local",
-    ray_address: str | None = None,
+    engine_options: dict[str, Any] | None = None,
     resume: bool = False,
     force: bool = False,
     only: Sequence[str] = (),
@@ -162,8 +162,8 @@ def run_experiment(
         experiment: a loaded experiment (:func:`~etsim.experiment.spec.load_experiment`).
         out: the result directory (default ``results/<name>``).
         jobs: parallel workers (default: every CPU this process may use).
-        engine: ``local`` (a process pool) or ``ray``.
-        ray_address: a Ray cluster's address (default: start a local one).
+        engine: a name in :data:`~etsim.experiment.engines.ENGINES` (``local``: a process pool; ``ray``).
+        engine_options: the engine's options (``{"address": …}`` for ``ray``), as values or command-line text.
         resume: keep finished points of an earlier run, rerun failed and missing ones.
         force: start over when the directory already holds results.
         only: ``AXIS=VALUE`` filters.
@@ -174,10 +174,12 @@ def run_experiment(
         ConfigError: bad options, results in the way, or an engine that cannot start.
         KeyboardInterrupt: Ctrl-C or SIGTERM; everything finished so far is on disk, in order.
     """
-    if engine not in ENGINES:
-        raise ConfigError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    try:
+        runner = make_engine(engine, jobs or default_jobs(), engine_options)
+    except RegistryError as exc:
+        raise ConfigError(f"--engine {engine!r}: {exc}") from None
     points = select_points(experiment, only)
     if not points:
         raise ConfigError(f"--only {' '.join(only)}: no point matches all of these")
@@ -199,15 +201,10 @@ def run_experiment(
     # a thousand small simulations); the thread is mostly in system calls, which release the GIL.
     writer = threading.Thread(target=results.write_configs, args=(todo,), name="etsim-configs")
     writer.start()
-    n = jobs or default_jobs()
     try:
-        with _stop_on_signals(immediate=engine == "local" and (n <= 1 or len(tasks) <= 1)):
+        with _stop_on_signals(immediate=runner.in_process(len(tasks))):
             if tasks:
-                runner = ENGINES[engine]
-                if engine == "ray":
-                    runner(tasks, on_outcome, n, ray_address)
-                else:
-                    runner(tasks, on_outcome, n)
+                runner.run(tasks, on_outcome)
     finally:
         writer.join()
         bar.close()

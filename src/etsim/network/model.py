@@ -13,7 +13,7 @@ from etsim.errors import SimulationError
 from etsim.network.routing import Router, make_router
 from etsim.network.topology import Topology
 from etsim.options import Boolean, Integer, Text, option, option_help, parse_options
-from etsim.registry import HIDDEN_PREFIX, Registry
+from etsim.registry import Registry
 
 if TYPE_CHECKING:
     from etsim.network.bulk import BulkTiming
@@ -27,7 +27,6 @@ __all__ = [
     "NetworkModel",
     "SharedDeliveries",
     "build_model",
-    "describe_models",
     "option",
     "parse_bool_option",
     "parse_int_option",
@@ -289,17 +288,6 @@ DEFAULT_MODEL = "link"
 NETWORK_MODELS: Registry[NetworkModel] = Registry(
     "network model", "etsim.network_models", NetworkModel, builtins="etsim.network.models"
 )
-
-
-def describe_models(default: str | None = None) -> str:
-    """Every registered model with its summary, for ``--help``: ``link (default; …), analytical (…), …``."""
-    parts = []
-    for name, cls in NETWORK_MODELS.items():
-        if name.startswith(HIDDEN_PREFIX):
-            continue
-        notes = (["default"] if name == default else []) + ([cls.summary] if cls.summary else [])
-        parts.append(f"{name} ({'; '.join(notes)})" if notes else name)
-    return ", ".join(parts)
 
 
 def build_model(

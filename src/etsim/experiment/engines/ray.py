@@ -1,82 +1,49 @@
-"""Where points run: in this process, on a local process pool, or on a Ray cluster.
+"""``--engine ray``: the points as Ray tasks, on a Ray cluster (``--ray-address``) or a local one.
 
-Both parallel engines send *batches* of points (a worker runs a batch one point after the other,
-reusing its cached inputs) and hand each point's outcome to a callback as its batch finishes.
-Batches are small enough to keep every worker busy to the end and large enough that the per-task
-cost of the engine (~0.1 ms for a process pool, ~0.6 ms for Ray; ``shared/reference/performance.md``
-§4) disappears next to the simulations.
-
-A worker that dies (a crash, the OOM killer) takes its batch with it. The points of lost batches
-are run again, one per task; a point that kills its worker when it runs alone is recorded as
-failed, so a dead worker never stops the sweep nor loses finished points.
+A local cluster is started with ``--jobs`` CPUs and shut down at the end; a cluster given by address is left
+running. Workers must have etsim installed and see the experiment's input files at the same paths (a shared
+file system). Ray does not retry tasks: a lost batch is run again point by point, as the local pool does.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import signal
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from etsim.errors import ConfigError
-from etsim.experiment.worker import PointOutcome, PointTask, remove_synthesis_dir, run_batch, run_point
-from etsim.workers import POLL, STOP, check_stop, default_jobs, probe_workers, run_in_workers
+from etsim.experiment.engines import ENGINES, Callback, ExperimentEngine, batch_size, batches, died
+from etsim.experiment.worker import PointTask, run_batch
+from etsim.options import Optional, Text, option
+from etsim.workers import POLL, check_stop
 
-__all__ = ["ENGINES", "POLL", "STOP", "batch_size", "check_stop", "default_jobs", "run_local", "run_ray", "run_serial"]
-
-Callback = Callable[[PointOutcome], None]
-
-_DIED = "the worker process died while running this point (crash or out of memory)"
-#: What the worker server imports once, before any worker starts.
-_PRELOAD = ("etsim.experiment.worker",)
+__all__ = ["RayEngine", "run_ray"]
 
 
-def batch_size(points: int, workers: int, *, per_worker: int = 8, cap: int = 32) -> int:
-    """Points per task: about *per_worker* tasks per worker, at most *cap* points each."""
-    return max(1, min(cap, math.ceil(points / (workers * per_worker))))
+@ENGINES.register("ray")
+class RayEngine(ExperimentEngine):
+    """A Ray cluster (``pip install 'etsim[ray]'``)."""
 
+    name = "ray"
+    summary = "a Ray cluster"
 
-def _batches(tasks: Sequence[PointTask], size: int) -> list[list[PointTask]]:
-    return [list(tasks[i : i + size]) for i in range(0, len(tasks), size)]
+    @dataclass(frozen=True, kw_only=True)
+    class Options(ExperimentEngine.Options):
+        """Where the cluster is."""
 
+        address: str | None = option(
+            None, "a Ray cluster to use (default: start a local one)", Optional(Text(empty=False)), metavar="ADDR"
+        )
 
-def run_serial(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int = 1) -> None:
-    """Run every point in this process, in order (``--jobs 1``)."""
-    del jobs
-    for task in tasks:
-        check_stop()
-        on_outcome(run_point(task))
+    options: Options
 
-
-def _pool_round(batches: list[list[PointTask]], workers: int, on_outcome: Callback) -> list[PointTask]:
-    """Run *batches* on *workers* fresh worker processes; return the points of batches whose worker died."""
-
-    def on_result(batch: list[PointTask], outcomes: list[PointOutcome]) -> None:
-        for outcome in outcomes:
-            on_outcome(outcome)
-
-    lost = run_in_workers(run_batch, batches, workers, on_result, finalizer=remove_synthesis_dir, preload=_PRELOAD)
-    return [task for batch in lost for task in batch]
-
-
-def run_local(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int) -> None:
-    """Run the points on a pool of *jobs* worker processes (``--engine local``, the default)."""
-    if jobs <= 1 or len(tasks) <= 1:
-        run_serial(tasks, on_outcome)
-        return
-    workers = min(jobs, len(tasks))
-    lost = _pool_round(_batches(tasks, batch_size(len(tasks), workers)), workers, on_outcome)
-    if lost:
-        probe_workers(_PRELOAD)
-        # One point per task: only points in flight when a worker dies are lost again.
-        lost = _pool_round(_batches(lost, 1), min(workers, len(lost)), on_outcome)
-    for task in lost:
-        # Alone on a one-worker pool: a death now is this point's own doing.
-        if _pool_round([[task]], 1, on_outcome):
-            on_outcome(PointOutcome(task.id, "failed", {"network_model": task.spec.model}, None, _DIED, 0.0))
+    def run(self, tasks: Sequence[PointTask], on_outcome: Callback) -> None:
+        """Run the points as Ray tasks."""
+        run_ray(tasks, on_outcome, self.jobs, self.options.address)
 
 
 def run_ray(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int, address: str | None = None) -> None:
@@ -116,10 +83,10 @@ def run_ray(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int, address
         workers = max(1, int(ray.cluster_resources().get("CPU", jobs)))
         # Tasks are not retried by Ray: a lost batch is rerun point by point below, like the local pool.
         remote = ray.remote(num_cpus=1, max_retries=0)(run_batch)
-        lost = _ray_round(ray, remote, _batches(tasks, batch_size(len(tasks), workers, cap=64)), on_outcome)
+        lost = _ray_round(ray, remote, batches(tasks, batch_size(len(tasks), workers, cap=64)), on_outcome)
         if lost:
-            for task in _ray_round(ray, remote, _batches(lost, 1), on_outcome):
-                on_outcome(PointOutcome(task.id, "failed", {"network_model": task.spec.model}, None, _DIED, 0.0))
+            for task in _ray_round(ray, remote, batches(lost, 1), on_outcome):
+                on_outcome(died(task))
     finally:
         if started:
             ray.shutdown()
@@ -165,5 +132,3 @@ def _worker_died(exc: BaseException) -> bool:
     return type(cause).__name__ in ("WorkerCrashedError", "SystemExit") or "died" in str(exc).lower()
 
 
-#: ``--engine`` value → runner(tasks, on_outcome, jobs[, address]).
-ENGINES: dict[str, Callable[..., None]] = {"local": run_local, "ray": run_ray}
