@@ -34,7 +34,6 @@ from etsim.units import parse_bandwidth, parse_size, parse_time
 __all__ = [
     "MAX_BANDWIDTH",
     "MAX_FLOPS",
-    "MAX_SIZE",
     "MAX_TIME",
     "Bandwidth",
     "Boolean",
@@ -62,8 +61,6 @@ __all__ = [
 
 #: The longest time etsim accepts as a setting (about 31.7 years): sums of such times stay exact enough and finite.
 MAX_TIME = 1e18
-#: The largest size etsim accepts as a setting (2^62 bytes, 4 EiB).
-MAX_SIZE = 1 << 62
 #: The largest bandwidth etsim accepts as a setting, in bytes per ns (10^21 B/s).
 MAX_BANDWIDTH = 1e12
 #: The largest operation rate etsim accepts as a setting, in operations per ns (10^24 FLOP/s).
@@ -215,10 +212,15 @@ def _shown_default(f: dataclasses.Field[Any]) -> str:
     return described(f.default) if described is not None else str(f.default)
 
 
-def arguments_given(args: Any, cls: type, *, prefix: str = "") -> dict[str, Any]:
+def arguments_given(
+    args: Any, cls: type, *, prefix: str = "", only: Iterable[str] | None = None
+) -> dict[str, Any]:
     """The options of *cls* given on the command line (flags of :func:`add_arguments`): text, or a switch's bool."""
     out: dict[str, Any] = {}
+    wanted = None if only is None else set(only)
     for f in option_fields(cls):
+        if wanted is not None and f.name not in wanted:
+            continue
         value = getattr(args, (f"{prefix}_" if prefix else "") + f.name, None)
         if value is not None:
             out[f.name] = value
@@ -295,7 +297,7 @@ class Integer(Parser):
     def from_text(self, text: str, *, key: str) -> int:
         """A decimal integer."""
         if not re.fullmatch(r"\s*[+-]?\d+\s*", text):
-            raise ConfigError(f"{key}: expected an integer, got {text!r}")
+            raise ConfigError(f"{key} must be an integer, got {text!r}")
         return self(int(text), key=key)
 
 
@@ -322,7 +324,7 @@ class Number(Parser):
         try:
             number = float(text)
         except ValueError:
-            raise ConfigError(f"{key}: expected a number, got {text!r}") from None
+            raise ConfigError(f"{key} must be a number, got {text!r}") from None
         return self(number, key=key)
 
 
@@ -375,11 +377,14 @@ class Choice(Parser):
 
 
 class Size(Parser):
-    """A size (``1 MiB``, ``64 KB``) in whole bytes, at most ``maximum``; bare numbers are ``bare_unit``."""
+    """A size (``1 MiB``, ``64 KB``) in whole bytes (an int: it never overflows), at most *maximum* if given.
+
+    Bare numbers are ``bare_unit``. Where the size is written to a file, the writer checks its field's range.
+    """
 
     metavar = "SIZE"
 
-    def __init__(self, minimum: int = 0, maximum: int = MAX_SIZE, *, bare_unit: str | None = "B") -> None:
+    def __init__(self, minimum: int = 0, maximum: int | None = None, *, bare_unit: str | None = "B") -> None:
         self.minimum = minimum
         self.maximum = maximum
         self.bare_unit = bare_unit
@@ -391,7 +396,7 @@ class Size(Parser):
         size = parse_size(value, key=key, default_unit=self.bare_unit)
         if size < self.minimum:
             raise ConfigError(f"{key}: size {value!r} must be at least {self.minimum} bytes")
-        if size > self.maximum:
+        if self.maximum is not None and size > self.maximum:
             raise ConfigError(f"{key}: size {value!r} is larger than etsim's limit of {self.maximum:,} bytes")
         return size
 

@@ -12,7 +12,7 @@ import pytest
 from etsim.chakra import write_workload
 from etsim.cli import main
 from etsim.experiment import load_experiment, run_experiment
-from etsim.experiment.generators import build_generated
+from etsim.producers.workloads import generate as build_generated
 
 from .conftest import REPO, rows
 

@@ -146,7 +146,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             algorithms[key] = str(Path(value).resolve())
     if config.algorithm_rules and cli_algorithms:
         changes["algorithm_rules"] = _with_cli_rules(config.algorithm_rules, algorithms, cli_algorithms)
-    flags = parse_options(SystemConfig, arguments_given(args, SystemConfig), key=flag_name, text=True)
+    given = arguments_given(args, SystemConfig, only=SYSTEM_FLAGS)
+    flags = parse_options(SystemConfig, given, key=flag_name, text=True)
     if flags.get("comm_groups"):
         flags["comm_groups"] = str(Path(flags["comm_groups"]).resolve())  # flags are relative to the working directory
     config = config.with_overrides(**changes, **flags)
@@ -198,7 +199,7 @@ def _run_config(args: argparse.Namespace) -> int:
     given = [f"--{k.replace('_', '-')}" for k in ("algo", "topology", "model", "system", "trace", "critical_path")
              if getattr(args, k)]  # fmt: skip
     given += [flag_name(name) if value is not False else f"--no-{flag_name(name)[2:]}"
-              for name, value in arguments_given(args, SystemConfig).items()]  # fmt: skip
+              for name, value in arguments_given(args, SystemConfig, only=SYSTEM_FLAGS).items()]  # fmt: skip
     if args.config is None:
         raise ConfigError("give a WORKLOAD, or --config FILE")
     if args.workload is not None or given:

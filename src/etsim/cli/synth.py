@@ -13,10 +13,15 @@ import time
 
 from etsim.errors import ConfigError
 from etsim.network import load_topology
+from etsim.options import Size, add_arguments, arguments_given, flag_name, parse_options
 from etsim.producers.tacos import COLLECTIVES, synthesize, write_synthesis
-from etsim.units import format_size, format_time, parse_size
+from etsim.producers.tacos.source import TacosParams
+from etsim.units import format_size, format_time
 
 __all__ = ["parse_group", "register"]
+
+#: The synthesis parameters that are flags here (``--size`` is the collective's buffer, not the link-weight size).
+_TACOS_FLAGS = ("chunks_per_npu", "seed", "runs")
 
 
 def parse_group(text: str) -> list[int]:
@@ -45,21 +50,12 @@ def parse_group(text: str) -> list[int]:
 
 def _tacos(args: argparse.Namespace) -> int:
     topology = load_topology(args.topology)
-    size = parse_size(args.size, key="--size", default_unit="B")
+    size = Size()(args.size, key="--size")
     group = parse_group(args.group) if args.group else None
-    if args.chunks_per_npu < 1:
-        raise ConfigError(f"--chunks-per-npu must be at least 1, not {args.chunks_per_npu}")
-    if args.runs < 1:
-        raise ConfigError(f"--runs must be at least 1, not {args.runs}")
-    syn = synthesize(
-        topology,
-        args.collective,
-        size=size,
-        chunks_per_npu=args.chunks_per_npu,
-        seed=args.seed,
-        runs=args.runs,
-        group=group,
-    )
+    given = arguments_given(args, TacosParams, only=_TACOS_FLAGS)
+    params = parse_options(TacosParams, given, key=flag_name, text=True)
+    k = params.get("chunks_per_npu", 1)
+    syn = synthesize(topology, args.collective, size=size, group=group, **params)
     t0 = time.perf_counter()
     paths = write_synthesis(syn, args.output)
     write_s = time.perf_counter() - t0
@@ -72,7 +68,6 @@ def _tacos(args: argparse.Namespace) -> int:
         key=lambda kv: kv[1],
     )[0]
     ratio = syn.time_ns / bound.value if bound.value > 0 else 1.0
-    k = args.chunks_per_npu
     print(
         f"TACOS {syn.collective} on {topology.name}: {lg.n} NPUs, {lg.num_links} logical links"
         + (f" ({lg.unwound} through switches)" if lg.unwound else "")
@@ -104,15 +99,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("--topology", required=True, help="topology YAML (switches are unwound into rings)")
     p.add_argument("--collective", required=True, choices=sorted(COLLECTIVES), help="collective to synthesise")
-    p.add_argument("--chunks-per-npu", type=int, default=1, metavar="K", help="chunks each NPU starts with (1)")
+    add_arguments(p, TacosParams, only=_TACOS_FLAGS[:1])
     p.add_argument(
         "--size",
         default="1 GiB",
         help="the collective's whole output buffer, e.g. '1 GiB' (bare numbers are bytes); each of the "
         "N·K chunks is size/(N·K) (default 1 GiB)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the random tie-breaks (0)")
-    p.add_argument("--runs", type=int, default=1, metavar="R", help="try seeds seed..seed+R-1, keep the fastest (1)")
+    add_arguments(p, TacosParams, only=_TACOS_FLAGS[1:])
     p.add_argument("--group", metavar="RANKS", help="synthesise for these NPUs only, e.g. 0-7,16 (multi-tenant)")
     p.add_argument("-o", "--output", required=True, help="output prefix (PREFIX or PREFIX.et)")
     p.set_defaults(handler=_tacos)

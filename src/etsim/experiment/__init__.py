@@ -9,10 +9,11 @@ Typical use::
     print(summary.ok, summary.failed)        # results/fig4/results.csv, results.jsonl, plots/
 
 The layer sits on :func:`etsim.simulation.simulate` and touches nothing below it. Modules:
-:mod:`~etsim.experiment.spec` (the file format, validation, points), :mod:`~etsim.experiment.generators`
-(``workload: {generate: …}``), :mod:`~etsim.experiment.worker` (a point → ``simulate()``, cached inputs),
-:mod:`~etsim.experiment.engines` (process pool, Ray), :mod:`~etsim.experiment.results` (CSV/JSONL,
-resume), :mod:`~etsim.experiment.plots` (matplotlib). Reference: ``docs/experiments.md``.
+:mod:`~etsim.experiment.spec` (the file format, validation, points; ``workload: {generate: …}`` is any
+registered workload generator, :mod:`etsim.producers.workloads`), :mod:`~etsim.experiment.worker` (a point →
+``simulate()``, cached inputs), :mod:`~etsim.experiment.engines` (process pool, Ray),
+:mod:`~etsim.experiment.results` (CSV/JSONL, resume), :mod:`~etsim.experiment.plots` (matplotlib). Reference:
+``docs/experiments.md``.
 """
 
 from etsim.errors import ConfigError

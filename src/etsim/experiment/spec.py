@@ -4,7 +4,7 @@ An experiment file is one YAML mapping (reference: ``docs/experiments.md``)::
 
     name: fig4                      # results/<name>/ unless --out says otherwise (default: file stem)
     description: free text
-    workload: workloads/x           # a path, or {generate: KIND, …} (etsim.experiment.generators)
+    workload: workloads/x           # a path, or {generate: KIND, …} (etsim.producers.workloads)
     topology: topologies/ring64.yaml  # a path, an inline topology mapping, or absent (default ring)
     algo: ring                      # name | ET family | MSCCL-IR XML | {all_reduce: …, default: …}
                                     # | {tacos: {chunks_per_npu: 2, seed: 0}}
@@ -44,8 +44,10 @@ import yaml
 
 from etsim.chakra import COLLECTIVE_NAMES, NodeType, load_workload, resolve_family
 from etsim.errors import ConfigError, EtsimError
-from etsim.experiment.generators import GENERATORS, generated_collectives, normalize_generator
 from etsim.network import NETWORK_MODELS, NetworkConfig, load_network
+from etsim.options import keys_named, option_help, parse_options
+from etsim.producers.tacos.source import TacosParams
+from etsim.producers.workloads.base import WORKLOAD_GENERATORS, generated_collectives, normalize
 from etsim.system.config import load_system_config
 from etsim.units import parse_size
 
@@ -66,7 +68,6 @@ __all__ = [
 #: Keys that make up a point (each may be a sweep axis).
 POINT_KEYS = ("workload", "topology", "algo", "model", "model_options", "system")
 _TOP_KEYS = ("name", "description", *POINT_KEYS, "sweep", "zip", "repeat", "plots")
-_TACOS_KEYS = ("chunks_per_npu", "seed", "runs", "size")
 _COLLECTIVE_KEYS = frozenset(COLLECTIVE_NAMES.values())
 #: Result columns every results.csv has; ``<collective>_ns`` columns are inserted after ``exposed_comm_ns``.
 METRIC_COLUMNS = ("finish_ns", "compute_ns", "comm_ns", "exposed_comm_ns")
@@ -292,7 +293,7 @@ class _Loader:
                 resolve_family(path)  # a missing or incomplete family is an error now, not per point
                 return path
             if isinstance(v, Mapping) and "generate" in v:
-                return normalize_generator(v, key="workload")
+                return normalize(v, key="workload")
             raise ConfigError(f"expected a workload path or {{generate: KIND, …}}, got {v!r}")
 
         if value is None:
@@ -396,20 +397,23 @@ class _Loader:
 
     @staticmethod
     def _tacos(value: Any, key: str) -> dict[str, Any]:
+        """TACOS parameters as declared (:class:`~etsim.producers.tacos.source.TacosParams`).
+
+        ``size`` absent means the point's own size.
+        """
         value = {} if value is None else value
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: expected a mapping such as {{chunks_per_npu: 2, seed: 0}}")
-        for name in value:
-            if name not in _TACOS_KEYS:
-                raise ConfigError(f"{key}.{name}: unknown TACOS parameter; valid: {', '.join(_TACOS_KEYS)}")
-        out: dict[str, Any] = {}
-        for name, default, minimum in (("chunks_per_npu", 1, 1), ("seed", 0, 0), ("runs", 1, 1)):
-            v = value.get(name, default)
-            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-                raise ConfigError(f"{key}.{name}: expected an integer >= {minimum}, got {v!r}")
-            out[name] = v
-        size = value.get("size")
-        out["size"] = None if size is None else parse_size(size, key=f"{key}.size", default_unit="B")
+        given = parse_options(
+            TacosParams,
+            {k: v for k, v in value.items() if not (k == "size" and v is None)},  # null: the point's own size
+            key=keys_named(prefix=f"{key}."),
+            unknown="{key}: unknown TACOS parameter; valid: {valid}",
+            sort_valid=False,
+        )
+        defaults = TacosParams()
+        out = {f.name: given.get(f.name, getattr(defaults, f.name)) for f in fields(TacosParams)}
+        out["size"] = given.get("size")
         return out
 
     def algo(self, value: Any, keys: list[str]) -> dict[str, str | dict[str, Any]]:
@@ -495,7 +499,7 @@ def _as_mapping(loader: _Loader, root: str, value: Any, axis_key: str) -> dict[s
         raise ConfigError(
             f"{axis_key}: the workload is {value!r}, not a generator mapping {{generate: …}} whose parameters "
             f"an axis can set (generator parameters: "
-            + "; ".join(f"{k}: {', '.join(v)}" for k, v in GENERATORS.items())
+            + "; ".join(f"{k}: {', '.join(option_help(cls.Options))}" for k, cls in WORKLOAD_GENERATORS.items())
             + ")"
         )
     if value is None and root in ("algo", "system", "model_options"):

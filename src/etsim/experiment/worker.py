@@ -26,9 +26,9 @@ from typing import Any, TypeVar
 from etsim.chakra import COLLECTIVE_NAMES, NodeType, Workload, load_workload
 from etsim.chakra.graph import collective_buffer_bytes
 from etsim.errors import ConfigError, EtsimError
-from etsim.experiment.generators import build_generated
 from etsim.experiment.spec import PointSpec
 from etsim.network import NetworkConfig, load_network
+from etsim.producers.workloads.base import generate
 from etsim.report.result import Result
 from etsim.simulation import simulate
 from etsim.system.config import SystemConfig, load_system_config
@@ -75,7 +75,7 @@ def _key(value: Any) -> str:
 def _workload(spec: str | dict[str, Any]) -> Workload:
     def build() -> Workload:
         if isinstance(spec, dict):
-            return Workload(build_generated(spec), source=f"generate: {spec['generate']}")
+            return Workload(generate(spec), source=f"generate: {spec['generate']}")
         return load_workload(spec)
 
     return _WORKLOADS.get(_key(spec), build)

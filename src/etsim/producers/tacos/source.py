@@ -13,15 +13,15 @@ The graphs are symbolic (one chunk of ``buffer / (n·k)`` per message), so one s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 from etsim.algo.graph import AlgoGraph
 from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError
+from etsim.options import Integer, Size, option, parse_options
 from etsim.system.algorithms.base import CollectiveAlgorithm
 from etsim.system.algorithms.sources import AlgorithmContext, AlgorithmSource
-from etsim.units import parse_size
 
 if TYPE_CHECKING:
     from etsim.network.topology import Topology
@@ -32,41 +32,36 @@ _C = CollectiveType
 _COLLECTIVES = frozenset({_C.ALL_GATHER, _C.REDUCE_SCATTER, _C.ALL_REDUCE})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TacosParams:
-    """Parameters of a ``tacos`` spec."""
+    """Parameters of a TACOS synthesis.
 
-    chunks_per_npu: int = 1
-    seed: int = 0
-    runs: int = 1
-    size: int = 1 << 20
+    ``tacos:KEY=VALUE,…``, ``algo: {tacos: {KEY: VALUE}}`` in experiments and the flags of ``etsim synth tacos``
+    all read these declarations.
+    """
+
+    chunks_per_npu: int = option(1, "chunks each NPU's piece is split into", Integer(1), metavar="K")
+    seed: int = option(0, "seed of the random tie-breaks", Integer(0))
+    runs: int = option(1, "try seeds seed … seed+R-1, keep the fastest", Integer(1), metavar="R")
+    size: int = option(1 << 20, "the bytes the link weights are computed for (bare numbers are bytes)", Size())
 
 
 def parse_tacos_spec(spec: str) -> TacosParams:
     """``tacos:chunks_per_npu=2,seed=0`` → :class:`TacosParams`.
 
     Raises:
-        ConfigError: an unknown key, a value that is not a number (or a size for ``size``), or one below 1.
+        ConfigError: an unknown key, a value that is not a number (or a size for ``size``), or one out of range.
     """
     _, _, rest = spec.partition(":")
-    values: dict[str, int] = {}
+    names = [f.name for f in fields(TacosParams)]
+    values: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in rest.split(","))):
         key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or key not in ("chunks_per_npu", "seed", "runs", "size"):
-            raise ConfigError(
-                f"algorithm {spec!r}: expected KEY=VALUE with KEY one of chunks_per_npu, seed, runs, size; got {item!r}"
-            )
-        if key == "size":
-            values[key] = parse_size(value.strip(), key=f"algorithm {spec!r}: size", default_unit="B")
-        else:
-            try:
-                values[key] = int(value)
-            except ValueError:
-                raise ConfigError(f"algorithm {spec!r}: {key} must be an integer, got {value!r}") from None
-        if values[key] < (0 if key == "seed" else 1):
-            raise ConfigError(f"algorithm {spec!r}: {key} must be >= {0 if key == 'seed' else 1}, got {value!r}")
-    return TacosParams(**values)
+        if not sep or key.strip() not in names:
+            choices = ", ".join(names)
+            raise ConfigError(f"algorithm {spec!r}: expected KEY=VALUE with KEY one of {choices}; got {item!r}")
+        values[key.strip()] = value.strip()
+    return TacosParams(**parse_options(TacosParams, values, key=lambda name: f"algorithm {spec!r}: {name}", text=True))
 
 
 #: (id(topology), collective, sorted group, params) → (topology, graphs by sorted position); the topology

@@ -1,111 +1,19 @@
-"""Generators of runnable Chakra ET workloads (one :class:`~etsim.chakra.Trace` per rank).
-
-Unlike Chakra's own generator, every communication node carries what a simulator needs:
-SEND/RECV have ``comm_src``/``comm_dst``, ``comm_tag`` and ``comm_size``; collectives have
-``comm_type`` and ``comm_size``; ``is_cpu_op`` is always written.
-"""
+"""``moe``: mixture-of-experts training steps (expert-parallel all-to-alls, dense all-reduces of several sizes)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from etsim.chakra.builder import TraceBuilder
 from etsim.chakra.graph import CollectiveType, NodeType, Trace
+from etsim.errors import ConfigError
+from etsim.options import Integer, ListOf, Size, option
+from etsim.producers.workloads.base import WORKLOAD_GENERATORS, Npus, WorkloadGenerator, check_npus
 
-__all__ = [
-    "collective_workload",
-    "data_parallel_workload",
-    "moe_groups",
-    "moe_workload",
-    "ring_sendrecv_workload",
-]
-
-
-def _check_npus(npus: int) -> None:
-    if npus < 1:
-        raise ValueError(f"npus must be >= 1, got {npus}")
-
-
-def collective_workload(
-    comm_type: CollectiveType | int, size: int, npus: int, *, count: int = 1, pg_name: str | None = None
-) -> list[Trace]:
-    """*count* back-to-back collectives of *size* bytes on every one of *npus* ranks.
-
-    Size semantics follow the Chakra trace convention: the buffer for all-reduce and all-to-all, the per-rank
-    input for all-gather, the whole input for reduce-scatter.
-    """
-    _check_npus(npus)
-    if size < 0:
-        raise ValueError(f"size must be >= 0, got {size}")
-    traces = []
-    for rank in range(npus):
-        b = TraceBuilder()
-        prev: list[int] = []
-        for i in range(count):
-            name = f"{CollectiveType(int(comm_type)).name}_{i}" if count > 1 else ""
-            prev = [b.collective(comm_type, size, deps=prev, name=name, pg_name=pg_name)]
-        traces.append(b.build(rank=rank))
-    return traces
-
-
-def ring_sendrecv_workload(size: int, npus: int, *, tag: int = 0) -> list[Trace]:
-    """Every rank sends *size* bytes to the next rank on a ring and receives from the previous one."""
-    _check_npus(npus)
-    if npus < 2:
-        raise ValueError("a send/receive workload needs at least 2 NPUs")
-    traces = []
-    for rank in range(npus):
-        b = TraceBuilder()
-        b.send(dst=(rank + 1) % npus, size=size, tag=tag)
-        b.recv(src=(rank - 1) % npus, size=size, tag=tag)
-        traces.append(b.build(rank=rank))
-    return traces
-
-
-def data_parallel_workload(
-    npus: int,
-    *,
-    layers: int,
-    grad_bytes: int,
-    fwd_micros: int,
-    bwd_micros: int,
-    wg_micros: int | None = None,
-    iterations: int = 1,
-) -> list[Trace]:
-    """One (or more) data-parallel training steps, as in Fig. 2(a) of the seed paper.
-
-    Per iteration and rank: the forward pass runs layer 0 … L-1; the backward pass runs layer
-    L-1 … 0, each layer computing its input gradient (``bwd_micros``, on the critical path) and
-    its weight gradient (``wg_micros``, default ``bwd_micros``). Each layer's weight-gradient
-    all-reduce of ``grad_bytes`` starts as soon as that weight gradient exists, so it overlaps
-    the backward pass of the layers below. The next iteration's forward pass of a layer waits
-    for that layer's all-reduce (the optimiser update needs the reduced gradient).
-    """
-    _check_npus(npus)
-    if layers < 1 or iterations < 1:
-        raise ValueError("layers and iterations must be >= 1")
-    wg = bwd_micros if wg_micros is None else wg_micros
-    traces = []
-    for rank in range(npus):
-        b = TraceBuilder()
-        reduced: list[int | None] = [None] * layers
-        prev: list[int] = []
-        for it in range(iterations):
-            for layer in range(layers):
-                deps = list(prev)
-                if reduced[layer] is not None:
-                    deps.append(reduced[layer])  # type: ignore[arg-type]
-                prev = [b.comp(f"it{it}_fwd_l{layer}", duration_micros=fwd_micros, deps=deps)]
-            for layer in reversed(range(layers)):
-                weight_grad = b.comp(f"it{it}_wg_l{layer}", duration_micros=wg, deps=prev)
-                reduced[layer] = b.collective(
-                    CollectiveType.ALL_REDUCE, grad_bytes, deps=[weight_grad], name=f"it{it}_allreduce_l{layer}"
-                )
-                if layer > 0:
-                    prev = [b.comp(f"it{it}_ig_l{layer}", duration_micros=bwd_micros, deps=[weight_grad])]
-        traces.append(b.build(rank=rank))
-    return traces
+__all__ = ["MoeGenerator", "moe_groups", "moe_workload"]
 
 
 def moe_groups(npus: int, ep_size: int) -> dict[str, list[int]]:
@@ -155,7 +63,7 @@ def moe_workload(
     Raises:
         ValueError: *npus* not a multiple of *ep_size*, no layers or iterations, or a negative size or time.
     """
-    _check_npus(npus)
+    check_npus(npus)
     if ep_size < 1 or npus % ep_size:
         raise ValueError(f"npus ({npus}) must be a multiple of the expert-parallel size ({ep_size})")
     if layers < 1 or iterations < 1:
@@ -202,3 +110,53 @@ def moe_workload(
                 prev = [attn]
         traces.append(b.build(rank=rank))
     return traces
+
+
+@WORKLOAD_GENERATORS.register("moe")
+class MoeGenerator(WorkloadGenerator):
+    """Mixture-of-experts training step(s) (:func:`moe_workload`)."""
+
+    name = "moe"
+    summary = "mixture-of-experts training step(s): expert-parallel all-to-alls, dense all-reduces of several sizes"
+
+    @dataclass(frozen=True, kw_only=True)
+    class Options(WorkloadGenerator.Options):
+        """The expert-parallel layout, the model and its compute times."""
+
+        npus: int = option(help="ranks", parse=Npus())
+        ep_size: int = option(help="ranks per expert-parallel group (divides npus)", parse=Integer(1))
+        layers: int = option(help="layers", parse=Integer(1))
+        token_size: int = option(help="all-to-all bytes per rank and exchange, e.g. '4 MiB'", parse=Size())
+        dense_grad_sizes: list[int] = option(
+            help="dense-gradient all-reduces per layer over all ranks, e.g. '64 KiB,16 MiB'",
+            parse=ListOf(Size(), example="['64 KiB', '16 MiB']"),
+        )
+        expert_grad_size: int = option(0, "expert-gradient all-reduce per layer (0: none)", Size())
+        attn_us: int = option(50, "attention compute per layer, µs (backward: twice)", Integer(0))
+        expert_us: int = option(100, "expert compute per layer, µs (backward: twice)", Integer(0))
+        iterations: int = option(1, "training steps", Integer(1))
+
+    def check(self, options: Any, key: Callable[[str], str]) -> Any:
+        """The expert-parallel size divides the NPUs."""
+        if options.npus % options.ep_size:
+            raise ConfigError(f"{key('ep_size')} {options.ep_size} must divide {key('npus')} {options.npus}")
+        return options
+
+    def generate(self, options: Any) -> list[Trace]:
+        """The training steps."""
+        o = options
+        return moe_workload(
+            o.npus,
+            ep_size=o.ep_size,
+            layers=o.layers,
+            token_bytes=o.token_size,
+            dense_grad_bytes=o.dense_grad_sizes,
+            expert_grad_bytes=o.expert_grad_size,
+            attn_micros=o.attn_us,
+            expert_micros=o.expert_us,
+            iterations=o.iterations,
+        )
+
+    def collectives(self, options: Any) -> list[str]:
+        """All-to-alls, then all-reduces."""
+        return ["all_to_all", "all_reduce"]

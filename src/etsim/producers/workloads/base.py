@@ -1,0 +1,192 @@
+"""The workload-generator plug-in point: :class:`WorkloadGenerator` and its registry.
+
+A generator turns a few parameters into one Chakra ET trace per rank. The built-ins are one module each in this
+package (``collective``, ``sendrecv``, ``dp``, ``moe``, ``sequence``), which :data:`WORKLOAD_GENERATORS` imports on
+its first lookup; others come from the ``etsim.workload_generators`` entry points or a ``package.module:Class``
+path. Every generator works the same three ways: ``etsim workload gen NAME --flag …``, ``workload: {generate: NAME,
+…}`` in an experiment (each parameter a sweep axis), and from Python (:func:`generate`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Trace
+from etsim.errors import ConfigError
+from etsim.network.topology import MAX_NPUS
+from etsim.options import Integer, Parser, keys_named, parse_options
+from etsim.registry import Registry
+
+__all__ = [
+    "WORKLOAD_GENERATORS",
+    "CollectiveName",
+    "GroupName",
+    "Npus",
+    "WorkloadGenerator",
+    "check_npus",
+    "generate",
+    "generated_collectives",
+    "normalize",
+    "parse",
+]
+
+
+def check_npus(npus: int) -> None:
+    """Raise ValueError for fewer than one NPU (the functions' own check, for callers from Python)."""
+    if npus < 1:
+        raise ValueError(f"npus must be >= 1, got {npus}")
+
+
+class Npus(Integer):
+    """An NPU count: at least *minimum*, at most what a topology may hold (more could be written, never run)."""
+
+    def __init__(self, minimum: int = 1) -> None:
+        super().__init__(minimum)
+
+    def __call__(self, value: Any, *, key: str) -> int:
+        """*value* if it is an NPU count etsim can simulate."""
+        npus = super().__call__(value, key=key)
+        if npus > MAX_NPUS:
+            if key.startswith("--"):
+                raise ConfigError(f"{key} {npus:,}: larger than etsim's limit of {MAX_NPUS:,} NPUs per topology")
+            raise ConfigError(f"{key}: {npus:,} NPUs is more than etsim's limit of {MAX_NPUS:,} per topology")
+        return npus
+
+
+_COLLECTIVES = {name: CollectiveType(value) for value, name in COLLECTIVE_NAMES.items()}
+
+
+class CollectiveName(Parser):
+    """A collective's name (``all_reduce``; ``all-reduce`` and ``ALL_REDUCE`` too), normalised."""
+
+    choices = tuple(sorted(_COLLECTIVES))
+
+    def __call__(self, value: Any, *, key: str) -> str:
+        """The normalised name."""
+        name = str(value).lower().replace("-", "_")
+        if not isinstance(value, str) or name not in _COLLECTIVES:
+            raise ConfigError(f"{key}: unknown collective {value!r}; valid: {', '.join(self.choices)}")
+        return name
+
+    @staticmethod
+    def type_of(name: str) -> CollectiveType:
+        """The :class:`CollectiveType` of a normalised name."""
+        return _COLLECTIVES[name]
+
+
+class GroupName(Parser):
+    """A communicator group id (``pg_name``): a string, or an integer written as one."""
+
+    def __call__(self, value: Any, *, key: str) -> str:
+        """The id as a string."""
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise ConfigError(f"{key}: expected a communicator group id, got {value!r}")
+        return str(value)
+
+
+class WorkloadGenerator:
+    """Base class of workload generators: parameters in, one trace per rank out.
+
+    Contract for subclasses:
+
+    - ``summary`` (class attribute): what it generates, in a few words (``etsim workload gen --help``).
+    - Parameters are the fields of a frozen, ``kw_only`` dataclass ``Options`` declared with
+      :func:`~etsim.options.option` (default, help, parser; a parameter without a default is required).
+      Command-line flags (``--grad-size``), experiment keys (``grad_size``) and their messages come from it.
+      Values must be plain data (numbers, strings, lists, mappings): experiments write them to ``config.yaml``
+      and key caches on them.
+    - :meth:`check` makes the checks that involve several parameters (naming them with *key*) and may fill in
+      defaults that depend on others; it returns the options to use.
+    - :meth:`generate` returns one :class:`~etsim.chakra.Trace` per rank, ranks ``0 .. npus-1``; it is a pure
+      function of the options.
+    - :meth:`collectives` names the collective types the traces use, in order of first use (the result columns
+      of experiments); the default generates the traces and looks.
+    """
+
+    #: Registry name (informational; the registry key is what selects it).
+    name: ClassVar[str] = ""
+    #: What the generator writes, in a few words.
+    summary: ClassVar[str] = ""
+
+    @dataclass(frozen=True, kw_only=True)
+    class Options:
+        """No parameters."""
+
+    def check(self, options: Any, key: Callable[[str], str]) -> Any:
+        """*options* after the checks that involve several parameters (default: as they are)."""
+        return options
+
+    def generate(self, options: Any) -> list[Trace]:
+        """One trace per rank."""
+        raise NotImplementedError
+
+    def collectives(self, options: Any) -> list[str]:
+        """The collective types the traces use, in order of first use."""
+        found: dict[str, None] = {}
+        for trace in self.generate(options):
+            for t, c, cpu in zip(trace.types, trace.comm_type, trace.is_cpu_op, strict=True):
+                if t == NodeType.COMM_COLL_NODE and not cpu and c in COLLECTIVE_NAMES:
+                    found[COLLECTIVE_NAMES[c]] = None
+        return list(found)
+
+
+#: Workload generators: the modules of this package, the ``etsim.workload_generators`` entry points, ``module:Class``.
+WORKLOAD_GENERATORS: Registry[WorkloadGenerator] = Registry(
+    "workload generator", "etsim.workload_generators", WorkloadGenerator, builtins="etsim.producers.workloads"
+)
+
+
+def parse(
+    kind: str, values: Mapping[str, Any], *, key: Callable[[str], str] | None = None, text: bool = False
+) -> tuple[WorkloadGenerator, Any]:
+    """The generator *kind* and its options from *values* (as written; with *text*, command-line flags).
+
+    Raises:
+        RegistryError: no such generator.
+        ConfigError: an unknown, missing or bad parameter, named by *key* (default: the bare name).
+    """
+    generator = WORKLOAD_GENERATORS.get(kind)()
+    cls = type(generator).Options
+    name = key or keys_named()
+    parsed = parse_options(
+        cls,
+        values,
+        key=name,
+        unknown=f"{{key}}: not a parameter of generate: {kind}; valid: {{valid}}",
+        missing=f"{{key}}: missing (generate: {kind} needs {{required}})",
+        text=text,
+        sort_valid=False,
+    )
+    return generator, generator.check(cls(**parsed), name)
+
+
+def normalize(spec: Mapping[str, Any], key: str = "workload") -> dict[str, Any]:
+    """Validate a ``{generate: KIND, …}`` mapping; return it with every default filled in and sizes in bytes.
+
+    Raises:
+        ConfigError: unknown kind or parameter, a missing or invalid value; the message names the key.
+    """
+    kind = spec.get("generate")
+    names = WORKLOAD_GENERATORS.names()
+    if not isinstance(kind, str) or (kind not in names and ":" not in kind):
+        raise ConfigError(f"{key}.generate: unknown generator {kind!r}; valid: {', '.join(names)}")
+    values = {k: v for k, v in spec.items() if k != "generate"}
+    _, options = parse(kind, values, key=keys_named(prefix=f"{key}."))
+    return {"generate": kind, **dataclasses.asdict(options)}
+
+
+def generate(spec: Mapping[str, Any]) -> list[Trace]:
+    """The traces of a normalized ``{generate: KIND, …}`` mapping (:func:`normalize`)."""
+    generator = WORKLOAD_GENERATORS.get(spec["generate"])()
+    options = type(generator).Options(**{k: v for k, v in spec.items() if k != "generate"})
+    return generator.generate(options)
+
+
+def generated_collectives(spec: Mapping[str, Any]) -> list[str]:
+    """The collective types a normalized generator mapping produces, in order of first use."""
+    generator = WORKLOAD_GENERATORS.get(spec["generate"])()
+    options = type(generator).Options(**{k: v for k, v in spec.items() if k != "generate"})
+    return generator.collectives(options)
