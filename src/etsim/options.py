@@ -73,7 +73,7 @@ def option(
     parse: Callable[..., Any] | None = None,
     *,
     default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
-    flag: bool = True,
+    flag: bool | str = True,
     metavar: str | None = None,
 ) -> Any:
     """Declare an option: a dataclass field with a default, one line of help and a parser.
@@ -85,7 +85,8 @@ def option(
         parse: ``parse(value, key=...)`` converting a configuration value (a unit string, a number) into the
             internal value; raises :class:`~etsim.errors.ConfigError`. None: the value is taken as written.
         default_factory: a callable making the default (for mutable defaults).
-        flag: whether :func:`add_arguments` makes a command-line flag of it.
+        flag: whether :func:`add_arguments` makes a command-line flag of it (a string: the flag's name, when it
+            differs from ``--name-with-dashes``).
         metavar: the flag's value name in ``--help``.
     """
     metadata = {"help": help, "parse": parse, "flag": flag, "metavar": metavar, "option": True}
@@ -184,8 +185,10 @@ def add_arguments(
         parse = f.metadata.get("parse")
         text = f.metadata.get("help", "")
         dest = (f"{prefix}_" if prefix else "") + f.name
+        named = f.metadata.get("flag")
+        flag = named if isinstance(named, str) else flag_name(f.name, prefix)
         if isinstance(parse, Boolean) and isinstance(f.default, bool):
-            name = flag_name(f.name, prefix) if f.default is False else "--no-" + flag_name(f.name, prefix)[2:]
+            name = flag if f.default is False else "--no-" + flag[2:]
             action = "store_true" if f.default is False else "store_false"
             shown = text if not f.default else f"turn off (on by default): {text}"
             parser.add_argument(name, dest=dest, action=action, default=None, help=shown)
@@ -197,15 +200,19 @@ def add_arguments(
         choices = getattr(parse, "choices", None)
         metavar = f.metadata.get("metavar") or ("{" + ",".join(choices) + "}" if choices else None)
         metavar = metavar or getattr(parse, "metavar", None)
-        parser.add_argument(
-            flag_name(f.name, prefix), dest=dest, required=_required(f), default=None, metavar=metavar, help=text
-        )
-        flags.append(flag_name(f.name, prefix))
+        if isinstance(parse, ListOf):  # repeatable, and comma-separated
+            text = f"{text}; repeatable" if text else "repeatable"
+            parser.add_argument(
+                flag, dest=dest, action="append", required=_required(f), default=None, metavar=metavar, help=text
+            )
+        else:
+            parser.add_argument(flag, dest=dest, required=_required(f), default=None, metavar=metavar, help=text)
+        flags.append(flag)
     return flags
 
 
 def _shown_default(f: dataclasses.Field[Any]) -> str:
-    if _required(f) or f.default is None or f.default_factory is not dataclasses.MISSING or f.default is False:
+    if _required(f) or f.default_factory is not dataclasses.MISSING or f.default in (None, False, (), [], ""):
         return ""
     shown = f.metadata.get("parse")
     described = getattr(shown, "show", None)
@@ -219,9 +226,11 @@ def arguments_given(
     out: dict[str, Any] = {}
     wanted = None if only is None else set(only)
     for f in option_fields(cls):
-        if wanted is not None and f.name not in wanted:
+        if (wanted is not None and f.name not in wanted) or not f.metadata.get("flag", True):
             continue
         value = getattr(args, (f"{prefix}_" if prefix else "") + f.name, None)
+        if isinstance(value, list):  # a repeatable flag given several times
+            value = ",".join(value)
         if value is not None:
             out[f.name] = value
     return out
@@ -478,20 +487,21 @@ class Flops(Parser):
 
 
 class Optional(Parser):
-    """``None`` (YAML ``null``) or what *inner* accepts."""
+    """``None`` (YAML ``null``) or what *inner* accepts; with *none*, that word means None too (``--fallback none``)."""
 
-    def __init__(self, inner: Parser) -> None:
+    def __init__(self, inner: Parser, *, none: str | None = None) -> None:
         self.inner = inner
+        self.none = none
         self.choices = getattr(inner, "choices", None)
         self.metavar = inner.metavar
 
     def __call__(self, value: Any, *, key: str) -> Any:
         """None, or the inner parser's value."""
-        return None if value is None else self.inner(value, key=key)
+        return None if value is None or (self.none is not None and value == self.none) else self.inner(value, key=key)
 
     def from_text(self, text: str, *, key: str) -> Any:
-        """The inner parser's reading."""
-        return self.inner.from_text(text, key=key)
+        """The inner parser's reading (or None for the *none* word)."""
+        return None if self.none is not None and text == self.none else self.inner.from_text(text, key=key)
 
     def show(self, value: Any) -> str:
         """As the inner parser shows it."""
@@ -503,9 +513,10 @@ class ListOf(Parser):
 
     metavar = "A,B,…"
 
-    def __init__(self, item: Parser, *, example: str = "") -> None:
+    def __init__(self, item: Parser, *, example: str = "", what: str = "values") -> None:
         self.item = item
         self.example = example
+        self.what = what
 
     def __call__(self, value: Any, *, key: str) -> list[Any]:
         """The list, each item parsed (``key[i]`` in messages)."""
@@ -520,8 +531,11 @@ class ListOf(Parser):
         """Comma-separated items."""
         items = [part.strip() for part in text.split(",")]
         if not text.strip() or not all(items):
-            raise ConfigError(f"{key}: expected comma-separated values, got {text!r}")
-        return [self.item.from_text(v, key=key) for v in items]
+            raise ConfigError(f"{key}: expected comma-separated {self.what}, got {text!r}")
+        try:
+            return [self.item.from_text(v, key=key) for v in items]
+        except ConfigError as exc:
+            raise ConfigError(f"{key}: expected comma-separated {self.what}, got {text!r} ({exc})") from None
 
     def show(self, value: Any) -> str:
         """Comma-separated."""

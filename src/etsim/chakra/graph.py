@@ -23,9 +23,12 @@ from typing import Any
 from etsim.chakra.attributes import attribute_value
 from etsim.chakra.dag import transpose
 from etsim.chakra.schema import et_def_pb2 as pb
+from etsim.errors import ConfigError
+from etsim.options import Parser
 
 __all__ = [
     "COLLECTIVE_NAMES",
+    "CollectiveName",
     "CollectiveType",
     "NodeType",
     "Trace",
@@ -108,6 +111,27 @@ def collective_buffer_bytes(collective: CollectiveType | int | str, comm_size: f
     """
     kind = collective if isinstance(collective, CollectiveType) else parse_collective(collective)
     return comm_size * group_size if kind == CollectiveType.ALL_GATHER else comm_size
+
+_BY_NAME = {name: CollectiveType(value) for value, name in COLLECTIVE_NAMES.items()}
+
+
+class CollectiveName(Parser):
+    """An option parser (:mod:`etsim.options`): a collective's name (``all_reduce``; ``all-reduce``, ``ALL_REDUCE``)."""
+
+    choices = tuple(sorted(_BY_NAME))
+
+    def __call__(self, value: Any, *, key: str) -> str:
+        """The normalised name."""
+        name = str(value).lower().replace("-", "_")
+        if not isinstance(value, str) or name not in _BY_NAME:
+            raise ConfigError(f"{key}: unknown collective {value!r}; valid: {', '.join(self.choices)}")
+        return name
+
+    @staticmethod
+    def type_of(name: str) -> CollectiveType:
+        """The :class:`CollectiveType` of a normalised name."""
+        return _BY_NAME[name]
+
 
 # Attributes lifted into flat columns. Values read from any numeric member; a string where a
 # number belongs is recorded in `bad_attributes` for validation instead of raising here.

@@ -8,9 +8,10 @@ from pathlib import Path
 
 from etsim.errors import ConfigError, warn
 from etsim.files import write_text
+from etsim.options import add_arguments, arguments_given, flag_name, parse_options
 from etsim.system.config import SystemConfig, load_system_config
 from etsim.tuning import csv_text, msccl_files, nccl_tuner_csv, plot
-from etsim.tuning.tune import TuneRequest, base_settings, compare_workload, expand_candidates, parse_sizes, tune
+from etsim.tuning.tune import TuneRequest, base_settings, compare_workload, tune
 from etsim.units import format_size, format_time
 
 __all__ = ["register"]
@@ -28,32 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "merged), a CSV of every measured time and a plot; optionally export the table for NCCL's tuner plugin "
         "or as MSCCL-IR files with size windows. See docs/tuning.md.",
     )
-    p.add_argument("--topology", required=True, help="topology YAML")
-    p.add_argument("--model", help="network model (default: the topology file's, else link)")
+    add_arguments(p, TuneRequest)  # --topology, --candidates, --collective, --sizes, … (declared on TuneRequest)
     p.add_argument("--system", help="base system YAML (chunks, costs, …); its algorithms are not used")
-    p.add_argument(
-        "--collective",
-        action="append",
-        default=[],
-        metavar="C",
-        help="collective to tune (repeatable or comma-separated; default all_reduce)",
-    )
-    p.add_argument(
-        "--sizes", default="1KiB..1GiB", help="sizes: a list '4KiB,1MiB,64MiB' or a power-of-two range '1KiB..1GiB'"
-    )
-    p.add_argument("--group-sizes", help="group sizes, comma-separated: the first N NPUs (default: all of them)")
-    p.add_argument(
-        "--candidates",
-        default="ring,direct,tree,hd",
-        help="comma-separated --algo values: native names, ET families and MSCCL-IR files (globs allowed: "
-        "'algorithms/*.et', 'path/*.xml'), tacos[:k=v,…] (default ring,direct,tree,hd)",
-    )
-    p.add_argument(
-        "--workload",
-        help="tune the (collective, size, group) calls this workload makes, then report its time with the table "
-        "and with each candidate alone",
-    )
-    p.add_argument("--fallback", default="ring", help="the table's {default: ALGO} rule, or 'none' (default ring)")
     p.add_argument("--jobs", type=int, help="worker processes (default: the CPU count; 1 runs in this process)")
     p.add_argument("-o", "--output", required=True, help="the selection table (system YAML) to write")
     p.add_argument("--csv", help="CSV of every measured time (default: OUTPUT with .csv)")
@@ -71,15 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(handler=cmd_tune)
 
 
-def _split(values: list[str]) -> list[str]:
-    return [v.strip() for value in values for v in value.split(",") if v.strip()]
-
-
-def _int_list(text: str, flag: str) -> list[int]:
-    try:
-        return sorted({int(v) for v in text.split(",") if v.strip()})
-    except ValueError:
-        raise ConfigError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+def _flag(name: str) -> str:
+    """The flag of a :class:`TuneRequest` option (``collectives`` is ``--collective``)."""
+    return "--collective" if name == "collectives" else flag_name(name)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -90,21 +61,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if fmt not in _EXPORTS:
             raise ConfigError(f"--export: unknown format {fmt!r}; valid: {', '.join(_EXPORTS)}")
     system = load_system_config(args.system) if args.system else SystemConfig()
-    if args.workload and (args.collective or args.group_sizes):
+    given = arguments_given(args, TuneRequest)
+    if "workload" in given and ({"collectives", "group_sizes"} & set(given)):
         raise ConfigError("--workload tunes the calls the workload makes; do not give --collective or --group-sizes")
-    request = TuneRequest(
-        topology=args.topology,
-        candidates=expand_candidates(args.candidates),
-        collectives=_split(args.collective) or ["all_reduce"],
-        sizes=parse_sizes(args.sizes),
-        group_sizes=_int_list(args.group_sizes, "--group-sizes") if args.group_sizes else [],
-        model=args.model,
-        system=system,
-        settings=base_settings(args.system),
-        workload=args.workload,
-        fallback=None if args.fallback == "none" else args.fallback,
-        output=args.output,
-    )
+    options = parse_options(TuneRequest, given, key=_flag, text=True)
+    request = TuneRequest(**options, system=system, settings=base_settings(args.system), output=args.output)
     result = tune(request, jobs=args.jobs)
     out = Path(args.output)
     write_text(out, result.table_text)

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType
+from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveName, CollectiveType, NodeType
 from etsim.chakra.io import load_workload
 from etsim.errors import ConfigError
 from etsim.network import NetworkConfig, load_network
+from etsim.options import Integer, ListOf, Optional, Parser, Text, option
 from etsim.system.collective import System
 from etsim.system.config import SystemConfig
 from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
@@ -155,23 +156,87 @@ def workload_calls(workload: str, net: NetworkConfig, config: SystemConfig) -> l
     return sorted(found.values())
 
 
-@dataclass
-class TuneRequest:
-    """What to tune (the ``etsim tune`` options)."""
+class SizeList(Parser):
+    """Collective sizes: a list, or text ``4KiB,1MiB`` / ``1KiB..1GiB`` (:func:`parse_sizes`)."""
 
-    topology: str
-    candidates: Sequence[str]
-    collectives: Sequence[str] = ("all_reduce",)
-    sizes: Sequence[int] = ()
-    group_sizes: Sequence[int] = ()
+    metavar = "SIZES"
+
+    def __call__(self, value: Any, *, key: str) -> list[int]:
+        """Sorted bytes."""
+        if isinstance(value, str):
+            return parse_sizes(value, key)
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{key}: expected sizes such as '1KiB..1GiB', got {value!r}")
+        return parse_sizes(",".join(str(v) for v in value), key)
+
+    def show(self, value: Any) -> str:
+        """As written."""
+        return str(value)
+
+
+class Candidates(Parser):
+    """``--algo`` values, comma-separated, globs expanded (:func:`expand_candidates`)."""
+
+    metavar = "ALGOS"
+
+    def __call__(self, value: Any, *, key: str) -> list[str]:
+        """The candidates."""
+        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+            value = ",".join(value)
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected comma-separated algorithms, got {value!r}")
+        return expand_candidates(value)
+
+    def show(self, value: Any) -> str:
+        """As written."""
+        return ",".join(value) if isinstance(value, list | tuple) else str(value)
+
+
+@dataclass(kw_only=True)
+class TuneRequest:
+    """What to tune: the ``etsim tune`` options (each declared once; the command line's flags come from here)."""
+
+    topology: str = option(help="topology YAML", parse=Text(empty=False), metavar="FILE")
+    candidates: Sequence[str] = option(
+        ("ring", "direct", "tree", "hd"),
+        "comma-separated --algo values: native names, ET families and MSCCL-IR files (globs allowed: "
+        "'algorithms/*.et', 'path/*.xml'), tacos[:k=v,…]",
+        Candidates(),
+    )
+    collectives: Sequence[str] = option(
+        ("all_reduce",),
+        "collective to tune (comma-separated)",
+        ListOf(CollectiveName(), what="collectives"),
+        flag="--collective",
+        metavar="C",
+    )
+    sizes: Sequence[int] = option(
+        help="sizes: a list '4KiB,1MiB,64MiB' or a power-of-two range '1KiB..1GiB' (default 1KiB..1GiB)",
+        parse=SizeList(),
+        default_factory=lambda: parse_sizes("1KiB..1GiB"),
+    )
+    group_sizes: Sequence[int] = option(
+        (), "group sizes: the first N NPUs (default: all of them)", ListOf(Integer(1), what="integers"), metavar="N,…"
+    )
     """Empty: every live NPU of the topology."""
-    model: str | None = None
+    model: str | None = option(
+        None, "network model (default: the topology file's, else link)", Optional(Text(empty=False)), metavar="MODEL"
+    )
     system: SystemConfig = field(default_factory=SystemConfig)
     settings: dict[str, Any] = field(default_factory=dict)
     """Other keys of the base system YAML, copied into the table."""
-    workload: str | None = None
-    fallback: str | None = "ring"
-    output: str = "table.yaml"
+    workload: str | None = option(
+        None,
+        "tune the (collective, size, group) calls this workload makes, then report its time with the table and with "
+        "each candidate alone",
+        Optional(Text(empty=False)),
+        metavar="WORKLOAD",
+    )
+    fallback: str | None = option("ring", "the table's {default: ALGO} rule, or 'none'", Optional(Text(), none="none"))
+    output: str = option("table.yaml", "the selection table (system YAML) to write", Text(empty=False), flag=False)
+
+    def __post_init__(self) -> None:
+        self.group_sizes = sorted(set(self.group_sizes))
 
 
 @dataclass

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Trace
+from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveName, NodeType, Trace
 from etsim.errors import ConfigError
 from etsim.network.topology import MAX_NPUS
 from etsim.options import Integer, Parser, keys_named, parse_options
@@ -54,27 +54,6 @@ class Npus(Integer):
                 raise ConfigError(f"{key} {npus:,}: larger than etsim's limit of {MAX_NPUS:,} NPUs per topology")
             raise ConfigError(f"{key}: {npus:,} NPUs is more than etsim's limit of {MAX_NPUS:,} per topology")
         return npus
-
-
-_COLLECTIVES = {name: CollectiveType(value) for value, name in COLLECTIVE_NAMES.items()}
-
-
-class CollectiveName(Parser):
-    """A collective's name (``all_reduce``; ``all-reduce`` and ``ALL_REDUCE`` too), normalised."""
-
-    choices = tuple(sorted(_COLLECTIVES))
-
-    def __call__(self, value: Any, *, key: str) -> str:
-        """The normalised name."""
-        name = str(value).lower().replace("-", "_")
-        if not isinstance(value, str) or name not in _COLLECTIVES:
-            raise ConfigError(f"{key}: unknown collective {value!r}; valid: {', '.join(self.choices)}")
-        return name
-
-    @staticmethod
-    def type_of(name: str) -> CollectiveType:
-        """The :class:`CollectiveType` of a normalised name."""
-        return _COLLECTIVES[name]
 
 
 class GroupName(Parser):
