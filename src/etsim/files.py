@@ -12,10 +12,13 @@ import gzip
 import os
 import zlib
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from etsim.errors import ConfigError, EtsimError
 
-__all__ = ["make_parent", "read_bytes", "read_text", "write_bytes", "write_text"]
+__all__ = ["make_parent", "read_bytes", "read_text", "read_yaml_mapping", "write_bytes", "write_text"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -99,3 +102,50 @@ def write_bytes(path: str | os.PathLike[str], data: bytes, error: type[EtsimErro
 def write_text(path: str | os.PathLike[str], text: str, error: type[EtsimError] = ConfigError) -> Path:
     """Write *text* (UTF-8) to *path*, creating its directory; errors name the file."""
     return write_bytes(path, text.encode("utf-8"), error)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys (PyYAML keeps the last one silently)."""
+
+
+def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        try:
+            duplicate = key in seen
+        except TypeError:
+            continue  # an unhashable key: construct_mapping reports it
+        if duplicate:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def read_yaml_mapping(path: str | os.PathLike[str], what: str = "experiment") -> tuple[dict[str, Any], str]:
+    """Read a YAML mapping from *path*; return it and its text.
+
+    Raises:
+        ConfigError: unreadable file, bytes that are not UTF-8, invalid YAML, duplicate keys, or a
+            document that is not a mapping; the message names the file.
+    """
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: invalid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else f"a {type(data).__name__}"
+        raise ConfigError(f"{p}: expected a mapping of {what} keys at the top level, got {kind}")
+    return data, text

@@ -27,8 +27,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from etsim.errors import ConfigError, EtsimError
+from etsim.experiment.plotspec import parse_plots
+from etsim.experiment.points import Axis, PlotSpec
 from etsim.experiment.results import read_results
-from etsim.experiment.spec import Axis, PlotSpec, parse_plots, read_yaml
+from etsim.files import read_yaml_mapping as read_yaml
 from etsim.units import parse_size, parse_time
 
 __all__ = ["PlotUnavailable", "draw_plot", "draw_plots", "plots_of_directory"]

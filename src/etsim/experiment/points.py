@@ -1,0 +1,155 @@
+"""What an experiment is made of: axes, points and their resolved specs, and the result columns."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from etsim.errors import ConfigError
+
+__all__ = [
+    "METRIC_COLUMNS",
+    "POINT_KEYS",
+    "TAIL_COLUMNS",
+    "Axis",
+    "Experiment",
+    "PlotSpec",
+    "Point",
+    "PointSpec",
+    "error_at",
+    "label",
+]
+
+#: Keys that make up a point (each may be a sweep axis).
+POINT_KEYS = ("workload", "topology", "algo", "model", "model_options", "system")
+#: Result columns every results.csv has; ``<collective>_ns`` columns are inserted after ``exposed_comm_ns``.
+METRIC_COLUMNS = ("finish_ns", "compute_ns", "comm_ns", "exposed_comm_ns")
+TAIL_COLUMNS = ("messages", "bytes", "error", "warnings", "wall_s")
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One sweep axis: a key and its values, each with the label written to results."""
+
+    key: str
+    values: tuple[Any, ...]
+    labels: tuple[str, ...]
+    """The value as written (a scalar's text, a mapping in YAML flow style) or the label given."""
+    where: tuple[str, ...]
+    """Where each value sits in the file (``sweep.size[2]``), for messages."""
+
+
+@dataclass(frozen=True)
+class PointSpec:
+    """A fully resolved point: what :func:`etsim.simulation.simulate` is called with.
+
+    Paths are absolute; generator sizes are bytes; the model is explicit. JSON-serialisable, so
+    it is what a worker receives and what caches are keyed on.
+    """
+
+    workload: str | dict[str, Any]
+    """An absolute workload path, or a normalized generator mapping."""
+    topology: str | dict[str, Any] | None
+    """An absolute topology path, an inline topology mapping, or None (simulate's default ring)."""
+    algo: dict[str, str | dict[str, Any]]
+    """Collective name or ``default`` → algorithm name, absolute path, or ``{tacos: {…}}``."""
+    model: str
+    model_options: dict[str, Any]
+    system: dict[str, Any]
+    """A system mapping (as :func:`~etsim.system.config.load_system_config` reads) with absolute paths."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a plain mapping."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One simulation of an experiment."""
+
+    id: str
+    """Zero-padded index in the full expansion (stable under ``--only``); results are ordered by it."""
+    labels: tuple[str, ...]
+    """The value of every axis as written, in :attr:`Experiment.axes` order."""
+    repeat: int
+    spec: PointSpec
+
+
+@dataclass(frozen=True)
+class PlotSpec:
+    """One plot declared in an experiment (drawn by :mod:`etsim.experiment.plots`)."""
+
+    name: str
+    x: str
+    y: str
+    series: str | None = None
+    facet: str | None = None
+    baseline: str | None = None
+    """A label of the ``series`` axis: y becomes relative to that series."""
+    relative: str = "slowdown"
+    """``slowdown`` (y / baseline) or ``speedup`` (baseline / y)."""
+    where: dict[str, str] = field(default_factory=dict)
+    logx: bool | None = None
+    """None: log scale when x holds sizes or times spanning more than a factor of 100."""
+    logy: bool = False
+    title: str | None = None
+    xlabel: str | None = None
+    ylabel: str | None = None
+    formats: tuple[str, ...] = ("png", "svg")
+
+
+@dataclass
+class Experiment:
+    """A loaded, validated experiment."""
+
+    path: Path | None
+    name: str
+    description: str
+    axes: list[Axis]
+    repeat: int
+    points: list[Point]
+    collectives: list[str]
+    """Collective types any point's workload uses (each gets a ``<type>_ns`` column)."""
+    plots: list[PlotSpec]
+    text: str = ""
+    """The file as written."""
+
+    @property
+    def axis_keys(self) -> list[str]:
+        """Axis column names, in order."""
+        return [a.key for a in self.axes]
+
+    @property
+    def columns(self) -> list[str]:
+        """The header of ``results.csv``."""
+        cols = ["point", *self.axis_keys]
+        if self.repeat > 1:
+            cols.append("repeat")
+        cols += ["network_model", "status", *METRIC_COLUMNS, *(f"{c}_ns" for c in self.collectives), *TAIL_COLUMNS]
+        return cols
+
+    @property
+    def numeric_columns(self) -> list[str]:
+        """Result columns holding numbers (what a plot's ``y`` may name)."""
+        return [*METRIC_COLUMNS, *(f"{c}_ns" for c in self.collectives), "messages", "bytes", "wall_s"]
+
+
+def label(value: Any) -> str:
+    """A value as an axis label: a scalar's text, a mapping or list in YAML flow style."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, Mapping | list):
+        return yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1 << 30).strip()
+    return str(value)
+
+
+def error_at(where: str, keys: Iterable[str], message: str) -> ConfigError:
+    """``WHERE: KEY, KEY: message`` (keys once each, in order), or ``WHERE: message`` without keys."""
+    names = ", ".join(dict.fromkeys(keys))
+    return ConfigError(f"{where}: {names}: {message}" if names else f"{where}: {message}")

@@ -1,0 +1,208 @@
+"""Sweeps: axes, their Cartesian product and zip groups, expanded into points; ``--only`` selection."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from etsim.errors import ConfigError, EtsimError
+from etsim.experiment.points import POINT_KEYS, Axis, Experiment, Point, PointSpec, label
+from etsim.experiment.values import Values
+from etsim.options import option_help
+from etsim.producers.workloads.base import WORKLOAD_GENERATORS
+from etsim.units import parse_size
+
+__all__ = ["expand", "parse_axis", "select_points"]
+
+
+def parse_axis(values: Values, key: Any, spec: Any, where: str) -> Axis:
+    """One axis of ``sweep`` or ``zip`` (*where*): a list of values, or a mapping LABEL: VALUE."""
+    if not isinstance(key, str) or not key:
+        raise values.error([where], f"axis names must be strings, got {key!r}")
+    if isinstance(spec, Mapping):
+        if not spec:
+            raise values.error([f"{where}.{key}"], "empty axis: give at least one value")
+        labels = tuple(label(k) for k in spec)
+        items = tuple(spec.values())
+        wheres = tuple(f"{where}.{key}.{text}" for text in labels)
+    elif isinstance(spec, list):
+        if not spec:
+            raise values.error([f"{where}.{key}"], "empty axis: give at least one value")
+        items = tuple(spec)
+        labels = tuple(label(v) for v in items)
+        wheres = tuple(f"{where}.{key}[{i}]" for i in range(len(items)))
+    else:
+        raise values.error([f"{where}.{key}"], f"expected a list of values or a mapping LABEL: VALUE, got {spec!r}")
+    if len(set(labels)) != len(labels):
+        dup = next(text for text in labels if labels.count(text) > 1)
+        raise values.error([f"{where}.{key}"], f"value {dup!r} appears twice")
+    return Axis(key, items, labels, wheres)
+
+
+def _set_dotted(target: dict[str, Any], path: list[str], value: Any, key: str) -> None:
+    node = target
+    for part in path[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            raise ConfigError(f"cannot set {key}: {part!r} holds {child!r}, not a mapping")
+        node = child
+    node[path[-1]] = copy.deepcopy(value)
+
+
+def _as_mapping(values: Values, root: str, value: Any, axis_key: str) -> dict[str, Any]:
+    """The value of point key *root* as a mapping a dotted axis can reach into."""
+    if isinstance(value, dict):
+        return copy.deepcopy(value)
+    if root == "workload":
+        raise ConfigError(
+            f"{axis_key}: the workload is {value!r}, not a generator mapping {{generate: …}} whose parameters "
+            f"an axis can set (generator parameters: "
+            + "; ".join(f"{k}: {', '.join(option_help(cls.Options))}" for k, cls in WORKLOAD_GENERATORS.items())
+            + ")"
+        )
+    if value is None and root in ("algo", "system", "model_options"):
+        return {}
+    if root == "algo" and isinstance(value, str):
+        return {"default": value}
+    if root in ("topology", "system") and isinstance(value, str):
+        data = values.yaml_mapping(values.abspath(value), root)
+        if root == "topology":
+            data.setdefault("name", Path(value).stem)
+        else:
+            data = values.system_paths(data, Path(values.abspath(value)).parent)
+        return data
+    raise ConfigError(f"{axis_key}: {root} is {value!r}, which has no keys to set")
+
+
+def expand(
+    values: Values, data: Mapping[str, Any], axes: list[Axis], groups: list[list[int]], repeat: int
+) -> tuple[list[Point], list[str]]:
+    """Every point of the experiment *data*, and the collective types their workloads use.
+
+    One point per combination of the axis *groups* (zipped axes move together), *repeat* times.
+    """
+    base = {k: data.get(k) for k in POINT_KEYS}
+    whole = [i for i, a in enumerate(axes) if a.key in POINT_KEYS]
+    partial = [i for i, a in enumerate(axes) if a.key not in POINT_KEYS]
+    total = repeat
+    for group in groups:
+        total *= len(axes[group[0]].values)
+    width = max(4, len(str(total - 1)))
+    points: list[Point] = []
+    collectives: dict[str, None] = {}
+    choices = [range(len(axes[g[0]].values)) for g in groups]
+    for combo in itertools.product(*choices):
+        pick = [0] * len(axes)
+        for g, c in zip(groups, combo, strict=True):
+            for i in g:
+                pick[i] = c
+        raw = dict(base)
+        origins: dict[str, list[str]] = {k: [k] for k in POINT_KEYS}
+        for i in whole:
+            raw[axes[i].key] = axes[i].values[pick[i]]
+            origins[axes[i].key] = [axes[i].where[pick[i]]]
+        for i in partial:
+            axis = axes[i]
+            parts = axis.key.split(".")
+            if parts[0] not in POINT_KEYS:
+                parts = ["workload", *parts]
+            root = parts[0]
+            where = axis.where[pick[i]]
+            try:
+                mapping = _as_mapping(values, root, raw[root], axis.key)
+                _set_dotted(mapping, parts[1:], axis.values[pick[i]], axis.key)
+            except EtsimError as exc:
+                raise values.error([where], str(exc)) from None
+            raw[root] = mapping
+            origins[root] = [*origins[root], where]
+        spec = _resolve(values, raw, origins)
+        for name in values.collectives(spec.workload):
+            collectives[name] = None
+        labels = tuple(a.labels[pick[i]] for i, a in enumerate(axes))
+        for r in range(repeat):
+            index = len(points)
+            points.append(Point(str(index).zfill(width), labels, r, _with_repeat(spec, r) if r else spec))
+    return points, list(collectives)
+
+
+def _with_repeat(spec: PointSpec, r: int) -> PointSpec:
+    """Repeat *r* of a point: TACOS seeds and a model's ``seed`` option advance by *r*."""
+    algo = {
+        k: {"tacos": {**v["tacos"], "seed": v["tacos"]["seed"] + r}} if isinstance(v, dict) else v
+        for k, v in spec.algo.items()
+    }
+    options = dict(spec.model_options)
+    if isinstance(options.get("seed"), int) and not isinstance(options["seed"], bool):
+        options["seed"] += r
+    return PointSpec(spec.workload, spec.topology, algo, spec.model, options, spec.system)
+
+
+def _resolve(values: Values, raw: Mapping[str, Any], origins: Mapping[str, list[str]]) -> PointSpec:
+    workload = values.workload(raw["workload"], origins["workload"])
+    topology, topo_model = values.topology(raw["topology"], origins["topology"])
+    model = values.model(
+        raw["model"], topo_model, origins["model"] if raw["model"] is not None else origins["topology"]
+    )
+    options = values.model_options(raw["model_options"], model, origins["model_options"])
+    system = values.system(raw["system"], origins["system"])
+    algo = values.algo(raw["algo"], origins["algo"])
+    return PointSpec(workload, topology, algo, model, options, system)
+
+
+def select_points(experiment: Experiment, only: Sequence[str]) -> list[Point]:
+    """The points matching every ``AXIS=VALUE`` filter (several values of one axis: any of them).
+
+    Values match an axis label as written, or equal it as a YAML scalar or a size (``1KiB`` matches
+    ``1 KiB``).
+
+    Raises:
+        ConfigError: a filter naming no axis, or a value no point has.
+    """
+    wanted: dict[int, set[str]] = {}
+    keys = experiment.axis_keys
+    for item in only:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ConfigError(f"--only {item!r}: expected AXIS=VALUE")
+        if key == "repeat" and experiment.repeat > 1:
+            raise ConfigError("--only repeat=…: filter by the axes; repeats always run together")
+        if key not in keys:
+            raise ConfigError(f"--only {item!r}: no axis {key!r}; axes: {', '.join(keys) or 'none'}")
+        axis = experiment.axes[keys.index(key)]
+        found = _match_label(axis, value.strip())
+        if found is None:
+            raise ConfigError(
+                f"--only {item!r}: {key} has no value {value.strip()!r}; values: {', '.join(axis.labels)}"
+            )
+        wanted.setdefault(keys.index(key), set()).add(found)
+    return [p for p in experiment.points if all(p.labels[i] in labels for i, labels in wanted.items())]
+
+
+def _match_label(axis: Axis, value: str) -> str | None:
+    if value in axis.labels:
+        return value
+    try:
+        parsed = label(yaml.safe_load(value))
+    except yaml.YAMLError:
+        parsed = value
+    if parsed in axis.labels:
+        return parsed
+    try:
+        size = parse_size(value, default_unit="B")
+    except EtsimError:
+        return None
+    for text in axis.labels:
+        try:
+            if parse_size(text, default_unit="B") == size:
+                return text
+        except EtsimError:
+            continue
+    return None
