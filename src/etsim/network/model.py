@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from heapq import heappush
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import simpy
 
 from etsim.errors import SimulationError
 from etsim.network.routing import Router, make_router
+from etsim.network.scheduling import LATE, CountingEnvironment, SharedDeliveries, schedule_at, succeed_at
 from etsim.network.topology import Topology
 from etsim.options import Boolean, Integer, Text, option, option_help, parse_options
 from etsim.registry import Registry
@@ -65,90 +65,6 @@ class LinkStats:
     bytes: float
     busy: float
     messages: int
-
-
-def succeed_at(env: simpy.Environment, event: simpy.Event, delay: float, value: Any = None) -> None:
-    """Trigger *event* successfully *delay* ns from now, with one scheduled engine event.
-
-    This is what :class:`simpy.Timeout` does internally, applied to an event created earlier (the one
-    :meth:`NetworkModel.transfer` already returned).
-    """
-    if event.triggered:
-        raise SimulationError(f"{event!r} has already been triggered")
-    event._ok = True
-    event._value = value
-    env.schedule(event, simpy.events.NORMAL, delay)
-
-
-#: Priority of events that must fire after every ordinary event due at the same instant.
-LATE = 2
-
-
-def schedule_at(env: simpy.Environment, event: simpy.Event, when: float, priority: int = 1) -> None:
-    """Schedule *event* (already triggered) at the absolute time *when*, not ``now + (when - now)``.
-
-    SimPy schedules at ``now + delay``, which can differ from *when* in the last bit; a time computed
-    ahead (the fast path) must fire at exactly the float the event path would reach.
-    """
-    if when < env.now:
-        raise SimulationError(f"cannot schedule an event at {when} ns, before now ({env.now} ns)")
-    if isinstance(env, CountingEnvironment):
-        env.scheduled += 1
-    heappush(env._queue, (when, priority, next(env._eid), event))  # type: ignore[attr-defined,misc]
-
-
-class CountingEnvironment(simpy.Environment):
-    """A SimPy environment that counts the events it schedules (:attr:`scheduled`).
-
-    Network models use the count to know whether an event due at time T can be shared by another
-    delivery due at T without changing the order events fire in (see :class:`SharedDeliveries`).
-    """
-
-    def __init__(self, initial_time: float = 0) -> None:
-        super().__init__(initial_time)
-        self.scheduled = 0
-        """Events scheduled so far."""
-
-    def schedule(
-        self, event: simpy.Event, priority: simpy.events.EventPriority = simpy.events.NORMAL, delay: float = 0
-    ) -> None:
-        """Schedule *event* as SimPy does, and count it."""
-        self.scheduled += 1
-        super().schedule(event, priority, delay)
-
-
-class SharedDeliveries:
-    """Deliveries due at the same instant share one SimPy event, when that changes nothing.
-
-    Sharing is exact only if no other event was scheduled after the shared one: otherwise that
-    event, due at the same instant, would have fired before a separate delivery event and after the
-    shared one. With a :class:`CountingEnvironment` (what :func:`etsim.simulation.simulate` uses)
-    this is checked; with a plain ``simpy.Environment`` nothing is shared.
-    """
-
-    def __init__(self, env: simpy.Environment) -> None:
-        self.env = env
-        self._due: dict[float, tuple[simpy.Event, int]] = {}
-        self._counting = isinstance(env, CountingEnvironment)
-
-    def event(self, delay: float) -> simpy.Event:
-        """An event that fires *delay* ns from now, shared with other deliveries where exact."""
-        env = self.env
-        if not self._counting:
-            return simpy.events.Timeout(env, delay)
-        when = env.now + delay  # the float SimPy schedules at
-        entry = self._due.get(when)
-        if entry is not None and entry[1] == env.scheduled:  # type: ignore[attr-defined]
-            return entry[0]
-        event = simpy.events.Timeout(env, delay)
-        event.callbacks.append(self._forget)  # type: ignore[union-attr]
-        self._due[when] = (event, env.scheduled)  # type: ignore[attr-defined]
-        return event
-
-    def _forget(self, event: simpy.Event) -> None:
-        entry = self._due.get(self.env.now)
-        if entry is not None and entry[0] is event:
-            del self._due[self.env.now]
 
 
 class NetworkModel:

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import simpy
 
 from etsim.chakra.graph import CollectiveType, Trace
 from etsim.chakra.validate import find_cycle
 from etsim.errors import DeadlockError
-from etsim.network.model import LATE, schedule_at
+from etsim.network.scheduling import LATE, event_at
 from etsim.system.costs import CostModel
 from etsim.workload.bulk import FastPath
 from etsim.workload.collectives import CollectiveCall, Namespace, RankQueue
@@ -167,16 +167,13 @@ class Engine:
         batch = self._ends.get(when)
         if batch is None:
             batch = self._ends[when] = []
-            event = simpy.Event(self.env)
-            event._ok = True
-            event._value = when
+            event = event_at(self.env, when, LATE, when)
             event.callbacks.append(self._settle_ends)
             self._events += 1
-            schedule_at(self.env, event, when, LATE)
         batch.append((algo_run.rank, algo_run.namespace, call, algo_run))
 
     def _settle_ends(self, event: simpy.Event) -> None:
-        batch = self._ends.pop(event._value)
+        batch = self._ends.pop(cast(float, event.value))
         batch.sort(key=_end_order)
         for _rank, _ns, call, algo_run in batch:
             call.end_part(algo_run)
