@@ -34,12 +34,23 @@ def unit_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else "etsim"
 
 
-def imports(path: Path, module: str) -> list[tuple[int, str]]:
-    """Every ``etsim`` module *path* imports, anywhere in the file (functions, TYPE_CHECKING blocks)."""
+def imports(path: Path, module: str, *, type_only: bool = True) -> list[tuple[int, str]]:
+    """Every ``etsim`` module *path* imports, anywhere in the file (functions, and TYPE_CHECKING blocks if *type_only*).
+
+    ``from etsim import files`` and ``from etsim.x import y`` name the module imported: ``etsim.files``, and
+    ``etsim.x.y`` when y is a module, else ``etsim.x``.
+    """
     tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped: set[int] = set()
+    if not type_only:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                skipped.update(id(sub) for sub in ast.walk(node))
     found = []
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names if a.name.startswith("etsim")]
         elif isinstance(node, ast.ImportFrom):
@@ -50,8 +61,15 @@ def imports(path: Path, module: str) -> list[tuple[int, str]]:
             else:
                 target = node.module or ""
             if target.startswith("etsim"):
-                found.append((node.lineno, target))
+                for alias in node.names:
+                    name = f"{target}.{alias.name}"
+                    found.append((node.lineno, name if _is_module(name) else target))
     return found
+
+
+def _is_module(name: str) -> bool:
+    path = PACKAGE.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def modules() -> list[tuple[Path, str]]:
@@ -87,6 +105,33 @@ def test_no_module_imports_from_a_layer_above():
     assert not violations, "\n".join(violations)
 
 
+def test_no_import_cycles_between_modules():
+    """Modules import each other one way only (type-only imports aside): a cycle means two files that should be
+    one, or a base that imports its plug-ins (network/bulk.py once imported every model, which imported it)."""
+    import networkx as nx
+
+    names = {module for _, module in modules()}
+    graph = nx.DiGraph()
+    for path, module in modules():
+        for _, target in imports(path, module, type_only=False):
+            while target not in names and "." in target:
+                target = target.rpartition(".")[0]
+            if target in names and target != module:
+                graph.add_edge(module, target)
+    cycles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_a_plug_in_base_imports_none_of_its_plug_ins():
+    for base, plugins in (("network/bulk.py", "etsim.network.models"), ("network/builders.py", "etsim.network.kinds"),
+                          ("experiment/engines/__init__.py", "etsim.experiment.engines."),
+                          ("producers/workloads/base.py", "etsim.producers.workloads.")):  # fmt: skip
+        path = PACKAGE / base
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+        bad = [t for _, t in imports(path, module) if t.startswith(plugins)]
+        assert not bad, f"{base} imports its plug-ins {bad}"
+
+
 def test_nothing_outside_compat_mentions_astra():
     """Only compat knows ASTRA-sim; the command table may name compat's sub-command (it cannot import it)."""
     hits = []
@@ -107,4 +152,10 @@ def test_the_checker_sees_lazy_relative_and_type_only_imports(tmp_path):
         "def f():\n    from ..system import config\n    import etsim.cli\n"
     )
     found = {target for _, target in imports(path, "etsim.chakra.mod")}
-    assert found == {"etsim.workload.engine", "etsim.system", "etsim.cli"}
+    assert found == {"etsim.workload.engine", "etsim.system.config", "etsim.cli"}
+
+
+def test_the_checker_sees_imports_of_a_subpackage_from_the_package(tmp_path):
+    path = tmp_path / "mod.py"
+    path.write_text("from etsim import files, __version__\nfrom etsim.chakra import Trace\n")
+    assert {target for _, target in imports(path, "etsim.mod")} == {"etsim.files", "etsim", "etsim.chakra"}

@@ -74,8 +74,16 @@ def test_the_initializer_runs_once_per_worker_before_its_tasks(tmp_path: Path) -
     assert len(list(marks.iterdir())) == 2
 
 
-def test_probe_workers_passes_when_workers_can_start() -> None:
-    probe_workers()
+def test_probe_workers_passes_when_workers_can_start_and_refuses_when_they_die(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert probe_workers() is None  # a real worker ran the no-op
+    import etsim.workers
+
+    # A worker that dies before its no-op (what a program read from standard input gets) loses the task.
+    monkeypatch.setattr(etsim.workers, "run_in_workers", lambda fn, tasks, *a, **k: list(tasks))
+    with pytest.raises(SimulationError, match="worker processes die before running anything"):
+        probe_workers()
 
 
 def test_meanwhile_runs_here_while_workers_work_and_an_error_there_ends_them() -> None:

@@ -219,9 +219,7 @@ def _shown_default(f: dataclasses.Field[Any]) -> str:
     return described(f.default) if described is not None else str(f.default)
 
 
-def arguments_given(
-    args: Any, cls: type, *, prefix: str = "", only: Iterable[str] | None = None
-) -> dict[str, Any]:
+def arguments_given(args: Any, cls: type, *, prefix: str = "", only: Iterable[str] | None = None) -> dict[str, Any]:
     """The options of *cls* given on the command line (flags of :func:`add_arguments`): text, or a switch's bool."""
     out: dict[str, Any] = {}
     wanted = None if only is None else set(only)

@@ -135,7 +135,14 @@ def simulate(
                 del caught[:]  # only the attempt that completes speaks
                 try:
                     result = _simulate(
-                        workload, topology, model, model_options, system, progress, progress_interval, observer,
+                        workload,
+                        topology,
+                        model,
+                        model_options,
+                        system,
+                        progress,
+                        progress_interval,
+                        observer,
                         fast_excluded=excluded if reruns < MAX_FAST_RERUNS else None,
                     )
                     break
@@ -248,9 +255,7 @@ def _simulate(
         if engine.fast is not None and (engine.fast.parts or engine.fast.pending):
             # Parts evaluated ahead (or still waiting for members) make a poor report: redo on the event path.
             raise FastPathConflict("the run cannot progress", None)
-        raise DeadlockError(
-            f"the simulation cannot progress at t = {env.now:.1f} ns; " + engine.deadlock_report()
-        )
+        raise DeadlockError(f"the simulation cannot progress at t = {env.now:.1f} ns; " + engine.deadlock_report())
     engine.check_all_received()
     if observer is not None:
         observer.finished(engine)

@@ -66,9 +66,7 @@ def test_report_renders_the_saved_table(saved: tuple[Path, Path, str], capsys: p
     assert len(csv_text.strip().splitlines()) == 1 + 8
 
 
-def test_plots_draw_pictures(
-    saved: tuple[Path, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_plots_draw_pictures(saved: tuple[Path, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("matplotlib")
     out, trace, _ = saved
     code, text, _ = run(capsys, "plot", "timeline", str(trace), "-o", str(tmp_path / "tl.png"), "--max-ranks", "2")

@@ -6,8 +6,6 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -21,5 +19,7 @@ def _gen_module() -> ModuleType:
 
 GEN = _gen_module()
 CORPUS = GEN.corpus_dir()
-FILES = GEN.corpus_files(CORPUS) if CORPUS.is_dir() else []
-needs_corpus = pytest.mark.skipif(not FILES, reason=f"no MSCCL-IR corpus at {CORPUS}")
+# The corpus is required (CI has ../shared beside the clone): a missing one fails these tests, never skips them.
+assert CORPUS.is_dir(), f"the MSCCL-IR corpus is expected at {CORPUS} (../shared/corpus/msccl beside the repository)"
+FILES = GEN.corpus_files(CORPUS)
+assert FILES, f"no MSCCL-IR files found in {CORPUS}"

@@ -13,7 +13,7 @@ from etsim.algo.verify import Verdict, verify_graphs
 from etsim.chakra import CollectiveType as C
 from etsim.producers.msccl import MscclProgram, convert_msccl, convert_program, parse_msccl
 
-from .conftest import CORPUS, needs_corpus
+from .conftest import CORPUS
 
 RING8 = CORPUS / "generated" / "allreduce_ring_n8_c1_i1_LL128.xml"
 
@@ -55,7 +55,6 @@ def sixteen_gpus_moving_data_among_eight() -> MscclProgram:
     return dataclasses.replace(ring8, path="sixteen.xml", ngpus=16, gpus=gpus)
 
 
-@needs_corpus
 def test_a_file_declaring_16_gpus_that_moves_data_among_8_is_wrong():
     conv = convert_program(sixteen_gpus_moving_data_among_eight())
     assert verify_graphs(conv.graphs, C.ALL_REDUCE) == Verdict(
@@ -68,7 +67,6 @@ def test_a_file_declaring_16_gpus_that_moves_data_among_8_is_wrong():
     assert verify_graphs(again.graphs, C.ALL_REDUCE).ok is False
 
 
-@needs_corpus
 @pytest.mark.parametrize(
     "rel",
     [

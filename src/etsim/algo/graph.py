@@ -319,5 +319,3 @@ class AlgorithmBuilder:
         if len(g.data) != len(g.kinds):
             g.data.extend([None] * (len(g.kinds) - len(g.data)))
         return g
-
-

@@ -122,5 +122,3 @@ def minimum_bytes(collective: CollectiveType, n: int, buffer: float) -> dict[str
     }
     sent, received, total = table.get(c, (0.0, 0.0, 0.0))
     return {"sent_per_rank": sent, "received_per_rank": received, "total": total}
-
-

@@ -99,7 +99,6 @@ def parse_collective(text: str | int | CollectiveType) -> CollectiveType:
     raise ValueError(f"unknown collective {text!r}; choose one of: {names}")
 
 
-
 def collective_buffer_bytes(collective: CollectiveType | int | str, comm_size: float, group_size: int) -> float:
     """The whole buffer of a collective whose workload node says *comm_size* bytes, over *group_size* ranks.
 
@@ -111,6 +110,7 @@ def collective_buffer_bytes(collective: CollectiveType | int | str, comm_size: f
     """
     kind = collective if isinstance(collective, CollectiveType) else parse_collective(collective)
     return comm_size * group_size if kind == CollectiveType.ALL_GATHER else comm_size
+
 
 _BY_NAME = {name: CollectiveType(value) for value, name in COLLECTIVE_NAMES.items()}
 

@@ -1,9 +1,9 @@
 """The ``etsim`` command line.
 
-Each sub-command lives in a module exposing ``register(subparsers)`` (listed in
-:data:`COMMAND_MODULES`); the registered handler receives the parsed arguments and returns an exit
-code. Errors of type :class:`~etsim.errors.EtsimError` are printed as one ``etsim: error: …`` line
-with exit code 1.
+Each sub-command lives in a module exposing ``register(subparsers)``, listed in :data:`COMMANDS` (sub-command
+name → module; :data:`COMMAND_MODULES` is derived from it); the registered handler receives the parsed
+arguments and returns an exit code. Errors of type :class:`~etsim.errors.EtsimError` are printed as one
+``etsim: error: …`` line with exit code 1.
 """
 
 from __future__ import annotations

@@ -31,9 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def cmd_gen(args: argparse.Namespace) -> int:
     """Generate the workload the parameters describe and write one file per rank."""
     cls = WORKLOAD_GENERATORS.get(args.kind)
-    generator, options = parse(
-        args.kind, arguments_given(args, cls.Options), key=flag_name, text=True
-    )
+    generator, options = parse(args.kind, arguments_given(args, cls.Options), key=flag_name, text=True)
     paths = write_workload(generator.generate(options), args.output)
     print(f"wrote {len(paths)} file(s): {paths[0]} … {paths[-1]}" if len(paths) > 1 else f"wrote {paths[0]}")
     return 0

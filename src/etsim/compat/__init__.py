@@ -2,7 +2,8 @@
 
 Everything specific to another simulator lives here: :mod:`~etsim.compat.astra` (ASTRA-sim's
 system/remote-memory JSON, its settings of etsim's general mechanisms, ``run_astra``),
-:mod:`~etsim.compat.algorithms` (its variants of the native algorithms),
+:mod:`~etsim.compat.collectives` (its native collective implementations as per-dimension phases, the
+``astra:`` algorithm source),
 :mod:`~etsim.compat.network` (its network YAML) and :mod:`~etsim.compat.cli` (``etsim astra``).
 """
 

@@ -8,9 +8,9 @@ ns, 1 ns minimum compute, custom collectives run as written); its network YAML i
 :class:`~etsim.compat.network.AstraNetworkFormat` (1 GB = 2^30 bytes, latency in ns), and the network
 model runs with integer-ns truncation (congestion-unaware: the whole message charged to the first
 dimension where source and destination differ; congestion-aware: store-and-forward per hop). Native
-algorithm names map to etsim's or to the ``astra_*`` variants of :mod:`etsim.compat.algorithms`
-(``halvingDoubling`` → ``astra_halving_doubling``, a multi-dimensional list of rings →
-``hierarchical`` or ``hierarchical_baseline``), custom collectives to ingested Chakra ET families.
+algorithm lists (``ring,direct;…`` per dimension) become ``astra:`` specs served by
+:mod:`etsim.compat.collectives` (ASTRA-sim's implementations, one phase per dimension), custom collectives
+ingested Chakra ET families.
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ def astra_settings(
         "families_as_written": True,
         "synchronise_collectives": False,  # no cross-NPU barrier: ranks leave a collective on their own messages
     }
+
 
 _COLLECTIVE_KEYS = {
     "all-reduce": "all_reduce",

@@ -110,9 +110,7 @@ TOPOLOGY_BUILDERS: Registry[TopologyBuilder] = Registry(
     "topology kind", "etsim.topology_kinds", TopologyBuilder, builtins="etsim.network.kinds"
 )
 #: Foreign topology file formats: the ``etsim.topology_formats`` entry points.
-TOPOLOGY_FORMATS: Registry[TopologyFormat] = Registry(
-    "topology file format", "etsim.topology_formats", TopologyFormat
-)
+TOPOLOGY_FORMATS: Registry[TopologyFormat] = Registry("topology file format", "etsim.topology_formats", TopologyFormat)
 
 
 def link_params(data: Mapping[str, Any]) -> tuple[float, float]:

@@ -48,6 +48,7 @@ from etsim.network.topology import Topology
 
 __all__ = ["NetworkConfig", "load_network", "load_topology", "topology_from_dict"]
 
+
 @dataclass(frozen=True)
 class NetworkConfig:
     """A loaded network description: the topology plus the selected model and its options.

@@ -149,5 +149,3 @@ class SharedDeliveries:
         entry = self._due.get(self.env.now)
         if entry is not None and entry[0] is event:
             del self._due[self.env.now]
-
-

@@ -68,6 +68,7 @@ def check_size(npus: int) -> None:
 #: A node id: an NPU rank (int) or a switch name (str).
 Node = int | str
 
+
 def link_bandwidth(value: float | str, key: str) -> float:
     """A link bandwidth in bytes per ns: a positive finite number, or a unit string."""
     if isinstance(value, int | float) and not isinstance(value, bool):

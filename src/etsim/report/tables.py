@@ -66,9 +66,7 @@ def collective_lines(collectives: Sequence[CollectiveRecord]) -> list[str]:
     table = _collective_rows(collectives)
     if not table:
         return []
-    lines = [
-        "collectives (per rank: min / max duration; algbw / busbw in GB/s of the slowest rank, as nccl-tests):"
-    ]
+    lines = ["collectives (per rank: min / max duration; algbw / busbw in GB/s of the slowest rank, as nccl-tests):"]
     for r in table:
         lines.append(
             f"  {r['collective']:<15} {format_size(r['bytes']):>10}  {r['algorithm']:<20} x{r['calls']:<5} "
@@ -140,9 +138,7 @@ def _ranks(ranks: Sequence[int], limit: int = 6) -> str:
 def critical_path_lines(cp: dict[str, Any], limit: int = 40) -> list[str]:
     """The critical path node by node (the first and last *limit* / 2 when longer)."""
     lines = ["critical path, node by node (waited: time the node ran while the path was on a peer):"]
-    lines.append(
-        f"  {'from':>12} {'to':>12} {'compute':>11} {'exposed comm':>12} {'other':>10} {'waited':>11}  node"
-    )
+    lines.append(f"  {'from':>12} {'to':>12} {'compute':>11} {'exposed comm':>12} {'other':>10} {'waited':>11}  node")
     nodes = cp["nodes"]
     shown = nodes if len(nodes) <= limit else [*nodes[: limit // 2], None, *nodes[-limit // 2 :]]
     for n in shown:

@@ -259,7 +259,9 @@ class _Builder:
                 if in_flight == 0:
                     total = 0.0  # no rounding residue once the link is empty
                 self.counter_ts.append(t)
-                self.counters.append(f'{{"ph":"C","pid":{pid},"name":{name},"ts":{us(t)},"args":{{"bytes":{total!r}}}}}')
+                self.counters.append(
+                    f'{{"ph":"C","pid":{pid},"name":{name},"ts":{us(t)},"args":{{"bytes":{total!r}}}}}'
+                )
 
     def cut(self, limit: int) -> tuple[float, int]:
         """The time from which nothing is written (inf: everything) and the number of events available."""

@@ -269,9 +269,7 @@ class System:
         state = self._algorithm_state.setdefault((rank, id(inst.algorithm)), {}) if phased else {}
         for c, stream in enumerate(self._stream_sizes(collective, size, n)):
             phases = (
-                inst.algorithm.phases(lookup, n, position, stream=c, state=state)
-                if phased
-                else [Phase(graph)]  # type: ignore[arg-type]  # built above
+                inst.algorithm.phases(lookup, n, position, stream=c, state=state) if phased else [Phase(graph)]  # type: ignore[arg-type]  # built above
             )
             for p, phase in enumerate(phases):
                 g = phase.graph

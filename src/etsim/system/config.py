@@ -181,9 +181,7 @@ class SystemConfig:
     )
     """A collective completes on a rank only once every member of its group has issued it (a barrier
     of zero bytes synchronises; a broadcast root waits for its receivers)."""
-    families_as_written: bool = option(
-        False, "run ingested algorithm families as written", Boolean(), flag=False
-    )
+    families_as_written: bool = option(False, "run ingested algorithm families as written", Boolean(), flag=False)
     """Run ingested Chakra ET algorithm families as written: one stream, the files' absolute sizes, no
     endpoint or stream delay, COMP nodes cost their own duration (at least ``min_compute_ns``)."""
     fast_path: bool = option(

@@ -4,7 +4,6 @@
 values and returns one :class:`Measurement` each, in the same order. With ``jobs == 1`` everything runs in
 this process; otherwise ``jobs`` worker processes (:func:`etsim.workers.run_in_workers`) take them in chunks,
 each worker building the network once (and so synthesising a ``tacos`` candidate once per group).
-An experiment engine can replace this function without touching its callers.
 """
 
 from __future__ import annotations

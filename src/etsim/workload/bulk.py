@@ -113,7 +113,7 @@ def plan_graph(graph: AlgoGraph, n: int) -> GraphPlan:
             if chunks[r] != chunks[s]:
                 return GraphPlan("a receive and its send differ in size")
             match[r] = s
-    for (kind, offset, tag) in chains:
+    for kind, offset, tag in chains:
         if kind == SEND and (RECV, (-offset) % n, tag) not in chains:
             return GraphPlan(f"its sends at offset {offset}, tag {tag} are never received")
     # Order: dependencies, send before its receive, channel order; Kahn with the lowest index first.

@@ -130,5 +130,3 @@ def _ray_round(ray: Any, remote: Any, batches: list[list[PointTask]], on_outcome
 def _worker_died(exc: BaseException) -> bool:
     cause = getattr(exc, "cause", None)
     return type(cause).__name__ in ("WorkerCrashedError", "SystemExit") or "died" in str(exc).lower()
-
-

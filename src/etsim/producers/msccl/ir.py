@@ -60,6 +60,7 @@ def msccl_collective(coll: str) -> CollectiveType | None:
         return _EXTRA_COLLS[coll]
     return parse_collective(coll)
 
+
 BUFFERS = ("i", "o", "s")
 """Buffer names: input, output, scratch."""
 WHY_UNKNOWN = {
@@ -173,8 +174,6 @@ class MscclProgram:
     def num_steps(self) -> int:
         """All ``<step>`` elements, nops included."""
         return sum(len(tb.steps) for gpu in self.gpus for tb in gpu.tbs)
-
-
 
 
 def step_uses(kind: str, role: str) -> bool:

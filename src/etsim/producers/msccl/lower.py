@@ -306,8 +306,6 @@ def convert_msccl(
     return convert_program(replicate_instances(program, instances))
 
 
-
-
 def _iter_steps(program: MscclProgram) -> Iterable[tuple[MscclGpu, MscclTb, MscclStep]]:
     for gpu in program.gpus:
         for tb in gpu.tbs:

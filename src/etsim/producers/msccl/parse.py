@@ -361,5 +361,3 @@ def replicate_instances(program: MscclProgram, instances: int) -> MscclProgram:
             replace(gpu, i_chunks=gpu.i_chunks * k, o_chunks=gpu.o_chunks * k, s_chunks=gpu.s_chunks * k, tbs=tbs)
         )
     return replace(program, nchunksperloop=program.nchunksperloop * k, nchannels=program.nchannels * k, gpus=gpus)
-
-

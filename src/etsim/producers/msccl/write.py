@@ -47,5 +47,3 @@ def conversion_traces(conversion: MscclConversion) -> list[Trace]:
 def write_msccl_et(conversion: MscclConversion, prefix: str | os.PathLike[str]) -> list[Path]:
     """Write ``PREFIX.<gpu>.et`` for every GPU (a trailing ``.et`` on *prefix* is dropped)."""
     return write_family(conversion_traces(conversion), prefix)
-
-

@@ -365,5 +365,3 @@ def concat(first: Schedule, second: Schedule) -> Schedule:
         out.chunk.extend(s.chunk)
         out.start.extend(s.start)
     return retime(out)
-
-
