@@ -132,6 +132,12 @@ def test_a_plug_in_base_imports_none_of_its_plug_ins():
         assert not bad, f"{base} imports its plug-ins {bad}"
 
 
+def test_no_source_file_is_over_600_lines():
+    """A file that long holds several jobs: split it by job (issue 19 split spec.py, algorithm.py, verify.py)."""
+    long = {str(path.relative_to(ROOT)): n for path, _ in modules() if (n := len(path.read_text().splitlines())) > 600}
+    assert not long, long
+
+
 def test_nothing_outside_compat_mentions_astra():
     """Only compat knows ASTRA-sim; the command table may name compat's sub-command (it cannot import it)."""
     hits = []
