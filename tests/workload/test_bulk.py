@@ -80,7 +80,7 @@ NATIVE = {
 }
 
 
-@pytest.mark.parametrize("model", ["analytical", "link", "ideal"])
+@pytest.mark.parametrize("model", ["analytical", "link", "ideal", "flow"])
 @pytest.mark.parametrize("algorithm", sorted(NATIVE))
 def test_every_native_algorithm_every_topology(algorithm: str, model: str) -> None:
     """Each native algorithm, each collective it implements, on 1-D, 2-D, switched and hypercube networks."""
@@ -96,7 +96,7 @@ def test_every_native_algorithm_every_topology(algorithm: str, model: str) -> No
         assert taken > 0
 
 
-@pytest.mark.parametrize("model", ["analytical", "link"])
+@pytest.mark.parametrize("model", ["analytical", "link", "flow"])
 @pytest.mark.parametrize(
     "settings_",
     [
@@ -261,7 +261,7 @@ def random_runs(draw: st.DrawFn) -> tuple[Workload, SystemConfig, Topology, str]
             "resources": {"comm_streams": draw(st.sampled_from([0, 1]))},
         }
     )
-    return workload, system, TOPOLOGIES[draw(TOPOLOGY_CHOICES)](), draw(st.sampled_from(["analytical", "link"]))
+    return workload, system, TOPOLOGIES[draw(TOPOLOGY_CHOICES)](), draw(st.sampled_from(["analytical", "link", "flow"]))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

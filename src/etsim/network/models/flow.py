@@ -1,0 +1,414 @@
+"""``flow``: a flow-level network: cut-through messages sharing links max-min fairly.
+
+The model the field uses between store-and-forward links and congestion-unaware formulas (SimGrid's network
+models are its best-known validated instance): each message is a *flow* over its route; at any instant the
+flows that share links get a max-min fair share of the links' bandwidth (progressive filling); a flow's rate
+changes only when a flow starts or ends.
+
+Physics, for a message of S bytes over a route of links with bandwidths ``B_i`` and latencies ``L_i``:
+
+- its bytes drain at the rate it is given, from the instant it is sent; alone, that rate is the bottleneck
+  ``min B_i``, so it has drained after ``S / min B_i``;
+- latency is paid once per hop by the head of the message, not per byte per hop (cut-through, as
+  NVLink/NVSwitch, InfiniBand and RoCE fabrics forward): the message is delivered ``Σ L_i`` after its last
+  byte left the source, ``Σ L_i + S / min B_i`` after it was sent when it is alone;
+- k equal messages sent together over one link each get B/k and are delivered together, ``L + k·S/B`` after
+  they were sent; a flow crossing two links shares each with the flows there, and gets what the tighter link
+  leaves it (the textbook max-min examples hold; ``tests/network/test_flow.py``);
+- zero-byte messages take ``Σ L_i``; a message to its own NPU is delivered at once.
+
+Rates are recomputed only for the flows connected (through shared links) to a flow that started or ended, and
+once per instant: flows that start at one instant are allocated together, after the instant's other events. The
+only SimPy events are one per distinct completion instant and one per delivery; there is no event per packet
+and no process per flow. Flows are flat lists indexed by a recycled slot.
+
+:meth:`link_stats` reports each link's bytes, its busy time ``bytes / bandwidth`` (the time the link needed to
+carry them, as for ``analytical``) and the messages that crossed it. The fast path (:class:`FlowTiming`) takes a
+collective whose messages never share a link while they drain, where the model reduces to the closed form.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from etsim.errors import FastPathConflict
+from etsim.network.bulk import BulkTiming
+from etsim.network.model import NETWORK_MODELS, LinkStats, NetworkModel
+from etsim.network.scheduling import LATE, event_at, succeed_at
+from etsim.network.topology import Topology
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["FlowNetwork", "FlowTiming"]
+
+
+@NETWORK_MODELS.register("flow")
+class FlowNetwork(NetworkModel):
+    """Cut-through messages as flows with max-min fair shares of the links they cross (see the module docstring).
+
+    Args:
+        env: the SimPy environment.
+        topology: the network.
+        **options: the base options (``router``, ``seed``).
+    """
+
+    name = "flow"
+    summary = "cut-through flows sharing links max-min fairly"
+
+    @dataclass(frozen=True, kw_only=True)
+    class Options(NetworkModel.Options):
+        """Options of the flow model (the base ones)."""
+
+    def __init__(self, env: simpy.Environment, topology: Topology, **options: Any) -> None:
+        super().__init__(env, topology, **options)
+        n = len(topology.links)
+        self._bw = topology.bandwidths
+        self._lat = topology.latencies
+        self._bytes = [0.0] * n
+        self._msgs = [0] * n
+        # Per route: (links, Σ latency, bottleneck bandwidth).
+        self._routes: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
+        # Flows, by slot: route, bytes left at `last`, rate (0 until allocated), when `left` was last brought up
+        # to date, predicted end of draining, the delivery event, Σ latency, and a version that stale heap
+        # entries carry.
+        self._f_route: list[tuple[int, ...]] = []
+        self._f_left: list[float] = []
+        self._f_rate: list[float] = []
+        self._f_last: list[float] = []
+        self._f_end: list[float] = []
+        self._f_done: list[simpy.Event | None] = []
+        self._f_lat: list[float] = []
+        self._f_version: list[int] = []
+        self._free_slots: list[int] = []
+        # Flows on each link (insertion-ordered: allocation iterates them deterministically).
+        self._on_link: list[dict[int, None]] = [{} for _ in range(n)]
+        # Links whose flows must be reallocated at the end of this instant; the instant it is armed for.
+        self._dirty: dict[int, None] = {}
+        self._realloc_at: float | None = None
+        # (end, seq, slot, version): predicted ends of draining; the instants a wake-up is armed for.
+        self._due: list[tuple[float, int, int, int]] = []
+        self._seq = 0
+        self._armed: set[float] = set()
+        # The fast path's claims: until when (and by whom) a collective evaluated ahead uses each link; and when
+        # each link's last flow (either path's) finished draining.
+        self._claim = [-1.0] * n
+        self._claim_owner: list[tuple[object, int | None]] = [(None, None)] * n
+        self._busy_until = [0.0] * n
+
+    # -- routes -------------------------------------------------------------------------------------------------
+
+    def _route(self, src: int, dst: int) -> tuple[tuple[int, ...], float, float]:
+        found = self._routes.get((src, dst))
+        if found is None:
+            links = tuple(self.router.lookup(src, dst))
+            latency = 0.0
+            for link in links:
+                latency += self._lat[link]
+            bottleneck = min((self._bw[link] for link in links), default=float("inf"))
+            found = self._routes[src, dst] = (links, latency, bottleneck)
+        return found
+
+    # -- sending ------------------------------------------------------------------------------------------------
+
+    def transfer(self, src: int, dst: int, size: float) -> simpy.Event:
+        """Start the message's flow now; return its delivery event."""
+        links, latency, _ = self._route(src, dst)
+        if not size >= 0:
+            raise self._bad_size(size)
+        env = self.env
+        if not links:
+            return env.timeout(0)
+        now = env.now
+        for link in links:
+            if now < self._claim[link]:
+                raise self._conflict(link, now)
+            self._bytes[link] += size
+            self._msgs[link] += 1
+        if size == 0:
+            return env.timeout(latency)
+        done = env.event()
+        slot = self._new_flow(links, size, latency, done, now)
+        self._admit(slot, now)
+        return done
+
+    def _admit(self, slot: int, now: float) -> None:
+        """The flow starts draining now: it takes its share of every link of its route from this instant on."""
+        self._f_last[slot] = now
+        for link in self._f_route[slot]:
+            self._on_link[link][slot] = None
+            self._dirty[link] = None
+        self._arm_realloc(now)
+
+    def _new_flow(self, links: tuple[int, ...], size: float, latency: float, done: simpy.Event, now: float) -> int:
+        if self._free_slots:
+            slot = self._free_slots.pop()
+            self._f_route[slot] = links
+            self._f_left[slot] = size
+            self._f_rate[slot] = 0.0
+            self._f_last[slot] = now
+            self._f_end[slot] = float("inf")
+            self._f_done[slot] = done
+            self._f_lat[slot] = latency
+            self._f_version[slot] += 1
+            return slot
+        self._f_route.append(links)
+        self._f_left.append(size)
+        self._f_rate.append(0.0)
+        self._f_last.append(now)
+        self._f_end.append(float("inf"))
+        self._f_done.append(done)
+        self._f_lat.append(latency)
+        self._f_version.append(0)
+        return len(self._f_route) - 1
+
+    def _conflict(self, link: int, now: float) -> FastPathConflict:
+        namespace, signature = self._claim_owner[link]
+        return FastPathConflict(
+            f"link {link} carries a flow at {now} ns while a collective evaluated ahead ({namespace}) uses it",
+            namespace,
+            signature,
+        )
+
+    # -- time: completions and reallocation ----------------------------------------------------------------------
+
+    def _arm_realloc(self, now: float) -> None:
+        if self._realloc_at != now:
+            self._realloc_at = now
+            event_at(self.env, now, LATE, now).callbacks.append(self._reallocate_event)
+
+    def _reallocate_event(self, event: simpy.Event) -> None:
+        self._realloc_at = None
+        self._reallocate(self.env.now)
+
+    def _arm_wake(self) -> None:
+        due = self._due
+        while due:
+            end, _, slot, version = due[0]
+            if self._f_version[slot] == version and self._f_done[slot] is not None:
+                if end not in self._armed:
+                    self._armed.add(end)
+                    event_at(self.env, end, 1, end).callbacks.append(self._wake)
+                return
+            heapq.heappop(due)
+
+    def _wake(self, event: simpy.Event) -> None:
+        now = self.env.now
+        self._armed.discard(now)
+        self._complete_due(now)
+        if self._dirty:  # the flows that shared links with the ended ones: reallocated once this instant is done
+            self._arm_realloc(now)
+        else:
+            self._arm_wake()
+
+    def _complete_due(self, now: float) -> None:
+        """End every flow whose predicted end of draining is due; its delivery follows after its latency."""
+        due = self._due
+        while due and due[0][0] <= now:
+            _, _, slot, version = heapq.heappop(due)
+            done = self._f_done[slot]
+            if self._f_version[slot] != version or done is None:
+                continue
+            busy_until = self._busy_until
+            for link in self._f_route[slot]:
+                del self._on_link[link][slot]
+                self._dirty[link] = None
+                if busy_until[link] < now:
+                    busy_until[link] = now  # the fast path must not start a flow here before this
+            self._f_done[slot] = None
+            self._free_slots.append(slot)
+            succeed_at(self.env, done, self._f_lat[slot])
+
+
+    def _reallocate(self, now: float) -> None:
+        """Max-min fair rates for the flows connected to the dirty links; new predicted ends where rates changed."""
+        self._complete_due(now)
+        on_link = self._on_link
+        seen_links: dict[int, None] = {}
+        flows: dict[int, None] = {}
+        stack = list(self._dirty)
+        self._dirty.clear()
+        for link in stack:
+            seen_links[link] = None
+        while stack:
+            link = stack.pop()
+            for slot in on_link[link]:
+                if slot not in flows:
+                    flows[slot] = None
+                    for other in self._f_route[slot]:
+                        if other not in seen_links:
+                            seen_links[other] = None
+                            stack.append(other)
+        if flows:
+            self._allocate(sorted(flows), sorted(seen_links), now)
+        self._arm_wake()
+
+    def _allocate(self, flows: list[int], links: list[int], now: float) -> None:
+        """Progressive filling: the tightest link fixes the share of its flows, which leave; repeat."""
+        route, rate_of = self._f_route, self._f_rate
+        left_cap = {link: self._bw[link] for link in links}
+        count = {link: 0 for link in links}
+        for slot in flows:
+            for link in route[slot]:
+                count[link] += 1
+        heap = [(left_cap[link] / count[link], link) for link in links if count[link]]
+        heapq.heapify(heap)
+        fixed: dict[int, float] = {}
+        while heap:
+            share, link = heapq.heappop(heap)
+            if not count[link]:
+                continue
+            current = left_cap[link] / count[link]
+            if current != share:  # shares only grow as flows leave: a stale entry goes back with its new value
+                heapq.heappush(heap, (current, link))
+                continue
+            for slot in self._on_link[link]:
+                if slot in fixed:
+                    continue
+                fixed[slot] = share
+                for other in route[slot]:
+                    left_cap[other] -= share
+                    count[other] -= 1
+        for slot in flows:
+            rate = fixed[slot]
+            if rate == rate_of[slot]:
+                continue  # unchanged: its predicted end stands, to the bit
+            old = rate_of[slot]
+            if old:
+                self._f_left[slot] -= old * (now - self._f_last[slot])
+            self._f_last[slot] = now
+            rate_of[slot] = rate
+            end = now + self._f_left[slot] / rate
+            self._f_end[slot] = end
+            self._f_version[slot] += 1
+            self._seq += 1
+            heapq.heappush(self._due, (end, self._seq, slot, self._f_version[slot]))
+
+    # -- reporting and the fast path ------------------------------------------------------------------------------
+
+    def link_stats(self) -> list[LinkStats]:
+        """Bytes, the time they need at the link's bandwidth, and messages, per directed link so far."""
+        topo = self.topology
+        return [
+            LinkStats(i, u, v, self._bw[i], self._lat[i], self._bytes[i], self._bytes[i] / self._bw[i], self._msgs[i])
+            for i, (u, v) in enumerate(topo.links)
+        ]
+
+    def bulk_timing(self) -> FlowTiming:
+        """Delivery times in bulk for collectives whose messages never share a link while they drain."""
+        return FlowTiming(self)
+
+
+class FlowTiming(BulkTiming):
+    """``flow`` in bulk: exact while no two flows share a link, which it checks message by message.
+
+    A lone flow is the closed form: delivered at ``(t + size / min B) + Σ L``, the floats the event path computes.
+    So a message is timed here only if none of its links carries an event-path flow now, and on each of its links
+    the previous flow (of either path) had drained by the time it starts (messages are checked in the order they
+    start on each link; one that starts before an earlier-checked one is refused). A part is evaluated when its
+    last member starts, so its first messages may start earlier: the model remembers when each link's last flow
+    ended for that. Committed links are claimed up
+    to the end of their last flow: an event-path flow that starts on one before then raises
+    :class:`~etsim.errors.FastPathConflict`, and the run is redone with that collective on the event path.
+    """
+
+    stateful = True
+
+    def __init__(self, model: FlowNetwork) -> None:
+        import numpy as np
+
+        self.model = model
+        n = len(model._bw)
+        self.active = np.array([bool(flows) for flows in model._on_link], dtype=bool)
+        self.busy_until = np.array(model._busy_until, dtype=float)
+        self.last_start = np.full(n, -1.0)
+        # Statistics continue the model's, in the order the event path would add them (each link's flows in turn).
+        self.bytes = np.array(model._bytes, dtype=float)
+        self.msgs = np.array(model._msgs, dtype=np.int64)
+        self.touched = np.zeros(n, dtype=bool)
+        self._routes: dict[tuple[int, int], tuple[Any, ...]] = {}
+
+    def _route(self, src: np.ndarray, dst: np.ndarray) -> tuple[Any, Any, Any, Any]:
+        """``(matrix, valid, latency, bottleneck)`` of the routes from ``src[i]`` to ``dst[i]`` (cached by identity)."""
+        key = (id(src), id(dst))
+        found = self._routes.get(key)
+        if found is None:
+            import numpy as np
+
+            routes = [self.model._route(s, d) for s, d in zip(src.tolist(), dst.tolist(), strict=True)]
+            width = max((len(r[0]) for r in routes), default=0)
+            matrix = np.full((len(routes), max(width, 1)), -1, dtype=np.int64)
+            for i, (links, _, _) in enumerate(routes):
+                matrix[i, : len(links)] = links
+            latency = np.array([r[1] for r in routes], dtype=float)  # summed in route order, as the event path does
+            bottleneck = np.array([r[2] for r in routes], dtype=float)
+            found = self._routes[key] = (matrix, matrix >= 0, latency, bottleneck, src, dst)
+        return found[0], found[1], found[2], found[3]
+
+    def refuses(self, group: np.ndarray, offsets: list[int]) -> str | None:
+        """Refuse when the messages of one step share a link (they would share its bandwidth)."""
+        import numpy as np
+
+        n = len(group)
+        positions = np.arange(n)
+        for offset in offsets:
+            matrix, valid, _, _ = self._route(group, group[(positions + offset) % n])
+            links = matrix[valid]
+            if len(np.unique(links)) != len(links):
+                return f"messages at offset {offset} share a link"
+        return None
+
+    def send(
+        self, src: np.ndarray, dst: np.ndarray, size: float, t: np.ndarray, after: float, cause: tuple[int, int]
+    ) -> np.ndarray | None:
+        """``(t + after) + size / min B + Σ L`` per message, or None where a link would be shared."""
+        import numpy as np
+
+        matrix, valid, latency, bottleneck = self._route(src, dst)
+        start = t + after if after > 0 else t
+        if not valid.any():
+            return start.copy()
+        if size == 0:
+            self._count(matrix, valid, size)
+            return start + latency
+        links = matrix[valid]
+        starts = np.broadcast_to(start[:, None], matrix.shape)[valid]
+        if len(np.unique(links)) != len(links):
+            return None  # two messages on one link in one step
+        if bool(self.active[links].any()):
+            return None  # an event-path flow drains there now
+        if bool((starts < self.last_start[links]).any()) or bool((starts < self.busy_until[links]).any()):
+            return None  # out of order, or the link still drains an earlier message
+        end = start + size / bottleneck
+        self.busy_until[links] = np.broadcast_to(end[:, None], matrix.shape)[valid]
+        self.last_start[links] = starts
+        self._count(matrix, valid, size)
+        return end + latency
+
+    def _count(self, matrix: Any, valid: Any, size: float) -> None:
+        import numpy as np
+
+        links = matrix[valid]
+        np.add.at(self.bytes, links, size)  # (zero-byte messages may share a link)
+        np.add.at(self.msgs, links, 1)
+        self.touched[links] = True
+
+    def commit(self, owner: tuple[object, int]) -> None:
+        """Add the statistics, and claim every link used up to the end of its last flow."""
+        model = self.model
+        model._bytes = self.bytes.tolist()
+        model._msgs = self.msgs.tolist()
+        for link in self.touched.nonzero()[0].tolist():
+            end = float(self.busy_until[link])
+            model._busy_until[link] = end
+            model._claim[link] = end
+            model._claim_owner[link] = owner
+        self._routes.clear()
+
+    def abort(self) -> None:
+        """Leave the model as it was."""
+        self._routes.clear()
