@@ -29,6 +29,9 @@ Cases:
                        so float arithmetic is exact in any order and the comparison is bit-for-bit)
   heap-net-torus-a2a   its reference: a bare heapq store-and-forward loop over the same messages and routes
                        (``model.route``), per-link FIFO busy-until times, one heap event per hop
+  net-flow-a2a-N[-staggered]  the flow model alone (no walker): every NPU of an N-NPU switch sends 1 MiB to every
+                       other, all at t = 0, or at seeded random times within 100 us (N = 8 … 128: 56 to 16,256 flows,
+                       up to N - 1 sharing each link); the scaling curve of docs/network-models.md
   simpy-baseline-1m    (from bench_network) the driver of net-chains-1m-analytical with a bare SimPy timeout per
                        message: the ceiling of a one-event-per-message model
   net-chains-1m-analytical  (from bench_network) 1,000,000 analytical transfers on a 64-NPU ring, 64
@@ -48,12 +51,18 @@ Whole processes (the command a user types, timed from outside: wall s, CPU s of 
 inputs are generated in the work directory before the clock starts; see PROCESS_CASES):
   run-ring-P-MODEL     ``etsim run`` of one 256 MiB ring all-reduce on P NPUs of a ring (50 GB/s, 1 us),
                        MODEL analytical or link (P = 1024, 4096); reference: heap-ring-P
-  run-direct-switch-1024-link  ``etsim run --algo direct`` of a 64 MiB all-reduce on a 1024-NPU switch
+  run-direct-switch-1024-MODEL  ``etsim run --algo direct`` of a 64 MiB all-reduce on a 1024-NPU switch, MODEL
+                       analytical, link or flow
+  run-mesh8x8-ring-M   ``etsim run --algo ring`` of the shipped 64 MiB all-reduce on an 8x8 mesh, M analytical, flow,
+                       link or packets (link with 4 KiB packets, the packet-level reference of flow)
+  run-a2a-256-MODEL    ``etsim run --algo direct`` of a 64 MiB all-to-all on 256 NPUs, a ring of 16 (200 GB/s, 100
+                       ns) times a switch of 16 (50 GB/s, 1 us), MODEL analytical, flow or link
   astra-ring-1024-BACKEND, astra-direct-switch-1024-BACKEND  ``etsim astra`` of ASTRA-sim inputs (64 MiB
                        all-reduce, Ring / Switch of 1024 NPUs, 50 GB/s, 500 ns, endpoint delay 10, local-mem-bw
                        1600, one split), BACKEND unaware or aware
   run-8npu             ``etsim run workloads/allreduce_8npus_1MiB.et`` (start-up dominated)
-  run-dp-64-MODEL      ``etsim run`` of a data-parallel training step: 64 NPUs, 128 layers, 16 MiB gradient
+  run-dp-64-MODEL      ``etsim run`` of a data-parallel training step (MODEL analytical, link or flow): 64 NPUs,
+                       128 layers, 16 MiB gradient
                        all-reduce per layer overlapping the backward pass (``etsim workload gen dp``)
   synth-tacos-32x32    ``etsim synth tacos`` of an all-gather on topologies/mesh32x32.yaml, writing the family
   write-1m             (in process) write the 1,000,000-node trace of load-1m back to disk
@@ -328,6 +337,31 @@ def _bench_network_case(case: str) -> dict[str, float]:
     return _report(wall, cpu, _rss_mb(), msgs, _sim_events(env) - e0 - 1, env.now)
 
 
+def net_flow_a2a(npus: int, staggered: bool) -> dict[str, float]:
+    """The flow model alone: every NPU of a switch sends 1 MiB to every other one, all at t = 0 (every flow in flight
+    at once, one allocation) or at seeded random times within 100 us (an allocation per start and end)."""
+    import random
+
+    from etsim.network import build_model, switch
+    from etsim.network.model import CountingEnvironment
+
+    env = CountingEnvironment()
+    model = build_model(env, switch(npus, BW, LAT), "flow")
+    rng = random.Random(A2A_SEED)
+    e0 = _sim_events(env)
+    t0, c0 = time.perf_counter(), time.process_time()
+    for src, dst in a2a_pairs(npus):
+        if staggered:
+            env.timeout(rng.uniform(0, 100_000)).callbacks.append(
+                lambda _e, s=src, d=dst: model.transfer(s, d, 1 << 20)
+            )
+        else:
+            model.transfer(src, dst, 1 << 20)
+    env.run()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return _report(wall, cpu, _rss_mb(), npus * (npus - 1), _sim_events(env) - e0 - 1, env.now)
+
+
 def experiment_1000(workdir: Path, engine: str) -> dict[str, float]:
     """Time a 1,000-point sweep end to end with the given engine."""
     from etsim.experiment import load_experiment, run_experiment
@@ -394,10 +428,28 @@ PROCESS_CASES: dict[str, tuple[list[str], str]] = {
         for p in (1024, 4096)
         for m in ("analytical", "link")
     },
-    "run-direct-switch-1024-link": (
-        ["{w}/ar64m1024", "--topology", "{w}/switch1024.yaml", "--algo", "direct", "--model", "link", "--quiet"],
-        "switch1024",
-    ),
+    **{
+        f"run-direct-switch-1024-{m}": (
+            ["{w}/ar64m1024", "--topology", "{w}/switch1024.yaml", "--algo", "direct", "--model", m, "--quiet"],
+            "switch1024",
+        )
+        for m in ("analytical", "link", "flow")
+    },
+    **{
+        f"run-mesh8x8-ring-{m}": (
+            ["workloads/allreduce_64npus_64MiB.et", "--algo", "ring", "--topology", "{w}/mesh8x8_" + m + ".yaml",
+             "--quiet"],
+            "mesh8x8",
+        )
+        for m in ("analytical", "flow", "link", "packets")
+    },
+    **{
+        f"run-a2a-256-{m}": (
+            ["{w}/a2a256", "--algo", "direct", "--topology", "{w}/ring16_switch16.yaml", "--model", m, "--quiet"],
+            "a2a256",
+        )
+        for m in ("analytical", "flow", "link")
+    },
     **{
         f"astra-ring-1024-{b}": (
             ["astra", "--workload-configuration", "{w}/ar64m1024", "--system-configuration", "{w}/astra_ring.json",
@@ -415,7 +467,7 @@ PROCESS_CASES: dict[str, tuple[list[str], str]] = {
         for b in ("unaware", "aware")
     },
     "run-8npu": (["workloads/allreduce_8npus_1MiB.et", "--quiet"], ""),
-    **{f"run-dp-64-{m}": (["{w}/dp64", "--model", m, "--quiet"], "dp64") for m in ("analytical", "link")},
+    **{f"run-dp-64-{m}": (["{w}/dp64", "--model", m, "--quiet"], "dp64") for m in ("analytical", "link", "flow")},
     "synth-tacos-32x32": (
         ["synth", "tacos", "--topology", "topologies/mesh32x32.yaml", "--collective", "all_gather",
          "-o", "{w}/tacos/ag"],
@@ -452,6 +504,20 @@ def prepare(kind: str, workdir: Path) -> None:
             (workdir / f"astra_{name}1024.yml").write_text(
                 f"topology: [ {kind_} ]\nnpus_count: [ 1024 ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n"
             )
+    elif kind == "mesh8x8":
+        networks = {"analytical": "{model: analytical}", "flow": "{model: flow}", "link": "{model: link}",
+                    "packets": "{model: link, packet_size: 4 KiB}"}  # fmt: skip
+        for m, network in networks.items():
+            (workdir / f"mesh8x8_{m}.yaml").write_text(
+                f"kind: mesh\nshape: [8, 8]\nbandwidth: 50 GB/s\nlatency: 500 ns\nnetwork: {network}\n"
+            )
+    elif kind == "a2a256":
+        if not (workdir / "a2a256.0.et").exists():
+            write_workload(collective_workload(CollectiveType.ALL_TO_ALL, 64 * 2**20, 256), workdir / "a2a256")
+        (workdir / "ring16_switch16.yaml").write_text(
+            "kind: product\ndims:\n  - {kind: ring, npus: 16, bandwidth: 200 GB/s, latency: 100 ns}\n"
+            "  - {kind: switch, npus: 16, bandwidth: 50 GB/s, latency: 1 us}\n"
+        )
     elif kind == "dp64" and not (workdir / "dp64.0.et").exists():
         from etsim.producers.workloads import data_parallel_workload
 
@@ -529,6 +595,9 @@ def run_case(case: str, workdir: Path) -> dict[str, float]:
     if case.startswith("net-ring-"):
         _, _, p_text, model = case.split("-")
         return net_ring(int(p_text), model)
+    if case.startswith("net-flow-a2a-"):
+        parts = case.split("-")
+        return net_flow_a2a(int(parts[3]), staggered=parts[-1] == "staggered")
     if case == "net-torus-a2a-link":
         return net_torus_a2a()
     if case == "heap-net-torus-a2a":
@@ -555,8 +624,9 @@ CASES = ("load-1m", "load-1m-lean", "heap-ring-256", "ring-ar-256-analytical", "
          "net-ring-256-analytical", "net-ring-256-link", "net-ring-1024-analytical", "net-ring-1024-link",
          "heap-net-torus-a2a", "net-torus-a2a-link", "verify-ring-ar-256")  # fmt: skip
 EXPERIMENT_CASES = ("experiment-1000", "experiment-1000-ray")
-ALL_CASES = (*CASES, "heap-ring-4096", "ring-ar-4096-analytical", "ring-ar-4096-link", "verify-ring-ar-1024",
-             *PORTED, *EXPERIMENT_CASES, *PROCESS_CASES, "write-1m")  # fmt: skip
+FLOW_CASES = tuple(f"net-flow-a2a-{n}{s}" for n in (8, 16, 32, 64, 128) for s in ("", "-staggered"))
+ALL_CASES = (*CASES, *FLOW_CASES, "heap-ring-4096", "ring-ar-4096-analytical", "ring-ar-4096-link",
+             "verify-ring-ar-1024", *PORTED, *EXPERIMENT_CASES, *PROCESS_CASES, "write-1m")  # fmt: skip
 #: Ratio targets of the network-layer cases (model CPU time / heap reference CPU time) by model name.
 TARGETS = {"analytical": 2.0, "link": 3.0}
 

@@ -10,7 +10,7 @@ statistics) minus how the run went (wall clock, events, bulk parts, reruns), or 
     python scripts/snapshot.py --list                          # case names only
 
 Cases: every shipped 8-NPU workload × native, shipped-family and MSCCL-IR algorithms × 1-D, 2-D
-and irregular topologies × the ``analytical``, ``link`` and packetised ``link`` models, some with
+and irregular topologies × the ``analytical``, ``link``, packetised ``link`` and ``flow`` models, some with
 chunks, endpoint delay and reduction costs; the 64-NPU shipped run; TACOS-synthesised families;
 and ``etsim astra`` runs over ASTRA-sim's native algorithms, splits, active chunks, policies and
 both back ends.
@@ -115,12 +115,12 @@ def _run_cases(tmp: Path) -> Iterator[Case]:
 
     for wl in wl8:
         for topo in topos8:
-            for model in ("analytical", "link"):
+            for model in ("analytical", "link", "flow"):
                 for algo in natives:
                     yield case(wl, topo, algo, model)
     for wl in ("allreduce_8npus_1MiB", "dp_8npus_4layers"):
         for topo in ("ring8", "switch8", "graph8_two_switches"):
-            for model in ("analytical", "link", "link-packet"):
+            for model in ("analytical", "link", "link-packet", "flow"):
                 for algo in families:
                     yield case(wl, topo, algo, model)
                 for xml in xmls:
@@ -144,11 +144,11 @@ def _run_cases(tmp: Path) -> Iterator[Case]:
                 write_workload(collective_workload(ctype, 1 << 22, npus), prefix)
             name = str(prefix)
             loaded.setdefault(name, load_workload(prefix))
-            for model in ("analytical", "link"):
+            for model in ("analytical", "link", "flow"):
                 for algo in ("ring", "direct", "hierarchical", "hierarchical_baseline", "hd"):
                     yield case(name, topo, algo, model)
                 yield case(name, topo, "ring", model, chunks=4, reduction_bandwidth=200.0)
-    for model in ("analytical", "link"):
+    for model in ("analytical", "link", "flow"):
         yield case("allreduce_64npus_64MiB", None, "ring", model)
         yield case("allreduce_64npus_64MiB", "switch64", "direct", model)
     yield case("allreduce_64npus_64MiB", None, "algorithms/ring", "analytical")

@@ -311,6 +311,6 @@ def _check_physical(stats: list[LinkStats], finish: float, model_name: str, topo
         f"network model {model_name!r} ignores contention, and this result is faster than the links can carry: "
         f"link {worst.link} ({worst.src} -> {worst.dst}) carried {format_size(worst.bytes)}, which takes "
         f"{format_time(worst.busy)} at {format_bandwidth(worst.bandwidth)}, but the run finished at "
-        f"{format_time(finish)} ({len(over)} link(s) like this); use --model link (congestion-aware) for a "
-        "physical bound"
+        f"{format_time(finish)} ({len(over)} link(s) like this); use --model flow (congestion-aware, the default) "
+        "for a physical bound"
     )

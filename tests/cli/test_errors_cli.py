@@ -133,7 +133,7 @@ def test_test_only_models_are_not_listed(capsys: pytest.CaptureFixture[str], wl4
     assert NETWORK_MODELS.get("etsim-test-ideal") is not None  # still resolvable by name
     assert "etsim-test-ideal" not in NETWORK_MODELS.names()
     code, _, err = run(capsys, wl4, "--model", "nosuch")
-    assert code == 1 and "available: analytical, ideal, link" in err and "etsim-test" not in err
+    assert code == 1 and "available: analytical, flow, ideal, link" in err and "etsim-test" not in err
 
 
 def test_a_repeated_algo_key_is_an_error(capsys: pytest.CaptureFixture[str], wl4: str) -> None:

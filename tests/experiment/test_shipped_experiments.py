@@ -38,21 +38,25 @@ def test_seed_fig4_reduced_matches_etsim_run_point_by_point(tmp_path: Path, caps
     exp = load_experiment(path)
     out = tmp_path / "fig4"
     summary = run_experiment(exp, out=out, only=["size=16 KiB"], jobs=2)
-    assert (summary.ok, summary.failed) == (16, 0)  # 8 topologies x 2 models
+    assert (summary.ok, summary.failed) == (24, 0)  # 8 topologies x 3 models
     assert {p.name for p in (out / "plots").iterdir()} >= {"slowdown.png", "slowdown.svg"}
     table = rows(out / "results.csv")
     # The same points through the command line: the workload written as files, the XMLs given to --algo.
-    point = next(p for p in exp.points if p.labels[1] == "16 KiB")  # all 16 points share this workload
+    point = next(p for p in exp.points if p.labels[1] == "16 KiB")  # all 24 points share this workload
     prefix = tmp_path / "wl" / "seq"
     prefix.parent.mkdir()
     write_workload(build_generated(point.spec.workload), prefix)
     topologies = {p.labels[0]: p.spec.topology for p in exp.points}
+    models = {"analytical": "analytical", "flow": "flow", "packet-level": "link"}
     for row in table:
-        assert row["status"] == "ok" and row["network_model"] == row["model"]
+        assert row["status"] == "ok" and row["network_model"] == models[row["model"]]
         report = tmp_path / f"{row['point']}.json"
-        argv = ["run", str(prefix), "--topology", str(topologies[row["topology"]]), "--model", row["model"]]
-        argv += ["--algo", f"all_reduce={REPO / 'algorithms' / 'msccl_ring_allreduce_64npus.xml'}"]
-        argv += ["--algo", f"all_gather={REPO / 'algorithms' / 'msccl_ring_allgather_64npus.xml'}"]
+        if row["model"] == "packet-level":  # model options have no flag: the point's own config gives them
+            argv = ["run", "--config", str(out / "points" / row["point"] / "config.yaml")]
+        else:
+            argv = ["run", str(prefix), "--topology", str(topologies[row["topology"]]), "--model", row["model"]]
+            argv += ["--algo", f"all_reduce={REPO / 'algorithms' / 'msccl_ring_allreduce_64npus.xml'}"]
+            argv += ["--algo", f"all_gather={REPO / 'algorithms' / 'msccl_ring_allgather_64npus.xml'}"]
         assert main([*argv, "--json", str(report), "--quiet"]) == 0
         alone = json.loads(report.read_text())
         assert float(row["finish_ns"]) == alone["finish_ns"], row["topology"]

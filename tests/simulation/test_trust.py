@@ -36,12 +36,15 @@ def wl(*builders: TraceBuilder) -> Workload:
 def test_the_default_model_is_congestion_aware_and_respects_the_bandwidth_bound(repo: Path) -> None:
     workload = load_workload(repo / "workloads" / "allreduce_8npus_1MiB")
     result = simulate(workload, system=SystemConfig(chunks=4))
-    assert result.network["model"] == DEFAULT_MODEL == "link"
+    assert result.network["model"] == DEFAULT_MODEL == "flow"
     p, t = 8, MiB / 8 / B
     bound = 2 * (p - 1) * t  # every link carries 2(p-1)/p of the buffer
     assert result.finish_ns >= bound
-    assert result.finish_ns == pytest.approx(bound + L)  # 37.2 us: the link never idles
+    # The 4 chunks share each link fairly and move in step: each step takes L + 4·(t/4), as unchunked.
+    assert result.finish_ns == pytest.approx(2 * (p - 1) * (L + t))  # 43.7 us
     assert result.warnings == []
+    # FIFO links serve one chunk after another, so the link never idles: the bound plus one latency (37.2 us).
+    assert simulate(workload, model="link", system=SystemConfig(chunks=4)).finish_ns == pytest.approx(bound + L)
 
 
 def test_an_unaware_run_below_the_bandwidth_bound_names_the_link(repo: Path) -> None:
@@ -49,7 +52,7 @@ def test_an_unaware_run_below_the_bandwidth_bound_names_the_link(repo: Path) -> 
     with pytest.warns(EtsimWarning, match=r"link 0 \(0 -> 1\) carried 1.75 MiB, which takes 36.7002 us"):
         result = simulate(workload, model="analytical", system=SystemConfig(chunks=4))
     assert result.finish_ns == pytest.approx(16175.04)
-    assert "use --model link" in result.warnings[0]
+    assert "use --model flow" in result.warnings[0]
 
 
 def test_direct_on_a_switch_under_the_unaware_model_is_flagged() -> None:

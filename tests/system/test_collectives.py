@@ -175,9 +175,11 @@ def test_chunks_reduction_and_endpoint_delay() -> None:
     # than the links can carry, which the run says.
     with pytest.warns(EtsimWarning, match="ignores contention.* 36.7002 us .* finished at 16.175 us"):
         assert run(AR, n, p, "ring", model="analytical", chunks=4) == pytest.approx(2 * (p - 1) * (L + t / 4), rel=REL)
-    # Congestion-aware: the 4 chunks share each link, which never idles (a step of one chunk, L + t/4,
-    # is shorter than the 4·t/4 the others keep the link busy): the bandwidth bound 2(p-1)·t plus one latency.
-    assert run(AR, n, p, "ring", chunks=4) == pytest.approx(2 * (p - 1) * t + L, rel=REL)
+    # Congestion-aware, FIFO links: the 4 chunks queue on each link, which never idles (a step of one chunk,
+    # L + t/4, is shorter than the 4·t/4 the others keep the link busy): the bandwidth bound 2(p-1)·t plus one L.
+    assert run(AR, n, p, "ring", model="link", chunks=4) == pytest.approx(2 * (p - 1) * t + L, rel=REL)
+    # Flows (the default): the 4 chunks share each link fairly and move in step, each step L + 4·(t/4).
+    assert run(AR, n, p, "ring", chunks=4) == pytest.approx(2 * (p - 1) * (L + t), rel=REL)
     # A reduction of n/p bytes sits between receive and next send in each reduce-scatter step.
     assert run(AR, n, p, "ring", reduction_bandwidth=100.0) == pytest.approx(
         2 * (p - 1) * (L + t) + (p - 1) * (n / p) / 100.0, rel=REL

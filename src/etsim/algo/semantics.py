@@ -39,7 +39,7 @@ class CollectiveLayout:
     @property
     def needs_pieces(self) -> bool:
         """The layout splits the buffer into one piece per rank (T must be a multiple of n)."""
-        return self.piece_input or self.piece_output or self.alias != "same"
+        return self.piece_input or self.piece_output or self.alias != "same" or self.expect is _all_to_all
 
 
 def _all_reduce(r: int, x: int, k: int) -> tuple[int, int | None]:

@@ -7,7 +7,7 @@ Typical use::
 
     net = load_network("topologies/ring8.yaml")      # topology + model name + options
     env = simpy.Environment()
-    model = net.build(env)                            # a NetworkModel (default: link)
+    model = net.build(env)                            # a NetworkModel (default: flow)
     done = model.transfer(0, 3, 1 << 20)              # a SimPy event, fires on delivery
     env.run(done)
 

@@ -16,7 +16,7 @@ etsim's own format (one mapping; units written out)::
     failed: [{npu: 3}, {link: [0, 1]}]   # any kind; {link: [u, v], bidirectional: false} fails u -> v only
     name: my-topology       # optional (default: the file name without .yaml)
     description: free text  # optional
-    network:                # optional: the model and its options (default: model: link)
+    network:                # optional: the model and its options (default: model: flow)
       model: link
       packet_size: 4 KiB
 

@@ -196,9 +196,11 @@ class NetworkModel:
         return SimulationError(f"transfer size must be a number of bytes >= 0, got {size!r}")
 
 
-#: The network model of a run that names none (``--model``, a topology file's ``network: {model: …}``):
-#: congestion-aware, so that no result is faster than the links can carry (``analytical`` is an explicit choice).
-DEFAULT_MODEL = "link"
+#: The network model of a run that names none (``--model``, a topology file's ``network: {model: …}``): flows
+#: sharing links max-min fairly, cut-through, so that no result is faster than the links can carry and no
+#: multi-hop route pays its bandwidth term once per hop (``link``, ``analytical``: explicit choices; see
+#: docs/network-models.md).
+DEFAULT_MODEL = "flow"
 
 #: The network-model registry: built-ins, the ``etsim.network_models`` entry points, ``module:Class``.
 NETWORK_MODELS: Registry[NetworkModel] = Registry(

@@ -220,7 +220,7 @@ class TuneRequest:
     )
     """Empty: every live NPU of the topology."""
     model: str | None = option(
-        None, "network model (default: the topology file's, else link)", Optional(Text(empty=False)), metavar="MODEL"
+        None, "network model (default: the topology file's, else flow)", Optional(Text(empty=False)), metavar="MODEL"
     )
     system: SystemConfig = field(default_factory=SystemConfig)
     settings: dict[str, Any] = field(default_factory=dict)

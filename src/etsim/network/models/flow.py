@@ -85,6 +85,10 @@ class FlowNetwork(NetworkModel):
         self._f_lat: list[float] = []
         self._f_version: list[int] = []
         self._free_slots: list[int] = []
+        # Scratch of the allocation: per link the capacity left and the flows not yet fixed; per slot its share.
+        self._left_cap = [0.0] * n
+        self._count = [0] * n
+        self._fixed: list[float] = []
         # Flows on each link (insertion-ordered: allocation iterates them deterministically).
         self._on_link: list[dict[int, None]] = [{} for _ in range(n)]
         # Links whose flows must be reallocated at the end of this instant; the instant it is armed for.
@@ -164,6 +168,7 @@ class FlowNetwork(NetworkModel):
         self._f_done.append(done)
         self._f_lat.append(latency)
         self._f_version.append(0)
+        self._fixed.append(-1.0)
         return len(self._f_route) - 1
 
     def _conflict(self, link: int, now: float) -> FastPathConflict:
@@ -223,7 +228,6 @@ class FlowNetwork(NetworkModel):
             self._free_slots.append(slot)
             succeed_at(self.env, done, self._f_lat[slot])
 
-
     def _reallocate(self, now: float) -> None:
         """Max-min fair rates for the flows connected to the dirty links; new predicted ends where rates changed."""
         self._complete_due(now)
@@ -250,14 +254,17 @@ class FlowNetwork(NetworkModel):
     def _allocate(self, flows: list[int], links: list[int], now: float) -> None:
         """Progressive filling: the tightest link fixes the share of its flows, which leave; repeat."""
         route, rate_of = self._f_route, self._f_rate
-        left_cap = {link: self._bw[link] for link in links}
-        count = {link: 0 for link in links}
+        left_cap, count, fixed = self._left_cap, self._count, self._fixed
+        bw = self._bw
+        for link in links:
+            left_cap[link] = bw[link]
+            count[link] = 0
         for slot in flows:
+            fixed[slot] = -1.0
             for link in route[slot]:
                 count[link] += 1
         heap = [(left_cap[link] / count[link], link) for link in links if count[link]]
         heapq.heapify(heap)
-        fixed: dict[int, float] = {}
         while heap:
             share, link = heapq.heappop(heap)
             if not count[link]:
@@ -267,7 +274,7 @@ class FlowNetwork(NetworkModel):
                 heapq.heappush(heap, (current, link))
                 continue
             for slot in self._on_link[link]:
-                if slot in fixed:
+                if fixed[slot] >= 0:
                     continue
                 fixed[slot] = share
                 for other in route[slot]:
@@ -287,6 +294,14 @@ class FlowNetwork(NetworkModel):
             self._f_version[slot] += 1
             self._seq += 1
             heapq.heappush(self._due, (end, self._seq, slot, self._f_version[slot]))
+        if len(self._due) > 4 * (len(self._f_route) - len(self._free_slots)) + 1024:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the heap entries that rate changes made stale (they would otherwise pile up with reallocations)."""
+        version, done = self._f_version, self._f_done
+        self._due = [e for e in self._due if version[e[2]] == e[3] and done[e[2]] is not None]
+        heapq.heapify(self._due)
 
     # -- reporting and the fast path ------------------------------------------------------------------------------
 

@@ -274,3 +274,15 @@ def test_bad_annotations_in_a_file_are_named():
             attr.string_val = "store"
     with pytest.raises(ValueError, match="data_op 'store' on this node"):
         algo_graph_from_trace(trace)
+
+
+def test_an_all_to_all_whose_chunks_do_not_split_per_rank_cannot_be_verified_and_does_not_crash() -> None:
+    # A custom program of 4 chunks run as an all-to-all over 3 ranks divided by zero chunks per rank.
+    graphs = []
+    for r in range(3):
+        b = AlgorithmBuilder(total_chunks=4)
+        b.send((r + 1) % 3, 1, src="i@0")
+        b.recv((r - 1) % 3, 1, dst="o@0")
+        graphs.append(b.build())
+    verdict = verify_graphs(graphs, C.ALL_TO_ALL)
+    assert verdict.ok is None and "4 chunks cannot be split into equal pieces for 3 ranks" in verdict.message
