@@ -9,6 +9,7 @@ that cannot be created is named, and a path component that is a file is called t
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import zlib
 from pathlib import Path
@@ -18,7 +19,19 @@ import yaml
 
 from etsim.errors import ConfigError, EtsimError
 
-__all__ = ["make_parent", "read_bytes", "read_text", "read_yaml_mapping", "write_bytes", "write_text"]
+__all__ = [
+    "MAX_NESTING",
+    "MAX_VALUES",
+    "check_size",
+    "make_parent",
+    "parse_json",
+    "parse_yaml",
+    "read_bytes",
+    "read_text",
+    "read_yaml_mapping",
+    "write_bytes",
+    "write_text",
+]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -125,6 +138,75 @@ def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = F
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
 
+#: The deepest nesting and the most values (aliases expanded) etsim reads from one configuration file: enough for
+#: any real file, and far below what would exhaust the recursion limit or memory of the code walking it.
+MAX_NESTING = 100
+MAX_VALUES = 1_000_000
+
+
+def parse_yaml(text: str, where: str, error: type[EtsimError] = ConfigError) -> Any:
+    """YAML *text*, strictly: duplicate keys, deep nesting and alias bombs are errors naming *where*.
+
+    Nesting past :data:`MAX_NESTING` levels and more than :data:`MAX_VALUES` values once aliases are expanded (a
+    "billion laughs" file) are refused before anything walks the data.
+    """
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+    except RecursionError:
+        raise error(f"{where}: invalid YAML: nested more than {MAX_NESTING} levels deep") from None
+    except yaml.YAMLError as exc:
+        raise error(f"{where}: invalid YAML: {exc}") from None
+    check_size(data, where, error)
+    return data
+
+
+def parse_json(text: str, where: str, error: type[EtsimError] = ConfigError) -> Any:
+    """JSON *text*, strictly: a duplicate key in an object and nesting past :data:`MAX_NESTING` levels are errors."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise ValueError(f"duplicate key {key!r}")
+            out[key] = value
+        return out
+
+    try:
+        data = json.loads(text, object_pairs_hook=pairs)
+    except RecursionError:
+        raise error(f"{where}: invalid JSON: nested more than {MAX_NESTING} levels deep") from None
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+        raise error(f"{where}: invalid JSON: {exc}") from None
+    check_size(data, where, error)
+    return data
+
+
+def check_size(data: Any, where: str, error: type[EtsimError] = ConfigError) -> None:
+    """Raise *error* if *data* nests too deeply or holds too many values (:data:`MAX_NESTING`, :data:`MAX_VALUES`).
+
+    Values are counted with every alias of a shared value again: what ``json.dumps`` or a deep copy makes of it.
+    """
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Any, int, bool]] = [(data, 1, False)]
+    while stack:
+        node, depth, children_done = stack.pop()
+        if not isinstance(node, dict | list):
+            continue
+        if depth > MAX_NESTING:
+            raise error(f"{where}: nested more than {MAX_NESTING} levels deep")
+        items = list(node.values()) if isinstance(node, dict) else node
+        if children_done:
+            total = 1 + sum(sizes.get(id(c), 1) for c in items)
+            if total > MAX_VALUES:
+                raise error(f"{where}: more than {MAX_VALUES:,} values once its aliases are expanded")
+            sizes[id(node)] = total
+            continue
+        if id(node) in sizes:
+            continue
+        stack.append((node, depth, True))
+        stack.extend((c, depth + 1, False) for c in items if isinstance(c, dict | list) and id(c) not in sizes)
+
+
 def read_yaml_mapping(path: str | os.PathLike[str], what: str = "experiment") -> tuple[dict[str, Any], str]:
     """Read a YAML mapping from *path*; return it and its text.
 
@@ -141,10 +223,7 @@ def read_yaml_mapping(path: str | os.PathLike[str], what: str = "experiment") ->
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: invalid YAML: {exc}") from None
+    data = parse_yaml(text, str(p))
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{p}: expected a mapping of {what} keys at the top level, got {kind}")

@@ -175,3 +175,19 @@ def test_more_npus_than_a_topology_may_hold_is_refused_before_writing(capsys, tm
     code, _, err = run(capsys, *args, "-o", str(tmp_path / "w"))
     assert code == 1 and "--npus 2,000,000: larger than etsim's limit of 1,048,576 NPUs" in err
     assert not (tmp_path / "w.0.et").exists()
+
+
+def test_an_overflowing_flag_is_an_error_not_a_nan(capsys, wl4: str) -> None:
+    code, out, err = run(capsys, wl4, "--endpoint-delay", "1e300 s")
+    assert code == 1 and "--endpoint-delay: time '1e300 s' is longer than etsim's limit" in err and "nan" not in out
+
+
+def test_a_node_type_the_walker_does_not_know_stops_the_run(capsys, tmp_path: Path) -> None:
+    from etsim.chakra import TraceBuilder, write_workload
+
+    b = TraceBuilder()
+    b.comp("mystery", duration_micros=1)
+    b.nodes[-1].type = 999
+    write_workload([b.build(rank=0), TraceBuilder().build(rank=1)], tmp_path / "w")
+    code, _, err = run(capsys, str(tmp_path / "w"))
+    assert code == 1 and "unknown node type 999" in err

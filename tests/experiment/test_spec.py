@@ -219,3 +219,13 @@ def test_sequence_generator_and_model_resolution(write) -> None:
         {"type": "all_gather", "size": 1024, "count": 2},
     ]
     assert exp.collectives == ["all_reduce", "all_gather"]
+
+
+@pytest.mark.parametrize("sweep", ["{size: [1 KiB], workload.size: [2 KiB, 4 KiB]}"])
+def test_two_axes_that_set_one_value_are_an_error(tmp_path: Path, sweep: str) -> None:
+    """An axis shadowed by another labelled rows 1 KiB while 2 and 4 KiB ran."""
+    path = tmp_path / "e.yaml"
+    path.write_text(BASE + f"sweep: {sweep}\n")
+    (tmp_path / "ring8.yaml").write_text("kind: ring\nnpus: 8\nbandwidth: 50 GB/s\nlatency: 500 ns\n")
+    with pytest.raises(ConfigError, match=r"e.yaml: size, workload.size: the axes set the same value, workload.size"):
+        load_experiment(path)

@@ -178,3 +178,10 @@ def test_a_setup_that_fails_in_the_workers_fails_as_in_this_process(tmp_path: Pa
     for jobs in (1, 2):
         with pytest.raises(TopologyError, match=r"missing\.yaml"):
             run_points(points, setup, jobs=jobs)
+
+
+def test_a_fallback_no_run_could_load_is_refused_before_any_work(repo: Path, tmp_path: Path) -> None:
+    request = _request(repo, tmp_path, fallback="bogus")
+    with pytest.raises(ConfigError, match="--fallback 'bogus' is neither an algorithm name"):
+        tune(request, jobs=1)
+    assert not (tmp_path / "table.yaml").exists()

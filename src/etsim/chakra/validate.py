@@ -146,7 +146,7 @@ def validate_trace(
 
     for pos, node_type in enumerate(trace.types):
         if node_type not in NodeType._value2member_map_:
-            error(pos, f"unknown node type {node_type}")
+            error(pos, f"unknown node type {node_type} (Chakra defines 0 to 7): the simulator cannot run it", True)
             continue
         if node_type not in _COMM_TYPES:
             continue

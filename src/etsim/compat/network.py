@@ -17,8 +17,7 @@ from typing import Any
 from etsim.errors import TopologyError
 from etsim.network.builders import TopologyFormat, check_keys, int_value, require
 from etsim.network.dims import DIMENSION_KINDS
-from etsim.network.topology import Dim, Topology, product
-from etsim.units import parse_bandwidth, parse_time
+from etsim.network.topology import Dim, Topology, link_bandwidth, link_latency, product
 
 __all__ = ["AstraNetworkFormat"]
 
@@ -59,8 +58,8 @@ class AstraNetworkFormat(TopologyFormat):
             npus = int_value(lists["npus_count"][i], f"npus_count[{i}]")
             if npus < 2:
                 raise TopologyError(f"npus_count[{i}]: each dimension needs more than one NPU, got {npus}")
-            bw = parse_bandwidth(lists["bandwidth"][i], key=f"bandwidth[{i}]", default_unit="GiB/s")
-            lat = parse_time(lists["latency"][i], key=f"latency[{i}]", default_unit="ns")
+            bw = link_bandwidth(lists["bandwidth"][i], f"bandwidth[{i}]", bare_unit="GiB/s")
+            lat = link_latency(lists["latency"][i], f"latency[{i}]", bare_unit="ns")
             dims.append(Dim(internal, npus, bw, lat))
         kind = dims[0].kind if len(dims) == 1 else "product"
         return product(dims, kind=kind, name=name)

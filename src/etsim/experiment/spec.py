@@ -151,10 +151,27 @@ def load_experiment(source: str | os.PathLike[str]) -> Experiment:
         seen.add(axis.key)
         if axis.key.startswith("model."):
             raise values.error([axis.key], "model is a name; it has no keys to set (use model_options.KEY)")
+    _refuse_aliases(values, axes)
     points, collectives = expand(values, data, axes, groups, repeat)
     experiment = Experiment(path, name, description, axes, repeat, points, collectives, [], text)
     experiment.plots = parse_plots(where, data.get("plots"), axes, experiment.numeric_columns, data.get("zip"))
     return experiment
+
+
+def _refuse_aliases(values: Values, axes: list[Axis]) -> None:
+    """Refuse two axes that set one value (``size`` and ``workload.size``): one would overwrite the other.
+
+    Both would label the results while only one took effect. An axis of a whole point key and one of a key
+    inside it (``topology`` and ``topology.bandwidth``) compose: the second sets a key of what the first picked.
+    """
+    seen: dict[tuple[str, ...], str] = {}
+    for axis in axes:
+        parts = axis.key.split(".")
+        path = tuple(parts if parts[0] in POINT_KEYS else ["workload", *parts])
+        other = seen.get(path)
+        if other is not None:
+            raise values.error([other, axis.key], f"the axes set the same value, {'.'.join(path)}; keep one of them")
+        seen[path] = axis.key
 
 
 def point_config(spec: PointSpec, directory: str | os.PathLike[str]) -> dict[str, Any]:

@@ -17,9 +17,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from etsim.errors import TopologyError
-from etsim.network.topology import Topology
+from etsim.network.topology import Topology, link_bandwidth, link_latency
 from etsim.registry import Registry
-from etsim.units import parse_bandwidth, parse_time
 
 __all__ = [
     "COMMON_KEYS",
@@ -116,8 +115,8 @@ TOPOLOGY_FORMATS: Registry[TopologyFormat] = Registry("topology file format", "e
 def link_params(data: Mapping[str, Any]) -> tuple[float, float]:
     """The ``bandwidth`` (bytes per ns) and ``latency`` (ns) every link of a regular kind has."""
     return (
-        parse_bandwidth(require(data, "bandwidth"), key="bandwidth"),
-        parse_time(require(data, "latency"), key="latency"),
+        link_bandwidth(require(data, "bandwidth"), "bandwidth", bare_unit=None),
+        link_latency(require(data, "latency"), "latency", bare_unit=None),
     )
 
 

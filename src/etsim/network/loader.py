@@ -37,10 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import simpy
-import yaml
 
 from etsim.errors import ConfigError, TopologyError
-from etsim.files import read_text
+from etsim.files import parse_yaml, read_text
 from etsim.network.builders import build_topology, check_keys, int_value
 from etsim.network.irregular import with_failures
 from etsim.network.model import DEFAULT_MODEL, NETWORK_MODELS, NetworkModel, build_model
@@ -73,10 +72,7 @@ def _read(source: str | Path | Mapping[str, Any]) -> tuple[Mapping[str, Any], st
         return source, "<topology>", None
     path = Path(source)
     text = read_text(path, "topology file", TopologyError)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise TopologyError(f"{path}: invalid YAML: {exc}") from None
+    data = parse_yaml(text, str(path), TopologyError)
     if not isinstance(data, Mapping):
         raise TopologyError(f"{path}: expected a mapping of topology keys at the top level, got {type(data).__name__}")
     return data, str(path), path

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from etsim.errors import ConfigError, TopologyError
 from etsim.network.dims import DIMENSION_KINDS, SWITCH, DimensionKind, dimension_kind
-from etsim.units import parse_bandwidth, parse_time
+from etsim.options import Bandwidth, Time
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -69,26 +69,18 @@ def check_size(npus: int) -> None:
 Node = int | str
 
 
-def link_bandwidth(value: float | str, key: str) -> float:
-    """A link bandwidth in bytes per ns: a positive finite number, or a unit string."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if not value > 0 or not math.isfinite(value):
-            raise TopologyError(f"{key}: bandwidth {value!r} must be positive and finite (bytes per ns)")
-        return float(value)
+def link_bandwidth(value: object, key: str, *, bare_unit: str | None = "B/ns") -> float:
+    """A link bandwidth in bytes per ns: a unit string, or a bare number in *bare_unit*; positive, within range."""
     try:
-        return parse_bandwidth(value, key=key)
+        return Bandwidth(bare_unit=bare_unit)(value, key=key)
     except ConfigError as exc:
         raise TopologyError(str(exc)) from None
 
 
-def link_latency(value: float | str, key: str) -> float:
-    """A link latency in ns: a finite number >= 0, or a unit string."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if not value >= 0 or not math.isfinite(value):
-            raise TopologyError(f"{key}: latency {value!r} must be >= 0 and finite (ns)")
-        return float(value)
+def link_latency(value: object, key: str, *, bare_unit: str | None = "ns") -> float:
+    """A link latency in ns: a unit string, or a bare number in *bare_unit*; >= 0, within range."""
     try:
-        return parse_time(value, key=key)
+        return Time(bare_unit=bare_unit)(value, key=key)
     except ConfigError as exc:
         raise TopologyError(str(exc)) from None
 

@@ -15,10 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from etsim.errors import ConfigError
-from etsim.files import read_text
+from etsim.files import parse_yaml, read_text
 from etsim.options import (
     Bandwidth,
     Boolean,
@@ -211,11 +209,7 @@ def load_system_config(source: str | os.PathLike[str] | dict[str, Any], *, base_
     else:
         path = Path(source)
         where = str(path)
-        text = read_text(path, "system file")
-        try:
-            data = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        data = parse_yaml(read_text(path, "system file"), str(path)) or {}
         base = base_dir or str(path.parent)
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping of keys to values")

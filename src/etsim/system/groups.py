@@ -14,11 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from etsim.chakra.graph import NodeType, Workload
 from etsim.errors import ConfigError
-from etsim.files import read_text
+from etsim.files import parse_json, parse_yaml, read_text
 
 __all__ = ["CommGroups", "groups_from_metadata", "load_comm_groups"]
 
@@ -37,7 +35,8 @@ class CommGroups:
         """Define group *name*; an empty rank list means all ranks."""
         where = f"{source}: " if source else ""
         members = tuple(ranks) if ranks else self.all
-        bad = [r for r in members if not (isinstance(r, int) and 0 <= r < self.num_ranks)]
+        # (true and false are ints to Python, never ranks)
+        bad = [r for r in members if isinstance(r, bool) or not (isinstance(r, int) and 0 <= r < self.num_ranks)]
         if bad:
             raise ConfigError(f"{where}group {name!r}: ranks {bad} are not in 0..{self.num_ranks - 1}")
         if len(set(members)) != len(members):
@@ -67,10 +66,7 @@ def load_comm_groups(path: str | os.PathLike[str], num_ranks: int) -> CommGroups
     """Read a comm-group file: JSON ``{"1": [0, 1]}`` or YAML ``groups: {1: [0, 1]}``."""
     p = Path(path)
     text = read_text(p, "comm-group file")
-    try:
-        data: Any = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{p}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {exc}") from None
+    data: Any = parse_json(text, str(p)) if p.suffix == ".json" else parse_yaml(text, str(p))
     if isinstance(data, dict) and set(data) == {"groups"}:
         data = data["groups"]
     elif isinstance(data, dict) and p.suffix != ".json":

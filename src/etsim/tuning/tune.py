@@ -21,9 +21,10 @@ from typing import Any
 
 from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveName, CollectiveType, NodeType
 from etsim.chakra.io import load_workload
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, EtsimError
 from etsim.network import NetworkConfig, load_network
 from etsim.options import Integer, ListOf, Optional, Parser, Text, option
+from etsim.system.algorithms import AlgorithmContext, resolve_algorithm
 from etsim.system.collective import System
 from etsim.system.config import SystemConfig
 from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
@@ -289,6 +290,12 @@ def tune(request: TuneRequest, *, jobs: int | None = None) -> TuneResult:
         if c not in valid:
             raise ConfigError(f"--collective: unknown collective {c!r}; valid: {', '.join(sorted(valid))}")
     net = load_network(request.topology)
+    if request.fallback is not None:
+        # The table's default rule must name an algorithm a later run can load: check it before any work.
+        try:
+            resolve_algorithm(request.fallback, AlgorithmContext(base_dir=os.getcwd()), origin="--fallback")
+        except EtsimError as exc:
+            raise ConfigError(str(exc)) from None
     setup = Setup(request.topology, request.model, request.system)
     points = _points(request, net)
     measurements = run_points(points, setup, jobs)

@@ -8,8 +8,7 @@ from typing import Any
 from etsim.errors import TopologyError
 from etsim.network.builders import TOPOLOGY_BUILDERS, TopologyBuilder, check_keys, int_value, require
 from etsim.network.dims import DIMENSION_KINDS
-from etsim.network.topology import Dim, Topology, product
-from etsim.units import parse_bandwidth, parse_time
+from etsim.network.topology import Dim, Topology, link_bandwidth, link_latency, product
 
 __all__ = ["ProductBuilder", "dimension"]
 
@@ -26,8 +25,8 @@ def dimension(entry: object, prefix: str) -> Dim:
     npus = int_value(require(entry, "npus", f"{prefix}."), f"{prefix}.npus")
     if npus < 2:
         raise TopologyError(f"{prefix}.npus: a dimension needs at least 2 NPUs, got {npus}")
-    bw = parse_bandwidth(require(entry, "bandwidth", f"{prefix}."), key=f"{prefix}.bandwidth")
-    lat = parse_time(require(entry, "latency", f"{prefix}."), key=f"{prefix}.latency")
+    bw = link_bandwidth(require(entry, "bandwidth", f"{prefix}."), f"{prefix}.bandwidth", bare_unit=None)
+    lat = link_latency(require(entry, "latency", f"{prefix}."), f"{prefix}.latency", bare_unit=None)
     return Dim(kind, npus, bw, lat)
 
 

@@ -1,0 +1,62 @@
+"""Reading configuration: strict YAML and JSON, bounded nesting and alias expansion, named errors."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from etsim.errors import ConfigError, TopologyError
+from etsim.files import MAX_NESTING, MAX_VALUES, parse_json, parse_yaml
+from etsim.network import load_network
+from etsim.system.config import load_system_config
+from etsim.system.groups import load_comm_groups
+
+#: A 9-level "billion laughs": 9^9 = 387 million strings once its aliases are expanded, in under 600 bytes.
+LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
+
+def test_an_alias_bomb_is_refused_at_once() -> None:
+    assert len(LAUGHS) < 600
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=rf"bomb.yaml: more than {MAX_VALUES:,} values once its aliases are expanded"):
+        parse_yaml(LAUGHS, "bomb.yaml")
+    assert time.perf_counter() - t0 < 1.0
+
+
+def test_deep_nesting_is_an_error_not_a_recursion_error() -> None:
+    for depth in (MAX_NESTING + 5, 1000, 100_000):
+        with pytest.raises(ConfigError, match=r"deep.yaml: .*nested more than 100 levels deep"):
+            parse_yaml("a: " + "[" * depth + "]" * depth, "deep.yaml")
+        with pytest.raises(ConfigError, match=r"deep.json: .*nested more than 100 levels deep"):
+            parse_json("[" * depth + "]" * depth, "deep.json")
+    assert parse_yaml("a: &x [1, {b: 2}]\nc: *x\n", "ok.yaml") == {"a": [1, {"b": 2}], "c": [1, {"b": 2}]}
+
+
+def test_duplicate_keys_are_errors_in_every_configuration_file(tmp_path: Path) -> None:
+    system = tmp_path / "sys.yaml"
+    system.write_text("chunks: 2\nchunks: 4\n")
+    with pytest.raises(ConfigError, match=r"sys.yaml: invalid YAML: .*duplicate key 'chunks'"):
+        load_system_config(system)
+    topology = tmp_path / "t.yaml"
+    topology.write_text("kind: ring\nnpus: 8\nnpus: 4\nbandwidth: 50 GB/s\nlatency: 500 ns\n")
+    with pytest.raises(TopologyError, match=r"t.yaml: invalid YAML: .*duplicate key 'npus'"):
+        load_network(topology)
+    groups = tmp_path / "g.json"
+    groups.write_text('{"1": [0, 1], "1": [2, 3]}')
+    with pytest.raises(ConfigError, match=r"g.json: invalid JSON: duplicate key '1'"):
+        load_comm_groups(groups, 4)
+    groups_yaml = tmp_path / "g.yaml"
+    groups_yaml.write_text("groups:\n  1: [0, 1]\n  1: [2, 3]\n")
+    with pytest.raises(ConfigError, match=r"g.yaml: invalid YAML: .*duplicate key 1"):
+        load_comm_groups(groups_yaml, 4)
+
+
+def test_json_booleans_are_not_ranks(tmp_path: Path) -> None:
+    groups = tmp_path / "g.json"
+    groups.write_text('{"1": [true, false]}')
+    with pytest.raises(ConfigError, match=r"group '1': ranks \[True, False\] are not in 0..3"):
+        load_comm_groups(groups, 4)
