@@ -335,3 +335,79 @@ def test_an_unusable_result_directory_is_a_clear_error(small: Path, tmp_path: Pa
             run_experiment(exp, out=out, jobs=1, plots=False)
     with pytest.raises(ConfigError, match="--resume keeps earlier results and --force discards them"):
         run_experiment(exp, out=tmp_path / "r", jobs=1, resume=True, force=True, plots=False)
+
+
+def test_force_deletes_only_what_etsim_wrote(small: Path, tmp_path: Path) -> None:
+    """`name: ..` once made --force remove plots/ and points/ of the working directory."""
+    exp = load_experiment(small)
+    foreign = tmp_path / "mine"
+    (foreign / "points").mkdir(parents=True)
+    (foreign / "points" / "precious.txt").write_text("keep me")
+    (foreign / "results.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ConfigError, match=r"mine holds a results.csv that etsim did not write .*choose another --out"):
+        run_experiment(exp, out=foreign, jobs=1, force=True, plots=False)
+    assert (foreign / "points" / "precious.txt").read_text() == "keep me"
+    assert (foreign / "results.csv").read_text() == "a,b\n1,2\n"
+    # Its own directory, --force replaces.
+    run_experiment(exp, out=tmp_path / "ours", jobs=1, plots=False)
+    assert (tmp_path / "ours" / ".etsim-results").is_file()
+    summary = run_experiment(exp, out=tmp_path / "ours", jobs=1, force=True, plots=False)
+    assert summary.ran == len(exp.points)
+
+
+def test_a_name_is_one_path_component(small: Path, tmp_path: Path) -> None:
+    for name in ("..", ".", "a/b"):
+        path = tmp_path / "e.yaml"
+        path.write_text(small.read_text().replace("name: small", f"name: '{name}'"))
+        (tmp_path / "ring8.yaml").write_text((small.parent / "ring8.yaml").read_text())
+        with pytest.raises(ConfigError, match=r"name: expected a name of letters"):
+            load_experiment(path)
+
+
+def test_a_second_sweep_on_one_directory_is_refused_naming_the_first(small: Path, tmp_path: Path) -> None:
+    import fcntl
+    import os
+
+    exp = load_experiment(small)
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(out / ".etsim-lock", "w") as held:  # what a running sweep holds
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write("4242")
+        held.flush()
+        for kwargs in ({"force": True}, {"resume": True}, {}):
+            with pytest.raises(ConfigError, match=r"out is being written by another sweep \(etsim process 4242\)"):
+                run_experiment(exp, out=out, jobs=1, plots=False, **kwargs)
+    assert not (out / "results.csv").exists()
+    run_experiment(exp, out=out, jobs=1, plots=False)  # released: the directory is usable again
+    assert os.path.getsize(out / "results.csv") > 0
+
+
+def test_resume_drops_records_spliced_by_two_writers(small: Path, tmp_path: Path) -> None:
+    exp = load_experiment(small)
+    out, reference = tmp_path / "out", tmp_path / "ref"
+    run_experiment(exp, out=reference, jobs=1, plots=False)
+    run_experiment(exp, out=out, jobs=1, plots=False)
+    lines = (out / "results.jsonl").read_bytes().splitlines(keepends=True)
+    # Another writer's whole record lands in the middle of point 0002's: the line starts as 0002's and ends as
+    # 0003's (its head still parses), and 0002's tail follows as a line of its own.
+    half = len(lines[2]) // 2
+    lines[2] = lines[2][:half] + lines[3] + lines[2][half:]
+    (out / "results.jsonl").write_bytes(b"".join(lines))
+    summary = run_experiment(exp, out=out, jobs=1, resume=True, plots=False)
+    assert summary.ran == 1
+    assert without_wall(out) == without_wall(reference)
+    for line in (out / "results.jsonl").read_bytes().splitlines():
+        json.loads(line)
+
+
+def test_resume_when_points_is_a_file_is_a_clear_error(small: Path, tmp_path: Path) -> None:
+    exp = load_experiment(small)
+    out = tmp_path / "out"
+    run_experiment(exp, out=out, jobs=1, plots=False)
+    import shutil
+
+    shutil.rmtree(out / "points")
+    (out / "points").write_text("")
+    with pytest.raises(ConfigError, match=r"points is a file, where the results keep a directory"):
+        run_experiment(exp, out=out, jobs=1, resume=True, plots=False)

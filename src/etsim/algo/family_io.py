@@ -11,7 +11,10 @@ An algorithm family is ``PREFIX.<rank>.et``, one Chakra ET trace per rank of an 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -345,8 +348,33 @@ def write_family(files: Iterable[Trace | bytes], prefix: str | os.PathLike[str])
         TraceError: the directory cannot be created or a file cannot be written (named).
     """
     text = family_prefix(prefix)
+    count = 0
+    with _staged(text) as stage:
+        for rank, item in enumerate(files):  # a generator: one rank in memory at a time
+            _write_family_file(item, f"{stage}.{rank}.et")
+            count += 1
+    return [Path(f"{text}.{rank}.et") for rank in range(count)]
+
+
+@contextmanager
+def _staged(text: str) -> Iterator[str]:
+    """A prefix in a hidden directory beside the family's, whose files replace the family's once all are written.
+
+    An interrupted writer leaves no partial family where a run would read it (only, when killed outright, the
+    hidden ``.NAME.partial-*`` directory).
+    """
+    target = Path(text)
     make_parent(f"{text}.0.et", TraceError)
-    return [_write_family_file(item, f"{text}.{rank}.et") for rank, item in enumerate(files)]
+    try:
+        stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    except OSError as exc:
+        raise TraceError(f"{target.parent}: cannot write there: {exc.strerror or exc}") from None
+    try:
+        yield str(stage / target.name)
+        for path in sorted(stage.iterdir()):
+            os.replace(path, target.parent / path.name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def _write_family_file(item: Trace | bytes, path: str) -> Path:
@@ -373,17 +401,17 @@ def write_family_by_rank(
     from etsim.workers import run_in_workers
 
     global _FAMILY_JOB
-    make_parent(f"{text}.0.et", TraceError)
-    _FAMILY_JOB = (make, text)  # inherited by the forked workers (a closure cannot be pickled)
-    try:
-        parts = [range(w, count, jobs) for w in range(jobs)]
-        lost = run_in_workers(_write_ranks, parts, jobs, lambda part, result: None, start="fork")
-    finally:
-        _FAMILY_JOB = None
-    if lost:
-        ranks = sorted(rank for part in lost for rank in part)
-        shown = ", ".join(str(rank) for rank in ranks[:8]) + (", …" if len(ranks) > 8 else "")
-        raise TraceError(f"{text}.*.et: the process writing ranks {shown} died (out of memory?); the family is partial")
+    with _staged(text) as stage:
+        _FAMILY_JOB = (make, stage)  # inherited by the forked workers (a closure cannot be pickled)
+        try:
+            parts = [range(w, count, jobs) for w in range(jobs)]
+            lost = run_in_workers(_write_ranks, parts, jobs, lambda part, result: None, start="fork")
+        finally:
+            _FAMILY_JOB = None
+        if lost:
+            ranks = sorted(rank for part in lost for rank in part)
+            shown = ", ".join(str(rank) for rank in ranks[:8]) + (", …" if len(ranks) > 8 else "")
+            raise TraceError(f"{text}.*.et: the process writing ranks {shown} died (out of memory?); nothing written")
     return [Path(f"{text}.{rank}.et") for rank in range(count)]
 
 

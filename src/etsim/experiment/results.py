@@ -7,6 +7,8 @@ Layout of ``DIR``::
     results.jsonl            one JSON object per point: point, axes, repeat, status, error, wall_s, result
     points/<id>/config.yaml  the point's resolved configuration (``etsim run --config`` re-runs it)
     plots/                   the declared plots (PNG, SVG)
+    .etsim-results           says etsim wrote this directory: --force deletes only in directories that have it
+    .etsim-lock              held (``flock``) by the sweep writing here: a second one is refused, naming the first
 
 Rows are appended and flushed as points finish, each in one write, so a killed sweep leaves every
 finished point on disk (at worst a torn last line, dropped when resuming). At the end, and when
@@ -17,6 +19,7 @@ identical inputs give identical files whatever order the points finished in.
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import json
 import math
@@ -33,7 +36,12 @@ from etsim.experiment.spec import Experiment, Point, point_config
 from etsim.experiment.worker import PointOutcome
 from etsim.files import make_parent
 
-__all__ = ["ResultsDir", "read_results"]
+__all__ = ["LOCK", "MARKER", "ResultsDir", "read_results"]
+
+#: The file that says etsim wrote a result directory (``--force`` deletes nothing elsewhere).
+MARKER = ".etsim-results"
+#: The file a sweep holds a lock on while it writes the directory.
+LOCK = ".etsim-lock"
 
 try:  # the C emitter is ~10x faster; a sweep writes one config per point
     _Dumper: type[yaml.SafeDumper] = yaml.CSafeDumper  # type: ignore[assignment]
@@ -69,6 +77,14 @@ def _report_head(line: bytes) -> dict[str, Any] | None:
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
     return head if isinstance(head, dict) else None
+
+
+def _whole_record(line: bytes) -> bool:
+    """Whether a results.jsonl line is one complete JSON object (its report included)."""
+    try:
+        return isinstance(json.loads(line), dict)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return False
 
 
 def _body(config: str) -> str:
@@ -120,6 +136,7 @@ class ResultsDir:
         self._csv: io.TextIOWrapper | None = None
         self._jsonl: io.BufferedWriter | None = None
         self._jsonl_end = 0
+        self._lock: int | None = None
 
     # --- opening --------------------------------------------------------------------------------------------
 
@@ -150,19 +167,38 @@ class ResultsDir:
         if resume and force:
             raise ConfigError("--resume keeps earlier results and --force discards them: pass one of them")
         make_parent(self.csv_path)  # a clear error when a component of the directory is a file
+        self._take_lock()
+        try:
+            return self._open(run, resume=resume, force=force)
+        except BaseException:
+            self._release_lock()
+            raise
+
+    def _open(self, run: Iterable[Point], *, resume: bool, force: bool) -> list[Point]:
         if self.csv_path.exists() and not resume:
             if not force:
                 raise ConfigError(
                     f"{self.csv_path} exists: pass --resume to finish that sweep or --force to start over"
                 )
+            if not (self.dir / MARKER).is_file():
+                raise ConfigError(
+                    f"{self.dir} holds a results.csv that etsim did not write (no {MARKER} file): --force deletes "
+                    "only etsim's own results; choose another --out"
+                )
             for name in ("results.csv", "results.jsonl", "experiment.yaml"):
                 (self.dir / name).unlink(missing_ok=True)
             for name in ("points", "plots"):
-                shutil.rmtree(self.dir / name, ignore_errors=True)
+                path = self.dir / name
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+        for name in ("points", "plots"):
+            if (self.dir / name).exists() and not (self.dir / name).is_dir():
+                raise ConfigError(f"{self.dir / name} is a file, where the results keep a directory")
         kept: set[str] = set()
         if resume and self.csv_path.exists():
             kept = self._load_previous()
         try:
+            (self.dir / MARKER).write_text("etsim experiment results: --force may replace them\n", encoding="utf-8")
             (self.dir / "experiment.yaml").write_text(self.experiment.text, encoding="utf-8")
             todo = [p for p in run if p.id not in kept]
             self._rewrite()
@@ -176,6 +212,26 @@ class ResultsDir:
             raise ConfigError(f"{self.dir}: cannot write the results there: {exc.strerror or exc}") from None
         self._jsonl_end = self._jsonl.seek(0, os.SEEK_END)
         return todo
+
+    def _take_lock(self) -> None:
+        """Hold the directory's lock until :meth:`close`; a sweep already writing here is named in the error."""
+        path = self.dir / LOCK
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"{self.dir}: cannot write the results there: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 64).decode("ascii", "replace").strip() or "another process"
+            os.close(fd)
+            raise ConfigError(
+                f"{self.dir} is being written by another sweep (etsim process {holder}): wait for it to end, or "
+                "choose another --out"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock = fd
 
     def write_configs(self, points: Iterable[Point]) -> None:
         """Write ``points/<id>/config.yaml`` of each point.
@@ -221,8 +277,9 @@ class ResultsDir:
                     start, offset = offset, offset + len(line)
                     head = _report_head(line)
                     rid = head.get("point") if head is not None else None
-                    if isinstance(rid, str) and rid in self.rows and head and head.get("status") == self.status[rid]:
-                        self.reports[rid] = (start, len(line))
+                    ok = isinstance(rid, str) and rid in self.rows and head and head.get("status") == self.status[rid]
+                    if ok and _whole_record(line):  # a line spliced from two writers parses as neither
+                        self.reports[rid] = (start, len(line))  # type: ignore[index]
         # A row without its report (killed between the two writes) is dropped: the point runs again.
         for pid in [p for p in self.rows if p not in self.reports]:
             del self.rows[pid], self.status[pid]
@@ -290,4 +347,12 @@ class ResultsDir:
             if stream is not None:
                 stream.close()
         self._csv = self._jsonl = None
-        self._rewrite()
+        try:
+            self._rewrite()
+        finally:
+            self._release_lock()
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)  # releases the lock
+            self._lock = None
