@@ -171,12 +171,16 @@ class Registry(Generic[T]):
             return self._items[name]
         if ":" in name:
             module_name, _, attr = name.rpartition(":")
+            if not module_name or not attr:
+                raise RegistryError(
+                    f"{self.kind} {name!r}: expected 'package.module:Class' or 'file.py:Class' with both parts given"
+                )
             if module_name.endswith(".py"):
                 module = _load_file(module_name, self.kind, name)
             else:
                 try:
                     module = importlib.import_module(module_name)
-                except ImportError as exc:
+                except (ImportError, ValueError) as exc:  # ValueError: a relative or otherwise unusable name
                     raise RegistryError(
                         f"cannot import module {module_name!r} for {self.kind} {name!r}: {exc}"
                     ) from None

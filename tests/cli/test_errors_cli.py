@@ -191,3 +191,31 @@ def test_a_node_type_the_walker_does_not_know_stops_the_run(capsys, tmp_path: Pa
     write_workload([b.build(rank=0), TraceBuilder().build(rank=1)], tmp_path / "w")
     code, _, err = run(capsys, str(tmp_path / "w"))
     assert code == 1 and "unknown node type 999" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", ":"], "network model ':': expected 'package.module:Class' or 'file.py:Class' with both parts"),
+        (["--model", "a:"], "network model 'a:': expected"),
+    ],
+)
+def test_an_empty_plug_in_path_is_a_clear_error(capsys, wl4: str, args: list[str], message: str) -> None:
+    code, _, err = run(capsys, wl4, *args)
+    assert code == 1 and message in err and "Traceback" not in err
+
+
+def test_a_rule_for_a_list_of_collectives_is_a_clear_error(capsys, wl4: str, tmp_path: Path) -> None:
+    system = tmp_path / "s.yaml"
+    system.write_text("algorithms:\n  - {collective: [all_reduce, all_gather], algorithm: ring}\n")
+    code, _, err = run(capsys, wl4, "--system", str(system))
+    assert code == 1 and "algorithms[0].collective: expected one collective name" in err
+
+
+def test_tune_refuses_a_plot_format_before_any_work(capsys, tmp_path: Path) -> None:
+    topo = str(Path(__file__).resolve().parents[2] / "topologies" / "ring8.yaml")
+    code, _, err = run(
+        capsys, "tune", "--topology", topo, "--sizes", "1KiB", "--plot", "p.xyz", "-o", str(tmp_path / "t.yaml")
+    )
+    assert code == 1 and "--plot p.xyz: the file's suffix says its format" in err
+    assert not (tmp_path / "t.yaml").exists()

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from etsim.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -102,7 +105,7 @@ def test_bad_inputs_are_one_error_line(repo: Path, tmp_path: Path, capsys: pytes
         (("report", str(not_json)), "not a result JSON: invalid JSON"),
         (("report", str(binary)), "not UTF-8"),
         (("report", str(tmp_path / "missing.json")), "cannot read"),
-        (("report", str(not_result), "--table", "ranks"), "--table goes with"),
+        (("report", str(not_result), "--format", "text", "--table", "ranks"), "--table goes with"),
         (("plot", "timeline", str(not_json), "-o", str(tmp_path / "o.png")), "not a trace: invalid JSON"),
         (("plot", "timeline", str(not_result), "-o", str(tmp_path / "o.png")), "no slices"),
         (("plot", "links", str(not_result), "-o", str(tmp_path / "o.png")), "not an etsim result"),
@@ -122,3 +125,43 @@ def test_trace_limit_warns_on_stderr(repo: Path, tmp_path: Path, capsys: pytest.
     )
     assert code == 0 and "etsim: warning:" in err and "trace cut at" in err
     assert json.loads(trace.read_text())["otherData"]["truncated"] is True
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d["links"][0].__setitem__("bytes", "many"), r"links\[0\].bytes: expected a finite number"),
+        (lambda d: d.__setitem__("links", {"a": 1}), r"links: expected a list"),
+        (lambda d: d.__setitem__("groups", [1, 2]), r"groups\[0\]: expected an object"),
+        (lambda d: d.__setitem__("critical_path", {"end": {}, "nodes": []}), r"critical_path.totals: expected"),
+        (lambda d: d.__setitem__("finish_ns", float("inf")), r"finish_ns: expected a finite number, got inf"),
+        (lambda d: d["ranks"][0].__setitem__("finish_ns", float("nan")), r"ranks\[0\].finish_ns: .* got nan"),
+    ],
+)
+def test_a_hand_edited_result_is_named_not_a_traceback(tmp_path: Path, capsys, edit, message: str) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "r.json"
+    assert main([str(REPO / "workloads" / "allreduce_8npus_1MiB"), "--json", str(out), "-q"]) == 0
+    data = json.loads(out.read_text())
+    edit(data)
+    out.write_text(json.dumps(data))
+    for argv in (["report", str(out)], ["report", str(out), "--format", "markdown"],
+                 ["plot", "links", str(out), "-o", str(tmp_path / "l.png")]):  # fmt: skip
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert re.search(rf"r.json: not an etsim result: {message}", err), err
+
+
+def test_a_trace_is_named_as_one(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    trace = tmp_path / "t.json.gz"
+    assert main([str(REPO / "workloads" / "allreduce_8npus_1MiB"), "--trace", str(trace), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["plot", "links", str(trace), "-o", str(tmp_path / "l.png")]) == 1
+    assert "this is a gzipped trace (etsim run --trace), not an etsim result" in capsys.readouterr().err
+
+
+def test_table_alone_means_markdown(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "r.json"
+    assert main([str(REPO / "workloads" / "allreduce_8npus_1MiB"), "--json", str(out), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["report", str(out), "--table", "summary"]) == 0
+    assert capsys.readouterr().out.startswith("### summary")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from etsim.errors import ConfigError
@@ -24,8 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("result", help="a result JSON written by `etsim run … --json OUT`")
     p.add_argument(
-        "--format", choices=("text", "markdown", "csv"), default="text", help="text (the run's table; default), "
-        "markdown (tables under headings) or csv (one table)",
+        "--format", choices=("text", "markdown", "csv"), default=None, help="text (the run's table; the default), "
+        "markdown (tables under headings; the default with --table) or csv (one table)",
     )  # fmt: skip
     p.add_argument(
         "--table",
@@ -67,12 +68,24 @@ def _read_json(path: str, what: str) -> Any:
 
 
 def load_result(path: str) -> Result:
-    """Read a result JSON; one clear error if it is not one."""
-    return Result.from_dict(_read_json(path, "result JSON"), source=path)
+    """Read a result JSON; one clear error if it is not one (a trace is named as one)."""
+    try:
+        with open(path, "rb") as f:
+            gzipped = f.read(2) == b"\x1f\x8b"
+    except OSError:
+        gzipped = False  # read_text names the problem
+    if gzipped:
+        raise ConfigError(f"{path}: this is a gzipped trace (etsim run --trace), not an etsim result (run --json)")
+    data = _read_json(path, "result JSON")
+    if isinstance(data, dict) and "traceEvents" in data:
+        raise ConfigError(f"{path}: this is a trace (etsim run --trace), not an etsim result (etsim run --json)")
+    return Result.from_dict(data, source=path)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Print a saved result as the table, Markdown or CSV."""
+    if args.format is None:
+        args.format = "markdown" if args.table else "text"
     if args.format == "text" and args.table:
         raise ConfigError("--table goes with --format markdown or csv")
     if args.format == "csv" and args.table and len(args.table) != 1:
@@ -94,12 +107,21 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _picture(output: str, name: str) -> str:
+    """Where a plot goes: ``-o DIR`` means ``DIR/NAME.png``, a path without a suffix gets ``.png`` (as matplotlib)."""
+    path = Path(output)
+    if path.is_dir():
+        return str(path / f"{name}.png")
+    return output if path.suffix else f"{output}.png"
+
+
 def cmd_plot_timeline(args: argparse.Namespace) -> int:
     """Draw a trace as a Gantt chart."""
     from etsim.report.plots import load_trace_events, plot_timeline
 
     if args.max_ranks < 1:
         raise ConfigError(f"--max-ranks must be >= 1, got {args.max_ranks}")
+    args.output = _picture(args.output, "timeline")
     drawn = plot_timeline(load_trace_events(args.trace), args.output, max_ranks=args.max_ranks, title=args.title)
     note = ""
     if drawn["processes_drawn"] < drawn["processes"]:
@@ -115,6 +137,7 @@ def cmd_plot_links(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise ConfigError(f"--top must be >= 1, got {args.top}")
     result = load_result(args.result)
+    args.output = _picture(args.output, "links")
     layout = plot_links(result.to_dict(), args.output, top=args.top)
     print(f"{args.output}: link utilisation ({layout})")
     return 0

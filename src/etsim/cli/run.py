@@ -86,7 +86,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "--critical-path", action="store_true", help="print the critical path (the JSON holds it as critical_path)"
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors (no table, no progress bar)")
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print only the finish time (no table, no progress bar, no trace note)",
+    )
     p.set_defaults(handler=cmd_run)
 
 
@@ -215,9 +220,13 @@ def _report(args: argparse.Namespace, result: Result, title: str) -> int:
         sys.stdout.write(result.to_json() + "\n")
     elif args.json:
         write_text(args.json, result.to_json() + "\n")
-    if not args.quiet and args.json != "-":
-        print(title)
-        print(result.table())
-        if result.critical_path is not None:
-            print("\n".join(critical_path_lines(result.critical_path)))
+    if args.json == "-":
+        return 0
+    if args.quiet:
+        print(result.table().splitlines()[0])  # the finish time: one line
+        return 0
+    print(title)
+    print(result.table())
+    if result.critical_path is not None:
+        print("\n".join(critical_path_lines(result.critical_path)))
     return 0

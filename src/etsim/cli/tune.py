@@ -17,6 +17,8 @@ from etsim.units import format_size, format_time
 __all__ = ["register"]
 
 _EXPORTS = ("nccl-tuner", "msccl")
+#: Plot files etsim tune writes (matplotlib's formats, by suffix).
+PLOT_FORMATS = (".png", ".svg", ".pdf")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -57,6 +59,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     """Tune, write the table, CSV, plot and exports; in workload mode, compare the whole workload."""
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.plot and args.plot != "none" and Path(args.plot).suffix.lower() not in PLOT_FORMATS:
+        formats = ", ".join(PLOT_FORMATS)
+        raise ConfigError(f"--plot {args.plot}: the file's suffix says its format; use one of {formats} (or 'none')")
     for fmt, _ in args.export:
         if fmt not in _EXPORTS:
             raise ConfigError(f"--export: unknown format {fmt!r}; valid: {', '.join(_EXPORTS)}")

@@ -90,7 +90,14 @@ def draw_plot(plot: PlotSpec, header: Sequence[str], rows: Sequence[dict[str, st
     sums: dict[tuple[str, str, str], list[float]] = {}
     for r in selected:
         key = (r[plot.facet] if plot.facet else "", r[plot.series] if plot.series else "", r[plot.x])
-        sums.setdefault(key, []).append(float(r[plot.y]))
+        try:
+            measured = float(r[plot.y])
+        except ValueError:
+            measured = math.nan
+        if not math.isfinite(measured):
+            point = r.get("point", "?")
+            raise ConfigError(f"plot {plot.name}: results.csv, point {point}: {plot.y} is {r[plot.y]!r}, not a number")
+        sums.setdefault(key, []).append(measured)
     value = {k: sum(v) / len(v) for k, v in sums.items()}
 
     ncols = min(3, len(facets))

@@ -75,6 +75,8 @@ class RunRecorder(RunObserver):
         # (send walk, send node) -> message row, until the message is received.
         self._open: dict[tuple[GraphRun, int], int] = {}
         self.messages_cut_ns = math.inf
+        #: Messages sent after the limit was reached (not recorded, so their events are not counted either).
+        self.messages_not_recorded = 0
         self.complete = False
 
     # -- hooks --
@@ -112,6 +114,7 @@ class RunRecorder(RunObserver):
         if self.message_limit is not None and len(self.m_src) >= self.message_limit:
             if now < self.messages_cut_ns:
                 self.messages_cut_ns = now
+            self.messages_not_recorded += 1
             return
         self._open[(run, j)] = len(self.m_src)
         self.m_src.append(src)

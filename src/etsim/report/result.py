@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -102,6 +103,7 @@ class Result:
         """
         if not isinstance(data, dict) or "finish_ns" not in data or "ranks" not in data:
             raise ConfigError(f"{source}: not an etsim result (expected a JSON object with finish_ns and ranks)")
+        _check_result(data, source)
         try:
             ranks = [RankResult(**r) for r in data["ranks"]]
             keys = CollectiveRecord.__dataclass_fields__
@@ -162,3 +164,64 @@ class Result:
         )
         lines.append(f"simulated in {self.sim.get('wall_s', 0):.3f} s ({self.sim.get('events', 0)} events)")
         return "\n".join(lines)
+
+
+# -- checking a document before anything reads it (a hand-edited or foreign JSON is named, never a traceback) --
+
+_RANK_FIELDS = ("finish_ns", "compute_ns", "comm_ns", "exposed_comm_ns")
+_COLLECTIVE_FIELDS = ("bytes", "start_ns", "end_ns")
+_LINK_FIELDS = ("bytes", "busy_ns", "messages", "bandwidth_GBps")
+_GROUP_FIELDS = ("ranks", "calls", "bytes", "comm_ns_max", "exposed_comm_ns_mean", "exposed_comm_ns_max")
+_TOTAL_FIELDS = ("compute_ns", "exposed_comm_ns", "memory_ns", "other_ns")
+_NODE_FIELDS = ("start_ns", "end_ns", "compute_ns", "exposed_comm_ns", "memory_ns", "other_ns", "wait_ns")
+
+
+def _bad(source: str, key: str, what: str, value: Any) -> ConfigError:
+    return ConfigError(f"{source}: not an etsim result: {key}: expected {what}, got {value!r}"[:400])
+
+
+def _number(value: Any, key: str, source: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _bad(source, key, "a finite number", value)
+
+
+def _records(data: dict[str, Any], name: str, fields: tuple[str, ...], source: str, *, required: bool) -> None:
+    """``data[name]``: a list of objects whose *fields* are finite numbers (when present, or always if required)."""
+    value = data.get(name, [])
+    if not isinstance(value, list):
+        raise _bad(source, name, "a list", value)
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise _bad(source, f"{name}[{i}]", "an object", item)
+        for f in fields:
+            if f in item or required:
+                _number(item.get(f), f"{name}[{i}].{f}", source)
+
+
+def _check_result(data: dict[str, Any], source: str) -> None:
+    """The parts of a result the tables and plots read, checked: each problem names its key."""
+    _number(data["finish_ns"], "finish_ns", source)
+    _records(data, "ranks", _RANK_FIELDS, source, required=True)
+    _records(data, "collectives", _COLLECTIVE_FIELDS, source, required=False)
+    _records(data, "links", _LINK_FIELDS, source, required=True)
+    _records(data, "groups", _GROUP_FIELDS, source, required=False)
+    for name in ("network", "sim", "config"):
+        if not isinstance(data.get(name, {}), dict):
+            raise _bad(source, name, "an object", data[name])
+    warnings = data.get("warnings", [])
+    if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
+        raise _bad(source, "warnings", "a list of strings", warnings)
+    path = data.get("critical_path")
+    if path is None:
+        return
+    if not isinstance(path, dict):
+        raise _bad(source, "critical_path", "an object", path)
+    totals = path.get("totals")
+    if not isinstance(totals, dict):
+        raise _bad(source, "critical_path.totals", "an object", totals)
+    for f in _TOTAL_FIELDS:
+        _number(totals.get(f), f"critical_path.totals.{f}", source)
+    end = path.get("end")
+    if not isinstance(end, dict) or not all(isinstance(end.get(k), int) for k in ("rank", "node_id")):
+        raise _bad(source, "critical_path.end", "an object with rank and node_id", end)
+    _records(path, "nodes", _NODE_FIELDS, f"{source}: critical_path", required=True)

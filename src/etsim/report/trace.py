@@ -366,9 +366,17 @@ def write_chrome_trace(
         "truncated": truncated,
     }
     note = ""
+    unrecorded = b.rec.messages_not_recorded
+    if unrecorded:
+        other["messages_not_recorded"] = unrecorded
     if truncated:
+        has = (
+            f"more than {available:,} events ({unrecorded:,} messages past the recording limit were not counted)"
+            if unrecorded
+            else f"{available:,} events"
+        )
         note = (
-            f"trace cut at {format_time(cut)}: the run has {available:,} events, more than the limit of {limit:,}; "
+            f"trace cut at {format_time(cut)}: the run has {has}, more than the limit of {limit:,}; "
             f"nothing from {cut!r} ns on was written (raise --trace-limit, or trace fewer messages)"
         )
         other["cut_ns"] = cut

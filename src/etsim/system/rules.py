@@ -234,6 +234,10 @@ def parse_rules(value: Sequence[Any], where: str) -> tuple[SelectionRule, ...]:
         if not isinstance(algorithm, str) or not algorithm:
             raise ConfigError(f"{origin}: expected 'algorithm: ALGO' (a name, an ET family or an MSCCL-IR file)")
         collective = item.get("collective")
+        if collective is not None and not isinstance(collective, str):
+            raise ConfigError(
+                f"{origin}.collective: expected one collective name, got {collective!r}; write one rule per collective"
+            )
         if collective is not None and collective not in collectives:
             raise ConfigError(
                 f"{origin}.collective: unknown collective {collective!r}; valid: {', '.join(sorted(collectives))}"
