@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from etsim.algo.family_io import algo_graph_from_trace
-from etsim.algo.graph import COMP, RECV, SEND, AlgorithmBuilder
+from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph, AlgorithmBuilder
 from etsim.chakra import Workload, load_workload
 from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError, TraceError
@@ -21,6 +21,7 @@ from etsim.producers.msccl import (
 )
 from etsim.producers.msccl.source import MscclAlgorithm, load_msccl_algorithm
 from etsim.simulation import simulate
+from etsim.system.algorithms.base import CollectiveAlgorithm
 from etsim.system.config import SystemConfig
 
 
@@ -163,16 +164,36 @@ def test_every_step_type_lowers_to_its_parts_in_order():
     assert conv.origins[4][1][2:] == ("copy", "o", 1)
 
 
+class ChainAlgorithm(CollectiveAlgorithm):
+    """The chain program's graphs as an all-reduce: a timing fixture (it is not one, and is refused as one)."""
+
+    name = "chain"
+    collectives = frozenset({CollectiveType.ALL_REDUCE})
+    verified_by_tests = True  # not a claim about the graphs: these tests time them, they do not run them as one
+
+    def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
+        return convert_msccl(chain_xml()).graphs[position]
+
+
 def test_chain_simulates_and_reduction_costs_count(tmp_path):
     path = tmp_path / "chain.xml"
     path.write_bytes(chain_xml())
     size = 4 << 20
+    # The chain moves 12 of its 4-chunk buffers' chunks over 5 GPUs: far less than any all-reduce must, and it
+    # cannot be verified (placeholder offsets), so it is refused as one...
+    with pytest.raises(ConfigError, match=r"cannot compute all_reduce over 5 ranks: its 5 ranks send 12 chunks"):
+        simulate(
+            Workload(collective_workload(CollectiveType.ALL_REDUCE, size, 5)),
+            topology=fully_connected(5, 50.0, 500.0),
+            system=SystemConfig(algorithms={"default": str(path)}),
+        )
+    # ... while its lowering is still timed: the same graphs, as an algorithm the suite vouches for.
     t = {}
     for red_bw in (None, 10.0):
         r = simulate(
             Workload(collective_workload(CollectiveType.ALL_REDUCE, size, 5)),
             topology=fully_connected(5, 50.0, 500.0),
-            system=SystemConfig(algorithms={"default": str(path)}, reduction_bandwidth=red_bw),
+            system=SystemConfig(algorithms={"default": f"{__file__}:ChainAlgorithm"}, reduction_bandwidth=red_bw),
         )
         t[red_bw] = r.finish_ns
         assert r.network["messages"] == 4

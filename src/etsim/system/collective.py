@@ -213,7 +213,8 @@ class System:
             if reason is not None and n > 1:
                 raise ConfigError(f"{where}: {reason}")
             if n > 1:  # refuse an algorithm that does not compute its collective (verified once, cached)
-                algo.check_correct(lookup, n, where=where, label=label)
+                as_written = self.config.families_as_written  # (the files' own sizes, not the call's)
+                algo.check_correct(lookup, n, where=where, label=label, size=None if as_written else size)
             inst = _Instance(collective, size, where, label, algo, self._next_namespace, key, rule)
             try:
                 self._next_namespace += len(self._stream_sizes(collective, size, n))

@@ -6,9 +6,10 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from etsim.algo.graph import AlgoGraph
+from etsim.algo.graph import RECV, SEND, AlgoGraph
+from etsim.algo.semantics import minimum_bytes
 from etsim.algo.verify import Verdict, verify_graphs
-from etsim.chakra.graph import CollectiveType
+from etsim.chakra.graph import CollectiveType, collective_buffer_bytes
 from etsim.errors import ConfigError
 from etsim.registry import Registry
 
@@ -132,22 +133,74 @@ class CollectiveAlgorithm:
             cache[key] = verdict
         return verdict
 
-    def check_correct(self, collective: CollectiveType, group_size: int, *, where: str = "", label: str = "") -> None:
+    def check_correct(
+        self,
+        collective: CollectiveType,
+        group_size: int,
+        *,
+        where: str = "",
+        label: str = "",
+        size: float | None = None,
+    ) -> None:
         """Raise :class:`~etsim.errors.ConfigError` if :meth:`verify` finds the algorithm wrong.
 
         Algorithms whose class declares ``verified_by_tests`` are not verified here (their graphs
-        are checked by etsim's tests for every collective and several group sizes); graphs without
-        data annotations cannot be verified and pass.
+        are checked by etsim's tests for every collective and several group sizes). Graphs that cannot
+        be verified (no data annotations, custom programs) must still move what any algorithm computing the
+        collective must (:func:`~etsim.algo.semantics.minimum_bytes`, for a call of *size* bytes; graphs of absolute
+        sizes are not compared when *size* is None, as when families run as written): fewer is an error, never a
+        time faster than the collective allows.
         """
         if type(self).__dict__.get("verified_by_tests", False):
             return
         verdict = self.verify(collective, group_size)
+        prefix = f"{where}: " if where else ""
+        name = label or self.name
         if verdict.ok is False:
-            prefix = f"{where}: " if where else ""
             raise ConfigError(
-                f"{prefix}algorithm {label or self.name!r} does not compute {collective.name.lower()} over "
+                f"{prefix}algorithm {name!r} does not compute {collective.name.lower()} over "
                 f"{group_size} ranks: {verdict.message}"
             )
+        if verdict.ok is None and type(self).phases is CollectiveAlgorithm.phases:
+            short = self._too_few_bytes(collective, group_size, size)
+            if short:
+                raise ConfigError(
+                    f"{prefix}algorithm {name!r} cannot compute {collective.name.lower()} over {group_size} ranks: "
+                    f"{short} (it cannot be verified: {verdict.message})"
+                )
+
+    def _too_few_bytes(self, collective: CollectiveType, group_size: int, size: float | None) -> str:
+        """Why the graphs move fewer bytes than any algorithm computing *collective* must, or ``""``."""
+        if self.supports(collective, group_size) is not None:
+            return ""
+        graphs = [self.graph(collective, group_size, r) for r in range(group_size)]
+        totals = {g.total_chunks for g in graphs}
+        if len(totals) != 1:
+            return ""  # the ranks disagree on their units: the verifier says so
+        chunks = next(iter(totals))
+        if chunks is None and size is None:
+            return ""
+        buffer = collective_buffer_bytes(collective, size or 0.0, group_size) if chunks is None else float(chunks)
+        unit = "chunks" if chunks is not None else "bytes"
+        need = minimum_bytes(collective, group_size, buffer)
+        sent = [0.0] * group_size
+        received = [0.0] * group_size
+        for r, g in enumerate(graphs):
+            for kind, amount in zip(g.kinds, g.chunks, strict=True):
+                if kind == SEND:
+                    sent[r] += amount
+                elif kind == RECV:
+                    received[r] += amount
+        slack = 1 - 1e-9
+        total, out, into = need["total"], need["sent_per_rank"], need["received_per_rank"]
+        if sum(sent) < total * slack:
+            return f"its {group_size} ranks send {sum(sent):g} {unit} in all, and at least {total:g} are needed"
+        for r in range(group_size):
+            if sent[r] < out * slack:
+                return f"rank {r} sends {sent[r]:g} {unit}, and at least {out:g} are needed"
+            if received[r] < into * slack:
+                return f"rank {r} receives {received[r]:g} {unit}, and at least {into:g} are needed"
+        return ""
 
     def check_position(self, collective: CollectiveType, group_size: int, position: int) -> None:
         """:meth:`check`, and raise :class:`~etsim.errors.ConfigError` if *position* is not in the group."""
