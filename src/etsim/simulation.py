@@ -23,6 +23,7 @@ from etsim.chakra.validate import preflight
 from etsim.errors import ConfigError, DeadlockError, EtsimWarning, FastPathConflict, SimulationError, warn
 from etsim.network import NetworkConfig, Topology, build_model, load_network, ring
 from etsim.network.model import DEFAULT_MODEL, CountingEnvironment, LinkStats
+from etsim.report.bounds import collective_bound_violations, describe_violations
 from etsim.report.result import CollectiveRecord, RankResult, Result
 from etsim.system.collective import System
 from etsim.system.config import SystemConfig
@@ -266,8 +267,12 @@ def _simulate(
     ]
     stats = network.link_stats()
     finish = max((r.finish_ns for r in ranks), default=0.0)
-    if not getattr(network, "congestion_aware", True):
+    aware = getattr(network, "congestion_aware", True)
+    if not aware:
         _check_physical(stats, finish, model_name, topo)
+    violations = collective_bound_violations(collectives, topo)
+    if violations:
+        warn(describe_violations(violations, model_name, aware))
     # utilisation: the share of the run the link spent serialising (None for a run that took no time).
     links = [
         {

@@ -6,6 +6,8 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 from etsim.chakra import CollectiveType, write_workload
 from etsim.producers import collective_workload
 
@@ -47,3 +49,11 @@ def astra_inputs(
         f"topology: {topology}\nnpus_count: {npus}\nbandwidth: {[bw] * len(npus)}\nlatency: {[lat] * len(npus)}\n"
     )
     return tmp_path / "wl", tmp_path / "sys.json", tmp_path / "net.yml"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """ASTRA-sim's congestion-unaware back end can beat the bandwidth bound, and etsim says so: not an error here."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.filterwarnings(r"ignore:\d+ collective\(s\) finished faster:UserWarning"))

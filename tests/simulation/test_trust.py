@@ -16,7 +16,7 @@ from etsim.algo.family_io import algorithm_traces, write_family
 from etsim.chakra import CollectiveType, TraceBuilder, Workload, load_workload, make_attribute, write_workload
 from etsim.errors import ConfigError, DeadlockError, EtsimWarning, SimulationError
 from etsim.network import ring, switch
-from etsim.producers import collective_workload
+from etsim.producers import collective_workload, data_parallel_workload
 from etsim.simulation import DEFAULT_MODEL, simulate
 from etsim.system.algorithms import ALGORITHMS
 from etsim.system.config import SystemConfig
@@ -49,10 +49,28 @@ def test_the_default_model_is_congestion_aware_and_respects_the_bandwidth_bound(
 
 def test_an_unaware_run_below_the_bandwidth_bound_names_the_link(repo: Path) -> None:
     workload = load_workload(repo / "workloads" / "allreduce_8npus_1MiB")
-    with pytest.warns(EtsimWarning, match=r"link 0 \(0 -> 1\) carried 1.75 MiB, which takes 36.7002 us"):
+    with pytest.warns(EtsimWarning) as caught:
         result = simulate(workload, model="analytical", system=SystemConfig(chunks=4))
     assert result.finish_ns == pytest.approx(16175.04)
-    assert "use --model flow" in result.warnings[0]
+    link, bound = result.warnings
+    assert [str(w.message) for w in caught] == result.warnings
+    assert "link 0 (0 -> 1) carried 1.75 MiB, which takes 36.7002 us" in link and "use --model flow" in link
+    # Per collective: the group must push 2·7·(1 MiB) out of 8 NPUs of 2 × 50 GB/s links.
+    assert "all_reduce of 1 MiB over 8 ranks 0..7 took 16.175 us" in bound
+    assert "the group must send 14 MiB through 800 GB/s of outgoing links, which takes 18.3501 us" in bound
+
+
+def test_a_collective_below_its_bound_is_flagged_even_when_compute_hides_it(tmp_path: Path) -> None:
+    # Issue 20 item 1: compute elsewhere makes the run long, so no link is busy longer than the whole run;
+    # each 16 MiB all-reduce still took far less than its bytes need.
+    traces = data_parallel_workload(8, layers=4, grad_bytes=16 * MiB, fwd_micros=600, bwd_micros=600, iterations=2)
+    with pytest.warns(EtsimWarning) as caught:
+        simulate(Workload(traces), topology=ring(8, B, L), model="analytical", system=SystemConfig(chunks=4))
+    (text,) = [str(w.message) for w in caught]
+    assert text.startswith("8 collective(s) finished faster than their bytes can cross the links")
+    assert "which takes 293.601 us" in text and "'analytical' ignores contention" in text
+    aware = simulate(Workload(traces), topology=ring(8, B, L), system=SystemConfig(chunks=4))
+    assert aware.warnings == []
 
 
 def test_direct_on_a_switch_under_the_unaware_model_is_flagged() -> None:
@@ -72,8 +90,10 @@ def test_msccl_with_many_channels_on_one_link_is_no_longer_too_fast(corpus: Path
     xml = corpus / "msccl" / "shipped" / "msccl-scheduler" / "ndv4" / "r48ll128.xml"
     workload = Workload(collective_workload(AR, 16 * MiB, 8))  # inside the file's minBytes/maxBytes
     system = SystemConfig(algorithms={"default": str(xml)})
-    with pytest.warns(EtsimWarning, match=r"link 0 \(0 -> 1\) carried 28 MiB, which takes 587.203 us"):
+    with pytest.warns(EtsimWarning) as caught:
         unaware = simulate(workload, topology=ring(8, B, L), model="analytical", system=system)
+    assert "link 0 (0 -> 1) carried 28 MiB, which takes 587.203 us" in str(caught[0].message)
+    assert "the group must send 224 MiB through 800 GB/s of outgoing links" in str(caught[1].message)
     aware = simulate(workload, topology=ring(8, B, L), system=system)
     assert aware.finish_ns > 7 * unaware.finish_ns
     assert aware.finish_ns >= max(link["busy_ns"] for link in aware.links)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -176,8 +177,11 @@ def test_chunks_reduction_and_endpoint_delay() -> None:
     t = n / p / B
     # Congestion-unaware: k concurrent chunks each move n/k, as if each had the link to itself: faster
     # than the links can carry, which the run says.
-    with pytest.warns(EtsimWarning, match="ignores contention.* 36.7002 us .* finished at 16.175 us"):
+    with pytest.warns(EtsimWarning) as caught:
         assert run(AR, n, p, "ring", model="analytical", chunks=4) == pytest.approx(2 * (p - 1) * (L + t / 4), rel=REL)
+    link, bound = (str(w.message) for w in caught)
+    assert re.search("ignores contention.* 36.7002 us .* finished at 16.175 us", link)
+    assert "all_reduce of 1 MiB over 8 ranks 0..7 took 16.175 us" in bound
     # Congestion-aware, FIFO links: the 4 chunks queue on each link, which never idles (a step of one chunk,
     # L + t/4, is shorter than the 4·t/4 the others keep the link busy): the bandwidth bound 2(p-1)·t plus one L.
     assert run(AR, n, p, "ring", model="link", chunks=4) == pytest.approx(2 * (p - 1) * t + L, rel=REL)

@@ -84,6 +84,7 @@ def astra_settings(
         "phase_delay": endpoint_delay,
         "reduction_bandwidth": float(local_mem_bw) if local_mem_bw > 0 else None,
         "reduction_passes": 3,
+        "shared_reductions": False,
         "integer_ns": True,
         "min_compute_ns": 1.0,
         "families_as_written": True,

@@ -11,8 +11,9 @@ current activity at the moment it started, using only what the run recorded (a
 - a collective finished when its last chunk did, or, when its group synchronises, when the last member
   issued it (the path goes on at that member);
 - inside a collective, the algorithm's nodes start when their last predecessor finishes (no slots), a
-  send lasts until delivery, a reduction for its cost, and a chunk's first nodes start with the chunk,
-  which starts with the collective or when the chunk before it in the stream queue finished.
+  send lasts until delivery, a reduction for its cost (after waiting, with ``shared_reductions``, for the
+  reduction that held its NPU's reduction unit, where the path goes on), and a chunk's first nodes start
+  with the chunk, which starts with the collective or when the chunk before it in the stream queue finished.
 
 Each step covers the interval between the time it was entered and the time its activity started, so
 the segments are contiguous, start at 0 and end at the finish time; they add up to it exactly (as
@@ -151,6 +152,8 @@ class _Walk:
                 f = rec.m_delivered[self.send_row[(part, k)]]
             elif kind == RECV:
                 f = rec.m_received[self.recv_row[(part, k)]]
+            elif (part, k) in rec.reductions:  # held the NPU's shared reduction unit (maybe after a wait)
+                f = rec.reductions[part, k][1]
             else:
                 dur = part.durs[k]
                 if dur is None:
@@ -277,6 +280,13 @@ class _Walk:
         kind = part.kinds[k]
         self.visit(call.rank, call.j)
         if kind == COMP:
+            held = self.rec.reductions.get((part, k))
+            if held is not None and held[0] > s:
+                # It waited for the NPU's reduction unit: the path goes on at the reduction that held it.
+                self.add(held[0], f, call.rank, call.j, "compute", f"{call.algorithm} reduction")
+                holder = self.rec.reduction_ending.get((call.rank, held[0]))
+                if holder is not None:
+                    return ("A", holder[0], holder[1])
             self.add(s, f, call.rank, call.j, "compute", f"{call.algorithm} reduction")
         elif kind == SEND:
             size = part.chunks[k] * part.unit

@@ -78,6 +78,10 @@ class RunRecorder(RunObserver):
         #: Messages sent after the limit was reached (not recorded, so their events are not counted either).
         self.messages_not_recorded = 0
         self.complete = False
+        #: Reductions on the shared reduction unit: (part, node) -> (start, finish), and per (rank, finish)
+        #: the reduction that ended then (the one a queued reduction waited for).
+        self.reductions: dict[tuple[AlgoRun, int], tuple[float, float]] = {}
+        self.reduction_ending: dict[tuple[int, float], tuple[AlgoRun, int]] = {}
 
     # -- hooks --
 
@@ -107,6 +111,11 @@ class RunRecorder(RunObserver):
     def part_finished(self, call: CollectiveCall, part: AlgoRun) -> None:
         """Note when a collective part finishes."""
         self.part_end[part] = self._env.now
+
+    def reduction(self, run: AlgoRun, j: int, start: float, finish: float) -> None:
+        """Note the interval a reduction holds its NPU's reduction unit."""
+        self.reductions[run, j] = (start, finish)
+        self.reduction_ending[run.rank, finish] = (run, j)
 
     def message_sent(self, run: GraphRun, j: int, src: int, dst: int, tag: int, size: float) -> None:
         """Open a row for the message (unless the limit was reached)."""

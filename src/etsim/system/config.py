@@ -125,6 +125,17 @@ class SystemConfig:
         None, "cost reductions at this bandwidth, e.g. '100 GB/s' (default: free)", Optional(Bandwidth())
     )
     """Bytes per ns a reduction processes; None = reductions are free."""
+    shared_reductions: bool = option(
+        True,
+        "reductions on one NPU take turns at its reduction_bandwidth (across chunks, collectives and streams); "
+        "false: each runs at the full bandwidth",
+        Boolean(),
+        flag=False,
+    )
+    """One reduction unit per NPU: algorithm reductions priced by ``reduction_bandwidth`` run one at a time in
+    the order they become ready (FIFO), so k concurrent reductions of m bytes end k·m/bandwidth after they
+    start, never sooner. False: every reduction has the whole bandwidth (what the compatibility
+    mode of :mod:`etsim.compat` reproduces)."""
     endpoint_delay: float = option(0.0, "delay added to every message, e.g. '10 ns'", Time())
     """ns added before every message enters the network."""
     resources: Resources = option(

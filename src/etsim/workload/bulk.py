@@ -23,10 +23,12 @@ float operations (``t + dur``, ``t + (delay + after)``, ``max``) and its orders:
 Gated nodes (released at the k-th completion of their dependencies once armed) take the k-th of their
 dependencies' sorted finish times that comes after the arming. Whatever cannot be shown equal is not
 taken: a graph without relative peers or with unmatched sends stays on the event path (decided before
-any member is deferred). What can only be seen while evaluating (a channel or link whose order the
-event path could decide differently, a member whose phase would end before the last member started,
-other traffic on a claimed link) raises :class:`~etsim.errors.FastPathConflict`; the run is then redone
-with that part (and parts of the same graph) on the event path.
+any member is deferred), as does one whose reductions queue at the NPUs' shared reduction units
+(``shared_reductions``: other parts' reductions decide when they run). What can only be seen while
+evaluating (a channel or link whose order the event path could decide differently, a member whose
+phase would end before the last member started, other traffic on a claimed link) raises
+:class:`~etsim.errors.FastPathConflict`; the run is then redone with that part (and parts of the same
+graph) on the event path.
 """
 
 from __future__ import annotations
@@ -239,6 +241,8 @@ class FastPath:
             plan = self.plan(graph, n)
             if plan.reason is not None or ("graph", plan.signature) in self.excluded:
                 return False
+            if self.engine.shared_reductions and part.comp_ns is None and _priced_reductions(graph):
+                return False  # its reductions queue with other parts' at each NPU's reduction unit
             if self._stateful is None:
                 timing = self.engine.network.bulk_timing()
                 self._stateful = timing is not None and timing.stateful
@@ -467,3 +471,8 @@ def _add_repeated(total: float, size: float, count: int) -> float:
     for _ in range(count):
         total += size
     return total
+
+
+def _priced_reductions(graph: AlgoGraph) -> bool:
+    """Whether *graph* has reductions priced by the reduction bandwidth (COMP nodes without a duration)."""
+    return any(kind == COMP and dur is None for kind, dur in zip(graph.kinds, graph.durations_ns, strict=True))

@@ -62,6 +62,10 @@ class Engine:
         self.config = config
         self.costs = CostModel(config)
         self.endpoint_delay = config.endpoint_delay
+        #: Whether algorithm reductions queue at their NPU's reduction unit (:meth:`reduce`).
+        self.shared_reductions = bool(config.shared_reductions and config.reduction_bandwidth)
+        # Per rank: when its reduction unit is free again.
+        self._reduction_free = [0.0] * len(traces)
         # An observer that does not watch messages is kept out of the mailbox: no cost per message.
         watch_messages = observer if observer is not None and observer.messages else None
         self.mailbox = Mailbox(network, self.complete_now, watch_messages)
@@ -155,6 +159,27 @@ class Engine:
             self.env.timeout(duration).callbacks.append(partial(run._finish_event, j))
         else:
             self.complete_now(run, j)
+
+    def reduce(self, run: AlgoRun, j: int, duration: float) -> None:
+        """Finish reduction node *j* of *run* after *duration* ns on its NPU's reduction unit.
+
+        The unit serves one reduction at a time, in the order they are issued: this one starts when the
+        unit is free (now, or when the reduction before it ends) and holds it for *duration*.
+        """
+        now = self.env.now
+        start = self._reduction_free[run.rank]
+        if start <= now:
+            start = now
+            finish = now + duration
+            event: simpy.Event = self.env.timeout(duration)
+        else:
+            finish = start + duration
+            event = event_at(self.env, finish, simpy.events.NORMAL, None)
+        self._reduction_free[run.rank] = finish
+        self._events += 1
+        if self.observer is not None:
+            self.observer.reduction(run, j, start, finish)
+        event.callbacks.append(partial(run._finish_event, j))
 
     def end_part_at(self, when: float, call: CollectiveCall, algo_run: AlgoRun) -> None:
         """End *algo_run*'s phase at time *when* (now or later), once every ordinary event of that instant ran.

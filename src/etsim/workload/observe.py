@@ -31,6 +31,9 @@ class RunObserver:
     - Collectives: ``collective_started(call)`` when a rank issues a collective; ``part_started(call,
       part)`` / ``part_finished(call, part)`` for each chunk (and phase) of its algorithm that rank
       walks; the call's ``end_ns`` is set when its last part finished.
+    - Reductions: ``reduction(run, j, start, finish)`` when an algorithm's reduction is issued to its
+      NPU's shared reduction unit (``shared_reductions``), with the interval it will hold the unit
+      (*start* is later than now when it queues behind another).
     - Messages (workload SEND/RECV and every message of an algorithm): ``message_sent(run, j, src, dst,
       tag, size)`` when node ``j`` of ``run`` hands it to the network, ``message_delivered(run, j)`` when
       the network delivers it (the send finishes then), ``message_received(send_run, send_j, recv_run,
@@ -62,6 +65,9 @@ class RunObserver:
 
     def part_finished(self, call: CollectiveCall, part: AlgoRun) -> None:
         """A chunk (or phase) of a collective finished on a rank."""
+
+    def reduction(self, run: AlgoRun, j: int, start: float, finish: float) -> None:
+        """Reduction node *j* of *run* holds its NPU's reduction unit from *start* to *finish*."""
 
     def message_sent(self, run: GraphRun, j: int, src: int, dst: int, tag: int, size: float) -> None:
         """Node *j* of *run* sends *size* bytes from *src* to *dst*."""

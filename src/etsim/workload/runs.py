@@ -237,7 +237,13 @@ class AlgoRun(GraphRun):
         if kind == COMP:
             dur = self.durs[j]
             if dur is None:
-                dur = self.comp_ns if self.comp_ns is not None else self.reduction_time(size)
+                if self.comp_ns is not None:
+                    dur = self.comp_ns
+                else:
+                    dur = self.reduction_time(size)
+                    if dur > 0 and self.engine.shared_reductions:
+                        self.engine.reduce(self, j, dur)
+                        return
             if dur > 0:
                 self.engine.delay(self, j, dur)
             else:
