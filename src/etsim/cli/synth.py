@@ -74,7 +74,16 @@ def _tacos(args: argparse.Namespace) -> int:
         + f", {k} chunk{'s' if k > 1 else ''} per NPU of {format_size(syn.chunk_bytes)}, {format_size(size)} in all"
     )
     print(f"collective time   {format_time(syn.time_ns)}  ({syn.time_ns:.6g} ns)")
-    print(f"lower bound       {format_time(bound.value)}  ({which}; {ratio:.4f}x of it)")
+    physical = syn.physical_bound()
+    if physical.ns > 0:
+        print(
+            f"lower bound       {format_time(physical.ns)}  (any algorithm on this network: {physical.reason}; "
+            f"{syn.time_ns / physical.ns:.4f}x of it)"
+        )
+    print(
+        f"schedule bound    {format_time(bound.value)}  ({which}; of schedules of whole chunks, one at a time per "
+        f"logical link; {ratio:.4f}x of it)"
+    )
     print(
         f"synthesis         {syn.wall_s:.3f} s wall, {syn.schedule.num_transfers} transfers, "
         f"best of {syn.runs} run{'s' if syn.runs > 1 else ''} (seed {syn.seed})"

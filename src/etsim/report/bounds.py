@@ -2,13 +2,8 @@
 
 A collective cannot finish before its members have pushed the bytes it needs through their links. For
 one instance of a collective (the same call on every member of its group), every byte it must move
-leaves a member through that NPU's outgoing links and enters one through its incoming links, between
-the first member's start and the last member's end. With :func:`~etsim.algo.semantics.minimum_bytes`
-(per rank sent and received, and the total over ranks), the instance's window must be at least
-
-- ``sent_per_rank / injection(r)`` and ``received_per_rank / ejection(r)`` for every member r, where
-  injection (ejection) is the sum of the bandwidths of the NPU's outgoing (incoming) links;
-- ``total / Σ injection`` and ``total / Σ ejection`` over the members.
+crosses the members' links between the first member's start and the last member's end, so that window
+must be at least the bandwidth bound of :class:`~etsim.network.bounds.CollectiveBounds`.
 
 Latency is not counted, so the bound is conservative: a run below it is impossible on this network.
 Congestion-unaware models (``analytical``, ``ideal``) can go below it; congestion-aware ones never
@@ -17,16 +12,15 @@ should (a property test holds them to it).
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from etsim.algo.semantics import minimum_bytes
 from etsim.chakra.graph import collective_buffer_bytes, parse_collective
+from etsim.network.bounds import CollectiveBounds
 from etsim.network.topology import Topology
 from etsim.report.result import CollectiveRecord
-from etsim.units import format_bandwidth, format_size, format_time
+from etsim.units import format_size, format_time
 
 __all__ = ["BoundViolation", "collective_bound_violations", "describe_violations"]
 
@@ -56,19 +50,6 @@ class BoundViolation:
     reason: str
 
 
-def _npu_bandwidths(topology: Topology) -> tuple[dict[int, float], dict[int, float]]:
-    """Per NPU: the summed bandwidth (B/ns) of its outgoing links, and of its incoming links."""
-    out: dict[int, float] = defaultdict(float)
-    into: dict[int, float] = defaultdict(float)
-    npus = topology.npus
-    for (u, v), bw in zip(topology.links, topology.bandwidths, strict=True):
-        if isinstance(u, int) and u < npus:
-            out[u] += bw
-        if isinstance(v, int) and v < npus:
-            into[v] += bw
-    return out, into
-
-
 def _instances(records: Sequence[CollectiveRecord]) -> list[list[CollectiveRecord]]:
     """Records grouped into instances: the k-th call of (group, type, size) on each member is one instance."""
     per_rank: dict[tuple[tuple[int, ...], str, float, int], list[CollectiveRecord]] = defaultdict(list)
@@ -84,37 +65,21 @@ def _instances(records: Sequence[CollectiveRecord]) -> list[list[CollectiveRecor
 
 def collective_bound_violations(records: Sequence[CollectiveRecord], topology: Topology) -> list[BoundViolation]:
     """Every collective instance of *records* that took less than its bandwidth bound on *topology*."""
-    inject, eject = _npu_bandwidths(topology)
+    bounds = CollectiveBounds(topology)
     found: list[BoundViolation] = []
     for recs in _instances(records):
         group = tuple(recs[0].group)
-        n = len(group)
-        if n < 2:
+        if len(group) < 2:
             continue
         try:
             kind = parse_collective(recs[0].type)
         except ValueError:
             continue
-        buffer = collective_buffer_bytes(kind, recs[0].bytes, n)
-        need = minimum_bytes(kind, n, buffer)
+        bound = bounds.bandwidth(kind, collective_buffer_bytes(kind, recs[0].bytes, len(group)), group)
         start = min(r.start_ns for r in recs)
         end = max(r.end_ns for r in recs)
-        bound, reason = 0.0, ""
-        terms = []
-        for r in group:
-            terms.append((need["sent_per_rank"], inject.get(r, 0.0), f"rank {r} must send", "outgoing"))
-            terms.append((need["received_per_rank"], eject.get(r, 0.0), f"rank {r} must receive", "incoming"))
-        terms.append((need["total"], sum(inject.get(r, 0.0) for r in group), "the group must send", "outgoing"))
-        terms.append((need["total"], sum(eject.get(r, 0.0) for r in group), "the group must receive", "incoming"))
-        for nbytes, bandwidth, who, way in terms:
-            if nbytes <= 0:
-                continue
-            t = nbytes / bandwidth if bandwidth > 0 else math.inf
-            if t > bound:
-                bound = t
-                reason = f"{who} {format_size(nbytes)} through {format_bandwidth(bandwidth)} of {way} links"
-        if end - start < bound * (1 - TOLERANCE):
-            found.append(BoundViolation(recs[0].type, recs[0].bytes, group, start, end, bound, reason))
+        if end - start < bound.ns * (1 - TOLERANCE):
+            found.append(BoundViolation(recs[0].type, recs[0].bytes, group, start, end, bound.ns, bound.reason))
     return found
 
 

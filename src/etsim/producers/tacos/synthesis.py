@@ -12,6 +12,7 @@ from etsim.algo.family_io import encode_algo_graph, write_family_by_rank
 from etsim.algo.graph import AlgoGraph, AlgorithmBuilder
 from etsim.chakra.graph import CollectiveType, parse_collective
 from etsim.errors import ConfigError
+from etsim.network.bounds import CollectiveBounds, TimeBound
 from etsim.network.topology import Topology
 from etsim.producers.tacos.greedy import Schedule, concat, greedy_all_gather, retime, reverse
 from etsim.producers.tacos.links import LinkGraph, LowerBound, build_link_graph, lower_bound
@@ -36,7 +37,9 @@ class Synthesis:
         schedule: the transfers.
         chunk_bytes: bytes per chunk (``size / (n·k)``).
         size: the collective's whole output (All-Gather) or buffer (others) in bytes.
-        bound: lower bounds of the collective.
+        bound: lower bounds of schedules of the kind TACOS searches (whole chunks, one at a time per
+            logical link, reduce-scatter before all-gather): not of the collective itself, which other
+            algorithms may beat (see :meth:`physical_bound`).
         seed: seed of the kept run.
         runs: runs tried.
         wall_s: synthesis wall time in seconds (all runs, bounds excluded).
@@ -51,6 +54,10 @@ class Synthesis:
     seed: int
     runs: int
     wall_s: float
+
+    def physical_bound(self) -> TimeBound:
+        """The least time any algorithm needs for this collective on this network (:mod:`etsim.network.bounds`)."""
+        return CollectiveBounds(self.topology).bound(COLLECTIVES[self.collective], self.size, self.group)
 
     @property
     def time_ns(self) -> float:
