@@ -183,3 +183,17 @@ def test_cli_algo_paths_are_relative_to_the_working_directory(
         assert main([wl, "--algo", algo, "--system", "sub/sys.yaml", "-q"]) == 0
     assert main([wl, "--algo", "all_reduce=", "-q"]) == 1
     assert "no algorithm given" in capsys.readouterr().err
+
+
+def test_a_one_rank_workload_runs_on_the_ring_of_two_the_readme_names(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from etsim.chakra import TraceBuilder, write_workload
+
+    b = TraceBuilder()
+    b.comp("work", duration_micros=3)
+    write_workload([b.build(rank=0)], tmp_path / "one")
+    assert main(["run", str(tmp_path / "one")]) == 0
+    out = capsys.readouterr().out
+    assert "finish time: 3 us" in out and "default ring of 2 NPUs" in out
+    assert "a one-rank workload gets a ring of 2 NPUs" in (repo / "README.md").read_text().replace("\n", " ")
