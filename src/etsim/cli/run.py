@@ -57,7 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "halving_doubling, tree, hierarchical, …) or a Chakra ET family path; repeatable",
     )
     p.add_argument(
-        "--topology", help="topology YAML (default: a bidirectional ring of the workload's ranks, at least 2, 50 GB/s, 500 ns)"
+        "--topology",
+        help="topology YAML (default: a bidirectional ring of the workload's ranks, at least 2, 50 GB/s, 500 ns)",
     )
     p.add_argument(
         "--model", help=f"network model: {NETWORK_MODELS.describe(DEFAULT_MODEL)}, or package.module:Class (a plug-in)"
