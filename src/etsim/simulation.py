@@ -23,6 +23,8 @@ from etsim.chakra.validate import preflight
 from etsim.errors import ConfigError, DeadlockError, EtsimWarning, FastPathConflict, SimulationError, warn
 from etsim.network import NetworkConfig, Topology, build_model, load_network, ring
 from etsim.network.model import DEFAULT_MODEL, CountingEnvironment, LinkStats
+from etsim.progress import Display
+from etsim.progress import current as current_display
 from etsim.report.bounds import collective_bound_violations, describe_violations
 from etsim.report.result import CollectiveRecord, RankResult, Result
 from etsim.system.collective import System
@@ -65,17 +67,13 @@ def check_workload(workload: Workload, config: SystemConfig) -> None:
         raise SimulationError("the workload cannot be simulated:\n" + "\n".join(problems[:10]) + more)
 
 
-def _attach_progress(engine: Engine, stream: TextIO, interval: float, wall0: float, expected: int) -> None:
-    """Redraw a progress line every *interval* seconds, checked every few thousand messages."""
-    state = {"last": time.perf_counter()}
-
+def _attach_progress(engine: Engine, display: Display, wall0: float, expected: int) -> None:
+    """Show the run's progress on *display*, checked every few thousand messages."""
     total = sum(len(run.indeg) for run in engine.runs)
 
     def report(eng: Engine) -> None:
-        now = time.perf_counter()
-        if now - state["last"] < interval:
+        if not display.due():
             return
-        state["last"] = now
         # The bar follows the messages sent against those expected (a single collective moves it too),
         # or the workload nodes finished when no collective is expected.
         done = total - sum(run.remaining for run in eng.runs)
@@ -83,11 +81,10 @@ def _attach_progress(engine: Engine, stream: TextIO, interval: float, wall0: flo
         fraction = min(eng.messages / expected, 1.0) if expected else (done / total if total else 1.0)
         width = 20
         filled = int(width * fraction)
-        stream.write(
-            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} nodes, {collectives} collectives done, "
-            f"{eng.messages}/{expected or '?'} messages, t = {format_time(eng.env.now)}, {now - wall0:.1f} s"
+        display.show(
+            f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} nodes, {collectives} collectives done, "
+            f"{eng.messages}/{expected or '?'} messages, t = {format_time(eng.env.now)}"
         )
-        stream.flush()
 
     engine.on_progress(report, every=4096)
 
@@ -113,8 +110,9 @@ def simulate(
             :data:`DEFAULT_MODEL`).
         model_options: the model's options (override the file's).
         system: system parameters (default :class:`~etsim.system.config.SystemConfig`).
-        progress: a stream to draw a one-line progress display on (e.g. ``sys.stderr``), or None.
-        progress_interval: seconds between progress updates.
+        progress: a stream to show the run's progress on (e.g. ``sys.stderr``; a line redrawn on a
+            terminal, plain lines elsewhere), or None: the display of :func:`etsim.progress.shown_on`, if any.
+        progress_interval: seconds before the first update (with *progress*).
         observer: a :class:`~etsim.workload.observe.RunObserver` that watches the run (timelines,
             critical path), or None.
 
@@ -238,8 +236,9 @@ def _simulate(
             "time — fewer chunks or a smaller group make it cheaper"
         )
     engine = Engine(env, network, sys_layer, list(workload.traces), config, observer, fast_excluded)
-    if progress is not None:
-        _attach_progress(engine, progress, progress_interval, wall0, expected)
+    display = Display(progress, delay=progress_interval) if progress is not None else current_display()
+    if display is not None:
+        _attach_progress(engine, display, wall0, expected)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived events; the cyclic collector only costs time here
     try:
@@ -248,9 +247,8 @@ def _simulate(
     finally:
         if gc_was_enabled:
             gc.enable()
-        if progress is not None:
-            progress.write("\r" + " " * 78 + "\r")
-            progress.flush()
+        if display is not None:
+            display.clear()
     wall = time.perf_counter() - wall0
     if engine.ranks_done < n:
         if engine.fast is not None and (engine.fast.parts or engine.fast.pending):

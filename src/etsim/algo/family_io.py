@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from etsim import progress
 from etsim.algo.dataflow import (
     OUT_OF_PLACE,
     NodeData,
@@ -349,10 +350,12 @@ def write_family(files: Iterable[Trace | bytes], prefix: str | os.PathLike[str])
     """
     text = family_prefix(prefix)
     count = 0
+    watch = progress.stage(f"writing {text}.*.et", None, "files")
     with _staged(text) as stage:
         for rank, item in enumerate(files):  # a generator: one rank in memory at a time
             _write_family_file(item, f"{stage}.{rank}.et")
             count += 1
+            watch.advance()
     return [Path(f"{text}.{rank}.et") for rank in range(count)]
 
 

@@ -58,6 +58,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from etsim import progress
 from etsim.algo.dataflow import IN_PLACE, OUT_OF_PLACE, NodeData, Segment
 from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph
 from etsim.algo.semantics import LAYOUTS, CollectiveLayout
@@ -297,7 +298,9 @@ class _Execution:
         data_needed = not causal
 
         send, receive, local = self._send, self._receive, self._local
+        watch = progress.stage(f"verifying {self._coll()} over {n} ranks", None, "rank turns")
         while active:
+            watch.advance()
             r = active.popleft()
             queued[r] = False
             p, queue, deg = preps[r], ready[r], indeg[r]

@@ -23,7 +23,7 @@ from pathlib import Path
 from google.protobuf import descriptor_pb2, message_factory
 from google.protobuf.message import DecodeError, Message
 
-from etsim import files
+from etsim import files, progress
 from etsim.chakra.graph import NodeColumns, Trace, Workload, gather_columns
 from etsim.chakra.schema import et_def_pb2 as pb
 from etsim.errors import TraceError, warn
@@ -444,5 +444,9 @@ def resolve_family(spec: str | os.PathLike[str]) -> list[Path]:
 def load_workload(spec: str | os.PathLike[str], *, keep_raw: bool = True) -> Workload:
     """Load every rank of a workload (see :func:`resolve_family` for the accepted specs)."""
     paths = resolve_family(spec)
-    traces = [read_trace(p, rank=r, keep_raw=keep_raw) for r, p in enumerate(paths)]
+    watch = progress.stage(f"reading {os.fspath(spec)}", len(paths), "files")
+    traces = []
+    for r, p in enumerate(paths):
+        traces.append(read_trace(p, rank=r, keep_raw=keep_raw))
+        watch.advance()
     return Workload(traces=traces, source=os.fspath(spec))

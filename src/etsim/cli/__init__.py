@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from etsim import __version__
+from etsim import __version__, progress
 from etsim.errors import EtsimError, EtsimWarning
 
 __all__ = ["build_parser", "main"]
@@ -71,8 +71,7 @@ def _show_warning(
 
 def _clear_progress() -> None:
     """Erase a progress line on a terminal before a message, so the two do not share a line."""
-    if sys.stderr.isatty():
-        sys.stderr.write("\r" + " " * 78 + "\r")
+    progress.clear()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -100,7 +99,9 @@ def _main(argv: Sequence[str] | None) -> int:
         warnings.simplefilter("always", EtsimWarning)
         warnings.showwarning = _show_warning
         try:
-            return int(args.handler(args) or 0)
+            # Long jobs show their progress on stderr (after a few seconds; not with -q).
+            with progress.shown_on(None if getattr(args, "quiet", False) else sys.stderr):
+                return int(args.handler(args) or 0)
         except EtsimError as exc:
             _clear_progress()
             print(f"etsim: error: {exc}", file=sys.stderr)

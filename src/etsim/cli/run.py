@@ -160,7 +160,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.trace_limit < 1:
         raise ConfigError(f"--trace-limit must be >= 1, got {args.trace_limit}")
     workload = load_workload(args.workload)
-    show_progress = not args.quiet and sys.stderr.isatty()
     # Node times are recorded for a trace, a critical path, or exposure per group when there are several
     # groups (one group's exposure is each rank's own); messages only for a trace or a critical path.
     group = single_group(workload.traces)
@@ -175,7 +174,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         topology=args.topology,
         model=args.model,
         system=config,
-        progress=sys.stderr if show_progress else None,
         observer=recorder,
     )
     if recorder is None:

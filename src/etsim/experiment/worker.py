@@ -23,6 +23,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from etsim import progress
 from etsim.chakra import COLLECTIVE_NAMES, NodeType, Workload, load_workload
 from etsim.chakra.graph import collective_buffer_bytes
 from etsim.errors import ConfigError, EtsimError
@@ -251,7 +252,7 @@ def run_point(task: PointTask) -> PointOutcome:
     failed = {"network_model": task.spec.model}
     # Warnings are results too: recorded with the point (a worker has no terminal to print them on, and a
     # warnings filter set to "error" must not turn them into failures).
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, progress.shown_on(None):  # the sweep shows its own
         warnings.simplefilter("always")
         try:
             result = simulate_point(task.spec)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from etsim import progress
 from etsim.chakra.graph import Workload, collective_buffer_bytes, parse_collective
 from etsim.chakra.io import load_workload
 from etsim.errors import EtsimError, EtsimWarning
@@ -127,11 +128,16 @@ def run_points(points: Sequence[Point | WorkloadPoint], setup: Setup, jobs: int 
     :class:`Measurement` with the reason; the warnings of a run are kept on its measurement.
     """
     jobs = jobs or os.cpu_count() or 1
+    watch = progress.stage("tuning", len(points), "points measured")
     if jobs <= 1 or len(points) <= 1:
         saved = dict(_STATE)
         try:
             _init(setup)
-            return [_measure(p) for p in points]
+            found = []
+            for p in points:
+                found.append(_measure(p))
+                watch.advance()
+            return found
         finally:
             _STATE.clear()
             _STATE.update(saved)
@@ -141,6 +147,7 @@ def run_points(points: Sequence[Point | WorkloadPoint], setup: Setup, jobs: int 
 
     def on_result(batch: tuple[int, list[Point | WorkloadPoint]], out: list[Measurement]) -> None:
         measured[batch[0]] = out
+        watch.advance(len(out))
 
     options: dict[str, Any] = {"initializer": _init, "initargs": (setup,), "preload": _PRELOAD}
     lost = run_in_workers(_measure_batch, batches, jobs, on_result, **options)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from etsim import progress
 from etsim.algo.dataflow import IN_PLACE, seg
 from etsim.algo.family_io import encode_algo_graph, write_family_by_rank
 from etsim.algo.graph import AlgoGraph, AlgorithmBuilder
@@ -138,8 +139,10 @@ def synthesize(
     wall0 = time.perf_counter()
     best: Schedule | None = None
     best_seed = seed
+    watch = progress.stage(f"synthesising {name} on {topology.name}", runs, "runs")
     for i in range(runs):
         sched = _one_run(name, lg, w, k, seed + i)
+        watch.advance()
         if best is None or sched.time_ns < best.time_ns:
             best, best_seed = sched, seed + i
     wall = time.perf_counter() - wall0

@@ -6,6 +6,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from etsim import progress
 from etsim.algo.graph import RECV, SEND, AlgoGraph
 from etsim.algo.semantics import minimum_bytes
 from etsim.algo.verify import Verdict, verify_graphs
@@ -173,7 +174,11 @@ class CollectiveAlgorithm:
         """Why the graphs move fewer bytes than any algorithm computing *collective* must, or ``""``."""
         if self.supports(collective, group_size) is not None:
             return ""
-        graphs = [self.graph(collective, group_size, r) for r in range(group_size)]
+        watch = progress.stage(f"reading the graphs of {self.name}", group_size, "ranks")
+        graphs = []
+        for r in range(group_size):
+            graphs.append(self.graph(collective, group_size, r))
+            watch.advance()
         totals = {g.total_chunks for g in graphs}
         if len(totals) != 1:
             return ""  # the ranks disagree on their units: the verifier says so
