@@ -413,3 +413,32 @@ def test_resume_when_points_is_a_file_is_a_clear_error(small: Path, tmp_path: Pa
     (out / "points").write_text("")
     with pytest.raises(ConfigError, match=r"points is a file, where the results keep a directory"):
         run_experiment(exp, out=out, jobs=1, resume=True, plots=False)
+
+
+def test_ctrl_c_on_a_large_sweep_stops_at_once(write, tmp_path: Path, signal_command) -> None:
+    # Issue 20, item 10: a 10^5-point sweep took 14 s to stop, its config writer finishing every file first.
+    sizes = ", ".join(f"{i + 1} KiB" for i in range(1000))
+    path = write(
+        "big.yaml",
+        f"""
+        workload: {{generate: collective, type: all_reduce, npus: 8, size: 1 MiB}}
+        model: analytical
+        repeat: 50
+        sweep: {{size: [{sizes}]}}
+        """,
+    )
+    out = tmp_path / "out"
+
+    def running() -> bool:
+        return (out / "results.csv").exists() and (out / "results.csv").read_text().count("\n") >= 20
+
+    import time
+
+    t0 = time.perf_counter()
+    status, err = signal_command(
+        ["experiment", "run", str(path), "--out", str(out), "--jobs", "1"], signal.SIGINT, running
+    )
+    assert status == 130 and "etsim: interrupted" in err and "Traceback" not in err
+    written = len(list((out / "points").iterdir()))
+    assert written < 50_000  # the writer stopped with the sweep instead of finishing all 50,000 files
+    assert time.perf_counter() - t0 < 20

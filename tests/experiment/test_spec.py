@@ -229,3 +229,31 @@ def test_two_axes_that_set_one_value_are_an_error(tmp_path: Path, sweep: str) ->
     (tmp_path / "ring8.yaml").write_text("kind: ring\nnpus: 8\nbandwidth: 50 GB/s\nlatency: 500 ns\n")
     with pytest.raises(ConfigError, match=r"e.yaml: size, workload.size: the axes set the same value, workload.size"):
         load_experiment(path)
+
+
+def test_a_sweep_too_large_is_refused_before_any_point_is_built(write) -> None:
+    # Issue 20, item 11: 10^6 points took 41 s and 600 MB before the first row; repeat 10^12 hung.
+    sizes = ", ".join(f"{i + 1} KiB" for i in range(1000))
+    path = write(
+        "big.yaml",
+        f"""
+        workload: {{generate: collective, type: all_reduce, npus: 8, size: 1 MiB}}
+        sweep:
+          size: [{sizes}]
+          system.chunks: [{", ".join(str(c) for c in range(1, 102))}]
+        """,
+    )
+    import time
+
+    t0 = time.perf_counter()
+    with pytest.raises(
+        ConfigError,
+        match=r"big.yaml: sweep: 1000 x 101 combinations x repeat 1 make 101,000 points, more than etsim's limit",
+    ):
+        load_experiment(path)
+    assert time.perf_counter() - t0 < 5
+    huge = write(
+        "rep.yaml", "workload: {generate: collective, type: all_reduce, npus: 8, size: 1 KiB}\nrepeat: 1000000000000"
+    )
+    with pytest.raises(ConfigError, match=r"rep.yaml: repeat: expected an integer >= 1 and <= 100,000"):
+        load_experiment(huge)

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import shutil
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -233,13 +234,15 @@ class ResultsDir:
         os.write(fd, str(os.getpid()).encode())
         self._lock = fd
 
-    def write_configs(self, points: Iterable[Point]) -> None:
-        """Write ``points/<id>/config.yaml`` of each point.
+    def write_configs(self, points: Iterable[Point], stop: threading.Event | None = None) -> None:
+        """Write ``points/<id>/config.yaml`` of each point, until *stop* is set.
 
-        A resumed point whose file is missing or differs runs again, so a sweep killed before this
-        finished loses nothing.
+        A resumed point whose file is missing or differs runs again, so a sweep stopped or killed before
+        this finished loses nothing.
         """
         for point in points:
+            if stop is not None and stop.is_set():
+                return
             directory = self.dir / "points" / point.id
             directory.mkdir(parents=True, exist_ok=True)
             (directory / "config.yaml").write_text(self.config_text(point), encoding="utf-8")

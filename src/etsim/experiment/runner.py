@@ -199,13 +199,19 @@ def run_experiment(
     tasks = [PointTask(p.id, p.spec) for p in todo]
     # The configs are written while the workers start and simulate (a thousand small files take as long as
     # a thousand small simulations); the thread is mostly in system calls, which release the GIL.
-    writer = threading.Thread(target=results.write_configs, args=(todo,), name="etsim-configs")
+    # A stopped sweep stops writing them too (within one file), so Ctrl-C ends it at once.
+    stop_writing = threading.Event()
+    writer = threading.Thread(target=results.write_configs, args=(todo, stop_writing), name="etsim-configs")
     writer.start()
+    finished = False
     try:
         with _stop_on_signals(immediate=runner.in_process(len(tasks))):
             if tasks:
                 runner.run(tasks, on_outcome)
+        finished = True
     finally:
+        if not finished:
+            stop_writing.set()
         writer.join()
         bar.close()
         results.close()

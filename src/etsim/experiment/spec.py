@@ -40,7 +40,7 @@ from typing import Any
 from etsim.errors import ConfigError
 from etsim.experiment.plotspec import PlotSpec, parse_plots
 from etsim.experiment.points import METRIC_COLUMNS, POINT_KEYS, TAIL_COLUMNS, Axis, Experiment, Point, PointSpec
-from etsim.experiment.sweep import expand, parse_axis, select_points
+from etsim.experiment.sweep import MAX_POINTS, expand, parse_axis, select_points
 from etsim.experiment.values import Values
 from etsim.files import read_yaml_mapping as read_yaml
 from etsim.options import Integer, Optional, Parser, Text, keys_named, option, parse_options
@@ -84,7 +84,7 @@ class ExperimentFile:
     system: Any = option(None, "a system YAML's keys inline, or its path")
     sweep: Any = option(None, "axes: KEY: [V1, V2] (Cartesian product)")
     zip: Any = option(None, "axes that vary together")
-    repeat: int = option(1, "runs of every point (seeds advance)", Integer(1))
+    repeat: int = option(1, "runs of every point (seeds advance)", Integer(1, MAX_POINTS))
     plots: Any = option(None, "plots of the results")
 
 

@@ -81,6 +81,10 @@ def _as_mapping(values: Values, root: str, value: Any, axis_key: str) -> dict[st
     raise ConfigError(f"{axis_key}: {root} is {value!r}, which has no keys to set")
 
 
+#: The most points one experiment may have (checked before any point is built).
+MAX_POINTS = 100_000
+
+
 def expand(
     values: Values, data: Mapping[str, Any], axes: list[Axis], groups: list[list[int]], repeat: int
 ) -> tuple[list[Point], list[str]]:
@@ -94,6 +98,13 @@ def expand(
     total = repeat
     for group in groups:
         total *= len(axes[group[0]].values)
+    if total > MAX_POINTS:
+        sizes = " x ".join(str(len(axes[g[0]].values)) for g in groups) or "1"
+        raise values.error(
+            ["sweep"],
+            f"{sizes} combinations x repeat {repeat} make {total:,} points, more than etsim's limit of "
+            f"{MAX_POINTS:,} per experiment; split it into several experiments or zip axes that move together",
+        )
     width = max(4, len(str(total - 1)))
     points: list[Point] = []
     collectives: dict[str, None] = {}

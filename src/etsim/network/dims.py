@@ -39,7 +39,8 @@ class DimensionKind:
 
     - ``name`` (class attribute): the kind's name in topology files (``ring``, ``switch`` …).
     - :meth:`links` lists the directed links ``(u, v)`` between local coordinates (and
-      :data:`SWITCH`), in the order they are created (link ids follow it).
+      :data:`SWITCH`), in the order they are created (link ids follow it); :meth:`num_links` counts
+      them without listing them (override it where listing costs memory: it is checked first).
     - :meth:`path` gives the coordinates a dimension-order route visits after leaving ``a``,
       ending at ``b`` (``[]`` when ``a == b``); :meth:`hops` is its length.
     - :meth:`diameter` is the largest hop count; :meth:`bisection` the bandwidth (one direction)
@@ -52,6 +53,10 @@ class DimensionKind:
     def links(self, n: int) -> list[tuple[int, int]]:
         """Directed links between coordinates (and :data:`SWITCH`), in creation order."""
         raise NotImplementedError
+
+    def num_links(self, n: int) -> int:
+        """How many :meth:`links` returns (default: lists them)."""
+        return len(self.links(n))
 
     def path(self, a: int, b: int, n: int) -> list[int]:
         """Coordinates visited from *a* to *b*, *a* excluded."""
@@ -194,6 +199,10 @@ class FullyConnectedKind(DimensionKind):
     """A dedicated link for every ordered pair of NPUs."""
 
     name = "fully_connected"
+
+    def num_links(self, n: int) -> int:
+        """``n·(n-1)``."""
+        return n * (n - 1)
 
     def links(self, n: int) -> list[tuple[int, int]]:
         """Every ordered pair."""

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from etsim.errors import TopologyError
-from etsim.network.topology import Node, Topology, check_size, link_bandwidth, link_latency
+from etsim.network.topology import MAX_NPUS, Node, Topology, check_size, link_bandwidth, link_latency
 
 __all__ = ["graph", "with_failures"]
 
@@ -47,6 +47,8 @@ def graph(
     if isinstance(switches, int) and not isinstance(switches, bool):
         if switches < 0:
             raise TopologyError(f"switches: expected a count >= 0 or a list of names, got {switches!r}")
+        if switches > MAX_NPUS:
+            raise TopologyError(f"switches: {switches:,} is more than etsim's limit of {MAX_NPUS:,}")
         names = [f"s{i}" for i in range(switches)]
     elif isinstance(switches, Sequence) and not isinstance(switches, str) and all(isinstance(s, str) for s in switches):
         names = list(switches)

@@ -59,10 +59,19 @@ __all__ = [
 MAX_NPUS = 1 << 20
 
 
-def check_size(npus: int) -> None:
-    """Raise :class:`TopologyError` if *npus* exceeds :data:`MAX_NPUS`."""
+#: The most directed links a topology may have (a 2,048-NPU fully connected one has 4.2 million).
+MAX_LINKS = 1 << 22
+
+
+def check_size(npus: int, links: int = 0) -> None:
+    """Raise :class:`TopologyError` if *npus* exceeds :data:`MAX_NPUS` or *links* :data:`MAX_LINKS`."""
     if npus > MAX_NPUS:
         raise TopologyError(f"a topology of {npus:,} NPUs is larger than etsim's limit of {MAX_NPUS:,}")
+    if links > MAX_LINKS:
+        raise TopologyError(
+            f"a topology of {links:,} links is larger than etsim's limit of {MAX_LINKS:,} (a fully connected "
+            f"dimension has n·(n-1) links: use a switch for large groups)"
+        )
 
 
 #: A node id: an NPU rank (int) or a switch name (str).
@@ -316,6 +325,7 @@ def product(
         raise TopologyError("a product topology needs at least one dimension")
     npus = math.prod(d.npus for d in dims)
     check_size(npus)
+    check_size(npus, sum(npus // d.npus * d.shape.num_links(d.npus) for d in dims))
     # Nodes and edges in the order networkx would iterate them (nodes as added; a node's out-edges as
     # first added, a repeated edge updating its attributes in place), so link ids match a built graph.
     nodes: list[tuple[Node, dict[str, Any]]] = [(r, {"kind": "npu"}) for r in range(npus)]
