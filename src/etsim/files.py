@@ -9,6 +9,7 @@ that cannot be created is named, and a path component that is a file is called t
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import zlib
@@ -72,11 +73,33 @@ def read_bytes(
     except OSError as exc:
         raise error(f"{p}: cannot read the {what}: {exc.strerror or exc}") from None
     if gunzip and data[:2] == _GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise error(f"{p}: the {what} is corrupt gzip data ({exc})") from None
+        data = _gunzip(data, p, what, error)
     return data
+
+
+#: The most bytes a gzipped file may decompress to (a gzip bomb is refused once it reaches this).
+MAX_DECOMPRESSED = 1 << 32
+#: Past 64 MiB, the most a gzipped file may expand (traces compress about 5-20x; a gzip bomb ~1000x).
+MAX_EXPANSION = 200
+
+
+def _gunzip(data: bytes, p: Path, what: str, error: type[EtsimError]) -> bytes:
+    """*data* decompressed, in steps, refusing more than :data:`MAX_DECOMPRESSED` bytes or a bomb's expansion."""
+    out = bytearray()
+    limit = min(MAX_DECOMPRESSED, max(1 << 26, MAX_EXPANSION * len(data)))
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
+            while chunk := stream.read(1 << 24):
+                out += chunk
+                if len(out) > limit:
+                    raise error(
+                        f"{p}: the {what} decompresses to more than {limit:,} bytes from {len(data):,} "
+                        f"(etsim's limits: {MAX_EXPANSION}x past 64 MiB, {MAX_DECOMPRESSED:,} in all): refused as a "
+                        "gzip bomb"
+                    )
+    except (OSError, EOFError, zlib.error) as exc:
+        raise error(f"{p}: the {what} is corrupt gzip data ({exc})") from None
+    return bytes(out)
 
 
 def make_parent(path: str | os.PathLike[str], error: type[EtsimError] = ConfigError) -> Path:

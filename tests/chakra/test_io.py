@@ -113,6 +113,28 @@ def test_bad_files_raise_trace_error(tmp_path: Path, content: bytes, message: st
     assert str(path) in str(info.value)
 
 
+def test_floods_and_gzip_bombs_are_refused_fast(tmp_path: Path) -> None:
+    # Issue 20, item 11: a 1 MB gzip of 1 GiB of zeros hung run, validate, inspect and jsonize.
+    import time
+
+    zeros = tmp_path / "zeros.et"
+    zeros.write_bytes(bytes(1 << 24))
+    with pytest.raises(TraceError, match=r"frame 2 at byte 2 is the second empty node .*a file of zeros"):
+        read_trace(zeros)
+    bomb = tmp_path / "bomb.et"
+    bomb.write_bytes(gzip.compress(bytes(1 << 28), 9))  # 256 MiB of zeros in 256 KiB
+    t0 = time.perf_counter()
+    with pytest.raises(TraceError, match=r"decompresses to more than 67,108,864 bytes .* refused as a gzip bomb"):
+        read_trace(bomb)
+    assert time.perf_counter() - t0 < 5
+    # A file that compresses well but not absurdly is read whole.
+    meta = pb.GlobalMetadata(version="1.0.0").SerializeToString()
+    node = pb.Node(id=1, name="n" * 100, type=pb.COMP_NODE).SerializeToString()
+    plain = tmp_path / "plain.et.gz"
+    plain.write_bytes(gzip.compress(encode_varint(len(meta)) + meta + encode_varint(len(node)) + node))
+    assert read_trace(plain).ids == [1]
+
+
 def _family(tmp_path: Path, prefix: str, ranks: list[int]) -> None:
     for r in ranks:
         b = TraceBuilder()

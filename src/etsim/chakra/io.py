@@ -158,11 +158,21 @@ def frame_spans(data: bytes, path: str | os.PathLike[str] = "<bytes>") -> tuple[
     pos = 0
     end = len(data)
     index = 0
+    empty = 0
     while pos < end:
         start = pos
         length = data[pos]
         if length < 0x80:  # one-byte length: most nodes
             pos += 1
+            if length == 0:
+                # An empty frame is a node with every field at its default (id 0): a second one repeats
+                # that id, so a run of them (a file of zeros) is refused here, not parsed a billion times.
+                empty += index > 0
+                if empty > 1:
+                    raise TraceError(
+                        f"{path}: frame {index} at byte {start} is the second empty node (id 0, every field at "
+                        "its default): not a Chakra trace (a file of zeros?)"
+                    )
         else:
             try:
                 length, pos = decode_varint(data, pos)
