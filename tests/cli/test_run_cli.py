@@ -39,7 +39,9 @@ def test_default_command_and_json_document(repo: Path, tmp_path: Path, capsys: p
     coll = doc["collectives"][0]
     assert coll["type"] == "ALL_REDUCE" and coll["bytes"] == 1 << 20 and coll["group"] == list(range(8))
     assert coll["algorithm"] == "ring" and coll["end_ns"] - coll["start_ns"] == pytest.approx(expected)
-    assert doc["network"]["model"] == "link" and doc["network"]["messages"] == 8 * 14  # congestion-aware default
+    assert (
+        doc["network"]["model"] == "flow" and doc["network"]["messages"] == 8 * 14
+    )  # the default: ring8.yaml names none
     assert doc["sim"]["events"] > 0
 
 

@@ -4,6 +4,7 @@ import pytest
 
 from etsim.errors import TopologyError
 from etsim.network import load_network, load_topology, topology_from_dict
+from etsim.network.model import DEFAULT_MODEL
 
 RING = "kind: ring\nnpus: 8\nbandwidth: 1 GB/s\nlatency: 1 ns\n"
 SWITCH = "kind: switch\nnpus: 4\nbandwidth: 1 GB/s\nlatency: 1 ns\n"
@@ -58,7 +59,8 @@ def test_network_block(tmp_path):
     path = write(tmp_path, SWITCH + "network: {model: link, packet_size: 4 KiB}\n")
     config = load_network(path)
     assert config.model == "link" and config.options == {"packet_size": "4 KiB"}
-    assert load_network(write(tmp_path, SWITCH)).model == "link"  # congestion-aware unless a file says otherwise
+    # A file without a network block runs under the default model, as a run without --topology does.
+    assert load_network(write(tmp_path, SWITCH)).model == "flow" == DEFAULT_MODEL
 
 
 def test_mapping_source():

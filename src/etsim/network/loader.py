@@ -164,9 +164,9 @@ def load_network(source: str | Path | Mapping[str, Any], *, name: str | None = N
         if network is None:
             network = {}
         if not isinstance(network, Mapping):
-            raise TopologyError(f"network: expected a mapping such as {{model: link}}, got {network!r}")
+            raise TopologyError(f"network: expected a mapping such as {{model: flow}}, got {network!r}")
         options = dict(network)
-        model = options.pop("model", "link")
+        model = options.pop("model", DEFAULT_MODEL)
         if not isinstance(model, str):
             raise TopologyError(f"network.model: expected a model name, got {model!r}")
         module, sep, cls = model.rpartition(":")
