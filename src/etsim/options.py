@@ -479,6 +479,8 @@ class Flops(Parser):
         if number <= 0:
             raise ConfigError(f"{key}: must be positive, got {value!r}")
         rate = number * _FLOPS[m.group(2)] / 1e9
+        if not rate >= 1e-9:  # a subnormal rate would make times infinite
+            raise ConfigError(f"{key}: {value!r} is below etsim's limit of 1 FLOP/s")
         if not rate <= MAX_FLOPS:
             raise ConfigError(f"{key}: {value!r} is larger than etsim's limit of {MAX_FLOPS * 1e9:g} FLOP/s")
         return rate

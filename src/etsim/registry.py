@@ -180,7 +180,7 @@ class Registry(Generic[T]):
             else:
                 try:
                     module = importlib.import_module(module_name)
-                except (ImportError, ValueError) as exc:  # ValueError: a relative or otherwise unusable name
+                except (ImportError, ValueError, TypeError) as exc:  # a relative (TypeError) or unusable name
                     raise RegistryError(
                         f"cannot import module {module_name!r} for {self.kind} {name!r}: {exc}"
                     ) from None

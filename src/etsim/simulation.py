@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_BANDWIDTH",
     "DEFAULT_LATENCY",
     "DEFAULT_MODEL",
+    "MAX_MESSAGES",
     "MESSAGE_WARNING",
     "check_workload",
     "default_topology",
@@ -48,6 +49,8 @@ __all__ = [
 MAX_FAST_RERUNS = 3
 #: A run expected to send more messages than this is announced with a warning before it starts.
 MESSAGE_WARNING = 20_000_000
+#: Runs that would walk more messages than this are refused (at ~3 µs a message, more than ten minutes).
+MAX_MESSAGES = 200_000_000
 
 #: The default topology when none is given: a bidirectional ring of the workload's ranks.
 DEFAULT_BANDWIDTH = 50.0  # bytes per ns (50 GB/s)
@@ -229,7 +232,16 @@ def _simulate(
     dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
     sys_layer = System(config, groups, dims=dims, topology=topo)
     expected = sys_layer.message_estimate(workload.traces)
-    walked = expected - (sys_layer.shared_messages if config.fast_path and network.offers_bulk_timing() else 0)
+    walked = expected
+    if expected > MESSAGE_WARNING and config.fast_path and network.offers_bulk_timing():
+        timing = network.bulk_timing()
+        stateful = timing is not None and timing.stateful
+        walked -= sys_layer.shared_single_stream_messages if stateful else sys_layer.shared_messages
+    if walked > MAX_MESSAGES:
+        raise ConfigError(
+            f"this run would send about {walked:,} messages one by one, more than etsim's limit of {MAX_MESSAGES:,} "
+            "(about ten minutes); use fewer chunks or smaller groups"
+        )
     if walked > MESSAGE_WARNING:
         warn(
             f"this run will send about {expected:,} messages (more than {MESSAGE_WARNING:,}); it may take a long "

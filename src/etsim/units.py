@@ -32,6 +32,8 @@ from etsim.errors import ConfigError
 
 __all__ = [
     "BANDWIDTH_UNITS",
+    "MAX_SIZE",
+    "MIN_BANDWIDTH",
     "SIZE_UNITS",
     "TIME_UNITS",
     "format_bandwidth",
@@ -68,6 +70,10 @@ def _bandwidth_units() -> dict[str, float]:
 
 #: Size unit → bytes.
 SIZE_UNITS: dict[str, int] = _size_units()
+#: The largest size etsim parses, in bytes (1 EiB).
+MAX_SIZE = 1 << 60
+#: The smallest bandwidth etsim parses, in bytes per ns (1 B/s).
+MIN_BANDWIDTH = 1e-9
 #: Bandwidth unit → bytes per nanosecond.
 BANDWIDTH_UNITS: dict[str, float] = _bandwidth_units()
 #: Time unit → nanoseconds.
@@ -85,7 +91,10 @@ def _split(value: object, what: str, example: str, key: str | None, default_unit
     if isinstance(value, bool):
         raise ConfigError(f"{_where(key)}expected a {what} such as {example!r}, got {value!r}")
     if isinstance(value, int | float):
-        number, unit = float(value), ""
+        try:
+            number, unit = float(value), ""
+        except OverflowError:  # an int beyond the largest float
+            raise ConfigError(f"{_where(key)}{what} {value!r} is not finite") from None
     elif isinstance(value, str):
         match = _QUANTITY.match(value)
         if match is None:
@@ -123,6 +132,8 @@ def parse_size(value: object, *, key: str | None = None, default_unit: str | Non
     if number < 0:
         raise ConfigError(f"{_where(key)}size {value!r} is negative")
     nbytes = number * factor
+    if not nbytes <= MAX_SIZE:
+        raise ConfigError(f"{_where(key)}size {value!r} is larger than etsim's limit of {MAX_SIZE:,} bytes (1 EiB)")
     rounded = round(nbytes)
     if abs(nbytes - rounded) > 1e-9 * max(1.0, abs(nbytes)):
         raise ConfigError(f"{_where(key)}size {value!r} is not a whole number of bytes ({nbytes!r})")
@@ -150,7 +161,10 @@ def parse_bandwidth(value: object, *, key: str | None = None, default_unit: str 
         raise ConfigError(f"{_where(key)}unknown bandwidth unit {unit!r} in {value!r}; use e.g. {choices}")
     if number <= 0:
         raise ConfigError(f"{_where(key)}bandwidth {value!r} must be positive")
-    return number * factor
+    bandwidth = number * factor
+    if not bandwidth >= MIN_BANDWIDTH:  # a subnormal rate would make times infinite
+        raise ConfigError(f"{_where(key)}bandwidth {value!r} is below etsim's limit of 1 B/s")
+    return bandwidth
 
 
 def parse_time(value: object, *, key: str | None = None, default_unit: str | None = None) -> float:

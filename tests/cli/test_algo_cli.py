@@ -77,7 +77,8 @@ def test_export_hierarchical_dims(tmp_path):
         (["hierarchical", "--collective", "all_reduce", "--npus", "6", "--dims", "4x8"], "4x8 covers 32"),
         (["hierarchical", "--collective", "all_reduce", "--npus", "6", "--dims", "4xy"], "expected sizes"),
         (["ring", "--collective", "all_reduce", "--npus", "8", "--dims", "2x4"], "takes no --dims"),
-        (["ring", "--collective", "all_reduce", "--npus", "0"], "at least 1"),
+        (["ring", "--collective", "all_reduce", "--npus", "0"], "between 1 and 4,096"),
+        (["ring", "--collective", "all_reduce", "--npus", "10000000"], "between 1 and 4,096 .* not 10,000,000"),
     ],
 )
 def test_export_errors(tmp_path, argv, match):

@@ -362,7 +362,7 @@ def test_a_name_is_one_path_component(small: Path, tmp_path: Path) -> None:
         path = tmp_path / "e.yaml"
         path.write_text(small.read_text().replace("name: small", f"name: '{name}'"))
         (tmp_path / "ring8.yaml").write_text((small.parent / "ring8.yaml").read_text())
-        with pytest.raises(ConfigError, match=r"name: expected a name of letters"):
+        with pytest.raises(ConfigError, match=r"name: expected a name of up to 100 letters"):
             load_experiment(path)
 
 

@@ -114,3 +114,50 @@ def test_the_command_line_names_flags_in_its_messages(tmp_path: Path, capsys: py
     assert "--collectives[0].size: missing (and the generator has no default size)" in capsys.readouterr().err
     assert main([*args[:-2], "--size", "2 KB/s", "-o", str(tmp_path / "s")]) == 1
     assert "--size: unknown size unit 'KB/s'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("kind", "values"),
+    [
+        ("collective", {"type": "all_reduce", "size": "1 KiB", "npus": 8, "count": 10**9}),
+        ("dp", {"npus": 64, "layers": 100_000, "grad_size": "1 KiB", "iterations": 1000}),
+        (
+            "moe",
+            {
+                "npus": 64,
+                "ep_size": 8,
+                "layers": 10**5,
+                "token_size": "1 KiB",
+                "dense_grad_sizes": [1],
+                "iterations": 99,
+            },
+        ),
+        ("sequence", {"npus": 1024, "collectives": [{"type": "all_reduce", "size": "1 KiB", "count": 10**6}]}),
+    ],
+)
+def test_a_workload_too_large_to_hold_is_refused_before_it_is_built(kind: str, values: dict) -> None:
+    # Issue 20, item 11: `workload gen --count` had no bound; memory ran out building the traces.
+    import time
+
+    from etsim.producers.workloads.base import parse
+
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=rf"generate: {kind} with these parameters makes about .* nodes, more than"):
+        parse(kind, values)
+    assert time.perf_counter() - t0 < 1
+
+
+@pytest.mark.parametrize("kind", ["collective", "dp", "moe", "sequence"])
+def test_the_node_estimate_is_not_below_what_is_built(kind: str) -> None:
+    from etsim.producers.workloads.base import parse
+
+    values = {
+        "collective": {"type": "all_reduce", "size": "1 KiB", "npus": 4, "count": 3},
+        "dp": {"npus": 4, "layers": 3, "grad_size": "1 KiB", "iterations": 2},
+        "moe": {"npus": 4, "ep_size": 2, "layers": 3, "token_size": "1 KiB", "iterations": 2,
+                "dense_grad_sizes": ["1 KiB", "2 KiB", "4 KiB"]},
+        "sequence": {"npus": 4, "collectives": [{"type": "all_reduce", "size": "1 KiB", "count": 5}]},
+    }[kind]  # fmt: skip
+    generator, options = parse(kind, values)
+    built = sum(len(t.ids) for t in generator.generate(options))
+    assert built <= generator.nodes(options) <= 2 * built

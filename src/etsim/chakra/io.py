@@ -401,7 +401,7 @@ def resolve_family(spec: str | os.PathLike[str]) -> list[Path]:
     """
     raw = os.fspath(spec)
     path = Path(raw)
-    if path.is_dir():
+    if os.path.isdir(path):
         families = _families_in(path)
         if len(families) == 1:
             ((prefix, ranks),) = families.items()
@@ -420,17 +420,17 @@ def resolve_family(spec: str | os.PathLike[str]) -> list[Path]:
         candidates.append(raw[: -len(".et")])
     for prefix in candidates:
         directory = Path(prefix).parent
-        if not directory.is_dir():
+        if not os.path.isdir(directory):
             continue
         family = _families_in(directory).get(Path(prefix).name)
         if family:
-            if path.is_file() and prefix != raw:
+            if os.path.isfile(path) and prefix != raw:
                 raise TraceError(
                     f"{raw!r} is ambiguous: it is a file and also names the family {prefix}.0.et … "
                     f"(give {prefix}.0.et's prefix {prefix!r} or rename one)"
                 )
             return _check_complete(prefix, family)
-    if path.is_file():
+    if os.path.isfile(path):
         m = _FAMILY_RE.match(path.name)
         if m:
             siblings = _families_in(path.parent).get(m.group("prefix"), {})
@@ -441,7 +441,7 @@ def resolve_family(spec: str | os.PathLike[str]) -> list[Path]:
                     f"{prefix}.0.et …; it runs as a 1-rank workload. Give the prefix {prefix!r} to load every rank"
                 )
         return [path]
-    parent = path.parent if path.parent.is_dir() else None
+    parent = path.parent if os.path.isdir(path.parent) else None
     near = []
     if parent is not None:
         stem = path.name.split(".")[0]

@@ -121,11 +121,22 @@ def verify_spec(
     return collective, n, algo.verify(collective, n)
 
 
+#: The largest group ``algo export`` and ``algo verify`` build an algorithm for: a ring's graphs hold ~4n nodes
+#: per rank, so work and memory grow with n² (4,096 ranks: 67 million nodes).
+MAX_GROUP = 4096
+
+
+def _check_npus(npus: int | None) -> None:
+    if npus is not None and not 1 <= npus <= MAX_GROUP:
+        raise ConfigError(
+            f"--npus must be between 1 and {MAX_GROUP:,} (the graphs of n ranks grow as n²), not {npus:,}"
+        )
+
+
 def _verify(args: argparse.Namespace) -> int:
     collective = parse_collective(args.collective) if args.collective else None
     dims = parse_dims(args.dims) if args.dims else None
-    if args.npus is not None and args.npus < 1:
-        raise ConfigError(f"--npus must be at least 1, not {args.npus}")
+    _check_npus(args.npus)
     _, _, verdict = verify_spec(args.spec, collective, args.npus, dims)
     print(f"{args.spec}: {verdict}")
     return VERIFY_STATUS[verdict.ok]
@@ -149,8 +160,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    if args.npus < 1:
-        raise ConfigError(f"--npus must be at least 1, not {args.npus}")
+    _check_npus(args.npus)
     collective = parse_collective(args.collective)
     dims = parse_dims(args.dims) if args.dims else None
     algo = make_algorithm(args.name, dims)

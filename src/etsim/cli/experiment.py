@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -135,7 +136,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from etsim.experiment.runner import default_directory
 
     source = Path(args.source)
-    if source.is_dir():
+    if os.path.isdir(source):
         if args.out:
             raise ConfigError("--out is for an experiment YAML; a result directory is its own output")
         directory = source

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,8 @@ def _read_json(path: str, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not a {what}: invalid JSON at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not a {what}: JSON nested too deeply") from None
 
 
 def load_result(path: str) -> Result:
@@ -110,7 +113,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _picture(output: str, name: str) -> str:
     """Where a plot goes: ``-o DIR`` means ``DIR/NAME.png``, a path without a suffix gets ``.png`` (as matplotlib)."""
     path = Path(output)
-    if path.is_dir():
+    if os.path.isdir(path):
         return str(path / f"{name}.png")
     return output if path.suffix else f"{output}.png"
 

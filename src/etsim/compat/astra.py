@@ -15,7 +15,6 @@ ingested Chakra ET families.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +26,7 @@ from etsim.chakra.graph import NodeType, Workload
 from etsim.chakra.io import load_workload
 from etsim.compat.collectives import NAMES, astra_spec
 from etsim.errors import ConfigError
-from etsim.files import read_text
+from etsim.files import parse_json, read_text
 from etsim.network import load_network
 from etsim.report.result import Result
 from etsim.simulation import simulate
@@ -153,10 +152,7 @@ def _algorithm(names: Any, key: str, where: str, optimization: str, queues: int)
 
 def _read_json_object(p: Path) -> dict[str, Any]:
     """The JSON object in file *p*; unreadable files, bad JSON and non-objects are ConfigErrors."""
-    try:
-        data = json.loads(read_text(p, "JSON file"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{p}: not valid JSON: {exc}") from None
+    data = parse_json(read_text(p, "JSON file"), str(p))
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a JSON object")
     return data

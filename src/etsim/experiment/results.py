@@ -176,12 +176,12 @@ class ResultsDir:
             raise
 
     def _open(self, run: Iterable[Point], *, resume: bool, force: bool) -> list[Point]:
-        if self.csv_path.exists() and not resume:
+        if os.path.exists(self.csv_path) and not resume:
             if not force:
                 raise ConfigError(
                     f"{self.csv_path} exists: pass --resume to finish that sweep or --force to start over"
                 )
-            if not (self.dir / MARKER).is_file():
+            if not os.path.isfile(self.dir / MARKER):
                 raise ConfigError(
                     f"{self.dir} holds a results.csv that etsim did not write (no {MARKER} file): --force deletes "
                     "only etsim's own results; choose another --out"
@@ -190,13 +190,13 @@ class ResultsDir:
                 (self.dir / name).unlink(missing_ok=True)
             for name in ("points", "plots"):
                 path = self.dir / name
-                if path.is_dir() and not path.is_symlink():
+                if os.path.isdir(path) and not path.is_symlink():
                     shutil.rmtree(path, ignore_errors=True)
         for name in ("points", "plots"):
-            if (self.dir / name).exists() and not (self.dir / name).is_dir():
+            if os.path.exists(self.dir / name) and not os.path.isdir(self.dir / name):
                 raise ConfigError(f"{self.dir / name} is a file, where the results keep a directory")
         kept: set[str] = set()
-        if resume and self.csv_path.exists():
+        if resume and os.path.exists(self.csv_path):
             kept = self._load_previous()
         try:
             (self.dir / MARKER).write_text("etsim experiment results: --force may replace them\n", encoding="utf-8")
@@ -273,7 +273,7 @@ class ResultsDir:
             if unchanged[pid]:
                 self.rows[pid] = _csv_line([row[c] for c in self.columns])
                 self.status[pid] = row["status"]
-        if self.jsonl_path.exists():
+        if os.path.exists(self.jsonl_path):
             offset = 0
             with open(self.jsonl_path, "rb") as f:
                 for line in f:

@@ -61,12 +61,12 @@ __all__ = [
 
 
 class Name(Parser):
-    """A name that is one path component: letters, digits, ``.``, ``_``, ``-``; never ``.`` or ``..``."""
+    """A name that is one path component of at most 100 letters, digits, ``.``, ``_``, ``-``; never ``.`` or ``..``."""
 
     def __call__(self, value: Any, *, key: str) -> str:
         """*value* if it names one file or directory."""
-        if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", value) or value in (".", ".."):
-            raise ConfigError(f"{key}: expected a name of letters, digits, '.', '_', '-', got {value!r}")
+        if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", value) or value in (".", ".."):
+            raise ConfigError(f"{key}: expected a name of up to 100 letters, digits, '.', '_', '-', got {value!r}")
         return value
 
 

@@ -40,7 +40,7 @@ def _is_pathlike(value: str, base: Path) -> bool:
     if "/" in value or os.sep in value or value.endswith((".et", ".xml")):
         return True
     p = base / value
-    return p.exists() or Path(f"{p}.0.et").exists()
+    return os.path.exists(p) or os.path.exists(Path(f"{p}.0.et"))
 
 
 class Values:

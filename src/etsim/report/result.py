@@ -168,46 +168,114 @@ class Result:
 
 # -- checking a document before anything reads it (a hand-edited or foreign JSON is named, never a traceback) --
 
-_RANK_FIELDS = ("finish_ns", "compute_ns", "comm_ns", "exposed_comm_ns")
-_COLLECTIVE_FIELDS = ("bytes", "start_ns", "end_ns")
-_LINK_FIELDS = ("bytes", "busy_ns", "messages", "bandwidth_GBps")
-_GROUP_FIELDS = ("ranks", "calls", "bytes", "comm_ns_max", "exposed_comm_ns_mean", "exposed_comm_ns_max")
-_TOTAL_FIELDS = ("compute_ns", "exposed_comm_ns", "memory_ns", "other_ns")
-_NODE_FIELDS = ("start_ns", "end_ns", "compute_ns", "exposed_comm_ns", "memory_ns", "other_ns", "wait_ns")
+# Per record kind: field -> what it must be (a trailing "?" marks a field that may be absent).
+_RANK_FIELDS = {"rank": "int", "finish_ns": "num", "compute_ns": "num", "comm_ns": "num", "exposed_comm_ns": "num"}
+_COLLECTIVE_FIELDS = {
+    "rank": "int", "node_id": "int", "type": "str", "bytes": "num", "group": "ints", "algorithm": "str",
+    "start_ns": "num", "end_ns": "num", "rule": "str?",
+}  # fmt: skip
+_LINK_FIELDS = {
+    "link": "int", "src": "node", "dst": "node", "bytes": "num", "busy_ns": "num", "messages": "int",
+    "bandwidth_GBps": "num", "utilisation": "num|null?",
+}  # fmt: skip
+_GROUP_FIELDS = {
+    "group": "str", "ranks": "int", "calls": "int", "bytes": "num", "comm_ns_max": "num",
+    "exposed_comm_ns_mean": "num", "exposed_comm_ns_max": "num", "rank_of_max": "int",
+}  # fmt: skip
+_NETWORK_FIELDS = {"model": "str?", "topology": "str?", "messages": "int?", "bytes": "num?", "dims": "list?"}
+_SIM_FIELDS = {"events": "int?", "wall_s": "num?", "bulk_parts": "int?", "reruns": "int?"}
+_TOTAL_FIELDS = {"compute_ns": "num", "exposed_comm_ns": "num", "memory_ns": "num", "other_ns": "num"}
+_NODE_FIELDS = {
+    "rank": "int?", "ranks": "ints?", "node_id": "int", "name": "str?", "type": "str", "start_ns": "num",
+    "end_ns": "num", "compute_ns": "num", "exposed_comm_ns": "num", "memory_ns": "num", "other_ns": "num",
+    "wait_ns": "num",
+}  # fmt: skip
+_SEGMENT_FIELDS = {
+    "rank": "int", "node_id": "int", "kind": "str", "start_ns": "num", "end_ns": "num", "detail": "str",
+}  # fmt: skip
+_DIM_FIELDS = {"kind": "str", "npus": "int"}
+
+_EXPECTED = {
+    "num": "a finite number",
+    "int": "an integer",
+    "str": "a string",
+    "node": "an NPU rank or a switch name",
+    "ints": "a list of integers",
+    "num|null": "a finite number or null",
+    "list": "a list",
+}
 
 
 def _bad(source: str, key: str, what: str, value: Any) -> ConfigError:
     return ConfigError(f"{source}: not an etsim result: {key}: expected {what}, got {value!r}"[:400])
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _valid(kind: str, value: Any) -> bool:
+    if kind == "num":
+        return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    if kind == "num|null":
+        return value is None or _valid("num", value)
+    if kind == "int":
+        return _is_int(value) and abs(value) < 1 << 63
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "node":
+        return _valid("int", value) or isinstance(value, str)
+    if kind == "ints":
+        return isinstance(value, list) and all(_valid("int", v) for v in value)
+    return isinstance(value, list)  # "list"
+
+
+def _fields(item: Any, spec: dict[str, str], key: str, source: str) -> None:
+    """*item* is an object whose fields are what *spec* says (each problem names its key)."""
+    if not isinstance(item, dict):
+        raise _bad(source, key, "an object", item)
+    for f, kind in spec.items():
+        optional = kind.endswith("?")
+        kind = kind.rstrip("?")
+        if f not in item:
+            if optional:
+                continue
+            raise _bad(source, f"{key}.{f}", _EXPECTED[kind], "nothing (the key is missing)")
+        if not _valid(kind, item[f]):
+            raise _bad(source, f"{key}.{f}", _EXPECTED[kind], item[f])
+
+
 def _number(value: Any, key: str, source: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if not _valid("num", value):
         raise _bad(source, key, "a finite number", value)
 
 
-def _records(data: dict[str, Any], name: str, fields: tuple[str, ...], source: str, *, required: bool) -> None:
-    """``data[name]``: a list of objects whose *fields* are finite numbers (when present, or always if required)."""
+def _records(data: dict[str, Any], name: str, spec: dict[str, str], source: str) -> None:
+    """``data[name]`` (absent: empty) is a list of objects as *spec* says."""
     value = data.get(name, [])
     if not isinstance(value, list):
         raise _bad(source, name, "a list", value)
     for i, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise _bad(source, f"{name}[{i}]", "an object", item)
-        for f in fields:
-            if f in item or required:
-                _number(item.get(f), f"{name}[{i}].{f}", source)
+        _fields(item, spec, f"{name}[{i}]", source)
 
 
 def _check_result(data: dict[str, Any], source: str) -> None:
     """The parts of a result the tables and plots read, checked: each problem names its key."""
+    from etsim.network.topology import MAX_NPUS
+
     _number(data["finish_ns"], "finish_ns", source)
-    _records(data, "ranks", _RANK_FIELDS, source, required=True)
-    _records(data, "collectives", _COLLECTIVE_FIELDS, source, required=False)
-    _records(data, "links", _LINK_FIELDS, source, required=True)
-    _records(data, "groups", _GROUP_FIELDS, source, required=False)
-    for name in ("network", "sim", "config"):
-        if not isinstance(data.get(name, {}), dict):
-            raise _bad(source, name, "an object", data[name])
+    _records(data, "ranks", _RANK_FIELDS, source)
+    _records(data, "collectives", _COLLECTIVE_FIELDS, source)
+    _records(data, "links", _LINK_FIELDS, source)
+    _records(data, "groups", _GROUP_FIELDS, source)
+    _fields(data.get("network", {}), _NETWORK_FIELDS, "network", source)
+    _fields(data.get("sim", {}), _SIM_FIELDS, "sim", source)
+    if not isinstance(data.get("config", {}), dict):
+        raise _bad(source, "config", "an object", data["config"])
+    for i, dim in enumerate(data.get("network", {}).get("dims", [])):
+        _fields(dim, _DIM_FIELDS, f"network.dims[{i}]", source)
+        if not 1 <= dim["npus"] <= MAX_NPUS:
+            raise _bad(source, f"network.dims[{i}].npus", f"an NPU count from 1 to {MAX_NPUS:,}", dim["npus"])
     warnings = data.get("warnings", [])
     if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
         raise _bad(source, "warnings", "a list of strings", warnings)
@@ -216,12 +284,12 @@ def _check_result(data: dict[str, Any], source: str) -> None:
         return
     if not isinstance(path, dict):
         raise _bad(source, "critical_path", "an object", path)
-    totals = path.get("totals")
-    if not isinstance(totals, dict):
-        raise _bad(source, "critical_path.totals", "an object", totals)
-    for f in _TOTAL_FIELDS:
-        _number(totals.get(f), f"critical_path.totals.{f}", source)
+    _fields(path.get("totals"), _TOTAL_FIELDS, "critical_path.totals", source)
     end = path.get("end")
-    if not isinstance(end, dict) or not all(isinstance(end.get(k), int) for k in ("rank", "node_id")):
+    if not isinstance(end, dict) or not all(_is_int(end.get(k)) for k in ("rank", "node_id")):
         raise _bad(source, "critical_path.end", "an object with rank and node_id", end)
-    _records(path, "nodes", _NODE_FIELDS, f"{source}: critical_path", required=True)
+    _records(path, "nodes", _NODE_FIELDS, f"{source}: critical_path")
+    for i, node in enumerate(path.get("nodes", [])):
+        if "rank" not in node and not node.get("ranks"):
+            raise _bad(source, f"critical_path.nodes[{i}]", "a rank or a list of ranks", node)
+    _records(path, "segments", _SEGMENT_FIELDS, f"{source}: critical_path")

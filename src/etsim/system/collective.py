@@ -128,6 +128,9 @@ class System:
         self._algorithm_state: dict[tuple[int, int], dict[str, Any]] = {}
         #: Of the messages :meth:`message_estimate` counted, those sent by graphs every rank shares.
         self.shared_messages = 0
+        #: Of those, the messages of collectives that run as one stream (a model with link state takes only
+        #: these in bulk: streams of one collective share links at the same time).
+        self.shared_single_stream_messages = 0
         # The smallest SEND of each graph, in chunks (the graph kept with its id).
         self._smallest_send: dict[int, tuple[AlgoGraph, float | None]] = {}
         self._sends: dict[int, tuple[AlgoGraph, int]] = {}
@@ -309,7 +312,7 @@ class System:
                 one byte (named), before any time is spent simulating.
         """
         total = 0
-        self.shared_messages = 0
+        self.shared_messages = self.shared_single_stream_messages = 0
         sends_of: dict[tuple[int, int, int, int], tuple[AlgoGraph, int] | None] = {}
         streams_of: dict[tuple[int, int, str, int], int] = {}
         for rank, trace in enumerate(traces):
@@ -365,6 +368,8 @@ class System:
                 total += sends * count
                 if graph.relative_peers:
                     self.shared_messages += sends * count
+                    if count == 1:
+                        self.shared_single_stream_messages += sends
         return total
 
     def _check_instance(self, inst: _Instance, lookup: CollectiveType, n: int) -> None:

@@ -178,7 +178,7 @@ class SystemConfig:
     """ns each chunk stream waits before its first step."""
     phase_delay: float = option(0.0, "delay between dimension phases", Time(), flag=False)
     """ns between consecutive dimension phases of multi-dimensional algorithms (``hierarchical``)."""
-    reduction_passes: int = option(1, "memory passes per reduced byte", Integer(1), flag=False)
+    reduction_passes: int = option(1, "memory passes per reduced byte", Integer(1, 1000), flag=False)
     """Memory passes per reduced byte (3 = read two operands, write one): a reduction of m bytes costs
     ``passes · m / reduction_bandwidth``."""
     integer_ns: bool = option(False, "truncate reduction times to whole ns", Boolean(), flag=False)

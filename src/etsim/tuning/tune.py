@@ -22,7 +22,7 @@ from typing import Any
 from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveName, CollectiveType, NodeType
 from etsim.chakra.io import load_workload
 from etsim.errors import ConfigError, EtsimError
-from etsim.network import NetworkConfig, load_network
+from etsim.network import NETWORK_MODELS, NetworkConfig, load_network
 from etsim.options import Integer, ListOf, Optional, Parser, Text, option
 from etsim.system.algorithms import AlgorithmContext, resolve_algorithm
 from etsim.system.collective import System
@@ -290,6 +290,12 @@ def tune(request: TuneRequest, *, jobs: int | None = None) -> TuneResult:
         if c not in valid:
             raise ConfigError(f"--collective: unknown collective {c!r}; valid: {', '.join(sorted(valid))}")
     net = load_network(request.topology)
+    if request.model is not None:
+        # A model no run could load fails every point: say so once, before any work.
+        try:
+            NETWORK_MODELS.get(request.model)
+        except EtsimError as exc:
+            raise ConfigError(f"--model: {exc}") from None
     if request.fallback is not None:
         # The table's default rule must name an algorithm a later run can load: check it before any work.
         try:

@@ -303,7 +303,11 @@ def convert_msccl(
         MscclError: the document cannot be converted (where and why).
     """
     program = parse_msccl(source, name=name)
-    return convert_program(replicate_instances(program, instances))
+    try:
+        replicated = replicate_instances(program, instances)
+    except ValueError as exc:
+        raise MscclError(program.path, str(exc)) from None
+    return convert_program(replicated)
 
 
 def _iter_steps(program: MscclProgram) -> Iterable[tuple[MscclGpu, MscclTb, MscclStep]]:

@@ -25,6 +25,10 @@ from etsim.producers.msccl.ir import (
 __all__ = ["parse_msccl", "replicate_instances"]
 
 
+#: The largest GPU or chunk count a program may declare (a buffer of this many chunks is already absurd).
+MAX_COUNT = 1_000_000
+
+
 def _int(path: str, elem: etree._Element, attr: str, where: dict[str, int | None], default: int | None = None) -> int:
     raw = elem.get(attr)
     if raw is None:
@@ -123,6 +127,11 @@ def parse_msccl(source: str | os.PathLike[str] | bytes, *, name: str | None = No
     nchunks = _int(path, algo, "nchunksperloop", none)
     if ngpus < 1 or nchunks < 1:
         raise MscclError(path, f"ngpus={ngpus} and nchunksperloop={nchunks} must be positive", line=algo.sourceline)
+    for attr, value in (("ngpus", ngpus), ("nchunksperloop", nchunks)):
+        if value > MAX_COUNT:
+            raise MscclError(
+                path, f"{attr}={value:,} is larger than etsim's limit of {MAX_COUNT:,}", line=algo.sourceline
+            )
     attrs = {k: str(v) for k, v in algo.attrib.items()}
 
     def opt_int(attr: str) -> int | None:
@@ -137,13 +146,15 @@ def parse_msccl(source: str | os.PathLike[str] | bytes, *, name: str | None = No
             raise MscclError(path, f"gpu id {gid} is outside 0..{ngpus - 1} (ngpus={ngpus})", line=gpu_el.sourceline)
         if gid in gpus:
             raise MscclError(path, f"gpu {gid} is defined twice", line=gpu_el.sourceline)
-        gpu = MscclGpu(
-            gid,
-            _int(path, gpu_el, "i_chunks", at),
-            _int(path, gpu_el, "o_chunks", at),
-            _int(path, gpu_el, "s_chunks", at),
-            line=gpu_el.sourceline,
-        )
+        counts = [_int(path, gpu_el, attr, at) for attr in ("i_chunks", "o_chunks", "s_chunks")]
+        for attr, value in zip(("i_chunks", "o_chunks", "s_chunks"), counts, strict=True):
+            if value > MAX_COUNT:
+                raise MscclError(
+                    path,
+                    f"gpu {gid}: {attr}={value:,} is larger than etsim's limit of {MAX_COUNT:,}",
+                    line=gpu_el.sourceline,
+                )
+        gpu = MscclGpu(gid, counts[0], counts[1], counts[2], line=gpu_el.sourceline)
         for c in _children(gpu_el, "copy"):
             gpu.copies.append((_int(path, c, "i_off", at, -1), _int(path, c, "o_off", at, -1)))
         tbs: dict[int, MscclTb] = {}
@@ -337,6 +348,10 @@ def replicate_instances(program: MscclProgram, instances: int) -> MscclProgram:
     """
     if instances < 1:
         raise ValueError(f"instances must be at least 1, not {instances}")
+    if instances * program.nchunksperloop > MAX_COUNT:
+        raise ValueError(
+            f"{instances} instances of {program.nchunksperloop} chunks make more than etsim's limit of {MAX_COUNT:,}"
+        )
     if instances == 1:
         return program
     k = instances

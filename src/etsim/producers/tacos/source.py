@@ -32,6 +32,10 @@ _C = CollectiveType
 _COLLECTIVES = frozenset({_C.ALL_GATHER, _C.REDUCE_SCATTER, _C.ALL_REDUCE})
 
 
+#: The most seeds one synthesis may try.
+MAX_RUNS = 10_000
+
+
 @dataclass(frozen=True, kw_only=True)
 class TacosParams:
     """Parameters of a TACOS synthesis.
@@ -42,7 +46,7 @@ class TacosParams:
 
     chunks_per_npu: int = option(1, "chunks each NPU's piece is split into", Integer(1), metavar="K")
     seed: int = option(0, "seed of the random tie-breaks", Integer(0))
-    runs: int = option(1, "try seeds seed … seed+R-1, keep the fastest", Integer(1), metavar="R")
+    runs: int = option(1, "try seeds seed … seed+R-1, keep the fastest", Integer(1, MAX_RUNS), metavar="R")
     size: int = option(1 << 20, "the bytes the link weights are computed for (bare numbers are bytes)", Size())
 
 

@@ -28,6 +28,10 @@ COLLECTIVES: dict[str, CollectiveType] = {
 }
 
 
+#: The most chunk transfers one synthesis may schedule (memory and time grow with them).
+MAX_TRANSFERS = 1 << 26
+
+
 @dataclass(eq=False)
 class Synthesis:
     """A synthesised collective and what is known about it.
@@ -134,6 +138,12 @@ def synthesize(
         raise ConfigError(f"size must be >= 0 bytes, got {size!r}")
     lg = build_link_graph(topology, group)
     k = chunks_per_npu
+    transfers = lg.n * (lg.n - 1) * k * (2 if name == "all_reduce" else 1)
+    if transfers > MAX_TRANSFERS:
+        raise ConfigError(
+            f"{k} chunks per NPU on {lg.n} NPUs make {transfers:,} transfers, more than etsim's limit of "
+            f"{MAX_TRANSFERS:,} per synthesis (a 64x64 mesh all-gather with one chunk per NPU has 16.8 million)"
+        )
     chunk_bytes = size / (lg.n * k)
     w = lg.weights(chunk_bytes)
     wall0 = time.perf_counter()

@@ -34,6 +34,10 @@ __all__ = [
 ]
 
 
+#: The most nodes (over all ranks) a generated workload may have: its traces must fit in memory.
+MAX_NODES = 50_000_000
+
+
 def check_npus(npus: int) -> None:
     """Raise ValueError for fewer than one NPU (the functions' own check, for callers from Python)."""
     if npus < 1:
@@ -83,6 +87,8 @@ class WorkloadGenerator:
       function of the options.
     - :meth:`collectives` names the collective types the traces use, in order of first use (the result columns
       of experiments); the default generates the traces and looks.
+    - :meth:`nodes` estimates the nodes of all traces together (from above, roughly), so that a workload too
+      large to hold is refused before it is built (:data:`MAX_NODES`); the default, 0, checks nothing.
     """
 
     #: Registry name (informational; the registry key is what selects it).
@@ -101,6 +107,10 @@ class WorkloadGenerator:
     def generate(self, options: Any) -> list[Trace]:
         """One trace per rank."""
         raise NotImplementedError
+
+    def nodes(self, options: Any) -> int:
+        """About how many nodes the traces hold in all (0: unknown)."""
+        return 0
 
     def collectives(self, options: Any) -> list[str]:
         """The collective types the traces use, in order of first use."""
@@ -139,7 +149,14 @@ def parse(
         text=text,
         sort_valid=False,
     )
-    return generator, generator.check(cls(**parsed), name)
+    options = generator.check(cls(**parsed), name)
+    nodes = generator.nodes(options)
+    if nodes > MAX_NODES:
+        raise ConfigError(
+            f"generate: {kind} with these parameters makes about {nodes:,} nodes, more than etsim's limit of "
+            f"{MAX_NODES:,} per workload"
+        )
+    return generator, options
 
 
 def normalize(spec: Mapping[str, Any], key: str = "workload") -> dict[str, Any]:

@@ -59,6 +59,10 @@ class CollectiveGenerator(WorkloadGenerator):
         count: int = option(1, "back-to-back collectives", Integer(1))
         pg_name: str | None = option(None, "communicator group id for pg_name", Optional(GroupName()))
 
+    def nodes(self, options: Any) -> int:
+        """One node per collective per rank."""
+        return options.count * options.npus
+
     def generate(self, options: Any) -> list[Trace]:
         """The collectives."""
         o = options

@@ -82,6 +82,10 @@ class DataParallelGenerator(WorkloadGenerator):
             if self.wg_us is None:  # the default follows bwd_us
                 object.__setattr__(self, "wg_us", self.bwd_us)
 
+    def nodes(self, options: Any) -> int:
+        """Per rank, layer and step: forward, two backward computes and an all-reduce."""
+        return 4 * options.layers * options.iterations * options.npus
+
     def generate(self, options: Any) -> list[Trace]:
         """The training steps."""
         o = options

@@ -142,6 +142,10 @@ class MoeGenerator(WorkloadGenerator):
             raise ConfigError(f"{key('ep_size')} {options.ep_size} must divide {key('npus')} {options.npus}")
         return options
 
+    def nodes(self, options: Any) -> int:
+        """Per rank, layer and step: computes, all-to-alls and the all-reduces (measured: 10 + one per size)."""
+        return (12 + len(options.dense_grad_sizes)) * options.layers * options.iterations * options.npus
+
     def generate(self, options: Any) -> list[Trace]:
         """The training steps."""
         o = options

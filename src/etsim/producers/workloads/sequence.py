@@ -102,6 +102,10 @@ class SequenceGenerator(WorkloadGenerator):
             steps.append(step)
         return replace(options, collectives=steps)
 
+    def nodes(self, options: Any) -> int:
+        """One node per collective per rank."""
+        return sum(step["count"] for step in options.collectives) * options.npus
+
     def generate(self, options: Any) -> list[Trace]:
         """The steps on every rank."""
         traces = []
