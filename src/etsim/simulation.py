@@ -233,7 +233,7 @@ def _simulate(
     sys_layer = System(config, groups, dims=dims, topology=topo)
     expected = sys_layer.message_estimate(workload.traces)
     walked = expected
-    if expected > MESSAGE_WARNING and config.fast_path and network.offers_bulk_timing():
+    if expected > min(MESSAGE_WARNING, MAX_MESSAGES) and config.fast_path and network.offers_bulk_timing():
         timing = network.bulk_timing()
         stateful = timing is not None and timing.stateful
         walked -= sys_layer.shared_single_stream_messages if stateful else sys_layer.shared_messages
