@@ -163,3 +163,26 @@ def wrong_family(prefix, *, rank: int, node: str) -> str:
     out = str(prefix) + "_wrong"
     write_workload(workload.traces, out)
     return out
+
+
+def test_writers_take_the_buffer_size_or_say_the_files_are_size_free(tmp_path, capsys, repo, corpus) -> None:
+    from etsim.cli import main
+
+    def sizes(prefix):
+        trace = load_workload(prefix).traces[0]
+        return {trace.comm_size[i] for i, k in enumerate(trace.types) if k in (5, 6)}
+
+    export = ["algo", "export", "ring", "--collective", "all_reduce", "--npus", "4"]
+    assert main([*export, "-o", str(tmp_path / "a")]) == 0
+    assert "note: the files give sizes as chunk counts only" in capsys.readouterr().out
+    assert sizes(tmp_path / "a") == {None}
+    assert main([*export, "--size", "4 MiB", "-o", str(tmp_path / "b")]) == 0
+    assert "note:" not in capsys.readouterr().out and sizes(tmp_path / "b") == {1 << 20}
+    assert main([*export, "--size", "1001", "-o", str(tmp_path / "c")]) == 1
+    assert "--size: a buffer of 1001 bytes does not split into the algorithm's 4 chunks" in capsys.readouterr().err
+    xml = corpus / "msccl" / "shipped" / "msccl-scheduler" / "ndv4" / "r48ll128.xml"  # 48 chunks per buffer
+    assert main(["convert", "msccl", str(xml), "--size", "48 MiB", "-o", str(tmp_path / "m")]) == 0
+    assert "note:" not in capsys.readouterr().out and None not in sizes(tmp_path / "m")
+    topo = str(repo / "topologies" / "mesh4x4.yaml")
+    assert main(["synth", "tacos", "--topology", topo, "--collective", "all_gather", "-o", str(tmp_path / "t")]) == 0
+    assert "note:" not in capsys.readouterr().out and sizes(tmp_path / "t") == {(1 << 30) // 16}

@@ -6,7 +6,7 @@ from itertools import pairwise
 
 import pytest
 
-from etsim.algo.family_io import algo_graph_from_trace
+from etsim.algo.family_io import algo_graph_from_trace, written_tags
 from etsim.algo.graph import COMP, RECV, SEND
 from etsim.algo.verify import verify_graphs
 from etsim.chakra import CollectiveType, Workload, load_workload
@@ -361,24 +361,30 @@ def test_emitted_graph_structure(tmp_path):
     direct = algo_graphs(syn.schedule)
     for g, d in zip(graphs, direct, strict=True):
         assert g.total_chunks == 8
-        assert g.kinds == d.kinds and g.peers == d.peers and g.tags == d.tags
+        assert g.kinds == d.kinds and g.peers == d.peers
+        # Written tags are unique per transfer of a rank pair (numbered by (tag, k) per peer).
+        assert g.tags == written_tags(d, graphs.index(g), 4)
         assert all(c == 1 for c in g.chunks)
         sends = [i for i, kind in enumerate(g.kinds) if kind == SEND]
-        # each send waits for the previous send with the same tag (one tag per link)
+        # each send waits for the previous send with the same synthesis tag (one tag per link)
         last = {}
         for i in sends:
-            if g.tags[i] in last:
-                assert last[g.tags[i]] in g.deps(i)
-            last[g.tags[i]] = i
+            if d.tags[i] in last:
+                assert last[d.tags[i]] in g.deps(i)
+            last[d.tags[i]] = i
         assert all(not g.deps(i) for i, kind in enumerate(g.kinds) if kind == RECV)
         assert sum(kind == COMP for kind in g.kinds) == 3 * 2  # one reduction per received RS chunk
-    # tags name logical links: the k-th send on a link meets the k-th receive
+    # synthesis tags name logical links: the k-th send on a link meets the k-th receive
     lg = syn.links
     for tag in range(lg.num_links):
         s, d = lg.src[tag], lg.dst[tag]
-        n_send = sum(1 for i, kind in enumerate(graphs[s].kinds) if kind == SEND and graphs[s].tags[i] == tag)
-        n_recv = sum(1 for i, kind in enumerate(graphs[d].kinds) if kind == RECV and graphs[d].tags[i] == tag)
+        n_send = sum(1 for i, kind in enumerate(direct[s].kinds) if kind == SEND and direct[s].tags[i] == tag)
+        n_recv = sum(1 for i, kind in enumerate(direct[d].kinds) if kind == RECV and direct[d].tags[i] == tag)
         assert n_send == n_recv > 0
+    # written, every transfer between two ranks has a tag of its own
+    for g in graphs:
+        pairs = [(kind, g.peers[i], g.tags[i]) for i, kind in enumerate(g.kinds) if kind != COMP]
+        assert len(pairs) == len(set(pairs))
 
 
 def test_beats_native_ring_on_a_heterogeneous_mesh(tmp_path):

@@ -37,6 +37,7 @@ from etsim.errors import TraceError
 from etsim.files import make_parent, write_bytes
 
 __all__ = [
+    "SIZE_FREE_NOTE",
     "algo_graph_from_trace",
     "algo_graph_to_trace",
     "algorithm_traces",
@@ -45,7 +46,15 @@ __all__ = [
     "recorded_collective",
     "write_family",
     "write_family_by_rank",
+    "written_tags",
 ]
+
+#: What a writer says when it writes a family without absolute sizes.
+SIZE_FREE_NOTE = (
+    "the files give sizes as chunk counts only (msg_chunk_cnt of total_chunk_cnt), which etsim scales to any call; "
+    "consumers that read bytes only (simulators' custom-collective paths) need comm_size: write them with --size "
+    "BYTES (the collective's buffer)"
+)
 
 #: Words a family's ``collective`` metadata may hold for a program usable for any collective.
 _ANY_COLLECTIVE = frozenset({"any", "custom", "send", "recv"})
@@ -53,6 +62,32 @@ _ANY_COLLECTIVE = frozenset({"any", "custom", "send", "recv"})
 
 #: One node as written: (type, name, data dependencies, duration µs, attributes as the caller's mapping gives them).
 NodeSpec = tuple[int, str, list[int], int, list[Any]]
+
+
+def written_tags(graph: AlgoGraph, position: int, group_size: int) -> list[int]:
+    """The tag each SEND/RECV of *graph* (at *position*) is written with: a different one per transfer of a rank pair.
+
+    etsim pairs the k-th send of a channel (destination, tag) with the k-th receive of (source, tag), both in
+    node order. Each side numbers its transfers with one peer by (tag, k) in that order, 0, 1, 2, …: the two
+    sides of a pair get the same number, every transfer between two ranks has its own tag, and no consumer
+    depends on the order in which it posts receives that are ready together.
+    """
+    relative = graph.relative_peers
+    seen: dict[tuple[int, int, int], int] = {}
+    keys: list[tuple[int, int, int, int] | None] = []
+    per_pair: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for pos, kind in enumerate(graph.kinds):
+        if kind == COMP:
+            keys.append(None)
+            continue
+        tag = graph.tags[pos]
+        peer = (position + graph.peers[pos]) % group_size if relative else graph.peers[pos]
+        k = seen.get((kind, peer, tag), 0)
+        seen[kind, peer, tag] = k + 1
+        keys.append((kind, peer, tag, k))
+        per_pair.setdefault((kind, peer), []).append((tag, k))
+    number = {pair: {tk: i for i, tk in enumerate(sorted(tks))} for pair, tks in per_pair.items()}
+    return [0 if key is None else number[key[0], key[1]][key[2], key[3]] for key in keys]
 
 
 class _Attributes(dict[tuple[str, object, "str | None"], Any]):
@@ -87,7 +122,7 @@ _FRAMED_ATTRIBUTES = _FramedAttributes()
 
 
 def _trace_spec(
-    graph: AlgoGraph, position: int, group_size: int, attributes: _Attributes
+    graph: AlgoGraph, position: int, group_size: int, attributes: _Attributes, size: int | None = None
 ) -> tuple[list[tuple[str, str]], Iterator[NodeSpec]]:
     """What :func:`algo_graph_to_trace` writes: string metadata attributes, then every node in order.
 
@@ -105,11 +140,19 @@ def _trace_spec(
             dst, src = (format_segments(absolute_segments(x, position, group_size, graph.total_chunks)) for x in c[1:])
             copies.append(f"{dst}={src}")
         metadata.append(("data_setup", ";".join(copies)))
-    return metadata, _node_specs(graph, position, group_size, attributes)
+    if size is not None and graph.total_chunks is not None:
+        metadata.append(("comm_size_written_for", str(size)))
+    return metadata, _node_specs(graph, position, group_size, attributes, size)
 
 
-def _node_specs(graph: AlgoGraph, position: int, group_size: int, attributes: _Attributes) -> Iterator[NodeSpec]:
+def _node_specs(
+    graph: AlgoGraph, position: int, group_size: int, attributes: _Attributes, size: int | None
+) -> Iterator[NodeSpec]:
     symbolic = graph.total_chunks is not None
+    tags = written_tags(graph, position, group_size)
+    if symbolic and size is not None and graph.total_chunks and size % graph.total_chunks:
+        raise ValueError(f"a buffer of {size} bytes does not split into the algorithm's {graph.total_chunks} chunks")
+    unit = size // int(graph.total_chunks) if symbolic and size is not None and graph.total_chunks else None
     relative = graph.relative_peers
     exits = set(graph.exits)
     data = graph.data if any(d is not None for d in graph.data) else []
@@ -118,7 +161,7 @@ def _node_specs(graph: AlgoGraph, position: int, group_size: int, attributes: _A
     exit_mark = attributes["etsim_exit", True, None]
     comp_type, send_type = int(NodeType.COMP_NODE), int(NodeType.COMM_SEND_NODE)
     recv_type = int(NodeType.COMM_RECV_NODE)
-    chunks, peers, tags, names, durations = graph.chunks, graph.peers, graph.tags, graph.names, graph.durations_ns
+    chunks, peers, names, durations = graph.chunks, graph.peers, graph.names, graph.durations_ns
     for pos, kind in enumerate(graph.kinds):
         amount = chunks[pos]
         attrs = [not_cpu]
@@ -139,6 +182,8 @@ def _node_specs(graph: AlgoGraph, position: int, group_size: int, attributes: _A
                 raise ValueError(f"node {pos}: fractional chunk count {amount} cannot be written to Chakra ET")
             attrs.append(attributes["msg_chunk_cnt", int(amount), "int32_val"])
             attrs.append(total)
+            if unit is not None:  # absolute bytes beside the counts, for consumers that read bytes only
+                attrs.append(attributes["comm_size", int(amount) * unit, None])
         else:
             attrs.append(attributes["comm_size", int(amount), None])
         note = data[pos] if pos < len(data) else None
@@ -154,17 +199,20 @@ def _node_specs(graph: AlgoGraph, position: int, group_size: int, attributes: _A
         yield node_type, names[pos], graph.deps(pos), micros, attrs
 
 
-def algo_graph_to_trace(graph: AlgoGraph, position: int, group_size: int) -> Trace:
+def algo_graph_to_trace(graph: AlgoGraph, position: int, group_size: int, *, size: int | None = None) -> Trace:
     """A Chakra ET trace of *graph* for the rank at *position* (peers made absolute).
 
     Symbolic graphs are written with MSCCL-IR conversion's attributes ``msg_chunk_cnt`` and
-    ``total_chunk_cnt`` (int32) and no ``comm_size``; absolute graphs with ``comm_size``.
+    ``total_chunk_cnt`` (int32), and, when *size* (the collective's buffer in bytes, a multiple of the
+    chunk count) is given, ``comm_size`` beside them, for consumers that read bytes only (other simulators'
+    custom collectives; the global metadata ``comm_size_written_for`` records *size*); absolute graphs
+    with ``comm_size``. Tags are :func:`written_tags`, unique per transfer of a rank pair.
     Reductions without an explicit duration are COMP nodes carrying their size, so the
     simulator costs them with its reduction model. Data annotations become the string attributes
     ``data_op``, ``data_src`` and ``data_dst`` with offsets made absolute for *position*, and the
     placement the global metadata attribute ``data_placement`` (:mod:`etsim.algo.dataflow`).
     """
-    metadata, nodes = _trace_spec(graph, position, group_size, _MESSAGE_ATTRIBUTES)
+    metadata, nodes = _trace_spec(graph, position, group_size, _MESSAGE_ATTRIBUTES, size)
     b = TraceBuilder()
     for key, value in metadata:
         b.metadata.attr.append(make_attribute(key, value, member="string_val"))
@@ -175,7 +223,12 @@ def algo_graph_to_trace(graph: AlgoGraph, position: int, group_size: int) -> Tra
 
 
 def encode_algo_graph(
-    graph: AlgoGraph, position: int, group_size: int, *, metadata: Mapping[str, str] | None = None
+    graph: AlgoGraph,
+    position: int,
+    group_size: int,
+    *,
+    metadata: Mapping[str, str] | None = None,
+    size: int | None = None,
 ) -> bytes:
     """The bytes of ``algo_graph_to_trace(graph, position, group_size)`` as a file, without building it.
 
@@ -185,7 +238,7 @@ def encode_algo_graph(
     (:func:`~etsim.chakra.io.encode_node`). Several times faster than building protobuf nodes, for
     writing large families.
     """
-    extra, nodes = _trace_spec(graph, position, group_size, _FRAMED_ATTRIBUTES)
+    extra, nodes = _trace_spec(graph, position, group_size, _FRAMED_ATTRIBUTES, size)
     meta = TraceBuilder().metadata
     for key, value in (*extra, *(metadata or {}).items()):
         meta.attr.append(make_attribute(key, value, member="string_val"))
@@ -230,6 +283,16 @@ def algo_graph_from_trace(trace: Trace, *, ignore_ctrl_deps: bool = False) -> Al
     comm_positions = [p for p, t in enumerate(trace.types) if t in (SEND, RECV)]
     symbolic = bool(comm_positions) and all(chunk_cnt[p] is not None for p in comm_positions) and len(total) == 1
     g = AlgoGraph(total_chunks=total.pop() if symbolic else None, exits=tuple(exits))
+    if symbolic and all(trace.comm_size[p] is not None for p in comm_positions):
+        # comm_size beside the counts (written with --size): both must describe one buffer.
+        sizes = {trace.comm_size[p] * g.total_chunks / chunk_cnt[p] for p in comm_positions if chunk_cnt[p]}  # type: ignore[operator]
+        if len(sizes) > 1:
+            p = next(p for p in comm_positions if chunk_cnt[p])
+            raise ValueError(
+                f"{trace.describe(p)}: comm_size {trace.comm_size[p]} and msg_chunk_cnt {chunk_cnt[p]} of "
+                f"{g.total_chunks} describe a different buffer than the other nodes ({sorted(sizes)[:3]} bytes)"
+            )
+        g.written_bytes = []
     order = topological_order(trace, include_ctrl=not ignore_ctrl_deps)
     if len(order) != n:
         raise ValueError(f"{trace.where()}the algorithm graph has a dependency cycle")
@@ -249,6 +312,8 @@ def algo_graph_from_trace(trace: Trace, *, ignore_ctrl_deps: bool = False) -> Al
             g.tags.append(trace.comm_tag[pos] or 0)
             g.chunks.append(float(amount))
             g.durations_ns.append(None)
+            if g.written_bytes is not None:
+                g.written_bytes.append(float(trace.comm_size[pos] or 0))
         elif kind == COMP:
             amount = chunk_cnt[pos] if symbolic else (trace.comm_size[pos] or trace.tensor_size[pos])
             if amount is None:
@@ -262,6 +327,8 @@ def algo_graph_from_trace(trace: Trace, *, ignore_ctrl_deps: bool = False) -> Al
             g.tags.append(0)
             g.chunks.append(float(amount or 0))
             g.durations_ns.append(dur * 1000.0 if dur else None)
+            if g.written_bytes is not None:
+                g.written_bytes.append(float(trace.comm_size[pos] or 0))
         else:
             # METADATA/INVALID/MEM in an algorithm: no time, kept for dependencies.
             g.kinds.append(COMP)
@@ -269,6 +336,8 @@ def algo_graph_from_trace(trace: Trace, *, ignore_ctrl_deps: bool = False) -> Al
             g.tags.append(0)
             g.chunks.append(0.0)
             g.durations_ns.append(0.0)
+            if g.written_bytes is not None:
+                g.written_bytes.append(0.0)
         g.names.append(name)
         g.data.append(_read_data(texts[pos], g.kinds[-1], g.chunks[-1], where) if pos in texts else None)
         deps = trace.data_deps(pos) + ([] if ignore_ctrl_deps else trace.ctrl_deps(pos))
@@ -322,10 +391,12 @@ def _read_data(texts: dict[str, str], kind: int, chunks: float, where: str) -> N
     return NodeData(op, dst, src)
 
 
-def algorithm_traces(graphs: Sequence[AlgoGraph], *, metadata: Mapping[str, str] | None = None) -> list[Trace]:
+def algorithm_traces(
+    graphs: Sequence[AlgoGraph], *, metadata: Mapping[str, str] | None = None, size: int | None = None
+) -> list[Trace]:
     """One Chakra ET trace per algorithm rank (:func:`algo_graph_to_trace`), with *metadata* as string attributes."""
     n = len(graphs)
-    traces = [algo_graph_to_trace(g, position, n) for position, g in enumerate(graphs)]
+    traces = [algo_graph_to_trace(g, position, n, size=size) for position, g in enumerate(graphs)]
     for trace in traces:
         for key, value in (metadata or {}).items():
             trace.metadata.attr.append(make_attribute(key, value, member="string_val"))

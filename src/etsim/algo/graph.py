@@ -23,6 +23,7 @@ without it still runs; it just cannot be verified.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -73,6 +74,9 @@ class AlgoGraph:
     """Nodes whose completion ends this rank's part of the collective: its next phase may start and the
     collective may complete while the other nodes (sends still in flight) finish in the background.
     Empty: the part ends when every node has finished."""
+    written_bytes: list[float] | None = None
+    """For a symbolic graph read from files that also give ``comm_size``: each node's bytes as written (what a
+    consumer running the files as written, without scaling, sends); else None."""
     gates: dict[int, tuple[int, int]] = field(default_factory=dict)
     """Gated nodes, ``node -> (k, armed_by)``: the node becomes ready at the first completion of one of its
     dependencies at which node ``armed_by`` has finished and at least k of its dependencies have (work
@@ -116,6 +120,14 @@ class AlgoGraph:
                     by_dep.setdefault(d, []).append(x)
             self._gate_index = (needed, by_arm, by_dep)
         return self._gate_index
+
+    def as_written(self) -> AlgoGraph:
+        """This graph with the bytes its files give (:attr:`written_bytes`) instead of chunk counts."""
+        if self.written_bytes is None:
+            raise ValueError("the graph's files give no comm_size beside their chunk counts")
+        return dataclasses.replace(
+            self, chunks=list(self.written_bytes), total_chunks=None, written_bytes=None, data=[], placement=()
+        )
 
     def deps(self, pos: int) -> list[int]:
         """Dependencies of node *pos*."""

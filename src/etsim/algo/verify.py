@@ -76,10 +76,13 @@ class Verdict:
     Attributes:
         ok: True (computes the collective), False (does not), None (cannot tell, e.g. no data annotations).
         message: what was checked, the first missing piece, or why it cannot be checked.
+        ambiguity: when receives that match only by the order they are posted in were found (two receives of
+            one channel waiting at once), which; etsim pairs them in node order, another consumer may not.
     """
 
     ok: bool | None
     message: str
+    ambiguity: str = ""
 
     def __str__(self) -> str:
         word = {True: "correct", False: "WRONG", None: "cannot verify"}[self.ok]
@@ -174,6 +177,8 @@ class _Execution:
         total: int,
     ) -> None:
         self.graphs = graphs
+        #: Two receives of one channel found waiting at once (the first such pair, in words), or "".
+        self.ambiguity = ""
         self.n = n = len(graphs)
         self.collective = collective
         self.layout = layout
@@ -341,6 +346,13 @@ class _Execution:
                         if chan is None:
                             chan = channels[key] = (deque(), deque())
                         if not chan[0]:
+                            if chan[1] and not self.ambiguity:
+                                self.ambiguity = (
+                                    f"rank {r}: receives {graphs[r].names[chan[1][0]]!r} and {graphs[r].names[v]!r} "
+                                    f"from rank {peer} with tag {p.tags[v]} wait at once, so they match their sends "
+                                    "only by the order they are posted in (a consumer that posts them otherwise pairs "
+                                    "them wrongly; etsim's writers give every transfer its own tag)"
+                                )
                             chan[1].append(v)
                             continue
                         receive(r, v, chan[0].popleft(), peer, know)
@@ -561,6 +573,7 @@ def verify_graphs(graphs: Sequence[AlgoGraph], collective: CollectiveType | int,
     except _Unverifiable as exc:
         return Verdict(None, str(exc))
     checked = 0
+    ambiguity = ""
     for place in places:
         run = _Execution(graphs, collective, layout, place, total)
         tag = f" ({place.replace('_', ' ')})" if len(places) > 1 else ""
@@ -573,7 +586,9 @@ def verify_graphs(graphs: Sequence[AlgoGraph], collective: CollectiveType | int,
             message, wrong, count = found
             return Verdict(False, f"{message}{tag} ({wrong:,} of {count:,} output chunks wrong)")
         checked = max(checked, run.out_size * (1 if layout.root_only else n))
+        ambiguity = ambiguity or run.ambiguity
     where = " and ".join(p.replace("_", " ") for p in places)
     setup = sum(len(g.setup) for g in graphs)
     note = f" (with {setup} untimed local cop{'y' if setup == 1 else 'ies'} the graphs declare)" if setup else ""
-    return Verdict(True, f"{name} over {n} ranks, {where}: all {checked:,} output chunks hold what they should{note}")
+    message = f"{name} over {n} ranks, {where}: all {checked:,} output chunks hold what they should{note}"
+    return Verdict(True, message, ambiguity)

@@ -257,6 +257,17 @@ def _check_point_to_point(workload: Workload, orders: list[list[int]]) -> list[I
                     f"first unmatched: {extra[1].describe(extra[2])}",
                 )
             )
+        free = [(t, p) for _, t, p in r if not t.data_deps(p) and not t.ctrl_deps(p)]
+        if len(free) > 1:
+            (t0, p0), (t1, p1) = free[:2]
+            issues.append(
+                Issue(
+                    "warning",
+                    f"rank {src} -> rank {dst} tag {tag}: {len(free)} receives depend on nothing ({t0.describe(p0)}, "
+                    f"{t1.describe(p1)}, …): they meet their sends only in the order they are posted, which a "
+                    "consumer may choose otherwise; give each transfer its own tag (etsim's writers do)",
+                )
+            )
         for (s_size, s_trace, s_pos), (r_size, r_trace, r_pos) in zip(s, r, strict=False):
             if s_size != r_size:
                 issues.append(

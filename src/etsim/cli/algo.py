@@ -19,11 +19,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from etsim.algo.family_io import algorithm_traces, write_family
+from etsim.algo.family_io import SIZE_FREE_NOTE, algorithm_traces, write_family
 from etsim.algo.verify import Verdict
 from etsim.chakra.graph import CollectiveType
 from etsim.chakra.graph import parse_collective as chakra_parse_collective
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, warn
+from etsim.options import Size
 from etsim.system.algorithms import (
     ALGORITHMS,
     AlgorithmContext,
@@ -78,18 +79,24 @@ def make_algorithm(name: str, dims: tuple[int, ...] | None = None) -> Collective
 
 
 def export_algorithm(
-    algo: CollectiveAlgorithm, collective: CollectiveType, npus: int, prefix: str | Path
+    algo: CollectiveAlgorithm, collective: CollectiveType, npus: int, prefix: str | Path, *, size: int | None = None
 ) -> list[Path]:
     """Write *algo*'s graphs of *collective* over *npus* ranks to ``PREFIX.<rank>.et``; return the paths.
 
-    A trailing ``.et`` on *prefix* is dropped (``ring.et`` writes ``ring.0.et …``).
+    A trailing ``.et`` on *prefix* is dropped (``ring.et`` writes ``ring.0.et …``). With *size* (the
+    collective's buffer in bytes) every message also carries its ``comm_size``.
 
     Raises:
-        ConfigError: the algorithm does not support the collective or group size (with its reason).
+        ConfigError: the algorithm does not support the collective or group size (with its reason), or
+            *size* does not split into its chunks.
     """
     algo.check(collective, npus)
     graphs = [algo.graph(collective, npus, r) for r in range(npus)]
-    return write_family(algorithm_traces(graphs, metadata={"collective": collective.name.lower()}), prefix)
+    try:
+        traces = algorithm_traces(graphs, metadata={"collective": collective.name.lower()}, size=size)
+    except ValueError as exc:
+        raise ConfigError(f"--size: {exc}") from None
+    return write_family(traces, prefix)
 
 
 def verify_spec(
@@ -139,6 +146,8 @@ def _verify(args: argparse.Namespace) -> int:
     _check_npus(args.npus)
     _, _, verdict = verify_spec(args.spec, collective, args.npus, dims)
     print(f"{args.spec}: {verdict}")
+    if verdict.ambiguity:
+        warn(f"{args.spec}: {verdict.ambiguity}")
     return VERIFY_STATUS[verdict.ok]
 
 
@@ -164,9 +173,12 @@ def _export(args: argparse.Namespace) -> int:
     collective = parse_collective(args.collective)
     dims = parse_dims(args.dims) if args.dims else None
     algo = make_algorithm(args.name, dims)
-    paths = export_algorithm(algo, collective, args.npus, args.output)
+    size = Size(1)(args.size, key="--size") if args.size is not None else None
+    paths = export_algorithm(algo, collective, args.npus, args.output, size=size)
     first, last = paths[0], paths[-1]
     print(f"wrote {len(paths)} files: {first}" + (f" … {last}" if len(paths) > 1 else ""))
+    if size is None:
+        print(f"note: {SIZE_FREE_NOTE}")
     return 0
 
 
@@ -182,6 +194,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--collective", required=True, help="all_reduce, reduce_scatter, all_gather, all_to_all, …")
     p.add_argument("--npus", required=True, type=int, help="group size")
     p.add_argument("--dims", help="dimension sizes for hierarchical algorithms, dimension 0 first (e.g. 4x8)")
+    p.add_argument("--size", help="the collective's buffer: also write each message's comm_size (e.g. '64 MiB')")
     p.add_argument("-o", "--output", required=True, help="output prefix (PREFIX or PREFIX.et)")
     p.set_defaults(handler=_export)
     p = sub.add_parser(

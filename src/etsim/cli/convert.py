@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 
+from etsim.algo.family_io import SIZE_FREE_NOTE
 from etsim.cli.algo import parse_collective
 from etsim.errors import ConfigError, TraceError, warn
 from etsim.files import write_text
+from etsim.options import Size
 from etsim.producers.msccl import convert_msccl, step_counts, workload_to_msccl, write_msccl_et
 
 __all__ = ["register"]
@@ -42,9 +44,15 @@ def _msccl(args: argparse.Namespace) -> int:
     )
     print(f"{args.input}: {verdict}")
     if args.output:
-        paths = write_msccl_et(conversion, args.output)
+        size = Size(1)(args.size, key="--size") if args.size is not None else None
+        try:
+            paths = write_msccl_et(conversion, args.output, size=size)
+        except ValueError as exc:
+            raise ConfigError(f"--size: {exc}") from None
         first, last = paths[0], paths[-1]
         print(f"wrote {len(paths)} files: {first}" + (f" … {last}" if len(paths) > 1 else ""))
+        if size is None:
+            print(f"note: {SIZE_FREE_NOTE}")
     return 0
 
 
@@ -73,6 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "--instances", type=int, default=1, help="replicate the program K times, as MSCCLang's instances=K (default 1)"
     )
+    p.add_argument("--size", help="the collective's buffer: also write each message's comm_size (e.g. '64 MiB')")
     p.set_defaults(handler=_msccl)
     p = sub.add_parser("chakra-to-msccl", help="a Chakra ET algorithm family → MSCCL-IR XML")
     p.add_argument("input", metavar="PREFIX", help="algorithm family (PREFIX.<rank>.et)")

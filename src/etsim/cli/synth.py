@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from etsim.algo.family_io import SIZE_FREE_NOTE
 from etsim.errors import ConfigError
 from etsim.network import load_topology
 from etsim.options import Size, add_arguments, arguments_given, flag_name, parse_options
@@ -56,10 +57,12 @@ def _tacos(args: argparse.Namespace) -> int:
     params = parse_options(TacosParams, given, key=flag_name, text=True)
     k = params.get("chunks_per_npu", 1)
     syn = synthesize(topology, args.collective, size=size, group=group, **params)
-    t0 = time.perf_counter()
-    paths = write_synthesis(syn, args.output)
-    write_s = time.perf_counter() - t0
     lg = syn.links
+    # comm_size beside the chunk counts, so consumers that read bytes only run the family as synthesised.
+    written = size if size % (lg.n * k) == 0 else None
+    t0 = time.perf_counter()
+    paths = write_synthesis(syn, args.output, size=written)
+    write_s = time.perf_counter() - t0
     bound = syn.bound
     which = max(
         ("chunk steps", bound.chunk_steps),
@@ -92,6 +95,8 @@ def _tacos(args: argparse.Namespace) -> int:
         print(f"warning: {note}")
     first, last = paths[0], paths[-1]
     print(f"wrote {len(paths)} files in {write_s:.2f} s: {first}" + (f" … {last}" if len(paths) > 1 else ""))
+    if written is None:
+        print(f"note: --size {size} is not a multiple of the {lg.n * k} chunks, so {SIZE_FREE_NOTE}")
     return 0
 
 

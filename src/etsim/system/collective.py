@@ -124,7 +124,7 @@ class System:
         self._sequence: dict[tuple[str, int], int] = {}
         self._instances: dict[tuple[str, int], _Instance] = {}
         self._next_namespace = 0
-        self._graphs: dict[tuple[int, int, int, int], AlgoGraph] = {}
+        self._graphs: dict[tuple[int, ...], AlgoGraph] = {}
         self._algorithm_state: dict[tuple[int, int], dict[str, Any]] = {}
         #: Of the messages :meth:`message_estimate` counted, those sent by graphs every rank shares.
         self.shared_messages = 0
@@ -261,11 +261,15 @@ class System:
             # One stream of the files' own sizes, no endpoint delay or reduction model; COMP nodes
             # without a duration take the minimum compute time.
             if graph.total_chunks is not None:
-                raise ConfigError(
-                    f"{where}: algorithm family {inst.label!r} gives sizes as chunk counts "
-                    "(msg_chunk_cnt/total_chunk_cnt), but families are run as written here, with the absolute "
-                    "comm_size of each node — simulate it with `etsim run`, which scales chunk counts"
-                )
+                if graph.written_bytes is None:
+                    raise ConfigError(
+                        f"{where}: algorithm family {inst.label!r} gives sizes as chunk counts "
+                        "(msg_chunk_cnt/total_chunk_cnt) only, but families are run as written here, with the "
+                        "absolute comm_size of each node — write it with --size BYTES (comm_size beside the counts), "
+                        "or simulate it with `etsim run`, which scales chunk counts"
+                    )
+                written_key = (*graph_key, -1)
+                graph = self._graphs.get(written_key) or self._graphs.setdefault(written_key, graph.as_written())
             part = CollectivePart(graph, position, group, (inst.namespace, 0, 0), 1.0, comp_ns=config.min_compute_ns)
             share.parts.append(part)
             return share

@@ -13,7 +13,7 @@ from etsim.producers.msccl.lower import MscclConversion
 __all__ = ["conversion_traces", "write_msccl_et"]
 
 
-def conversion_traces(conversion: MscclConversion) -> list[Trace]:
+def conversion_traces(conversion: MscclConversion, *, size: int | None = None) -> list[Trace]:
     """One Chakra ET trace per GPU, with symbolic sizes and MSCCL provenance attributes.
 
     Every node carries ``msg_chunk_cnt``/``total_chunk_cnt`` (int32, as the reference converter
@@ -25,7 +25,7 @@ def conversion_traces(conversion: MscclConversion) -> list[Trace]:
     n = program.ngpus
     traces = []
     for gid, graph in enumerate(conversion.graphs):
-        trace = algo_graph_to_trace(graph, gid, n)
+        trace = algo_graph_to_trace(graph, gid, n, size=size)
         for node, (tb, s, _part, buf, off) in zip(trace.nodes, conversion.origins[gid], strict=True):
             node.attr.append(make_attribute("msg_chunk_idx", off, member="int32_val"))
             node.attr.append(make_attribute("tb_id", tb, member="int32_val"))
@@ -44,6 +44,11 @@ def conversion_traces(conversion: MscclConversion) -> list[Trace]:
     return traces
 
 
-def write_msccl_et(conversion: MscclConversion, prefix: str | os.PathLike[str]) -> list[Path]:
-    """Write ``PREFIX.<gpu>.et`` for every GPU (a trailing ``.et`` on *prefix* is dropped)."""
-    return write_family(conversion_traces(conversion), prefix)
+def write_msccl_et(
+    conversion: MscclConversion, prefix: str | os.PathLike[str], *, size: int | None = None
+) -> list[Path]:
+    """Write ``PREFIX.<gpu>.et`` for every GPU (a trailing ``.et`` on *prefix* is dropped).
+
+    With *size* (the collective's buffer in bytes) every node also carries its ``comm_size``.
+    """
+    return write_family(conversion_traces(conversion, size=size), prefix)

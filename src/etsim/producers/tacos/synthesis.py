@@ -233,12 +233,16 @@ def _position_graph(sched: Schedule, touching: list[list[int]], p: int) -> AlgoG
     return b.build()
 
 
-def write_synthesis(syn: Synthesis | Schedule, prefix: str | Path, *, jobs: int | None = None) -> list[Path]:
+def write_synthesis(
+    syn: Synthesis | Schedule, prefix: str | Path, *, jobs: int | None = None, size: int | None = None
+) -> list[Path]:
     """Write the algorithm as a Chakra ET family ``PREFIX.<position>.et``; return the paths.
 
     A trailing ``.et`` on *prefix* is dropped. The family runs with ``--algo PREFIX`` on the
     group's ranks; peers are group positions. Ranks are made and written one at a time (memory stays
-    that of one rank), over *jobs* processes (default: the CPU count; the files are the same).
+    that of one rank), over *jobs* processes (default: the CPU count; the files are the same). With
+    *size* (the collective's buffer in bytes, a multiple of its chunk count) every message also carries
+    its ``comm_size``.
     """
     sched = syn.schedule if isinstance(syn, Synthesis) else syn
     metadata = {"collective": syn.collective} if isinstance(syn, Synthesis) else {}
@@ -246,6 +250,7 @@ def write_synthesis(syn: Synthesis | Schedule, prefix: str | Path, *, jobs: int 
     touching = _touching(sched)
 
     def make(position: int) -> bytes:
-        return encode_algo_graph(_position_graph(sched, touching, position), position, n, metadata=metadata)
+        graph = _position_graph(sched, touching, position)
+        return encode_algo_graph(graph, position, n, metadata=metadata, size=size)
 
     return write_family_by_rank(make, n, prefix, jobs=jobs)
