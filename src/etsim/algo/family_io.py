@@ -479,7 +479,8 @@ def write_family_by_rank(
         _FAMILY_JOB = (make, stage)  # inherited by the forked workers (a closure cannot be pickled)
         try:
             parts = [range(w, count, jobs) for w in range(jobs)]
-            lost = run_in_workers(_write_ranks, parts, jobs, lambda part, result: None, start="fork")
+            watch = progress.stage(f"writing {text}.*.et", jobs, "writers done")
+            lost = run_in_workers(_write_ranks, parts, jobs, lambda part, result: watch.advance(), start="fork")
         finally:
             _FAMILY_JOB = None
         if lost:

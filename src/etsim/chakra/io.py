@@ -356,7 +356,12 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> Path:
 def write_workload(workload: Workload | list[Trace], prefix: str | os.PathLike[str]) -> list[Path]:
     """Write rank ``r`` to ``PREFIX.r.et``; return the paths written."""
     traces = workload.traces if isinstance(workload, Workload) else workload
-    return [write_trace(t, f"{os.fspath(prefix)}.{rank}.et") for rank, t in enumerate(traces)]
+    watch = progress.stage(f"writing {os.fspath(prefix)}.*.et", len(traces), "files")
+    paths = []
+    for rank, t in enumerate(traces):
+        paths.append(write_trace(t, f"{os.fspath(prefix)}.{rank}.et"))
+        watch.advance()
+    return paths
 
 
 _FAMILY_RE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?:\.gz)?$")

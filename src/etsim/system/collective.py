@@ -13,6 +13,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from etsim import progress
 from etsim.algo.graph import SEND, AlgoGraph
 from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Trace, collective_buffer_bytes
 from etsim.errors import ConfigError, EtsimError, SimulationError, warn
@@ -318,8 +319,10 @@ class System:
         total = 0
         self.shared_messages = self.shared_single_stream_messages = 0
         sends_of: dict[tuple[int, int, int, int], tuple[AlgoGraph, int] | None] = {}
+        watch = progress.stage("preparing the collectives", len(traces), "ranks")
         streams_of: dict[tuple[int, int, str, int], int] = {}
         for rank, trace in enumerate(traces):
+            watch.advance()
             for pos, node_type in enumerate(trace.types):
                 if node_type != NodeType.COMM_COLL_NODE or trace.is_cpu_op[pos] or trace.comm_type[pos] is None:
                     continue
