@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from etsim.algo.family_io import SIZE_FREE_NOTE, algorithm_traces, write_family
+from etsim.algo.family_io import SIZE_FREE_NOTE, encode_algo_graph, write_family_by_rank
 from etsim.algo.verify import Verdict
 from etsim.chakra.graph import CollectiveType
 from etsim.chakra.graph import parse_collective as chakra_parse_collective
@@ -91,12 +91,17 @@ def export_algorithm(
             *size* does not split into its chunks.
     """
     algo.check(collective, npus)
-    graphs = [algo.graph(collective, npus, r) for r in range(npus)]
-    try:
-        traces = algorithm_traces(graphs, metadata={"collective": collective.name.lower()}, size=size)
+    metadata = {"collective": collective.name.lower()}
+    first = algo.graph(collective, npus, 0)
+    try:  # a size that does not split is refused before any file is written
+        encode_algo_graph(first, 0, npus, metadata=metadata, size=size)
     except ValueError as exc:
         raise ConfigError(f"--size: {exc}") from None
-    return write_family(traces, prefix)
+
+    def make(rank: int) -> bytes:  # one rank in memory at a time, encoded without building protobuf nodes
+        return encode_algo_graph(algo.graph(collective, npus, rank), rank, npus, metadata=metadata, size=size)
+
+    return write_family_by_rank(make, npus, prefix)
 
 
 def verify_spec(
