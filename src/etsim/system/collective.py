@@ -124,6 +124,7 @@ class System:
         self._warned: set[tuple[str, ...]] = set()
         self._sequence: dict[tuple[str, int], int] = {}
         self._instances: dict[tuple[str, int], _Instance] = {}
+        self._written_labels: set[str] = set()
         self._next_namespace = 0
         self._graphs: dict[tuple[int, ...], AlgoGraph] = {}
         self._algorithm_state: dict[tuple[int, int], dict[str, Any]] = {}
@@ -220,6 +221,8 @@ class System:
                 as_written = self.config.families_as_written  # (the files' own sizes, not the call's)
                 algo.check_correct(lookup, n, where=where, label=label, size=None if as_written else size)
             inst = _Instance(collective, size, where, label, algo, self._next_namespace, key, rule)
+            if self.config.families_as_written and algo.source == "chakra-et":
+                self._written_labels.add(label)
             try:
                 self._next_namespace += len(self._stream_sizes(collective, size, n))
             except ConfigError as exc:
@@ -303,6 +306,10 @@ class System:
                 )
                 share.parts.append(part)
         return share
+
+    def written_as_is(self) -> set[str]:
+        """Labels of the algorithms run with their files' own sizes (``families_as_written``), not the call's."""
+        return set(self._written_labels)
 
     def message_estimate(self, traces: Sequence[Trace]) -> int:
         """About how many messages the collectives of *traces* will send; refuse impossible splits first.
