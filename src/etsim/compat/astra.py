@@ -18,19 +18,24 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from etsim.chakra.graph import NodeType, Workload
 from etsim.chakra.io import load_workload
 from etsim.compat.collectives import NAMES, astra_spec
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, warn
 from etsim.files import parse_json, read_text
 from etsim.network import load_network
 from etsim.report.result import Result
 from etsim.simulation import simulate
 from etsim.system.config import SystemConfig
+from etsim.workload.observe import RunObserver
+
+if TYPE_CHECKING:
+    from etsim.workload.engine import Engine
+    from etsim.workload.runs import GraphRun
 
 __all__ = [
     "MODEL_OPTIONS",
@@ -305,7 +310,47 @@ def run_astra(
     name, options = MODEL_OPTIONS[model]
     if not fast_path:
         config = config.with_overrides(fast_path=False)
-    return simulate(wl, topology=net, model=name, model_options=options, system=config)
+    customs = any(os.path.isabs(v) for v in config.algorithms.values()) or bool(config.node_algorithms)
+    watch = _SimultaneousSends() if model == "aware" and customs else None
+    return simulate(wl, topology=net, model=name, model_options=options, system=config, observer=watch)
+
+
+class _SimultaneousSends(RunObserver):
+    """Says when a custom collective's rank issues two sends onto one link at one instant (aware back end only).
+
+    Their order decides who waits under the congestion-aware back end. ASTRA-sim issues ready nodes in the
+    hash order of its ready set, etsim by node id: both are valid, and the times can differ, so etsim says so
+    rather than claim to reproduce it.
+    """
+
+    def attach(self, engine: Engine) -> None:
+        self.engine = engine
+        self.last: dict[tuple[int, int], tuple[float, int]] = {}
+        self.found: tuple[str, int, float, int, int] | None = None
+
+    def message_sent(self, run: GraphRun, j: int, src: int, dst: int, tag: int, size: float) -> None:
+        call = getattr(run, "call", None)
+        if self.found is not None or call is None or call.algorithm not in self.engine.system.written_as_is():
+            return
+        now = self.engine.env.now
+        route = self.engine.network.router.lookup(src, dst)
+        if not route:
+            return
+        key = (src, route[0])
+        previous = self.last.get(key)
+        if previous is not None and previous[0] == now and previous[1] != dst:
+            self.found = (call.algorithm, src, now, previous[1], dst)
+        self.last[key] = (now, dst)
+
+    def finished(self, engine: Engine) -> None:
+        if self.found is not None:
+            label, rank, now, first, second = self.found
+            warn(
+                f"custom collective {label!r}: rank {rank} sends to ranks {first} and {second} over one link at "
+                f"{now:.0f} ns; ASTRA-sim's congestion-aware back end issues simultaneous sends in the hash order of "
+                "its ready nodes, etsim in node order, so its times may differ from these (the unaware back end "
+                "agrees exactly)"
+            )
 
 
 def astra_output(result: Result) -> str:
