@@ -10,6 +10,7 @@ An algorithm family is ``PREFIX.<rank>.et``, one Chakra ET trace per rank of an 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -380,14 +381,23 @@ def _read_data(texts: dict[str, str], kind: int, chunks: float, where: str) -> N
         what = f"data_op {op!r}" if op is not None else "data_src/data_dst without data_op"
         raise ValueError(f"{where}: {what} on this node (expected {' or '.join(allowed) or 'none'})")
     try:
-        src = segments(parse_segments(texts["data_src"]), chunks, "data_src") if "data_src" in texts else ()
-        dst = segments(parse_segments(texts["data_dst"]), chunks, "data_dst") if "data_dst" in texts else ()
+        return _node_data(op, texts.get("data_src"), texts.get("data_dst"), chunks)  # type: ignore[arg-type]
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _node_data(op: str, src_text: str | None, dst_text: str | None, chunks: float) -> NodeData:
+    """The checked annotation of a node, parsed once per distinct text.
+
+    The ranks of a family repeat the same texts; the (immutable) result is then shared by their graphs.
+    """
+    src = segments(parse_segments(src_text), chunks, "data_src") if src_text is not None else ()
+    dst = segments(parse_segments(dst_text), chunks, "data_dst") if dst_text is not None else ()
     need_src, need_dst = op != "store", op != "send"
     if (need_src and not src and chunks) or (need_dst and not dst and chunks):
         missing = "data_src" if need_src and not src else "data_dst"
-        raise ValueError(f"{where}: data_op {op!r} needs {missing}")
+        raise ValueError(f"data_op {op!r} needs {missing}")
     return NodeData(op, dst, src)
 
 
