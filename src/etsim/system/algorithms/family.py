@@ -86,15 +86,19 @@ class ChakraAlgorithm(CollectiveAlgorithm):
         """The ingested graph of algorithm rank *position*."""
         graph = self._graphs.get(position)
         if graph is None:
+            trace = self.workload[position]
             try:
-                graph = algo_graph_from_trace(self.workload[position], ignore_ctrl_deps=self.ignore_ctrl_deps)
+                graph = algo_graph_from_trace(trace, ignore_ctrl_deps=self.ignore_ctrl_deps)
             except ValueError as exc:
                 raise ConfigError(f"algorithm {self.spec!r}: {exc}") from None
             for pos, peer in enumerate(graph.peers):
                 if graph.kinds[pos] in (SEND, RECV) and not 0 <= peer < group_size:
                     raise ConfigError(
-                        f"algorithm {self.spec!r}: {self.workload[position].describe(pos)}: peer {peer} "
-                        f"is outside the {group_size}-rank group"
+                        f"algorithm {self.spec!r}: {trace.describe(pos)}: peer {peer} is outside the {group_size}-rank "
+                        "group"
                     )
             self._graphs[position] = graph
+            # The graph is all that is read from now on: let the parsed file go (a family's files take more
+            # memory than its graphs). The slot stays, so the family keeps its rank count.
+            self.workload.traces[position] = None  # type: ignore[call-overload]
         return graph
