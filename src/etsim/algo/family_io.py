@@ -271,16 +271,21 @@ def algo_graph_from_trace(trace: Trace, *, ignore_ctrl_deps: bool = False) -> Al
     texts: dict[int, dict[str, str]] = {}
     exits: list[int] = []
     if trace.nodes:
+        wanted = _READ_ATTRS
         for pos, node in enumerate(trace.nodes):
             for attr in node.attr:
-                if attr.name == "msg_chunk_cnt":
+                name = attr.name
+                if name not in wanted:  # most attributes (peers, tags, sizes) are read from the columns
+                    continue
+                if name == "msg_chunk_cnt":
                     chunk_cnt[pos] = int(getattr(attr, attr.WhichOneof("value") or "int64_val"))
-                elif attr.name == "total_chunk_cnt":
+                elif name == "total_chunk_cnt":
                     total.add(int(getattr(attr, attr.WhichOneof("value") or "int64_val")))
-                elif attr.name in _DATA_ATTRS and attr.WhichOneof("value") == "string_val":
-                    texts.setdefault(pos, {})[attr.name] = attr.string_val
-                elif attr.name == "etsim_exit" and attr.bool_val:
-                    exits.append(pos)
+                elif name == "etsim_exit":
+                    if attr.bool_val:
+                        exits.append(pos)
+                elif attr.WhichOneof("value") == "string_val":
+                    texts.setdefault(pos, {})[name] = attr.string_val
     comm_positions = [p for p, t in enumerate(trace.types) if t in (SEND, RECV)]
     symbolic = bool(comm_positions) and all(chunk_cnt[p] is not None for p in comm_positions) and len(total) == 1
     g = AlgoGraph(total_chunks=total.pop() if symbolic else None, exits=tuple(exits))
@@ -300,14 +305,13 @@ def algo_graph_from_trace(trace: Trace, *, ignore_ctrl_deps: bool = False) -> Al
     for pos in range(n):
         kind = trace.types[pos]
         name = trace.names[pos]
-        where = trace.describe(pos)
         if kind in (SEND, RECV):
             peer = trace.comm_dst[pos] if kind == SEND else trace.comm_src[pos]
             if peer is None:
-                raise ValueError(f"{where}: {'send' if kind == SEND else 'receive'} without a peer")
+                raise ValueError(f"{trace.describe(pos)}: {'send' if kind == SEND else 'receive'} without a peer")
             amount = chunk_cnt[pos] if symbolic else trace.comm_size[pos]
             if amount is None:
-                raise ValueError(f"{where}: no comm_size (nor msg_chunk_cnt/total_chunk_cnt)")
+                raise ValueError(f"{trace.describe(pos)}: no comm_size (nor msg_chunk_cnt/total_chunk_cnt)")
             g.kinds.append(kind)
             g.peers.append(peer)
             g.tags.append(trace.comm_tag[pos] or 0)
@@ -340,7 +344,7 @@ def algo_graph_from_trace(trace: Trace, *, ignore_ctrl_deps: bool = False) -> Al
             if g.written_bytes is not None:
                 g.written_bytes.append(0.0)
         g.names.append(name)
-        g.data.append(_read_data(texts[pos], g.kinds[-1], g.chunks[-1], where) if pos in texts else None)
+        g.data.append(_read_data(texts[pos], g.kinds[-1], g.chunks[-1], trace, pos) if pos in texts else None)
         deps = trace.data_deps(pos) + ([] if ignore_ctrl_deps else trace.ctrl_deps(pos))
         g.deps_idx.extend(deps)
         g.deps_ptr.append(len(g.deps_idx))
@@ -371,19 +375,21 @@ def _read_copy(text: str) -> NodeData:
 _DATA_ATTRS = frozenset({"data_op", "data_src", "data_dst"})
 #: Operations each node kind may carry.
 _KIND_OPS = {SEND: ("send",), RECV: ("store", "reduce"), COMP: ("copy", "reduce")}
+#: The node attributes the reader looks at (the rest come from the trace's columns).
+_READ_ATTRS = frozenset({"msg_chunk_cnt", "total_chunk_cnt", "etsim_exit", *_DATA_ATTRS})
 
 
-def _read_data(texts: dict[str, str], kind: int, chunks: float, where: str) -> NodeData:
-    """A node's :class:`~etsim.algo.dataflow.NodeData` from its ``data_*`` attributes (checked)."""
+def _read_data(texts: dict[str, str], kind: int, chunks: float, trace: Trace, pos: int) -> NodeData:
+    """Node *pos*'s :class:`~etsim.algo.dataflow.NodeData` from its ``data_*`` attributes (checked)."""
     op = texts.get("data_op")
     allowed = _KIND_OPS.get(kind, ())
     if op not in allowed:
         what = f"data_op {op!r}" if op is not None else "data_src/data_dst without data_op"
-        raise ValueError(f"{where}: {what} on this node (expected {' or '.join(allowed) or 'none'})")
+        raise ValueError(f"{trace.describe(pos)}: {what} on this node (expected {' or '.join(allowed) or 'none'})")
     try:
         return _node_data(op, texts.get("data_src"), texts.get("data_dst"), chunks)  # type: ignore[arg-type]
     except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
+        raise ValueError(f"{trace.describe(pos)}: {exc}") from None
 
 
 @functools.lru_cache(maxsize=1 << 16)
