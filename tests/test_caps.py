@@ -85,3 +85,28 @@ def test_caps_are_stated_where_a_user_reads_them(repo: Path) -> None:
     text = (repo / "docs" / "design.md").read_text()
     for cap in ("MAX_LINKS", "MAX_POINTS", "MAX_MESSAGES", "MAX_DECOMPRESSED", "MAX_TRANSFERS", "MAX_NODES"):
         assert cap in text, cap
+
+
+def test_a_moe_job_below_the_node_limit_is_not_refused_and_the_estimate_is_close() -> None:
+    # The review's case: 35.4 million nodes, which an estimate 1.4x too high refused.
+    from etsim.producers.workloads.base import parse
+
+    values = {"npus": 4096, "ep_size": 8, "layers": 64, "token_size": "1 MiB", "dense_grad_sizes": ["16 MiB"],
+              "iterations": 15}  # fmt: skip
+    generator, options = parse("moe", values)
+    assert generator.nodes(options) < 41_000_000
+    small = parse("moe", {**values, "npus": 8})
+    built = sum(len(t.ids) for t in small[0].generate(small[1]))
+    assert built <= small[0].nodes(small[1]) <= 1.15 * built
+
+
+def test_queued_reductions_count_as_walked_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    # With shared reductions the fast path declines graphs with priced reductions: their messages are walked.
+    import etsim.simulation as simulation
+
+    monkeypatch.setattr(simulation, "MAX_MESSAGES", 1000)
+    workload = Workload(collective_workload(CollectiveType.ALL_REDUCE, 1 << 20, 8))
+    with pytest.warns(EtsimWarning):  # analytical beats the links with 16 chunks, and says so
+        simulate(workload, model="analytical", system=SystemConfig(chunks=16))
+    with at_once(r"this run would send about 1,792 messages one by one"):
+        simulate(workload, model="analytical", system=SystemConfig(chunks=16, reduction_bandwidth=100.0))

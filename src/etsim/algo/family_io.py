@@ -68,10 +68,13 @@ NodeSpec = tuple[int, str, list[int], int, list[Any]]
 def written_tags(graph: AlgoGraph, position: int, group_size: int) -> list[int]:
     """The tag each SEND/RECV of *graph* (at *position*) is written with: a different one per transfer of a rank pair.
 
-    etsim pairs the k-th send of a channel (destination, tag) with the k-th receive of (source, tag), both in
-    node order. Each side numbers its transfers with one peer by (tag, k) in that order, 0, 1, 2, …: the two
-    sides of a pair get the same number, every transfer between two ranks has its own tag, and no consumer
-    depends on the order in which it posts receives that are ready together.
+    Each side numbers its transfers with one peer by (tag, k) — k counting a channel's (peer, tag) transfers
+    in node order — 0, 1, 2, …: the two sides of a pair get the same number, every transfer between two ranks
+    has its own tag, and no consumer depends on the order in which it posts receives that are ready together.
+    etsim pairs the k-th *issued* send of a channel with the k-th issued receive; that is node order whenever a
+    channel's transfers are ordered by their dependencies, as in every native, MSCCL-IR conversion and TACOS
+    family. A graph whose same-channel transfers are not ordered matches only by posting order in any
+    consumer (``etsim algo verify`` warns about it); written, such a graph pairs its transfers in node order.
     """
     relative = graph.relative_peers
     seen: dict[tuple[int, int, int], int] = {}

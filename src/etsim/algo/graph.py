@@ -121,6 +121,11 @@ class AlgoGraph:
             self._gate_index = (needed, by_arm, by_dep)
         return self._gate_index
 
+    @property
+    def priced_reductions(self) -> bool:
+        """Whether the graph has reductions the reduction bandwidth prices (COMP nodes without a duration)."""
+        return any(kind == COMP and dur is None for kind, dur in zip(self.kinds, self.durations_ns, strict=True))
+
     def as_written(self) -> AlgoGraph:
         """This graph with the bytes its files give (:attr:`written_bytes`) instead of chunk counts."""
         if self.written_bytes is None:

@@ -380,7 +380,9 @@ class System:
                         self._check_message_size(graph, unit, where, collective, size, n, label)
                     count = streams_of[split_key] = len(streams)
                 total += sends * count
-                if graph.relative_peers:
+                # Graphs whose reductions queue at the NPUs' shared reduction units walk message by message.
+                queued = self.config.shared_reductions and self.config.reduction_bandwidth and graph.priced_reductions
+                if graph.relative_peers and not queued:
                     self.shared_messages += sends * count
                     if count == 1:
                         self.shared_single_stream_messages += sends

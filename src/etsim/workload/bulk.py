@@ -241,7 +241,7 @@ class FastPath:
             plan = self.plan(graph, n)
             if plan.reason is not None or ("graph", plan.signature) in self.excluded:
                 return False
-            if self.engine.shared_reductions and part.comp_ns is None and _priced_reductions(graph):
+            if self.engine.shared_reductions and part.comp_ns is None and graph.priced_reductions:
                 return False  # its reductions queue with other parts' at each NPU's reduction unit
             if self._stateful is None:
                 timing = self.engine.network.bulk_timing()
@@ -471,8 +471,3 @@ def _add_repeated(total: float, size: float, count: int) -> float:
     for _ in range(count):
         total += size
     return total
-
-
-def _priced_reductions(graph: AlgoGraph) -> bool:
-    """Whether *graph* has reductions priced by the reduction bandwidth (COMP nodes without a duration)."""
-    return any(kind == COMP and dur is None for kind, dur in zip(graph.kinds, graph.durations_ns, strict=True))

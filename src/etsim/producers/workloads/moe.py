@@ -143,8 +143,9 @@ class MoeGenerator(WorkloadGenerator):
         return options
 
     def nodes(self, options: Any) -> int:
-        """Per rank, layer and step: computes, all-to-alls and the all-reduces (measured: 10 + one per size)."""
-        return (12 + len(options.dense_grad_sizes)) * options.layers * options.iterations * options.npus
+        """Per rank, layer and step: computes, all-to-alls, one all-reduce per size (9 + sizes); a few more per rank."""
+        per_rank = (9 + len(options.dense_grad_sizes)) * options.layers * options.iterations + 16
+        return per_rank * options.npus
 
     def generate(self, options: Any) -> list[Trace]:
         """The training steps."""
