@@ -83,6 +83,7 @@ class AlgoGraph:
     released by completions, in completion order, only once a condition holds)."""
     _succ: tuple[list[int], list[int], list[int]] | None = field(default=None, repr=False)
     _succ_lists: list[tuple[int, ...]] | None = field(default=None, repr=False)
+    _priced: bool | None = field(default=None, repr=False)
     _gate_index: tuple[dict[int, int], dict[int, list[int]], dict[int, list[int]]] | None = field(
         default=None, repr=False
     )
@@ -123,8 +124,15 @@ class AlgoGraph:
 
     @property
     def priced_reductions(self) -> bool:
-        """Whether the graph has reductions the reduction bandwidth prices (COMP nodes without a duration)."""
-        return any(kind == COMP and dur is None for kind, dur in zip(self.kinds, self.durations_ns, strict=True))
+        """Whether the graph has reductions the reduction bandwidth prices (COMP nodes without a duration).
+
+        Computed once, like the successor lists: a graph is not changed once it is in use.
+        """
+        if self._priced is None:
+            self._priced = any(
+                kind == COMP and dur is None for kind, dur in zip(self.kinds, self.durations_ns, strict=True)
+            )
+        return self._priced
 
     def as_written(self) -> AlgoGraph:
         """This graph with the bytes its files give (:attr:`written_bytes`) instead of chunk counts."""

@@ -325,12 +325,13 @@ class _SimultaneousSends(RunObserver):
 
     def attach(self, engine: Engine) -> None:
         self.engine = engine
+        self.custom = engine.system.written_as_is()  # a live view: filled as the families are first used
         self.last: dict[tuple[int, int], tuple[float, int]] = {}
         self.found: tuple[str, int, float, int, int] | None = None
 
     def message_sent(self, run: GraphRun, j: int, src: int, dst: int, tag: int, size: float) -> None:
         call = getattr(run, "call", None)
-        if self.found is not None or call is None or call.algorithm not in self.engine.system.written_as_is():
+        if self.found is not None or call is None or call.algorithm not in self.custom:
             return
         now = self.engine.env.now
         route = self.engine.network.router.lookup(src, dst)

@@ -78,22 +78,26 @@ class CollectiveBounds:
         """The bandwidth bound of *collective* with a buffer of *buffer* bytes over *group* (module docstring)."""
         n = len(group)
         need = minimum_bytes(collective, n, buffer)
+        # Each term: (bytes, bandwidth, who, which links). A member's term is its slowest link side.
+        sent, received, total = need["sent_per_rank"], need["received_per_rank"], need["total"]
         terms = []
-        for r in group:
-            terms.append((need["sent_per_rank"], self.injection.get(r, 0.0), f"rank {r} must send", "outgoing"))
-            terms.append((need["received_per_rank"], self.ejection.get(r, 0.0), f"rank {r} must receive", "incoming"))
-        total_in = sum(self.injection.get(r, 0.0) for r in group)
-        total_out = sum(self.ejection.get(r, 0.0) for r in group)
-        terms.append((need["total"], total_in, "the group must send", "outgoing"))
-        terms.append((need["total"], total_out, "the group must receive", "incoming"))
-        best = TimeBound(0.0, "nothing to move")
+        if sent > 0:
+            r = min(group, key=lambda m: self.injection.get(m, 0.0))
+            terms.append((sent, self.injection.get(r, 0.0), f"rank {r} must send", "outgoing"))
+        if received > 0:
+            r = min(group, key=lambda m: self.ejection.get(m, 0.0))
+            terms.append((received, self.ejection.get(r, 0.0), f"rank {r} must receive", "incoming"))
+        terms.append((total, sum(self.injection.get(r, 0.0) for r in group), "the group must send", "outgoing"))
+        terms.append((total, sum(self.ejection.get(r, 0.0) for r in group), "the group must receive", "incoming"))
+        best_t, best = 0.0, None
         for nbytes, bandwidth, who, way in terms:
-            if nbytes <= 0:
-                continue
             t = nbytes / bandwidth if bandwidth > 0 else math.inf
-            if t > best.ns:
-                best = TimeBound(t, f"{who} {format_size(nbytes)} through {format_bandwidth(bandwidth)} of {way} links")
-        return best
+            if nbytes > 0 and t > best_t:
+                best_t, best = t, (nbytes, bandwidth, who, way)
+        if best is None:
+            return TimeBound(0.0, "nothing to move")
+        nbytes, bandwidth, who, way = best  # worded once, for the term that set the bound
+        return TimeBound(best_t, f"{who} {format_size(nbytes)} through {format_bandwidth(bandwidth)} of {way} links")
 
     def latency(self, collective: CollectiveType, group: Sequence[int]) -> TimeBound:
         """The latency bound: the longest shortest path (by latency) between two members, where it applies."""

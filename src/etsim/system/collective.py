@@ -10,6 +10,7 @@ barrier across ranks (a rank that arrives early simply waits for its peers' mess
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -307,9 +308,12 @@ class System:
                 share.parts.append(part)
         return share
 
-    def written_as_is(self) -> set[str]:
-        """Labels of the algorithms run with their files' own sizes (``families_as_written``), not the call's."""
-        return set(self._written_labels)
+    def written_as_is(self) -> AbstractSet[str]:
+        """Labels of the algorithms run with their files' own sizes (``families_as_written``), not the call's.
+
+        A live, read-only view: it grows as such algorithms are first used.
+        """
+        return self._written_labels
 
     def message_estimate(self, traces: Sequence[Trace]) -> int:
         """About how many messages the collectives of *traces* will send; refuse impossible splits first.
