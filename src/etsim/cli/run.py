@@ -16,6 +16,7 @@ from etsim.report.groups import exposure_by_group, exposure_from_ranks, single_g
 from etsim.report.record import RunRecorder
 from etsim.report.result import Result
 from etsim.report.tables import critical_path_lines
+from etsim.report.training import training_info, training_report
 from etsim.simulation import simulate
 from etsim.system.algorithms import ALGORITHMS
 from etsim.system.config import SystemConfig, load_system_config
@@ -163,8 +164,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Node times are recorded for a trace, a critical path, or exposure per group when there are several
     # groups (one group's exposure is each rank's own); messages only for a trace or a critical path.
     group = single_group(workload.traces)
+    training = training_info(workload.traces)
     recorder = None
-    if args.trace or args.critical_path or group is None:
+    if args.trace or args.critical_path or group is None or training is not None:
         recorder = RunRecorder(
             messages=bool(args.trace or args.critical_path),
             message_limit=None if args.critical_path else args.trace_limit,
@@ -180,6 +182,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         result.groups = exposure_from_ranks(result, workload.traces, group or "")
     else:
         result.groups = exposure_by_group(recorder)
+    if training is not None:
+        result.training = training_report(training, result, recorder)
     if args.critical_path and recorder is not None:
         from etsim.report.critical_path import critical_path
 

@@ -169,3 +169,39 @@ def exposure_from_ranks(result: Result, traces: Sequence[Trace], group: str) -> 
             "rank_of_max": worst,
         }
     ]
+
+
+def exposure_by_role(rec: RunRecorder, roles: dict[str, str]) -> tuple[dict[str, list[float]], list[float]]:
+    """Exposed communication of each rank per *role* (``roles``: ``pg_name`` → role; workload SEND/RECV are ``pp``).
+
+    Returns ``({role: [exposed ns of each rank]}, [exposed ns of each rank's communication other than pp])``: a
+    rank's communication of one role is exposed while some of it is in flight and no compute runs (as in
+    :func:`exposure_by_group`, but the groups of one role merged, so a rank counts each moment once).
+    """
+    engine = rec.engine
+    if engine is None:
+        return {}, []
+    per_role: dict[str, list[float]] = {}
+    others: list[float] = []
+    ranks = len(engine.runs)
+    for run in engine.runs:
+        tr = run.trace
+        starts, finishes = rec.start[run.rank], rec.finish[run.rank]
+        mine: list[tuple[float, float]] = []
+        comm: dict[str, list[tuple[float, float]]] = {}
+        for j, t in enumerate(tr.types):
+            s = starts[j]
+            if s != s:
+                continue
+            cpu = run.node_class[j] == CPU
+            if t == _T_COMP or (t == _T_COLL and cpu):
+                mine.append((s, finishes[j]))
+            elif t == _T_COLL or t in _T_P2P:
+                role = roles.get(tr.pg_name[j] or "0", "other") if t == _T_COLL else "pp"
+                comm.setdefault(role, []).append((s, finishes[j]))
+        compute = _union(mine)
+        for role, intervals in comm.items():
+            per_role.setdefault(role, [0.0] * ranks)[run.rank] = _minus(_union(intervals), compute)
+        rest = [iv for role, intervals in comm.items() if role != "pp" for iv in intervals]
+        others.append(_minus(_union(rest), compute))
+    return per_role, others

@@ -73,6 +73,8 @@ class Result:
     """Communication and exposed communication per communicator group (:mod:`etsim.report.groups`)."""
     critical_path: dict[str, Any] | None = None
     """The chain of activities that set the finish time (:mod:`etsim.report.critical_path`)."""
+    training: dict[str, Any] | None = None
+    """The step report of a generated training job (:mod:`etsim.report.training`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping."""
@@ -91,6 +93,8 @@ class Result:
             out["groups"] = self.groups
         if self.critical_path is not None:
             out["critical_path"] = self.critical_path
+        if self.training is not None:
+            out["training"] = self.training
         out["warnings"] = self.warnings
         return out
 
@@ -119,6 +123,7 @@ class Result:
                 warnings=list(data.get("warnings", [])),
                 groups=list(data.get("groups", [])),
                 critical_path=data.get("critical_path"),
+                training=data.get("training"),
             )
         except (TypeError, KeyError, ValueError) as exc:
             raise ConfigError(f"{source}: not an etsim result ({type(exc).__name__}: {exc})") from None
@@ -152,6 +157,10 @@ class Result:
                     f"  {label:<13} {format_time(min(vals)):>12} {format_time(sum(vals) / len(vals)):>12} "
                     f"{format_time(max(vals)):>12}"
                 )
+        if self.training is not None:
+            from etsim.report.training import training_lines
+
+            lines += training_lines(self.training)
         lines += collective_lines(self.collectives)
         lines += group_lines(self.groups)
         lines += link_lines(self.links, self.finish_ns)
@@ -194,6 +203,11 @@ _SEGMENT_FIELDS = {
     "rank": "int", "node_id": "int", "kind": "str", "start_ns": "num", "end_ns": "num", "detail": "str",
 }  # fmt: skip
 _DIM_FIELDS = {"kind": "str", "npus": "int"}
+_TRAINING_FIELDS = {
+    "iteration_ns": "num", "tokens_per_s": "num", "model_tflops_per_gpu": "num", "hardware_tflops_per_gpu": "num",
+    "mfu": "num", "hfu": "num", "bubble_fraction": "num", "exposed_comm_ns": "dict", "peak_activation_bytes": "list?",
+    "memory_bytes_per_gpu": "list?", "job": "dict?",
+}  # fmt: skip
 
 _EXPECTED = {
     "num": "a finite number",
@@ -203,6 +217,7 @@ _EXPECTED = {
     "ints": "a list of integers",
     "num|null": "a finite number or null",
     "list": "a list",
+    "dict": "an object",
 }
 
 
@@ -227,6 +242,8 @@ def _valid(kind: str, value: Any) -> bool:
         return _valid("int", value) or isinstance(value, str)
     if kind == "ints":
         return isinstance(value, list) and all(_valid("int", v) for v in value)
+    if kind == "dict":
+        return isinstance(value, dict)
     return isinstance(value, list)  # "list"
 
 
@@ -276,6 +293,11 @@ def _check_result(data: dict[str, Any], source: str) -> None:
         _fields(dim, _DIM_FIELDS, f"network.dims[{i}]", source)
         if not 1 <= dim["npus"] <= MAX_NPUS:
             raise _bad(source, f"network.dims[{i}].npus", f"an NPU count from 1 to {MAX_NPUS:,}", dim["npus"])
+    training = data.get("training")
+    if training is not None:
+        _fields(training, _TRAINING_FIELDS, "training", source)
+        _fields(training["exposed_comm_ns"], dict.fromkeys(training["exposed_comm_ns"], "num"),
+                "training.exposed_comm_ns", source)  # fmt: skip
     warnings = data.get("warnings", [])
     if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
         raise _bad(source, "warnings", "a list of strings", warnings)

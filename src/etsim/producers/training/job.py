@@ -1,0 +1,487 @@
+"""One training iteration of a transformer as one Chakra ET trace per rank (the ``transformer`` generator).
+
+Per micro-batch and layer a rank runs an attention block and an MLP (or expert) block, each one COMP node whose
+``num_ops`` (FLOPs) and ``tensor_size`` (HBM bytes) are the sums over its kernels and whose duration is their
+time on the chosen GPU (:mod:`etsim.system.gpus`); around them the tensor-parallel collectives (two all-reduces
+per layer and pass, or with sequence parallelism an all-gather before and a reduce-scatter after each block),
+context-parallel key/value all-gathers, expert-parallel all-to-alls, and between pipeline stages a SEND and a
+RECV per micro-batch and chunk. Each stage runs its schedule (:func:`~etsim.producers.training.parallel.schedule`)
+in order: an operation's first compute waits for the previous operation's last. Data-parallel gradients are
+reduced in buckets as the last micro-batch's backward produces them (overlapping it), ZeRO-3 gathers each
+layer's parameters before its forward and backward on every micro-batch, and the optimizer step follows.
+Every collective is issued in the same order on every member of its group.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from etsim.chakra.attributes import make_attribute
+from etsim.chakra.builder import TraceBuilder
+from etsim.chakra.graph import CollectiveType, NodeType, Trace
+from etsim.producers.training.model import ModelSpec
+from etsim.producers.training.parallel import Layout, Op, in_flight, schedule
+from etsim.system.gpus import Efficiency, Gpu
+
+__all__ = ["ACTIVATION_BYTES", "GRAD_BYTES", "PARAM_BYTES", "TRAINING_ATTR", "JobSpec", "build_job"]
+
+#: The GlobalMetadata attribute that carries the job's description (JSON) for the step report.
+TRAINING_ATTR = "etsim_training"
+#: Bytes per element of activations, parameters and gradients (16-bit mixed precision; FP8 only speeds up GEMMs).
+ACTIVATION_BYTES = PARAM_BYTES = GRAD_BYTES = 2
+#: Bytes per parameter the optimizer step reads and writes (Adam: fp32 master weights and two moments).
+OPTIMIZER_BYTES = 30
+#: Bytes of optimizer state per parameter (fp32 master weights and two moments), for the memory estimate.
+STATE_BYTES = 12
+
+AR, AG, RS = CollectiveType.ALL_REDUCE, CollectiveType.ALL_GATHER, CollectiveType.REDUCE_SCATTER
+A2A = CollectiveType.ALL_TO_ALL
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything that determines the traces."""
+
+    model: ModelSpec
+    layout: Layout
+    sp: bool
+    global_batch: int
+    micro_batch: int
+    schedule: str
+    chunks: int
+    zero: int
+    recompute: str
+    precision: str
+    gpu: Gpu
+    efficiency: Efficiency
+    bucket_bytes: int
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per pipeline per iteration: ``B / (b · d)``."""
+        return self.global_batch // (self.micro_batch * self.layout.dp)
+
+    @property
+    def layers_per_chunk(self) -> int:
+        """Layers of one model chunk (``layers / (p · v)``)."""
+        return self.model.layers // (self.layout.pp * self.chunks)
+
+
+@dataclass
+class _Cost:
+    """A COMP node being assembled: FLOPs, bytes and ns of its kernels."""
+
+    flops: float = 0.0
+    nbytes: float = 0.0
+    ns: float = 0.0
+    parts: list[str] = field(default_factory=list)
+
+
+class _Rank:
+    """Builds one rank's trace."""
+
+    def __init__(self, job: JobSpec, rank: int, group_ids: dict[str, dict[int, str]]) -> None:
+        self.job = job
+        self.rank = rank
+        self.b = TraceBuilder()
+        self.groups = {role: ids[rank] for role, ids in group_ids.items() if rank in ids}
+        lay = job.layout
+        self.t, self.c, self.d, self.p = lay.coords(rank)
+        m = job.model
+        self.n = job.micro_batch * m.seq // lay.cp  # tokens of one micro-batch on this rank
+        self.last_compute: int | None = None
+        self.stage_chunks = [k * lay.pp + self.p for k in range(job.chunks)]
+        self.total_chunks = lay.pp * job.chunks
+        self.grad_collectives: list[int] = []
+        self.flops = 0.0
+
+    # -- kernels
+    def _kernel(self, cost: _Cost, kind: str, flops: float, nbytes: float, dim: float = 0.0) -> None:
+        job = self.job
+        cost.flops += flops if kind != "memory" else 0.0
+        cost.nbytes += nbytes
+        cost.ns += job.efficiency.kernel_ns(job.gpu, job.precision, kind, flops, nbytes, dim)
+
+    def _gemm(self, cost: _Cost, rows: float, cols: float, inner: float, factor: float = 1.0) -> None:
+        """A GEMM of (rows × inner) · (inner × cols), *factor* times (2 for a backward: input and weight grads)."""
+        ab = ACTIVATION_BYTES
+        nbytes = (rows * inner + inner * cols + rows * cols) * ab
+        self._kernel(cost, "gemm", 2.0 * rows * cols * inner * factor, nbytes * factor, min(rows, cols, inner))
+
+    def _comp(self, name: str, cost: _Cost, deps: list[int]) -> int:
+        self.flops += cost.flops
+        node = self.b.comp(
+            name,
+            duration_micros=max(1, round(cost.ns / 1000.0)) if cost.ns > 0 else 0,
+            deps=deps,
+            num_ops=round(cost.flops),
+            tensor_size=round(cost.nbytes),
+        )
+        self.last_compute = node
+        return node
+
+    def _coll(self, kind: CollectiveType, size: float, deps: list[int], name: str, role: str) -> int:
+        return self.b.collective(kind, max(1, round(size)), deps=deps, name=name, pg_name=self.groups[role])
+
+    # -- blocks
+    def _attention(self, factor: float, core_only: bool = False) -> _Cost:
+        """The attention block's kernels (*factor* 1 forward, 2 backward)."""
+        job, m, lay = self.job, self.job.model, self.job.layout
+        t, n, h = lay.tp, self.n, m.hidden
+        cost = _Cost()
+        if not core_only:
+            self._gemm(cost, n, (h + 2 * m.kv_hidden) / t, h, factor)
+            self._gemm(cost, n, h, h / t, factor)
+            norm_tokens = n / t if job.sp else n
+            self._kernel(cost, "memory", 0, 8 * norm_tokens * h * ACTIVATION_BYTES * factor)
+        core = 4.0 * n * m.seq * h / t * factor
+        self._kernel(cost, "attention", core, 4 * n * h / t * ACTIVATION_BYTES * factor)
+        return cost
+
+    def _mlp(self, factor: float) -> _Cost:
+        job, m, lay = self.job, self.job.model, self.job.layout
+        t, n, h = lay.tp, self.n, m.hidden
+        cost = _Cost()
+        self._gemm(cost, n, m.ffn * (2 if m.gated else 1) / t, h, factor)
+        self._kernel(cost, "memory", 0, 3 * n * m.ffn / t * ACTIVATION_BYTES * factor)
+        self._gemm(cost, n, h, m.ffn / t, factor)
+        norm_tokens = n / t if job.sp else n
+        self._kernel(cost, "memory", 0, 8 * norm_tokens * h * ACTIVATION_BYTES * factor)
+        return cost
+
+    def _experts(self, factor: float) -> _Cost:
+        m, lay = self.job.model, self.job.layout
+        tokens = self.n / lay.tp  # sequence parallel: each tensor-parallel rank routes its own share
+        h = m.hidden
+        cost = _Cost()
+        self._gemm(cost, tokens, m.experts, h, factor)  # router
+        inner = m.expert_ffn * (2 if m.gated else 1)
+        for share in (tokens * m.top_k, tokens * m.shared_experts):
+            if share:
+                self._gemm(cost, share, inner, h, factor)
+                self._kernel(cost, "memory", 0, 3 * share * m.expert_ffn * ACTIVATION_BYTES * factor)
+                self._gemm(cost, share, h, m.expert_ffn, factor)
+        return cost
+
+    def _tp_before(self, deps: list[int], name: str) -> list[int]:
+        """With sequence parallelism, the all-gather that starts a block (forward) or ends it (backward)."""
+        lay = self.job.layout
+        if lay.tp == 1 or not self.job.sp:
+            return deps
+        size = self.n * self.job.model.hidden * ACTIVATION_BYTES / lay.tp
+        return [self._coll(AG, size, deps, name, "tp")]
+
+    def _tp_after(self, deps: list[int], name: str) -> list[int]:
+        """The all-reduce (or, with sequence parallelism, reduce-scatter) that ends a block."""
+        lay = self.job.layout
+        if lay.tp == 1:
+            return deps
+        size = self.n * self.job.model.hidden * ACTIVATION_BYTES
+        return [self._coll(RS if self.job.sp else AR, size, deps, name, "tp")]
+
+    def _kv_exchange(self, deps: list[int], name: str, backward: bool) -> list[int]:
+        lay = self.job.layout
+        if lay.cp == 1:
+            return deps
+        size = self.n * 2 * self.job.model.kv_hidden / lay.tp * ACTIVATION_BYTES
+        if backward:
+            return [self._coll(RS, size * lay.cp, deps, name, "cp")]
+        return [self._coll(AG, size, deps, name, "cp")]
+
+    def _moe_exchange(self, deps: list[int], name: str) -> list[int]:
+        m, lay = self.job.model, self.job.layout
+        if lay.ep == 1:
+            return deps
+        size = self.n / lay.tp * m.hidden * m.top_k * ACTIVATION_BYTES
+        return [self._coll(A2A, size, deps, name, "ep")]
+
+    def layer_forward(self, layer: int, deps: list[int], tag: str, recompute: bool = False) -> list[int]:
+        """One layer's forward on one micro-batch; returns the nodes the next step waits for."""
+        p = f"{tag}_l{layer}"
+        deps = self._tp_before(deps, f"{p}_attn_ag")
+        if self.job.layout.cp > 1:
+            qkv = _Cost()
+            h, m = self.job.model.hidden, self.job.model
+            self._gemm(qkv, self.n, (h + 2 * m.kv_hidden) / self.job.layout.tp, h)
+            deps = [self._comp(f"{p}_qkv", qkv, deps)]
+            deps = self._kv_exchange(deps, f"{p}_kv_ag", backward=False)
+        deps = [self._comp(f"{p}_attn", self._attention(1.0), deps)]
+        deps = self._tp_after(deps, f"{p}_attn_rs" if self.job.sp else f"{p}_attn_ar")
+        if self.job.model.is_moe(layer):
+            deps = self._moe_exchange(deps, f"{p}_dispatch")
+            deps = [self._comp(f"{p}_experts", self._experts(1.0), deps)]
+            return self._moe_exchange(deps, f"{p}_combine")
+        deps = self._tp_before(deps, f"{p}_mlp_ag")
+        deps = [self._comp(f"{p}_mlp", self._mlp(1.0), deps)]
+        return self._tp_after(deps, f"{p}_mlp_rs" if self.job.sp else f"{p}_mlp_ar")
+
+    def layer_backward(self, layer: int, deps: list[int], tag: str) -> tuple[list[int], int]:
+        """One layer's backward; returns the nodes the next step waits for and the node that makes its gradients."""
+        p = f"{tag}_l{layer}"
+        if self.job.model.is_moe(layer):
+            deps = self._moe_exchange(deps, f"{p}_combine_grad")
+            deps = [self._comp(f"{p}_experts_bwd", self._experts(2.0), deps)]
+            deps = self._moe_exchange(deps, f"{p}_dispatch_grad")
+        else:
+            deps = self._tp_before(deps, f"{p}_mlp_grad_ag")
+            deps = [self._comp(f"{p}_mlp_bwd", self._mlp(2.0), deps)]
+            deps = self._tp_after(deps, f"{p}_mlp_grad_rs" if self.job.sp else f"{p}_mlp_grad_ar")
+        deps = self._tp_before(deps, f"{p}_attn_grad_ag")
+        cost = self._attention(2.0)
+        if self.job.recompute == "selective":
+            extra = self._attention(1.0, core_only=True)
+            cost.flops += extra.flops
+            cost.nbytes += extra.nbytes
+            cost.ns += extra.ns
+        made = self._comp(f"{p}_attn_bwd", cost, deps)
+        deps = self._kv_exchange([made], f"{p}_kv_grad_rs", backward=True)
+        return self._tp_after(deps, f"{p}_attn_grad_rs" if self.job.sp else f"{p}_attn_grad_ar"), made
+
+    # -- pipeline
+    def _peer(self, model_chunk: int) -> int:
+        lay = self.job.layout
+        return lay.rank(self.t, self.c, self.d, model_chunk % lay.pp)
+
+    def _p2p_size(self) -> float:
+        size = self.n * self.job.model.hidden * ACTIVATION_BYTES
+        return size / self.job.layout.tp if self.job.sp else size
+
+    def _tag(self, op: Op, model_chunk: int, backward: bool) -> int:
+        return (op.micro_batch * self.total_chunks + model_chunk) * 2 + int(backward)
+
+
+def _layer_parameters(model: ModelSpec, layer: int, layout: Layout) -> tuple[float, float]:
+    """Per-rank (dense, expert) parameters of *layer*: dense weights split by tensor parallelism, experts by ep."""
+    total = model.layer_parameters(layer)
+    if not model.is_moe(layer):
+        return total / layout.tp, 0.0
+    experts = (model.experts + model.shared_experts) * model.mlp_weights(model.expert_ffn)
+    return (total - experts) / layout.tp, experts / layout.ep
+
+
+def build_job(job: JobSpec) -> list[Trace]:
+    """The traces of one iteration, rank 0 first (see the module docstring)."""
+    lay = job.layout
+    group_ids: dict[str, dict[int, str]] = {}
+    roles: dict[str, str] = {}
+    members: dict[str, list[int]] = {}
+    next_id = 1
+    for role, groups in lay.groups().items():
+        ids: dict[int, str] = {}
+        for ranks in groups:
+            name = str(next_id)
+            next_id += 1
+            roles[name] = role
+            members[name] = ranks
+            for r in ranks:
+                ids[r] = name
+        group_ids[role] = ids
+    info = job_info(job, roles)
+    traces = []
+    for rank in range(lay.ranks):
+        traces.append(_build_rank(job, rank, group_ids, members, info))
+    return traces
+
+
+def _build_rank(
+    job: JobSpec, rank: int, group_ids: dict[str, dict[int, str]], members: dict[str, list[int]], info: str
+) -> Trace:
+    lay, model = job.layout, job.model
+    r = _Rank(job, rank, group_ids)
+    b = r.b
+    b.metadata.attr.append(make_attribute(TRAINING_ATTR, info))
+    mine = [
+        {"pg_name": name, "pg_desc": role, "backend_config": "cuda:nccl", "pg_size": len(members[name]),
+         "ranks": members[name]}
+        for role, name in r.groups.items()
+    ]  # fmt: skip
+    init = b.node(NodeType.METADATA_NODE, "process_group:init")
+    b.nodes[-1].inputs.values = str([json.dumps(mine)])
+    ops = schedule(job.schedule, lay.pp, r.p, job.micro_batches, job.chunks)
+    lpc = job.layers_per_chunk
+    last_mb = job.micro_batches - 1
+    # Gradient buckets, in the order the last micro-batch's backward makes them.
+    pending: list[int] = []
+    pending_bytes = 0.0
+    bucket_sizes: list[float] = []
+    grad_role = "dp" if "dp" in r.groups else None
+    prev: list[int] = [init]
+
+    def flush(deps: list[int], name: str) -> None:
+        nonlocal pending_bytes
+        if grad_role and pending_bytes > 0:
+            kind = AR if job.zero == 0 else RS
+            r.grad_collectives.append(r._coll(kind, pending_bytes * GRAD_BYTES, deps, name, grad_role))
+            bucket_sizes.append(pending_bytes)
+        pending.clear()
+        pending_bytes = 0.0
+
+    for op in ops:
+        model_chunk = r.stage_chunks[op.chunk]
+        first_layer = model_chunk * lpc
+        layers = range(first_layer, first_layer + lpc)
+        tag = f"mb{op.micro_batch}_c{model_chunk}"
+        if op.kind == "F":
+            deps = list(prev)
+            if model_chunk > 0:
+                recv = b.recv(r._peer(model_chunk - 1), max(1, round(r._p2p_size())), r._tag(op, model_chunk, False),
+                              deps=prev[-1:], name=f"{tag}_recv_act")  # fmt: skip
+                deps.append(recv)
+            elif model.vocab:
+                emb = _Cost()
+                r._kernel(emb, "memory", 0, 2 * r.n * model.hidden * ACTIVATION_BYTES)
+                deps = [r._comp(f"{tag}_embedding", emb, deps)]
+            start = deps
+            for layer in layers:
+                deps, start = _zero3_gather(r, job, layer, deps, start, f"{tag}_l{layer}_param_ag")
+                deps = r.layer_forward(layer, deps, f"F_{tag}")
+            if model_chunk == r.total_chunks - 1:
+                if model.vocab:
+                    logits = _Cost()
+                    r._gemm(logits, r.n, model.vocab / lay.tp, model.hidden)
+                    r._kernel(logits, "memory", 0, 3 * r.n * model.vocab / lay.tp * 4)  # softmax and loss, fp32
+                    deps = [r._comp(f"{tag}_logits", logits, deps)]
+            else:
+                b.send(r._peer(model_chunk + 1), max(1, round(r._p2p_size())), r._tag(op, model_chunk + 1, False),
+                       deps=deps, name=f"{tag}_send_act")  # fmt: skip
+            prev = [r.last_compute] if r.last_compute is not None else deps
+            continue
+        # backward
+        deps = list(prev)
+        if model_chunk < r.total_chunks - 1:
+            recv = b.recv(r._peer(model_chunk + 1), max(1, round(r._p2p_size())), r._tag(op, model_chunk, True),
+                          deps=prev[-1:], name=f"{tag}_recv_grad")  # fmt: skip
+            deps.append(recv)
+        elif model.vocab:
+            logits = _Cost()
+            r._gemm(logits, r.n, model.vocab / lay.tp, model.hidden, 2.0)
+            deps = [r._comp(f"{tag}_logits_bwd", logits, deps)]
+        if job.recompute == "full":
+            start = deps
+            for layer in layers:
+                deps, start = _zero3_gather(r, job, layer, deps, start, f"{tag}_l{layer}_param_ag_re")
+                deps = r.layer_forward(layer, deps, f"R_{tag}")
+        start = deps
+        for layer in reversed(layers):
+            deps, start = _zero3_gather(r, job, layer, deps, start, f"{tag}_l{layer}_param_ag_bwd")
+            deps, made = r.layer_backward(layer, deps, f"B_{tag}")
+            if op.micro_batch != last_mb:
+                continue
+            dense, expert = _layer_parameters(model, layer, lay)
+            if job.zero == 3 and grad_role:
+                r.grad_collectives.append(r._coll(RS, dense * GRAD_BYTES, [made], f"{tag}_l{layer}_grad_rs", grad_role))
+            else:
+                pending_bytes += dense
+                if pending_bytes * GRAD_BYTES >= job.bucket_bytes:
+                    flush([made], f"{tag}_l{layer}_grad_bucket{len(bucket_sizes)}")
+            if expert and "edp" in r.groups:
+                name = f"{tag}_l{layer}_expert_grad"
+                r.grad_collectives.append(r._coll(AR, expert * GRAD_BYTES, [made], name, "edp"))
+        if model_chunk == 0 and model.vocab:
+            emb_bwd = _Cost()
+            r._kernel(emb_bwd, "memory", 0, 2 * r.n * model.hidden * ACTIVATION_BYTES)
+            deps = [r._comp(f"{tag}_embedding_bwd", emb_bwd, deps)]
+            if op.micro_batch == last_mb:
+                pending_bytes += model.embedding_parameters() / lay.tp
+        if op.micro_batch == last_mb:
+            flush([r.last_compute], f"{tag}_grad_bucket{len(bucket_sizes)}")  # type: ignore[list-item]
+        if model_chunk > 0:
+            b.send(r._peer(model_chunk - 1), max(1, round(r._p2p_size())), r._tag(op, model_chunk - 1, True),
+                   deps=deps, name=f"{tag}_send_grad")  # fmt: skip
+        prev = [r.last_compute] if r.last_compute is not None else deps
+    # The optimizer step, once this rank's gradients are reduced; ZeRO-1/2 then gather the updated parameters.
+    params = rank_parameters(job, r.p)
+    shard = params / lay.dp if job.zero >= 1 else params
+    step = _Cost()
+    r._kernel(step, "memory", 0, OPTIMIZER_BYTES * shard)
+    done = r._comp("optimizer_step", step, prev + r.grad_collectives)
+    if job.zero in (1, 2) and grad_role:
+        for k, size in enumerate(bucket_sizes):
+            r._coll(AG, size * PARAM_BYTES / lay.dp, [done], f"param_ag_bucket{k}", grad_role)
+    return b.build(rank=rank)
+
+
+def _zero3_gather(
+    r: _Rank, job: JobSpec, layer: int, deps: list[int], start: list[int], name: str
+) -> tuple[list[int], list[int]]:
+    """ZeRO-3: gather *layer*'s parameters, issued when the previous layer could start (*start*: one layer ahead).
+
+    Returns what the layer waits for and what the next layer's gather waits for (this layer's inputs).
+    """
+    if job.zero != 3 or "dp" not in r.groups:
+        return deps, deps
+    dense, _ = _layer_parameters(job.model, layer, job.layout)
+    gather = r._coll(AG, dense * PARAM_BYTES / job.layout.dp, start, name, "dp")
+    return [*deps, gather], deps
+
+
+def rank_parameters(job: JobSpec, stage: int) -> float:
+    """Parameters one rank of pipeline *stage* holds (dense ones split by tp, experts by ep)."""
+    lay, model = job.layout, job.model
+    total = 0.0
+    for k in range(job.chunks):
+        chunk = k * lay.pp + stage
+        for layer in range(chunk * job.layers_per_chunk, (chunk + 1) * job.layers_per_chunk):
+            dense, expert = _layer_parameters(model, layer, lay)
+            total += dense + expert
+        if chunk == 0:
+            total += model.embedding_parameters() / lay.tp
+    return total
+
+
+def activation_bytes(job: JobSpec) -> float:
+    """Activation memory of one micro-batch through one layer on one rank (Korthikanti et al. 2022, Eq. 2 ff.)."""
+    m, lay = job.model, job.layout
+    s, b, h, a, t = m.seq / lay.cp, job.micro_batch, m.hidden, m.heads, lay.tp
+    if job.recompute == "full":
+        return 2 * s * b * h / (t if job.sp else 1)
+    if job.recompute == "selective":
+        return 34 * s * b * h / t if job.sp else s * b * h * (10 + 24 / t)
+    if job.sp:
+        return s * b * h * (34 + 5 * a * s / h) / t
+    return s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
+
+
+def job_info(job: JobSpec, roles: dict[str, str]) -> str:
+    """The JSON the step report reads (:data:`TRAINING_ATTR`)."""
+    lay, model = job.layout, job.model
+    sequences = job.global_batch
+    model_flops = model.model_flops(sequences)
+    recompute_flops = 0
+    if job.recompute == "full":
+        recompute_flops = sequences * model.seq * (model.forward_flops_per_token() - 2 * model.hidden * model.vocab)
+    elif job.recompute == "selective":
+        recompute_flops = sequences * model.seq * model.layers * 4 * model.seq * model.hidden
+    peak_activations = []
+    memory = []
+    for stage in range(lay.pp):
+        ops = schedule(job.schedule, lay.pp, stage, job.micro_batches, job.chunks)
+        peak_activations.append(in_flight(ops) * job.layers_per_chunk * activation_bytes(job))
+        params = rank_parameters(job, stage)
+        weights = params * PARAM_BYTES / (lay.dp if job.zero == 3 else 1)
+        grads = params * GRAD_BYTES / (lay.dp if job.zero >= 2 else 1)
+        states = params * STATE_BYTES / (lay.dp if job.zero >= 1 else 1)
+        memory.append(weights + grads + states + peak_activations[-1])
+    return json.dumps(
+        {
+            "model": model.name,
+            "parameters": model.parameters(),
+            "gpus": lay.ranks,
+            "gpu": job.gpu.name,
+            "precision": job.precision,
+            "peak_flops_per_gpu": job.gpu.peak(job.precision),
+            "gpu_memory_bytes": job.gpu.memory,
+            "tokens_per_iteration": sequences * model.seq,
+            "model_flops": model_flops,
+            "hardware_flops": model_flops + recompute_flops,
+            "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "sp": job.sp,
+            "schedule": job.schedule, "virtual_stages": job.chunks, "micro_batches": job.micro_batches,
+            "micro_batch": job.micro_batch, "global_batch": job.global_batch, "zero": job.zero,
+            "recompute": job.recompute,
+            "groups": roles,
+            "activation_bytes_in_flight": peak_activations,
+            "memory_bytes_per_gpu": memory,
+        },
+        sort_keys=True,
+    )  # fmt: skip

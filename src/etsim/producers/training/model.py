@@ -1,0 +1,220 @@
+"""Transformer models: presets, the YAML form, parameter counts and FLOPs (Megatron-LM conventions).
+
+Two architectures: ``gpt`` (learned position embeddings, LayerNorm and biases, a two-matrix GeLU MLP, input
+and output embeddings tied) and ``llama`` (rotary positions, RMSNorm, no biases, a three-matrix SwiGLU MLP,
+untied output embedding). Grouped-query attention (``kv_heads`` < ``heads``) and mixture-of-experts layers
+(``experts``, ``top_k``, every ``moe_every``-th layer from ``first_dense`` on, ``shared_experts`` always
+active) apply to both.
+
+FLOPs follow the convention of Narayanan et al. (2021) and Korthikanti et al. (2022): a multiply-add is two
+operations, only matrix products count, attention scores are counted without causal masking (``4·s·h`` per
+token and layer), the backward pass costs twice the forward. For a ``gpt`` model with ``ffn = 4·h`` and
+``kv_heads = heads`` :meth:`ModelSpec.parameters` is ``12·l·h²·(1 + 13/(12h) + (V+s)/(12lh))`` and
+:meth:`ModelSpec.model_flops` ``72·B·l·s·h²·(1 + s/(6h) + V/(12hl))`` exactly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from etsim.errors import ConfigError
+from etsim.files import parse_yaml, read_text
+
+__all__ = ["ARCHITECTURES", "MODELS", "ModelSpec", "load_model"]
+
+#: Values of ``arch``.
+ARCHITECTURES = ("gpt", "llama")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer (the model YAML's keys)."""
+
+    name: str = "custom"
+    arch: str = "gpt"
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int = 0
+    """Key/value heads (0: ``heads``, plain multi-head attention)."""
+    ffn: int = 0
+    """MLP inner size (0: ``4 · hidden``)."""
+    vocab: int
+    """Vocabulary (0: no embedding or output layer, a trunk of layers only)."""
+    seq: int
+    experts: int = 0
+    """Routed experts per MoE layer (0: a dense model)."""
+    top_k: int = 1
+    moe_every: int = 1
+    first_dense: int = 0
+    """Layers before the first MoE layer."""
+    expert_ffn: int = 0
+    """An expert's MLP inner size (0: ``ffn``)."""
+    shared_experts: int = 0
+
+    # -- derived sizes
+    @property
+    def kv_hidden(self) -> int:
+        """Width of the key (and of the value) projection."""
+        return self.hidden * self.kv_heads // self.heads
+
+    @property
+    def gated(self) -> bool:
+        """Whether the MLP has three matrices (SwiGLU)."""
+        return self.arch == "llama"
+
+    def is_moe(self, layer: int) -> bool:
+        """Whether *layer* is a mixture-of-experts layer."""
+        return self.experts > 0 and layer >= self.first_dense and (layer - self.first_dense) % self.moe_every == 0
+
+    def mlp_weights(self, inner: int) -> int:
+        """Weights of one MLP with *inner* size."""
+        return (3 if self.gated else 2) * self.hidden * inner
+
+    def attention_weights(self) -> int:
+        """Weights of a layer's query, key, value and output projections."""
+        h = self.hidden
+        return h * (h + 2 * self.kv_hidden) + h * h
+
+    def layer_parameters(self, layer: int) -> int:
+        """Parameters of *layer* (weights, biases, norms; routed experts all counted)."""
+        h = self.hidden
+        attention = self.attention_weights()
+        if self.arch == "gpt":
+            attention += (h + 2 * self.kv_hidden) + h  # biases
+            norms = 4 * h  # two LayerNorms: scale and bias
+        else:
+            norms = 2 * h  # two RMSNorms: scale
+        if self.is_moe(layer):
+            experts = self.experts + self.shared_experts
+            mlp = experts * self.mlp_weights(self.expert_ffn) + h * self.experts  # and the router
+            if self.arch == "gpt":
+                mlp += experts * (self.expert_ffn + h)
+        else:
+            mlp = self.mlp_weights(self.ffn) + ((self.ffn + h) if self.arch == "gpt" else 0)
+        return attention + mlp + norms
+
+    def embedding_parameters(self) -> int:
+        """Input embedding (and position embedding; untied output embedding and final norm for ``llama``)."""
+        if self.vocab == 0:
+            return 0
+        if self.arch == "gpt":
+            return (self.vocab + self.seq) * self.hidden  # the reference formula counts no final norm
+        return 2 * self.vocab * self.hidden + self.hidden
+
+    def parameters(self) -> int:
+        """All parameters."""
+        return sum(self.layer_parameters(i) for i in range(self.layers)) + self.embedding_parameters()
+
+    # -- FLOPs (forward, per token; see the module docstring)
+    def layer_matmul_weights(self, layer: int) -> int:
+        """Weights one token multiplies in *layer*'s projections and active experts."""
+        if self.is_moe(layer):
+            mlp = (self.top_k + self.shared_experts) * self.mlp_weights(self.expert_ffn) + self.hidden * self.experts
+        else:
+            mlp = self.mlp_weights(self.ffn)
+        return self.attention_weights() + mlp
+
+    def forward_flops_per_token(self) -> int:
+        """Forward FLOPs of one token through the whole model (attention scores at full sequence length)."""
+        layers = sum(2 * self.layer_matmul_weights(i) + 4 * self.seq * self.hidden for i in range(self.layers))
+        return layers + 2 * self.hidden * self.vocab
+
+    def model_flops(self, sequences: int) -> int:
+        """Model FLOPs of one training iteration over *sequences* sequences (forward and backward)."""
+        return 3 * sequences * self.seq * self.forward_flops_per_token()
+
+
+def _preset(name: str, **values: Any) -> ModelSpec:
+    return _complete(ModelSpec(name=name, **values), f"preset {name}")
+
+
+def _complete(spec: ModelSpec, where: str) -> ModelSpec:
+    """*spec* with defaults that depend on other keys filled in, checked."""
+    spec = replace(
+        spec,
+        kv_heads=spec.kv_heads or spec.heads,
+        ffn=spec.ffn or 4 * spec.hidden,
+        expert_ffn=spec.expert_ffn or spec.ffn or 4 * spec.hidden,
+    )
+    if spec.arch not in ARCHITECTURES:
+        raise ConfigError(f"{where}: arch: expected one of {', '.join(ARCHITECTURES)}, got {spec.arch!r}")
+    for key in ("layers", "hidden", "heads", "seq"):
+        if getattr(spec, key) < 1:
+            raise ConfigError(f"{where}: {key}: expected an integer >= 1, got {getattr(spec, key)}")
+    if spec.hidden % spec.heads:
+        raise ConfigError(f"{where}: hidden {spec.hidden} is not a multiple of heads {spec.heads}")
+    if spec.heads % spec.kv_heads:
+        raise ConfigError(f"{where}: heads {spec.heads} is not a multiple of kv_heads {spec.kv_heads}")
+    if spec.experts and not 1 <= spec.top_k <= spec.experts:
+        raise ConfigError(f"{where}: top_k {spec.top_k} must be between 1 and experts {spec.experts}")
+    return spec
+
+
+#: Model presets (published architectures; ``gpt3-175b`` as in Brown et al. 2020, Megatron-LM's models as in
+#: Narayanan et al. 2021, Llama 3 as in its model cards, Mixtral as released; ``deepseek-v3-like`` keeps
+#: DeepSeek-V3's sizes and expert layout with plain multi-head attention in place of MLA).
+MODELS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in (
+        _preset("gpt3-175b", layers=96, hidden=12288, heads=96, vocab=51200, seq=2048),
+        _preset("megatron-1.7b", layers=24, hidden=2304, heads=24, vocab=51200, seq=2048),
+        _preset("megatron-18b", layers=40, hidden=6144, heads=48, vocab=51200, seq=2048),
+        _preset("megatron-22b", layers=48, hidden=6144, heads=64, vocab=51200, seq=2048),
+        _preset("megatron-145b", layers=80, hidden=12288, heads=96, vocab=51200, seq=2048),
+        _preset("megatron-530b", layers=105, hidden=20480, heads=128, vocab=51200, seq=2048),
+        _preset("megatron-1t", layers=128, hidden=25600, heads=160, vocab=51200, seq=2048),
+        _preset("llama3-8b", arch="llama", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
+                seq=8192),
+        _preset("llama3-70b", arch="llama", layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, vocab=128256,
+                seq=8192),
+        _preset("llama3-405b", arch="llama", layers=126, hidden=16384, heads=128, kv_heads=8, ffn=53248,
+                vocab=128256, seq=8192),
+        _preset("mixtral-8x7b", arch="llama", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000,
+                seq=4096, experts=8, top_k=2),
+        _preset("deepseek-v3-like", arch="llama", layers=61, hidden=7168, heads=128, ffn=18432, vocab=129280,
+                seq=4096, experts=256, top_k=8, first_dense=3, expert_ffn=2048, shared_experts=1),
+    )
+}  # fmt: skip
+
+_KEYS = {f.name for f in fields(ModelSpec)} - {"name"}
+
+
+def load_model(spec: str | Mapping[str, Any], key: str = "--model") -> ModelSpec:
+    """A preset name, the path of a model YAML, or a mapping of the YAML's keys.
+
+    Raises:
+        ConfigError: an unknown preset, an unreadable file, an unknown key or a bad value (naming it).
+    """
+    if isinstance(spec, str) and spec in MODELS:
+        return MODELS[spec]
+    if isinstance(spec, str):
+        if not (spec.endswith((".yaml", ".yml")) or os.sep in spec) or not os.path.exists(spec):
+            raise ConfigError(f"{key}: {spec!r} is neither a model preset ({', '.join(MODELS)}) nor a model YAML file")
+        where = spec
+        data = parse_yaml(read_text(spec, "model file"), spec)
+        name = os.path.splitext(os.path.basename(spec))[0]
+    else:
+        where, data, name = key, spec, "custom"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of model keys ({', '.join(sorted(_KEYS))})")
+    unknown = sorted(set(data) - _KEYS - {"name"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; valid: {', '.join(sorted(_KEYS))}")
+    values: dict[str, Any] = {"name": str(data.get("name", name))}
+    for k, v in data.items():
+        if k == "name":
+            continue
+        if k == "arch":
+            values[k] = v
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ConfigError(f"{where}: {k}: expected an integer >= 0, got {v!r}")
+        values[k] = v
+    missing = [k for k in ("layers", "hidden", "heads", "vocab", "seq") if k not in values]
+    if missing:
+        raise ConfigError(f"{where}: missing key {missing[0]!r} (a model needs layers, hidden, heads, vocab, seq)")
+    return _complete(ModelSpec(**values), where)

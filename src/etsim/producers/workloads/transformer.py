@@ -1,0 +1,186 @@
+"""``transformer``: one training iteration of a GPT/Llama/MoE model under TP/SP/PP/DP/EP/CP and ZeRO.
+
+The traces are built by :mod:`etsim.producers.training.job`; this module declares the parameters (the flags of
+``etsim workload gen transformer``, the keys of ``workload: {generate: transformer}``) and checks them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from etsim.chakra.graph import Trace
+from etsim.errors import ConfigError
+from etsim.options import Boolean, Choice, Integer, Parser, Size, option
+from etsim.producers.training.job import JobSpec, build_job
+from etsim.producers.training.model import MODELS, ModelSpec, load_model
+from etsim.producers.training.parallel import SCHEDULES, Layout
+from etsim.producers.workloads.base import WORKLOAD_GENERATORS, WorkloadGenerator
+from etsim.system.gpus import GPUS, gpu_preset, parse_efficiency
+
+__all__ = ["TransformerGenerator", "job_spec"]
+
+
+class ModelName(Parser):
+    """A model preset name, the path of a model YAML, or (in experiment files) a mapping of its keys."""
+
+    metavar = "PRESET|FILE"
+
+    def __call__(self, value: Any, *, key: str) -> Any:
+        """*value*, once :func:`~etsim.producers.training.model.load_model` accepts it."""
+        if isinstance(value, Mapping):
+            load_model(value, key)
+            return dict(value)
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{key}: expected a model preset ({', '.join(MODELS)}) or a model YAML path")
+        load_model(value, key)
+        return value
+
+
+class Efficiencies(Parser):
+    """Overrides of the compute-efficiency model: ``gemm=0.7,attention=0.5`` or a mapping."""
+
+    metavar = "KIND=X,…"
+
+    def __call__(self, value: Any, *, key: str) -> dict[str, float]:
+        """The overrides as a mapping, checked."""
+        if isinstance(value, str):
+            return self.from_text(value, key=key)
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}: expected a mapping such as {{gemm: 0.7}}, got {value!r}")
+        parse_efficiency(value, key)
+        return {str(k): float(v) for k, v in value.items()}
+
+    def from_text(self, text: str, *, key: str) -> dict[str, float]:
+        """``gemm=0.7,attention=0.5``."""
+        values: dict[str, Any] = {}
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            name, sep, number = item.partition("=")
+            try:
+                values[name.strip()] = float(number)
+            except ValueError:
+                raise ConfigError(f"{key}: expected KIND=NUMBER pairs such as gemm=0.7, got {item!r}") from None
+            if not sep:
+                raise ConfigError(f"{key}: expected KIND=NUMBER pairs such as gemm=0.7, got {item!r}")
+        return self(values, key=key)
+
+
+def job_spec(options: Any) -> JobSpec:
+    """The :class:`~etsim.producers.training.job.JobSpec` of checked options."""
+    o = options
+    return JobSpec(
+        model=load_model(o.model, "model"),
+        layout=Layout(tp=o.tp, cp=o.cp, dp=o.dp, pp=o.pp, ep=o.ep),
+        sp=o.sp,
+        global_batch=o.global_batch,
+        micro_batch=o.micro_batch,
+        schedule=o.schedule,
+        chunks=o.virtual_stages if o.schedule == "interleaved" else 1,
+        zero=o.zero,
+        recompute=o.recompute,
+        precision=o.precision,
+        gpu=gpu_preset(o.gpu, "gpu"),
+        efficiency=parse_efficiency(o.efficiency, "efficiency"),
+        bucket_bytes=o.bucket_size,
+    )
+
+
+@WORKLOAD_GENERATORS.register("transformer")
+class TransformerGenerator(WorkloadGenerator):
+    """One training iteration of a transformer (GPT, Llama, MoE) under every parallelism, timed on a GPU preset.
+
+    Tensor (with or without sequence parallelism), pipeline (GPipe, 1F1B, interleaved), data (ZeRO 0-3), expert
+    and context parallelism, activation recomputation (:mod:`etsim.producers.training.job`).
+    """
+
+    name = "transformer"
+    summary = "a transformer training iteration: TP/SP/PP/DP/EP/CP, ZeRO, recomputation, GPU compute times"
+
+    @dataclass(frozen=True, kw_only=True)
+    class Options(WorkloadGenerator.Options):
+        """The model, the parallel layout, the batch and the GPU."""
+
+        model: Any = option(help=f"model preset ({', '.join(MODELS)}) or model YAML", parse=ModelName())
+        tp: int = option(1, "tensor-parallel degree", Integer(1))
+        pp: int = option(1, "pipeline-parallel degree (stages)", Integer(1))
+        dp: int = option(1, "data-parallel degree", Integer(1))
+        cp: int = option(1, "context-parallel degree", Integer(1))
+        ep: int = option(1, "expert-parallel degree (divides dp)", Integer(1))
+        sp: bool = option(False, "sequence parallelism with tensor parallelism", Boolean())
+        global_batch: int = option(help="sequences per iteration (B)", parse=Integer(1))
+        micro_batch: int = option(1, "sequences per micro-batch (b)", Integer(1))
+        schedule: str = option("1f1b", "pipeline schedule", Choice(*SCHEDULES))
+        virtual_stages: int = option(1, "model chunks per stage for the interleaved schedule (v)", Integer(1))
+        zero: int = option(0, "ZeRO stage: 0 all-reduce, 1/2 sharded optimizer, 3 sharded parameters", Integer(0, 3))
+        recompute: str = option("none", "activation recomputation", Choice("none", "selective", "full"))
+        precision: str = option("bf16", "GEMM precision", Choice("bf16", "fp8"))
+        gpu: str = option("a100-80gb", "GPU preset", Choice(*GPUS))
+        bucket_size: int = option(80_000_000, "data-parallel gradient bucket", Size(1))
+        efficiency: dict[str, float] = option(
+            help="compute-efficiency overrides, e.g. gemm=0.7,attention=0.5", parse=Efficiencies(), default_factory=dict
+        )
+
+    def check(self, options: Any, key: Callable[[str], str]) -> Any:
+        """Divisibilities: batch by micro-batch and dp, layers by stages and chunks, heads by tp, and the like."""
+        o = options
+        model: ModelSpec = load_model(o.model, key("model"))
+        if o.global_batch % (o.micro_batch * o.dp):
+            raise ConfigError(
+                f"{key('global_batch')} {o.global_batch} is not a multiple of {key('micro_batch')} × {key('dp')} "
+                f"({o.micro_batch} × {o.dp})"
+            )
+        v = o.virtual_stages if o.schedule == "interleaved" else 1
+        if o.virtual_stages > 1 and o.schedule != "interleaved":
+            raise ConfigError(f"{key('virtual_stages')} {o.virtual_stages} needs {key('schedule')} interleaved")
+        if model.layers % (o.pp * v):
+            raise ConfigError(f"the model's {model.layers} layers do not split into {key('pp')} {o.pp} × {v} chunks")
+        m = o.global_batch // (o.micro_batch * o.dp)
+        if o.schedule == "interleaved" and m % o.pp:
+            raise ConfigError(
+                f"{key('schedule')} interleaved needs the micro-batches per pipeline ({m}) to be a multiple of "
+                f"{key('pp')} {o.pp}"
+            )
+        for name, size in (("heads", model.heads), ("kv_heads", model.kv_heads), ("ffn", model.ffn)):
+            if size % o.tp:
+                raise ConfigError(f"the model's {name} ({size}) is not a multiple of {key('tp')} {o.tp}")
+        if model.seq % o.cp:
+            raise ConfigError(f"the model's seq ({model.seq}) is not a multiple of {key('cp')} {o.cp}")
+        if o.ep > 1 and (o.dp % o.ep or not model.experts or model.experts % o.ep):
+            raise ConfigError(
+                f"{key('ep')} {o.ep} must divide {key('dp')} {o.dp} and the model's experts ({model.experts})"
+            )
+        if model.experts and o.tp > 1 and not o.sp:
+            raise ConfigError(f"a mixture-of-experts model with {key('tp')} > 1 needs {key('sp')} (as in Megatron-LM)")
+        if o.precision == "fp8":
+            gpu_preset(o.gpu, key("gpu")).peak("fp8")
+        return options
+
+    def nodes(self, options: Any) -> int:
+        """Per micro-batch, layer and pass: up to four COMP nodes and eight collectives; a little more per rank."""
+        o = options
+        model = load_model(o.model, "model")
+        m = o.global_batch // (o.micro_batch * o.dp)
+        passes = 3 if o.recompute == "full" else 2
+        per_layer = 12 if (o.sp or o.cp > 1) else 6
+        ranks = o.tp * o.pp * o.dp * o.cp
+        return ranks * (m * model.layers // o.pp * passes * per_layer + 8 * m + 64)
+
+    def generate(self, options: Any) -> list[Trace]:
+        """One trace per rank."""
+        return build_job(job_spec(options))
+
+    def collectives(self, options: Any) -> list[str]:
+        """The collective types the traces use, in order of first use."""
+        o = options
+        model = load_model(o.model, "model")
+        out: list[str] = []
+        sharded = o.zero >= 1 and o.dp * o.cp > 1
+        if (o.sp and o.tp > 1) or o.cp > 1 or sharded:
+            out += ["all_gather", "reduce_scatter"]
+        expert_copies = o.tp * o.cp * o.dp // o.ep
+        if (o.tp > 1 and not o.sp) or (o.dp * o.cp > 1 and o.zero == 0) or (model.experts and expert_copies > 1):
+            out.append("all_reduce")
+        if o.ep > 1:
+            out.append("all_to_all")
+        return out

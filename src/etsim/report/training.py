@@ -1,0 +1,121 @@
+"""The step report of a generated training job: iteration time, tokens/s, TFLOP/s per GPU, MFU, bubble, exposure.
+
+The ``transformer`` generator writes the job's description into every rank's GlobalMetadata (attribute
+``etsim_training``: model and hardware FLOPs per iteration, tokens, GPUs, the GPU's peak rate, the parallel
+layout, which ``pg_name`` is which parallelism). From it and a recorded run:
+
+- ``iteration_ns``: the run's finish time; ``tokens_per_s`` = tokens per iteration / iteration time;
+- ``model_tflops_per_gpu`` = model FLOPs / (iteration time · GPUs) (Narayanan et al.: FLOPs the model needs, no
+  recomputation); ``hardware_tflops_per_gpu`` counts the FLOPs executed, recomputation included;
+- ``mfu`` and ``hfu``: those rates over the GPU's dense peak;
+- ``exposed_comm_ns``: per parallelism (``tp``, ``pp``, ``dp``, ``ep``, ``cp``; expert gradients count as ``dp``),
+  the mean over ranks of the time its communication is in flight while no compute runs; ``pp`` is the wait in
+  pipeline SEND/RECV and so includes the pipeline bubble;
+- ``bubble_fraction``: mean over ranks of idle / busy, where busy is compute plus exposed non-pipeline
+  communication and idle is the rest of the iteration: with free communication and equal stages it is the
+  reference's ``(p − 1) / (v · m)``;
+- ``peak_activation_bytes`` per stage (micro-batches in flight under the schedule × per-layer activations of
+  Korthikanti et al.) and the estimated ``memory_bytes_per_gpu`` per stage.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from etsim.errors import warn
+from etsim.producers.training.job import TRAINING_ATTR
+from etsim.report.groups import exposure_by_role
+from etsim.units import format_size, format_time
+
+if TYPE_CHECKING:
+    from etsim.chakra.graph import Trace
+    from etsim.report.record import RunRecorder
+    from etsim.report.result import Result
+
+__all__ = ["ROLES", "TRAINING_ATTR", "training_info", "training_lines", "training_report"]
+
+#: The parallelisms the report splits exposed communication by.
+ROLES = ("tp", "pp", "dp", "ep", "cp")
+
+
+def training_info(traces: Sequence[Trace]) -> dict[str, Any] | None:
+    """The job description of a generated training workload, or None for any other workload."""
+    if not traces:
+        return None
+    for attr in traces[0].metadata.attr:
+        if attr.name == TRAINING_ATTR and attr.WhichOneof("value") == "string_val":
+            try:
+                info = json.loads(attr.string_val)
+            except json.JSONDecodeError:
+                return None
+            return info if isinstance(info, dict) and "model_flops" in info else None
+    return None
+
+
+def training_report(info: dict[str, Any], result: Result, recorder: RunRecorder | None) -> dict[str, Any]:
+    """The ``training`` section of *result* (see the module docstring)."""
+    iteration = result.finish_ns
+    seconds = iteration * 1e-9
+    gpus = info["gpus"]
+    peak = info["peak_flops_per_gpu"]
+    model_rate = info["model_flops"] / seconds / gpus if seconds > 0 else 0.0
+    hardware_rate = info["hardware_flops"] / seconds / gpus if seconds > 0 else 0.0
+    roles = {str(k): ("dp" if v == "edp" else v) for k, v in info.get("groups", {}).items()}
+    exposed = dict.fromkeys(ROLES, 0.0)
+    bubble = 0.0
+    if recorder is not None and recorder.engine is not None:
+        per_role, others = exposure_by_role(recorder, roles)
+        for role, values in per_role.items():
+            if role in exposed:
+                exposed[role] = sum(values) / len(values)
+        fractions = []
+        for r, rank in enumerate(result.ranks):
+            busy = rank.compute_ns + others[r]
+            fractions.append(max(iteration - busy, 0.0) / busy if busy > 0 else 0.0)
+        bubble = sum(fractions) / len(fractions) if fractions else 0.0
+    memory = info.get("memory_bytes_per_gpu", [])
+    capacity = info.get("gpu_memory_bytes")
+    if memory and capacity and max(memory) > capacity:
+        stage = max(range(len(memory)), key=lambda s: memory[s])
+        warn(
+            f"training job: stage {stage} needs about {format_size(max(memory))} per GPU (weights, gradients, "
+            f"optimizer state, activations), more than the {info.get('gpu')}'s {format_size(capacity)}; "
+            "the job would not fit (more tensor/pipeline parallelism, ZeRO or recomputation reduce it)"
+        )
+    return {
+        "iteration_ns": iteration,
+        "tokens_per_s": info["tokens_per_iteration"] / seconds if seconds > 0 else 0.0,
+        "model_tflops_per_gpu": model_rate / 1e12,
+        "hardware_tflops_per_gpu": hardware_rate / 1e12,
+        "mfu": model_rate / peak,
+        "hfu": hardware_rate / peak,
+        "bubble_fraction": bubble,
+        "exposed_comm_ns": exposed,
+        "peak_activation_bytes": info.get("activation_bytes_in_flight", []),
+        "memory_bytes_per_gpu": memory,
+        "job": {k: info[k] for k in ("model", "gpus", "gpu", "tp", "pp", "dp", "cp", "ep", "sp", "schedule",
+                                      "virtual_stages", "micro_batches", "global_batch", "zero", "recompute")
+                if k in info},
+    }  # fmt: skip
+
+
+def training_lines(report: dict[str, Any]) -> list[str]:
+    """The report as table lines."""
+    job = report.get("job", {})
+    layout = " ".join(f"{k}={job[k]}" for k in ("tp", "pp", "dp", "cp", "ep") if k in job)
+    lines = [
+        f"training step ({job.get('model', '?')} on {job.get('gpus', '?')} x {job.get('gpu', '?')}, {layout}, "
+        f"{job.get('schedule', '?')}, {job.get('micro_batches', '?')} micro-batches):",
+        f"  iteration {format_time(report['iteration_ns'])}   {report['tokens_per_s']:,.0f} tokens/s",
+        f"  TFLOP/s per GPU: model {report['model_tflops_per_gpu']:.1f}, "
+        f"hardware {report['hardware_tflops_per_gpu']:.1f}   "
+        f"MFU {100 * report['mfu']:.1f}%   HFU {100 * report['hfu']:.1f}%",
+        f"  pipeline bubble {100 * report['bubble_fraction']:.1f}% of busy time",
+        "  exposed comm (mean per GPU): "
+        + ", ".join(f"{role} {format_time(ns)}" for role, ns in report["exposed_comm_ns"].items()),
+    ]
+    if report.get("memory_bytes_per_gpu"):
+        lines.append(f"  memory per GPU (estimate, largest stage): {format_size(max(report['memory_bytes_per_gpu']))}")
+    return lines
