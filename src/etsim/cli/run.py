@@ -183,7 +183,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         result.groups = exposure_by_group(recorder)
     if training is not None:
-        result.training = training_report(training, result, recorder)
+        result.training = training_report(training, result, recorder, comm_streams=config.resources.comm_streams)
     if args.critical_path and recorder is not None:
         from etsim.report.critical_path import critical_path
 

@@ -15,6 +15,7 @@ __all__ = [
     "METRIC_COLUMNS",
     "POINT_KEYS",
     "TAIL_COLUMNS",
+    "TRAINING_COLUMNS",
     "Axis",
     "Experiment",
     "PlotSpec",
@@ -29,6 +30,11 @@ POINT_KEYS = ("workload", "topology", "algo", "model", "model_options", "system"
 #: Result columns every results.csv has; ``<collective>_ns`` columns are inserted after ``exposed_comm_ns``.
 METRIC_COLUMNS = ("finish_ns", "compute_ns", "comm_ns", "exposed_comm_ns")
 TAIL_COLUMNS = ("messages", "bytes", "error", "warnings", "wall_s")
+#: The step-report columns of experiments whose workload is a generated training job (:mod:`etsim.report.training`).
+TRAINING_COLUMNS = (
+    "iteration_ns", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu",
+    "bubble_fraction", "exposed_tp_ns", "exposed_pp_ns", "exposed_dp_ns", "exposed_ep_ns", "exposed_cp_ns",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -124,18 +130,28 @@ class Experiment:
         return [a.key for a in self.axes]
 
     @property
+    def training(self) -> bool:
+        """Whether some point's workload is a generated training job (the step-report columns are added)."""
+        return any(
+            isinstance(p.spec.workload, Mapping) and p.spec.workload.get("generate") == "transformer"
+            for p in self.points
+        )
+
+    @property
     def columns(self) -> list[str]:
         """The header of ``results.csv``."""
         cols = ["point", *self.axis_keys]
         if self.repeat > 1:
             cols.append("repeat")
-        cols += ["network_model", "status", *METRIC_COLUMNS, *(f"{c}_ns" for c in self.collectives), *TAIL_COLUMNS]
+        cols += ["network_model", "status", *METRIC_COLUMNS, *(f"{c}_ns" for c in self.collectives)]
+        cols += [*(TRAINING_COLUMNS if self.training else ()), *TAIL_COLUMNS]
         return cols
 
     @property
     def numeric_columns(self) -> list[str]:
         """Result columns holding numbers (what a plot's ``y`` may name)."""
-        return [*METRIC_COLUMNS, *(f"{c}_ns" for c in self.collectives), "messages", "bytes", "wall_s"]
+        training = TRAINING_COLUMNS if self.training else ()
+        return [*METRIC_COLUMNS, *(f"{c}_ns" for c in self.collectives), *training, "messages", "bytes", "wall_s"]
 
 
 def label(value: Any) -> str:

@@ -30,7 +30,10 @@ from etsim.errors import ConfigError, EtsimError
 from etsim.experiment.spec import PointSpec
 from etsim.network import NetworkConfig, load_network
 from etsim.producers.workloads.base import generate
+from etsim.report.groups import exposure_by_group
+from etsim.report.record import RunRecorder
 from etsim.report.result import Result
+from etsim.report.training import training_columns, training_info, training_report
 from etsim.simulation import simulate
 from etsim.system.config import SystemConfig, load_system_config
 
@@ -193,7 +196,13 @@ def simulate_point(spec: PointSpec) -> Result:
     algorithms = {**system.algorithms, **_algorithms(spec, workload, net, labels)}
     system = system.with_overrides(algorithms=algorithms)
     options = spec.model_options or None
-    result = simulate(workload, topology=net, model=spec.model, model_options=options, system=system)
+    training = training_info(workload.traces)
+    recorder = RunRecorder(messages=False) if training is not None else None
+    result = simulate(workload, topology=net, model=spec.model, model_options=options, system=system, observer=recorder)
+    if training is not None:
+        result.groups = exposure_by_group(recorder)  # type: ignore[arg-type]
+        streams = system.resources.comm_streams
+        result.training = training_report(training, result, recorder, comm_streams=streams)
     if labels:  # a synthesised family lives in a temporary directory: name it by its parameters instead
         result.collectives = [replace(c, algorithm=labels.get(c.algorithm, c.algorithm)) for c in result.collectives]
     return result
@@ -243,6 +252,8 @@ def metrics(result: Result) -> dict[str, Any]:
         by_rank[c.rank] = by_rank.get(c.rank, 0.0) + (c.end_ns - c.start_ns)
     for ctype, by_rank in per_rank.items():
         out[f"{ctype}_ns"] = max(by_rank.values())
+    if result.training is not None:
+        out.update(training_columns(result.training))
     return out
 
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from etsim.report.record import RunRecorder
     from etsim.report.result import Result
 
-__all__ = ["ROLES", "TRAINING_ATTR", "training_info", "training_lines", "training_report"]
+__all__ = ["ROLES", "TRAINING_ATTR", "training_columns", "training_info", "training_lines", "training_report"]
 
 #: The parallelisms the report splits exposed communication by.
 ROLES = ("tp", "pp", "dp", "ep", "cp")
@@ -54,8 +54,14 @@ def training_info(traces: Sequence[Trace]) -> dict[str, Any] | None:
     return None
 
 
-def training_report(info: dict[str, Any], result: Result, recorder: RunRecorder | None) -> dict[str, Any]:
-    """The ``training`` section of *result* (see the module docstring)."""
+def training_report(
+    info: dict[str, Any], result: Result, recorder: RunRecorder | None, *, comm_streams: int = 0
+) -> dict[str, Any]:
+    """The ``training`` section of *result* (see the module docstring).
+
+    *comm_streams* is the run's ``resources.comm_streams``: with one stream, the job's communication of different
+    parallelisms ran one operation at a time, which the report warns about.
+    """
     iteration = result.finish_ns
     seconds = iteration * 1e-9
     gpus = info["gpus"]
@@ -75,15 +81,27 @@ def training_report(info: dict[str, Any], result: Result, recorder: RunRecorder 
             busy = rank.compute_ns + others[r]
             fractions.append(max(iteration - busy, 0.0) / busy if busy > 0 else 0.0)
         bubble = sum(fractions) / len(fractions) if fractions else 0.0
+    used = {role for role in roles.values()} | ({"pp"} if info.get("pp", 1) > 1 else set())
+    notes = []
+    if comm_streams == 1 and len(used) > 1:
+        notes.append(
+            "training job: its communication of different parallelisms ran one operation at a time "
+            "(resources.comm_streams: 1), so data-parallel gradient reductions delayed tensor-parallel and pipeline "
+            "transfers; Megatron-LM overlaps them on separate streams: a system file with "
+            "'resources: {comm_streams: 0}' models that"
+        )
     memory = info.get("memory_bytes_per_gpu", [])
     capacity = info.get("gpu_memory_bytes")
     if memory and capacity and max(memory) > capacity:
         stage = max(range(len(memory)), key=lambda s: memory[s])
-        warn(
+        notes.append(
             f"training job: stage {stage} needs about {format_size(max(memory))} per GPU (weights, gradients, "
             f"optimizer state, activations), more than the {info.get('gpu')}'s {format_size(capacity)}; "
             "the job would not fit (more tensor/pipeline parallelism, ZeRO or recomputation reduce it)"
         )
+    for note in notes:  # issued now and kept in the result's warnings (the run's own are collected already)
+        warn(note)
+        result.warnings.append(note)
     return {
         "iteration_ns": iteration,
         "tokens_per_s": info["tokens_per_iteration"] / seconds if seconds > 0 else 0.0,
@@ -119,3 +137,12 @@ def training_lines(report: dict[str, Any]) -> list[str]:
     if report.get("memory_bytes_per_gpu"):
         lines.append(f"  memory per GPU (estimate, largest stage): {format_size(max(report['memory_bytes_per_gpu']))}")
     return lines
+
+
+def training_columns(report: dict[str, Any]) -> dict[str, float]:
+    """The experiment columns of a step report (``iteration_ns`` … ``exposed_<role>_ns``)."""
+    out = {k: float(report[k]) for k in ("iteration_ns", "tokens_per_s", "model_tflops_per_gpu",
+                                          "hardware_tflops_per_gpu", "mfu", "hfu", "bubble_fraction")}  # fmt: skip
+    for role in ROLES:
+        out[f"exposed_{role}_ns"] = float(report["exposed_comm_ns"].get(role, 0.0))
+    return out

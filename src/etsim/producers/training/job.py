@@ -125,13 +125,14 @@ class _Rank:
         return self.b.collective(kind, max(1, round(size)), deps=deps, name=name, pg_name=self.groups[role])
 
     # -- blocks
-    def _attention(self, factor: float, core_only: bool = False) -> _Cost:
-        """The attention block's kernels (*factor* 1 forward, 2 backward)."""
+    def _attention(self, factor: float, core_only: bool = False, qkv: bool = True) -> _Cost:
+        """The attention block's kernels (*factor* 1 forward, 2 backward; *qkv* False: its own node made them)."""
         job, m, lay = self.job, self.job.model, self.job.layout
         t, n, h = lay.tp, self.n, m.hidden
         cost = _Cost()
         if not core_only:
-            self._gemm(cost, n, (h + 2 * m.kv_hidden) / t, h, factor)
+            if qkv:
+                self._gemm(cost, n, (h + 2 * m.kv_hidden) / t, h, factor)
             self._gemm(cost, n, h, h / t, factor)
             norm_tokens = n / t if job.sp else n
             self._kernel(cost, "memory", 0, 8 * norm_tokens * h * ACTIVATION_BYTES * factor)
@@ -206,7 +207,7 @@ class _Rank:
             self._gemm(qkv, self.n, (h + 2 * m.kv_hidden) / self.job.layout.tp, h)
             deps = [self._comp(f"{p}_qkv", qkv, deps)]
             deps = self._kv_exchange(deps, f"{p}_kv_ag", backward=False)
-        deps = [self._comp(f"{p}_attn", self._attention(1.0), deps)]
+        deps = [self._comp(f"{p}_attn", self._attention(1.0, qkv=self.job.layout.cp == 1), deps)]
         deps = self._tp_after(deps, f"{p}_attn_rs" if self.job.sp else f"{p}_attn_ar")
         if self.job.model.is_moe(layer):
             deps = self._moe_exchange(deps, f"{p}_dispatch")

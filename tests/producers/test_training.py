@@ -1,0 +1,247 @@
+"""The transformer generator against the reference formulas (shared/reference/training.md).
+
+Parameter counts and FLOPs per iteration equal the Megatron-LM closed forms; the traces' COMP nodes add up to
+exactly those FLOPs; bytes per step per parallelism group equal the reference volumes; schedules have the
+documented shapes; every collective is issued in the same order on every member of its group.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from etsim.chakra.graph import COLLECTIVE_NAMES, NodeType, Workload, collective_buffer_bytes
+from etsim.chakra.validate import validate_workload
+from etsim.errors import ConfigError
+from etsim.producers.training.job import TRAINING_ATTR
+from etsim.producers.training.model import MODELS, load_model
+from etsim.producers.training.parallel import Layout, in_flight, schedule
+from etsim.producers.workloads.base import parse
+
+GPT = [name for name, m in MODELS.items() if m.arch == "gpt"]
+SMALL = {"layers": 4, "hidden": 256, "heads": 8, "vocab": 1000, "seq": 128}
+
+
+def generate(**values: Any) -> tuple[list[Any], dict[str, Any]]:
+    gen, options = parse("transformer", {"model": SMALL, "global_batch": 8, **values})
+    traces = gen.generate(options)
+    info = next(json.loads(a.string_val) for a in traces[0].metadata.attr if a.name == TRAINING_ATTR)
+    return traces, info
+
+
+@pytest.mark.parametrize("name", GPT)
+def test_gpt_presets_match_the_reference_parameter_and_flop_formulas(name: str) -> None:
+    m = MODELS[name]
+    l, h, v, s = m.layers, m.hidden, m.vocab, m.seq  # noqa: E741
+    params = 12 * l * h * h * (1 + Fraction(13, 12 * h) + Fraction(v + s, 12 * l * h))
+    assert m.parameters() == params
+    batch = 1536
+    flops = 72 * batch * l * s * h * h * (1 + Fraction(s, 6 * h) + Fraction(v, 12 * h * l))
+    assert m.model_flops(batch) == flops
+
+
+@pytest.mark.parametrize(
+    ("name", "billions"),
+    [("gpt3-175b", 175.0), ("llama3-8b", 8.03), ("llama3-70b", 70.55), ("llama3-405b", 405.85),
+     ("mixtral-8x7b", 46.70), ("megatron-1.7b", 1.7), ("megatron-18b", 18.4), ("megatron-530b", 529.6),
+     ("megatron-1t", 1008.0), ("megatron-145b", 145.6)],
+)  # fmt: skip
+def test_presets_have_their_published_sizes(name: str, billions: float) -> None:
+    # Published sizes are rounded (the 1.7B model has 1.65 billion parameters by the same formula).
+    assert MODELS[name].parameters() / 1e9 == pytest.approx(billions, rel=0.03)
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+@pytest.mark.parametrize("layout", [{"tp": 2, "pp": 2, "dp": 2}, {"tp": 2, "sp": True, "cp": 2, "pp": 2}])
+def test_the_compute_nodes_execute_exactly_the_model_and_recomputation_flops(recompute: str, layout: dict) -> None:
+    traces, info = generate(recompute=recompute, **layout)
+    executed = sum(tr.num_ops[j] or 0 for tr in traces for j, t in enumerate(tr.types) if t == NodeType.COMP_NODE)
+    model = load_model(SMALL)
+    assert info["model_flops"] == model.model_flops(8)
+    assert executed == pytest.approx(info["hardware_flops"], rel=1e-9)
+    l, h, s, v, b = 4, 256, 128, 1000, 8  # noqa: E741
+    if recompute == "full":  # Narayanan et al., Eq. 3
+        assert info["hardware_flops"] == 96 * b * s * l * h * h * (1 + Fraction(s, 6 * h) + Fraction(v, 16 * l * h))
+    elif recompute == "none":
+        assert info["hardware_flops"] == info["model_flops"]
+
+
+def test_moe_flops_count_the_active_experts_and_the_router() -> None:
+    moe = {**SMALL, "experts": 4, "top_k": 2, "expert_ffn": 512, "shared_experts": 1, "arch": "llama", "kv_heads": 2}
+    gen, options = parse("transformer", {"model": moe, "global_batch": 8, "tp": 2, "sp": True, "dp": 4, "ep": 2})
+    traces = gen.generate(options)
+    executed = sum(tr.num_ops[j] or 0 for tr in traces for j, t in enumerate(tr.types) if t == NodeType.COMP_NODE)
+    assert executed == pytest.approx(load_model(moe).model_flops(8), rel=1e-9)
+
+
+def volumes(traces: list[Any], info: dict[str, Any]) -> dict[tuple[str, str], float]:
+    """Buffer bytes per (role, collective) summed over ranks; pipeline sends as ("pp", "send")."""
+    members: dict[str, set[int]] = defaultdict(set)
+    for r, tr in enumerate(traces):
+        for j, t in enumerate(tr.types):
+            if t == NodeType.COMM_COLL_NODE:
+                members[tr.pg_name[j]].add(r)
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for tr in traces:
+        for j, t in enumerate(tr.types):
+            if t == NodeType.COMM_COLL_NODE:
+                group = tr.pg_name[j]
+                kind = COLLECTIVE_NAMES[tr.comm_type[j]]
+                out[(info["groups"][group], kind)] += collective_buffer_bytes(
+                    tr.comm_type[j], tr.comm_size[j], len(members[group])
+                )
+            elif t == NodeType.COMM_SEND_NODE:
+                out[("pp", "send")] += tr.comm_size[j]
+    return dict(out)
+
+
+B, S, H, L = 8, 128, 256, 4  # the small model's batch, sequence, hidden and layers
+ACT = 2  # bytes per activation element
+
+
+def test_tensor_parallel_volume_is_four_all_reduces_per_layer_and_micro_batch() -> None:
+    traces, info = generate(tp=4, dp=2, micro_batch=1)
+    got = volumes(traces, info)
+    # Per micro-batch of b sequences: 4 all-reduces of b·s·h elements per layer (2 forward, 2 backward), on each
+    # of the t ranks of a group; B sequences over all micro-batches and data-parallel replicas.
+    assert got[("tp", "all_reduce")] == 4 * L * B * S * H * ACT * 4
+    traces, info = generate(tp=4, dp=2, recompute="full")
+    assert volumes(traces, info)[("tp", "all_reduce")] == 6 * L * B * S * H * ACT * 4  # the re-run forward too
+
+
+def test_sequence_parallelism_replaces_each_all_reduce_by_a_reduce_scatter_and_an_all_gather() -> None:
+    plain = volumes(*generate(tp=4, dp=2))
+    sp = volumes(*generate(tp=4, dp=2, sp=True))
+    assert ("tp", "all_reduce") not in sp
+    assert sp[("tp", "reduce_scatter")] == sp[("tp", "all_gather")] == plain[("tp", "all_reduce")]
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_pipeline_volume_is_one_send_per_boundary_and_micro_batch_each_way(sp: bool) -> None:
+    t, p, v = 2, 2, 2
+    traces, info = generate(tp=t, pp=p, sp=sp, schedule="interleaved", virtual_stages=v, global_batch=8)
+    per_send = B // info["micro_batches"] * S * H * ACT / (t if sp else 1)
+    boundaries = p * v - 1  # between consecutive model chunks
+    assert volumes(traces, info)[("pp", "send")] == 2 * boundaries * info["micro_batches"] * per_send * t
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_data_parallel_volume_per_zero_stage(zero: int) -> None:
+    t, p, d = 2, 2, 4
+    traces, info = generate(tp=t, pp=p, dp=d, zero=zero, global_batch=16, micro_batch=2)
+    got = volumes(traces, info)
+    params = load_model(SMALL).parameters()
+    grads = params * 2 * d  # bf16 gradients of every parameter, on each of d replicas
+    buckets = sum(len(tr.names) for tr in traces)  # a generous bound on the rounding (whole bytes per call)
+    if zero == 0:
+        assert got[("dp", "all_reduce")] == pytest.approx(grads, abs=buckets)
+    elif zero in (1, 2):
+        assert got[("dp", "reduce_scatter")] == pytest.approx(grads, abs=buckets)
+        assert got[("dp", "all_gather")] == pytest.approx(grads, abs=buckets)
+    else:
+        layers = params - load_model(SMALL).embedding_parameters()
+        m = info["micro_batches"]
+        assert got[("dp", "all_gather")] == pytest.approx(2 * m * layers * 2 * d, abs=buckets)  # forward, backward
+        assert got[("dp", "reduce_scatter")] == pytest.approx(grads, abs=buckets)  # every gradient, once
+
+
+def test_expert_parallel_volume_is_four_all_to_alls_per_moe_layer() -> None:
+    moe = {**SMALL, "experts": 4, "top_k": 2, "moe_every": 2}
+    gen, options = parse("transformer", {"model": moe, "global_batch": 8, "tp": 2, "sp": True, "dp": 4, "ep": 2})
+    traces = gen.generate(options)
+    info = next(json.loads(a.string_val) for a in traces[0].metadata.attr if a.name == TRAINING_ATTR)
+    moe_layers = 2
+    # b·s·h·k elements per MoE layer, dispatch and combine, forward and backward; the whole group exchanges it.
+    assert volumes(traces, info)[("ep", "all_to_all")] == 4 * moe_layers * B * S * H * 2 * ACT
+
+
+def test_context_parallel_exchanges_keys_and_values_in_every_layer() -> None:
+    traces, info = generate(cp=4, dp=2)
+    got = volumes(traces, info)
+    kv = 2 * H  # keys and values, multi-head attention
+    assert got[("cp", "all_gather")] == got[("cp", "reduce_scatter")] == L * B * S * kv * ACT * 4
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "interleaved"])
+def test_schedules_run_every_pass_once_and_backward_after_forward(name: str) -> None:
+    p, m, v = 4, 8, (2 if name == "interleaved" else 1)
+    for stage in range(p):
+        ops = schedule(name, p, stage, m, v)
+        assert sorted((o.kind, o.micro_batch, o.chunk) for o in ops) == sorted(
+            (k, i, c) for k in "FB" for i in range(m) for c in range(v)
+        )
+        seen = set()
+        for o in ops:
+            if o.kind == "B":
+                assert ("F", o.micro_batch, o.chunk) in seen
+            seen.add((o.kind, o.micro_batch, o.chunk))
+    assert in_flight(schedule("gpipe", p, 0, m)) == m
+    assert [in_flight(schedule("1f1b", p, s, m)) for s in range(p)] == [4, 3, 2, 1]  # at most p - stage
+
+
+def test_layout_is_tensor_fastest_and_groups_partition_the_ranks() -> None:
+    lay = Layout(tp=2, cp=2, dp=4, pp=2, ep=2)
+    assert [lay.rank(*lay.coords(r)) for r in range(lay.ranks)] == list(range(32))
+    groups = lay.groups()
+    assert groups["tp"][0] == [0, 1]
+    for role, found in groups.items():
+        ranks = sorted(r for g in found for r in g)
+        assert ranks == list(range(32)), role
+
+
+def test_collectives_are_issued_in_the_same_order_on_every_group_member_and_validate_passes() -> None:
+    moe = {**SMALL, "experts": 4, "top_k": 2}
+    gen, options = parse(
+        "transformer",
+        {"model": moe, "global_batch": 16, "tp": 2, "sp": True, "pp": 2, "dp": 4, "ep": 2, "zero": 1,
+         "schedule": "interleaved", "virtual_stages": 2, "micro_batch": 1},
+    )  # fmt: skip
+    traces = gen.generate(options)
+    order: dict[str, list[list[tuple[int, int]]]] = defaultdict(list)
+    for tr in traces:
+        mine: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for j, t in enumerate(tr.types):
+            if t == NodeType.COMM_COLL_NODE:
+                mine[tr.pg_name[j]].append((tr.comm_type[j], tr.comm_size[j]))
+        for group, calls in mine.items():
+            order[group].append(calls)
+    for group, sequences in order.items():
+        assert all(s == sequences[0] for s in sequences), group
+    issues = validate_workload(Workload(traces))
+    assert not issues
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"global_batch": 10, "dp": 4}, "not a multiple of micro_batch × dp"),
+        ({"pp": 3}, "do not split into pp 3"),
+        ({"tp": 3}, "heads (8) is not a multiple of tp 3"),
+        ({"schedule": "interleaved", "virtual_stages": 2, "pp": 2, "global_batch": 3}, "multiple of pp 2"),
+        ({"virtual_stages": 2}, "needs schedule interleaved"),
+        ({"ep": 2, "dp": 2}, "must divide dp 2 and the model's experts (0)"),
+        ({"precision": "fp8", "gpu": "a100-80gb"}, "no FP8"),
+        ({"model": "gpt-5"}, "neither a model preset"),
+        ({"efficiency": {"gemm": 2}}, "efficiency.gemm"),
+    ],
+)
+def test_bad_parameters_are_named(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse("transformer", {"model": SMALL, "global_batch": 8, **values})
+
+
+def test_model_yaml_errors_name_the_file_and_key(tmp_path: Any) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text("layers: 2\nhidden: 64\nheads: 4\nvocab: 10\nseq: 16\nexperts: 2\ntop_k: 3\n")
+    with pytest.raises(ConfigError, match=r"m\.yaml: top_k 3 must be between 1 and experts 2"):
+        load_model(str(path))
+    path.write_text("layers: 2\nhidden: 64\nheads: 4\nvocab: 10\nseq: 16\nwidth: 3\n")
+    with pytest.raises(ConfigError, match=r"m\.yaml: unknown key 'width'"):
+        load_model(str(path))
+    path.write_text("layers: 2\nhidden: 64\nheads: 4\nseq: 16\n")
+    with pytest.raises(ConfigError, match="missing key 'vocab'"):
+        load_model(str(path))
