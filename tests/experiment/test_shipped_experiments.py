@@ -20,14 +20,18 @@ EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
 CORPUS = REPO.parent / "shared" / "corpus" / "msccl" / "generated"
 
 
-def test_the_three_experiments_are_shipped() -> None:
-    assert [p.name for p in EXPERIMENTS] == ["algorithms_vs_size.yaml", "degraded_mesh.yaml", "seed_fig4.yaml"]
+def test_the_experiments_are_shipped() -> None:
+    assert [p.name for p in EXPERIMENTS] == [
+        "algorithms_vs_size.yaml", "degraded_mesh.yaml", "gpt3_parallelism.yaml", "moe_expert_parallelism.yaml",
+        "seed_fig4.yaml",
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
 def test_every_shipped_experiment_validates_and_names_its_model(path: Path, capsys) -> None:
     exp = load_experiment(path)
-    assert exp.plots and len(exp.points) >= 30
+    # Training jobs take tens of seconds a point; collective sweeps are cheap and wide.
+    assert exp.plots and len(exp.points) >= (12 if exp.training else 30)
     assert "model:" in path.read_text()  # explicit, whatever the default model becomes
     assert main(["experiment", "show", str(path)]) == 0
     assert f"{len(exp.points)} of {len(exp.points)} points" in capsys.readouterr().out
@@ -94,3 +98,18 @@ def test_ring_xml_generator_reproduces_the_corpus_byte_for_byte() -> None:
     finally:
         sys.path.pop(0)
     assert gen_msccl_ring.allreduce_ring(8) == (CORPUS / "allreduce_ring_n8_c1_i1_LL128.xml").read_text()
+
+
+def test_the_moe_experiment_runs_reduced_with_the_step_report_columns(tmp_path: Path) -> None:
+    exp = load_experiment(REPO / "experiments" / "moe_expert_parallelism.yaml")
+    summary = run_experiment(exp, out=tmp_path / "moe", only=["workload.ep=8", "workload.ep=4"], jobs=2, plots=False)
+    assert summary.failed == 0 and summary.ok == 6
+    table = rows(tmp_path / "moe" / "results.csv")
+    by = {(r["topology"], r["workload.ep"]): r for r in table}
+    for r in table:
+        assert float(r["iteration_ns"]) == float(r["finish_ns"]) and 0 < float(r["mfu"]) < 1
+        assert float(r["exposed_ep_ns"]) > 0
+    # Eight expert-parallel ranks send tokens across the rails, so a 4:1 oversubscribed fabric costs more there.
+    assert float(by[("dgx_h100_oversubscribed", "8")]["exposed_ep_ns"]) > float(by[("dgx_h100", "8")]["exposed_ep_ns"])
+    # A faster fabric is never slower.
+    assert float(by[("dgx_h100", "8")]["finish_ns"]) <= float(by[("dgx_h100_oversubscribed", "8")]["finish_ns"])

@@ -245,3 +245,16 @@ def test_model_yaml_errors_name_the_file_and_key(tmp_path: Any) -> None:
     path.write_text("layers: 2\nhidden: 64\nheads: 4\nseq: 16\n")
     with pytest.raises(ConfigError, match="missing key 'vocab'"):
         load_model(str(path))
+
+
+@pytest.mark.parametrize("ep", [1, 2, 4])
+def test_expert_gradients_are_all_reduced_over_every_copy_of_the_experts(ep: int) -> None:
+    moe = {**SMALL, "experts": 4, "top_k": 2}
+    gen, options = parse("transformer", {"model": moe, "global_batch": 8, "tp": 2, "sp": True, "dp": 4, "ep": ep})
+    traces = gen.generate(options)
+    info = next(json.loads(a.string_val) for a in traces[0].metadata.attr if a.name == TRAINING_ATTR)
+    model = load_model(moe)
+    experts = sum(4 * model.mlp_weights(model.expert_ffn) for layer in range(4) if model.is_moe(layer))
+    # Each of the 8 ranks holds experts/ep of them (replicated over tensor-parallel ranks) and all-reduces their
+    # gradients with the other copies (the "edp" groups, counted as data parallelism).
+    assert volumes(traces, info)[("edp", "all_reduce")] == 8 * experts / ep * 2

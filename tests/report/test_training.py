@@ -132,3 +132,42 @@ def test_the_command_line_reports_the_step_under_every_network_model(tmp_path: P
     assert set(report["exposed_comm_ns"]) == {"tp", "pp", "dp", "ep", "cp"}
     assert Result.from_dict(doc).training == report
     assert trace.stat().st_size > 0 and doc["critical_path"]["nodes"]
+
+
+def test_the_readme_and_docs_example_gives_the_figures_docs_training_md_quotes(tmp_path: Path, capsys: Any) -> None:
+    """README's training example (Korthikanti et al.'s 22B row: measured 1.10 s, MFU 41.5%)."""
+    repo = Path(__file__).resolve().parents[2]
+    prefix = tmp_path / "m22"
+    assert (
+        main(
+            [
+                "workload",
+                "gen",
+                "transformer",
+                "--model",
+                "megatron-22b",
+                "--tp",
+                "8",
+                "--sp",
+                "--recompute",
+                "selective",
+                "--global-batch",
+                "4",
+                "--micro-batch",
+                "4",
+                "--gpu",
+                "a100-80gb",
+                "-o",
+                str(prefix),
+            ]
+        )
+        == 0
+    )
+    topo = tmp_path / "dgx.yaml"
+    topo.write_text("kind: gpu_cluster\npreset: dgx-a100\ngpus: 8\n")
+    out = tmp_path / "r.json"
+    assert main(["run", str(prefix), "--topology", str(topo), "--system", str(repo / "systems" / "training.yaml"),
+                 "--json", str(out), "-q"]) == 0  # fmt: skip
+    report = json.loads(out.read_text())["training"]
+    assert round(report["iteration_ns"] / 1e9, 4) == 0.9647  # docs/training.md's table
+    assert round(100 * report["mfu"], 1) == 47.5

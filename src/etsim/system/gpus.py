@@ -73,7 +73,7 @@ def gpu_preset(name: str, key: str = "--gpu") -> Gpu:
 class Efficiency:
     """The fractions of peak the kernel kinds reach (see the module docstring)."""
 
-    gemm: float = 0.72
+    gemm: float = 0.66
     gemm_half: float = 96.0
     """The GEMM dimension at which efficiency is half of ``gemm``."""
     attention: float = 0.45

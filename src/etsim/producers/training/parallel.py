@@ -27,6 +27,8 @@ class Layout:
     dp: int
     pp: int
     ep: int = 1
+    experts: bool = False
+    """Whether the model has experts (then the ``edp`` groups exist, whatever ``ep``)."""
 
     @property
     def ranks(self) -> int:
@@ -68,6 +70,7 @@ class Layout:
         by("dp", lambda c: (c[0], c[3]))
         if ep > 1:
             by("ep", lambda c: (c[0], c[1], c[3], c[2] // ep))
+        if self.experts:
             by("edp", lambda c: (c[3], c[2] % ep))
         return out
 

@@ -69,9 +69,10 @@ class Efficiencies(Parser):
 def job_spec(options: Any) -> JobSpec:
     """The :class:`~etsim.producers.training.job.JobSpec` of checked options."""
     o = options
+    model = load_model(o.model, "model")
     return JobSpec(
-        model=load_model(o.model, "model"),
-        layout=Layout(tp=o.tp, cp=o.cp, dp=o.dp, pp=o.pp, ep=o.ep),
+        model=model,
+        layout=Layout(tp=o.tp, cp=o.cp, dp=o.dp, pp=o.pp, ep=o.ep, experts=model.experts > 0),
         sp=o.sp,
         global_batch=o.global_batch,
         micro_batch=o.micro_batch,

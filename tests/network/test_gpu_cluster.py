@@ -1,0 +1,61 @@
+"""``kind: gpu_cluster``: an NVSwitch per node and one rail per local GPU, from presets or explicit fields."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from etsim.errors import TopologyError
+from etsim.network import load_network
+from etsim.network.builders import build_topology
+
+
+def test_the_dgx_a100_preset_is_an_nvswitch_node_dimension_and_a_rail_dimension() -> None:
+    topo = build_topology({"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": 64}, "selene")
+    assert [(d.kind, d.npus) for d in topo.dims] == [("switch", 8), ("switch", 8)]
+    nvlink, rail = topo.dims
+    assert nvlink.bandwidth == 300.0 and rail.bandwidth == 25.0  # bytes per ns: 300 GB/s NVLink, 200 Gb/s HDR
+    # NIC at each end and five switch hops of a 3-level fat tree, over the two links of a switch route.
+    assert 2 * rail.latency == 2 * 1000 + 5 * 130
+    assert topo.npus == 64
+
+
+def test_fields_override_the_preset_and_oversubscription_divides_the_fabric_bandwidth() -> None:
+    topo = build_topology(
+        {"kind": "gpu_cluster", "preset": "dgx-h100", "gpus": 32, "gpus_per_node": 4, "oversubscription": 2,
+         "nics_per_gpu": 2, "fabric_levels": 2},
+        None,
+    )  # fmt: skip
+    nvlink, rail = topo.dims
+    assert (nvlink.npus, rail.npus) == (4, 8)
+    assert nvlink.bandwidth == 450.0 and rail.bandwidth == 50.0 * 2 / 2
+    assert 2 * rail.latency == 2 * 1000 + 3 * 130
+
+
+def test_a_single_node_has_only_its_nvswitch() -> None:
+    topo = build_topology({"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": 8}, None)
+    assert [(d.kind, d.npus) for d in topo.dims] == [("switch", 8)]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"preset": "dgx-a100", "gpus": 12}, "not a whole number of nodes"),
+        ({"preset": "tpu-v4", "gpus": 8}, "unknown GPU cluster 'tpu-v4'"),
+        ({"gpus": 8}, "missing"),
+        ({"preset": "dgx-a100", "gpus": 16, "oversubscription": 0.5}, "oversubscription"),
+        ({"preset": "dgx-a100", "gpus": 16, "rails": 2}, "unknown key"),
+        ({"preset": "dgx-a100", "gpus": 16, "nic_bandwidth": "fast"}, "nic_bandwidth"),
+    ],
+)
+def test_bad_fields_are_named(data: dict[str, object], message: str) -> None:
+    with pytest.raises(TopologyError, match=message):
+        build_topology({"kind": "gpu_cluster", **data}, None)
+
+
+def test_a_file_loads_with_its_network_model(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("kind: gpu_cluster\npreset: dgx-h100\ngpus: 16\nnetwork: {model: analytical}\n")
+    net = load_network(str(path))
+    assert net.model == "analytical" and net.topology.npus == 16
