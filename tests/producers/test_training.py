@@ -258,3 +258,25 @@ def test_expert_gradients_are_all_reduced_over_every_copy_of_the_experts(ep: int
     # Each of the 8 ranks holds experts/ep of them (replicated over tensor-parallel ranks) and all-reduces their
     # gradients with the other copies (the "edp" groups, counted as data parallelism).
     assert volumes(traces, info)[("edp", "all_reduce")] == 8 * experts / ep * 2
+
+
+def test_ranks_relabelled_from_their_stage_equal_ranks_built_from_scratch() -> None:
+    from etsim.chakra.io import serialize_trace
+    from etsim.producers.training.job import _build_rank, build_job, job_groups, job_info
+    from etsim.producers.workloads.transformer import job_spec
+
+    moe = {**SMALL, "experts": 4, "top_k": 2}
+    _, options = parse(
+        "transformer",
+        {"model": moe, "tp": 2, "sp": True, "pp": 2, "dp": 4, "ep": 2, "cp": 2, "zero": 1, "global_batch": 8,
+         "schedule": "interleaved", "virtual_stages": 2},
+    )  # fmt: skip
+    job = job_spec(options)
+    groups, roles, members = job_groups(job.layout)
+    info = job_info(job, roles)
+    columns = "ids names types duration_micros data_ptr data_idx ctrl_ptr ctrl_idx is_cpu_op comm_type comm_size "
+    columns += "comm_src comm_dst comm_tag num_ops tensor_size pg_name"
+    for rank, trace in enumerate(build_job(job)):
+        alone = _build_rank(job, rank, groups, members, info)
+        assert serialize_trace(trace) == serialize_trace(alone), rank
+        assert all(getattr(trace, c) == getattr(alone, c) for c in columns.split()), rank

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from etsim.chakra.io import write_workload
+from etsim.files import write_text
 from etsim.options import add_arguments, arguments_given, flag_name
 from etsim.producers.workloads.base import WORKLOAD_GENERATORS, parse
 
@@ -34,4 +36,9 @@ def cmd_gen(args: argparse.Namespace) -> int:
     generator, options = parse(args.kind, arguments_given(args, cls.Options), key=flag_name, text=True)
     paths = write_workload(generator.generate(options), args.output)
     print(f"wrote {len(paths)} file(s): {paths[0]} … {paths[-1]}" if len(paths) > 1 else f"wrote {paths[0]}")
+    groups = generator.comm_groups(options)
+    if groups:
+        path = f"{args.output}.comm_groups.json"
+        write_text(path, json.dumps(groups) + "\n")
+        print(f"wrote {path} ({len(groups)} communicator groups, ASTRA-sim's comm-group format)")
     return 0

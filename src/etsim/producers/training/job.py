@@ -14,17 +14,19 @@ Every collective is issued in the same order on every member of its group.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 
 from etsim.chakra.attributes import make_attribute
 from etsim.chakra.builder import TraceBuilder
 from etsim.chakra.graph import CollectiveType, NodeType, Trace
+from etsim.chakra.schema import et_def_pb2 as pb
 from etsim.producers.training.model import ModelSpec
 from etsim.producers.training.parallel import Layout, Op, in_flight, schedule
 from etsim.system.gpus import Efficiency, Gpu
 
-__all__ = ["ACTIVATION_BYTES", "GRAD_BYTES", "PARAM_BYTES", "TRAINING_ATTR", "JobSpec", "build_job"]
+__all__ = ["ACTIVATION_BYTES", "GRAD_BYTES", "PARAM_BYTES", "TRAINING_ATTR", "JobSpec", "build_job", "job_groups"]
 
 #: The GlobalMetadata attribute that carries the job's description (JSON) for the step report.
 TRAINING_ATTR = "etsim_training"
@@ -261,14 +263,13 @@ def _layer_parameters(model: ModelSpec, layer: int, layout: Layout) -> tuple[flo
     return (total - experts) / layout.tp, experts / layout.ep
 
 
-def build_job(job: JobSpec) -> list[Trace]:
-    """The traces of one iteration, rank 0 first (see the module docstring)."""
-    lay = job.layout
+def job_groups(layout: Layout) -> tuple[dict[str, dict[int, str]], dict[str, str], dict[str, list[int]]]:
+    """Communicator group names (``"1"``, ``"2"`` …): per role each rank's group, each name's role, its ranks."""
     group_ids: dict[str, dict[int, str]] = {}
     roles: dict[str, str] = {}
     members: dict[str, list[int]] = {}
     next_id = 1
-    for role, groups in lay.groups().items():
+    for role, groups in layout.groups().items():
         ids: dict[int, str] = {}
         for ranks in groups:
             name = str(next_id)
@@ -278,11 +279,80 @@ def build_job(job: JobSpec) -> list[Trace]:
             for r in ranks:
                 ids[r] = name
         group_ids[role] = ids
+    return group_ids, roles, members
+
+
+def build_job(job: JobSpec) -> list[Trace]:
+    """The traces of one iteration, rank 0 first (see the module docstring)."""
+    lay = job.layout
+    group_ids, roles, members = job_groups(lay)
     info = job_info(job, roles)
-    traces = []
-    for rank in range(lay.ranks):
-        traces.append(_build_rank(job, rank, group_ids, members, info))
-    return traces
+    traces: list[Trace | None] = [None] * lay.ranks
+    # Every rank of a pipeline stage runs the same graph: build the stage's first rank, relabel it for the others.
+    for stage in range(lay.pp):
+        first = lay.rank(0, 0, 0, stage)
+        template = traces[first] = _build_rank(job, first, group_ids, members, info)
+        for t in range(lay.tp):
+            for c in range(lay.cp):
+                for d in range(lay.dp):
+                    rank = lay.rank(t, c, d, stage)
+                    if rank != first:
+                        traces[rank] = _relabel(template, rank, group_ids, roles, members)
+    return traces  # type: ignore[return-value]
+
+
+def _metadata_text(rank: int, group_ids: dict[str, dict[int, str]], members: dict[str, list[int]]) -> str:
+    """The ``process_group:init`` value naming *rank*'s groups (PyTorch's form: a list around a JSON list)."""
+    mine = [
+        {"pg_name": ids[rank], "pg_desc": role, "backend_config": "cuda:nccl", "pg_size": len(members[ids[rank]]),
+         "ranks": members[ids[rank]]}
+        for role, ids in group_ids.items() if rank in ids
+    ]  # fmt: skip
+    return str([json.dumps(mine)])
+
+
+def _relabel(
+    template: Trace,
+    rank: int,
+    group_ids: dict[str, dict[int, str]],
+    roles: dict[str, str],
+    members: dict[str, list[int]],
+) -> Trace:
+    """*template*'s trace for *rank* of the same stage: peers shifted, groups renamed, every other column shared.
+
+    Peers move by ``rank - template.rank`` (ranks are linear in the coordinates); the columns and protobuf nodes
+    that do not change are the template's own objects, never modified afterwards.
+    """
+    delta = rank - (template.rank or 0)
+    rename = {name: group_ids[role][rank] for name, role in roles.items() if rank in group_ids[role]}
+    clone = copy.copy(template)
+    clone.rank = rank
+    clone.pg_name = [None if v is None else rename.get(v, v) for v in template.pg_name]
+    clone.comm_src = [None if v is None else v + delta for v in template.comm_src]
+    clone.comm_dst = [None if v is None else v + delta for v in template.comm_dst]
+    nodes = list(template.nodes)
+    for j, node in enumerate(nodes):
+        changed = template.pg_name[j] is not None or template.comm_src[j] is not None
+        changed = changed or template.comm_dst[j] is not None
+        if not changed and template.types[j] != NodeType.METADATA_NODE:
+            continue
+        node = nodes[j] = _copy_node(node)
+        if template.types[j] == NodeType.METADATA_NODE:
+            node.inputs.values = _metadata_text(rank, group_ids, members)
+            continue
+        for attr in node.attr:
+            if attr.name == "pg_name":
+                attr.string_val = rename.get(attr.string_val, attr.string_val)
+            elif attr.name in ("comm_src", "comm_dst"):
+                attr.int32_val += delta
+    clone.nodes = nodes
+    return clone
+
+
+def _copy_node(node: pb.Node) -> pb.Node:
+    copied = pb.Node()
+    copied.CopyFrom(node)
+    return copied
 
 
 def _build_rank(
@@ -292,13 +362,8 @@ def _build_rank(
     r = _Rank(job, rank, group_ids)
     b = r.b
     b.metadata.attr.append(make_attribute(TRAINING_ATTR, info))
-    mine = [
-        {"pg_name": name, "pg_desc": role, "backend_config": "cuda:nccl", "pg_size": len(members[name]),
-         "ranks": members[name]}
-        for role, name in r.groups.items()
-    ]  # fmt: skip
     init = b.node(NodeType.METADATA_NODE, "process_group:init")
-    b.nodes[-1].inputs.values = str([json.dumps(mine)])
+    b.nodes[-1].inputs.values = _metadata_text(rank, group_ids, members)
     ops = schedule(job.schedule, lay.pp, r.p, job.micro_batches, job.chunks)
     lpc = job.layers_per_chunk
     last_mb = job.micro_batches - 1

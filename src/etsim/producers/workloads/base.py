@@ -89,6 +89,9 @@ class WorkloadGenerator:
       of experiments); the default generates the traces and looks.
     - :meth:`nodes` estimates the nodes of all traces together (from above, roughly), so that a workload too
       large to hold is refused before it is built (:data:`MAX_NODES`); the default, 0, checks nothing.
+    - :meth:`comm_groups` gives the communicator groups the traces' ``pg_name`` values stand for, which
+      ``etsim workload gen`` writes beside the traces as ``PREFIX.comm_groups.json`` (ASTRA-sim's format) for
+      consumers that do not read ``process_group:init`` nodes; the default, None, writes none.
     """
 
     #: Registry name (informational; the registry key is what selects it).
@@ -111,6 +114,10 @@ class WorkloadGenerator:
     def nodes(self, options: Any) -> int:
         """About how many nodes the traces hold in all (0: unknown)."""
         return 0
+
+    def comm_groups(self, options: Any) -> dict[str, list[int]] | None:
+        """The ranks of each ``pg_name`` the traces use, or None (the traces name no groups, or define them)."""
+        return None
 
     def collectives(self, options: Any) -> list[str]:
         """The collective types the traces use, in order of first use."""

@@ -13,7 +13,7 @@ from typing import Any
 from etsim.chakra.graph import Trace
 from etsim.errors import ConfigError
 from etsim.options import Boolean, Choice, Integer, Parser, Size, option
-from etsim.producers.training.job import JobSpec, build_job
+from etsim.producers.training.job import JobSpec, build_job, job_groups
 from etsim.producers.training.model import MODELS, ModelSpec, load_model
 from etsim.producers.training.parallel import SCHEDULES, Layout
 from etsim.producers.workloads.base import WORKLOAD_GENERATORS, WorkloadGenerator
@@ -170,6 +170,10 @@ class TransformerGenerator(WorkloadGenerator):
     def generate(self, options: Any) -> list[Trace]:
         """One trace per rank."""
         return build_job(job_spec(options))
+
+    def comm_groups(self, options: Any) -> dict[str, list[int]]:
+        """Every tensor-, context-, data-, expert- and expert-data-parallel group, by ``pg_name``."""
+        return job_groups(job_spec(options).layout)[2]
 
     def collectives(self, options: Any) -> list[str]:
         """The collective types the traces use, in order of first use."""
