@@ -72,7 +72,8 @@ def astra_settings(
       ``ceil(active-chunks-per-dimension / queues)`` phases each (``etsim.compat.collectives``);
       collectives in a queue are ordered LIFO or FIFO (EXPLICIT behaves as LIFO: one collective is in
       flight per rank, so the order never matters);
-    - ring and halvingDoubling phases start after one endpoint delay and every message pays one;
+    - ring and halvingDoubling phases start after one endpoint delay and every message pays one; the workload's
+      own SEND/RECV messages pay none (its workload layer hands them to the network directly);
     - reductions cost ``3 * floor(bytes / local_mem_bw)`` ns (two reads and a write; ``local-mem-bw`` in
       GB/s of 10^9 bytes, i.e. bytes per ns);
     - COMP nodes of 0 µs take 1 ns; multi-dimensional phases start after one endpoint delay;
@@ -80,6 +81,7 @@ def astra_settings(
     """
     return {
         "endpoint_delay": float(endpoint_delay),
+        "p2p_endpoint_delay": False,
         "chunks": preferred_dataset_splits,
         "chunking": "whole",
         "stream_order": "fifo" if scheduling_policy == "FIFO" else "lifo",

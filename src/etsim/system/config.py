@@ -138,6 +138,12 @@ class SystemConfig:
     mode of :mod:`etsim.compat` reproduces)."""
     endpoint_delay: float = option(0.0, "delay added to every message, e.g. '10 ns'", Time())
     """ns added before every message enters the network."""
+    p2p_endpoint_delay: bool = option(
+        True, "workload SEND/RECV messages pay endpoint_delay too (false: only collectives' messages)", Boolean(),
+        flag=False,
+    )  # fmt: skip
+    """Whether the workload's own point-to-point messages (pipeline sends) pay ``endpoint_delay``; False: only the
+    messages of collective algorithms do (what the compatibility mode of :mod:`etsim.compat` reproduces)."""
     resources: Resources = option(
         help="nodes in flight per NPU: compute_streams, comm_streams, cpu_ops",
         default_factory=Resources,

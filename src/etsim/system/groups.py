@@ -18,7 +18,11 @@ from etsim.chakra.graph import NodeType, Workload
 from etsim.errors import ConfigError
 from etsim.files import parse_json, parse_yaml, read_text
 
-__all__ = ["CommGroups", "groups_from_metadata", "load_comm_groups"]
+__all__ = ["GROUPS_ATTR", "CommGroups", "groups_from_metadata", "load_comm_groups"]
+
+#: A GlobalMetadata attribute (a JSON string ``{"pg_name": [ranks], …}``) naming the groups a rank belongs to:
+#: what etsim's generators write instead of a METADATA node, which ASTRA-sim's feeder cannot read.
+GROUPS_ATTR = "etsim_comm_groups"
 
 
 class CommGroups:
@@ -94,8 +98,20 @@ def load_comm_groups(path: str | os.PathLike[str], num_ranks: int) -> CommGroups
 
 
 def groups_from_metadata(workload: Workload, groups: CommGroups) -> None:
-    """Add the process groups that METADATA nodes define (PyTorch ``process_group:init``)."""
+    """Add the process groups that METADATA nodes (PyTorch ``process_group:init``) and :data:`GROUPS_ATTR` define."""
     for trace in workload:
+        for attr in trace.metadata.attr:
+            if attr.name != GROUPS_ATTR:
+                continue
+            where = f"{trace.path or f'rank {trace.rank}'}: GlobalMetadata attribute {GROUPS_ATTR}"
+            try:
+                named = json.loads(attr.string_val)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{where}: not JSON ({exc})") from None
+            if not isinstance(named, dict) or not all(isinstance(v, list) for v in named.values()):
+                raise ConfigError(f'{where}: expected {{"pg_name": [ranks], …}}, got {attr.string_val[:80]!r}')
+            for name, ranks in named.items():
+                groups.add(str(name), list(ranks), source=where)
         if not trace.nodes:
             continue
         for pos, node_type in enumerate(trace.types):

@@ -61,7 +61,8 @@ class Engine:
         self.system = system
         self.config = config
         self.costs = CostModel(config)
-        self.endpoint_delay = config.endpoint_delay
+        # The delay workload SEND/RECV messages pay (algorithm runs take their part's own).
+        self.endpoint_delay = config.endpoint_delay if config.p2p_endpoint_delay else 0.0
         #: Whether algorithm reductions queue at their NPU's reduction unit (:meth:`reduce`).
         self.shared_reductions = bool(config.shared_reductions and config.reduction_bandwidth)
         # Per rank: when its reduction unit is free again.

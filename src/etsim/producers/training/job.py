@@ -19,12 +19,13 @@ import json
 from dataclasses import dataclass, field
 
 from etsim.chakra.attributes import make_attribute
-from etsim.chakra.builder import TraceBuilder
-from etsim.chakra.graph import CollectiveType, NodeType, Trace
+from etsim.chakra.builder import SCHEMA_VERSION, TraceBuilder
+from etsim.chakra.graph import CollectiveType, Trace
 from etsim.chakra.schema import et_def_pb2 as pb
 from etsim.producers.training.model import ModelSpec
 from etsim.producers.training.parallel import Layout, Op, in_flight, schedule
 from etsim.system.gpus import Efficiency, Gpu
+from etsim.system.groups import GROUPS_ATTR
 
 __all__ = ["ACTIVATION_BYTES", "GRAD_BYTES", "PARAM_BYTES", "TRAINING_ATTR", "JobSpec", "build_job", "job_groups"]
 
@@ -297,23 +298,28 @@ def build_job(job: JobSpec) -> list[Trace]:
                 for d in range(lay.dp):
                     rank = lay.rank(t, c, d, stage)
                     if rank != first:
-                        traces[rank] = _relabel(template, rank, group_ids, roles, members)
+                        traces[rank] = _relabel(template, rank, info, group_ids, roles, members)
     return traces  # type: ignore[return-value]
 
 
-def _metadata_text(rank: int, group_ids: dict[str, dict[int, str]], members: dict[str, list[int]]) -> str:
-    """The ``process_group:init`` value naming *rank*'s groups (PyTorch's form: a list around a JSON list)."""
-    mine = [
-        {"pg_name": ids[rank], "pg_desc": role, "backend_config": "cuda:nccl", "pg_size": len(members[ids[rank]]),
-         "ranks": members[ids[rank]]}
-        for role, ids in group_ids.items() if rank in ids
-    ]  # fmt: skip
-    return str([json.dumps(mine)])
+def _metadata(
+    rank: int, info: str, group_ids: dict[str, dict[int, str]], members: dict[str, list[int]]
+) -> pb.GlobalMetadata:
+    """*rank*'s GlobalMetadata: the job's description and the groups the rank belongs to (:data:`GROUPS_ATTR`).
+
+    Groups are not a ``process_group:init`` METADATA node: ASTRA-sim's feeder aborts on METADATA nodes.
+    """
+    mine = {ids[rank]: members[ids[rank]] for ids in group_ids.values() if rank in ids}
+    metadata = pb.GlobalMetadata(version=SCHEMA_VERSION)
+    metadata.attr.append(make_attribute(TRAINING_ATTR, info))
+    metadata.attr.append(make_attribute(GROUPS_ATTR, json.dumps(mine)))
+    return metadata
 
 
 def _relabel(
     template: Trace,
     rank: int,
+    info: str,
     group_ids: dict[str, dict[int, str]],
     roles: dict[str, str],
     members: dict[str, list[int]],
@@ -330,16 +336,13 @@ def _relabel(
     clone.pg_name = [None if v is None else rename.get(v, v) for v in template.pg_name]
     clone.comm_src = [None if v is None else v + delta for v in template.comm_src]
     clone.comm_dst = [None if v is None else v + delta for v in template.comm_dst]
+    clone.metadata = _metadata(rank, info, group_ids, members)
     nodes = list(template.nodes)
     for j, node in enumerate(nodes):
         changed = template.pg_name[j] is not None or template.comm_src[j] is not None
-        changed = changed or template.comm_dst[j] is not None
-        if not changed and template.types[j] != NodeType.METADATA_NODE:
+        if not changed and template.comm_dst[j] is None:
             continue
         node = nodes[j] = _copy_node(node)
-        if template.types[j] == NodeType.METADATA_NODE:
-            node.inputs.values = _metadata_text(rank, group_ids, members)
-            continue
         for attr in node.attr:
             if attr.name == "pg_name":
                 attr.string_val = rename.get(attr.string_val, attr.string_val)
@@ -361,9 +364,7 @@ def _build_rank(
     lay, model = job.layout, job.model
     r = _Rank(job, rank, group_ids)
     b = r.b
-    b.metadata.attr.append(make_attribute(TRAINING_ATTR, info))
-    init = b.node(NodeType.METADATA_NODE, "process_group:init")
-    b.nodes[-1].inputs.values = _metadata_text(rank, group_ids, members)
+    b.metadata = _metadata(rank, info, group_ids, members)
     ops = schedule(job.schedule, lay.pp, r.p, job.micro_batches, job.chunks)
     lpc = job.layers_per_chunk
     last_mb = job.micro_batches - 1
@@ -372,7 +373,7 @@ def _build_rank(
     pending_bytes = 0.0
     bucket_sizes: list[float] = []
     grad_role = "dp" if "dp" in r.groups else None
-    prev: list[int] = [init]
+    prev: list[int] = []
 
     def flush(deps: list[int], name: str) -> None:
         nonlocal pending_bytes
