@@ -1,4 +1,4 @@
-"""Training jobs from etsim's transformer generator, run as ASTRA-sim runs them: the cycles ASTRA-sim gave.
+"""Training jobs and the workload-level conventions they need, run as ASTRA-sim runs them: the cycles it gave.
 
 Each expected value was measured by running ASTRA-sim itself (commit 518bd51, its analytical back ends rebuilt
 with ``../shared/tools/astra``) on exactly these inputs: the traces ``etsim workload gen transformer`` writes for
@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from etsim.chakra.graph import NodeType
+from etsim.chakra import TraceBuilder, write_workload
+from etsim.chakra.graph import CollectiveType, NodeType
 from etsim.cli import main
 from etsim.compat import run_astra
 from etsim.producers.workloads import WORKLOAD_GENERATORS
@@ -77,3 +78,51 @@ def test_workload_sends_pay_no_endpoint_delay(model: str, tmp_path: Path) -> Non
     system, network = _inputs(tmp_path)
     result = run_astra(tmp_path / "p2p", system, network, model=model)
     assert [int(r.finish_ns) for r in result.ranks] == [39562] * 8
+
+
+def _subgroup_all_reduces(tmp_path: Path, endpoint: int) -> tuple[Path, Path, Path, Path]:
+    """Every pair of ranks all-reduces 1 MiB on its own communicator group (groups [0,1], [2,3] … of a Ring 8)."""
+    traces = []
+    for r in range(8):
+        b = TraceBuilder()
+        b.collective(CollectiveType.ALL_REDUCE, 1 << 20, pg_name=str(1 + r // 2))
+        traces.append(b.build(rank=r))
+    write_workload(traces, tmp_path / "sub")
+    groups = tmp_path / "groups.json"
+    groups.write_text(json.dumps({"1": [0, 1], "2": [2, 3], "3": [4, 5], "4": [6, 7]}))
+    system, network = _inputs(tmp_path)
+    system.write_text(json.dumps({**SYSTEM, "endpoint-delay": endpoint, "preferred-dataset-splits": 1}))
+    return tmp_path / "sub", system, network, groups
+
+
+@pytest.mark.parametrize("model", ["unaware", "aware"])
+@pytest.mark.parametrize("endpoint", [1, 10, 37])
+def test_collectives_on_communicator_groups_pay_a_fixed_delay(endpoint: int, model: str, tmp_path: Path) -> None:
+    """ASTRA-sim runs a group as a local dimension whose delay is 10 whatever endpoint-delay: 21541 cycles each."""
+    workload, system, network, groups = _subgroup_all_reduces(tmp_path, endpoint)
+    result = run_astra(workload, system, network, comm_groups=groups, model=model)
+    assert [int(r.finish_ns) for r in result.ranks] == [21541] * 8
+
+
+@pytest.mark.parametrize("model", ["unaware", "aware"])
+def test_roofline_compute_is_truncated_to_whole_cycles_as_astra_sim_does(model: str, tmp_path: Path) -> None:
+    """Five chained COMP nodes with awkward num_ops/tensor_size, an all-reduce, one more COMP: 317753 cycles.
+
+    ASTRA-sim (roofline-enabled 1, peak-perf 312, local-mem-bw 1555) truncates each node's time to whole ns;
+    keeping the fractions gave 317755.
+    """
+    nodes = [(1_000_003, 7_777), (123_456_789, 1_000_000), (999_999_937, 3), (5, 123_457), (77_777_777_777, 12_345_678)]
+    traces = []
+    for r in range(8):
+        b = TraceBuilder()
+        prev: list[int] = []
+        for k, (ops, size) in enumerate(nodes):
+            prev = [b.comp(f"c{k}", num_ops=ops, tensor_size=size, deps=prev)]
+        prev = [b.collective(CollectiveType.ALL_REDUCE, 1 << 20, deps=prev)]
+        b.comp("last", num_ops=3_333_333, tensor_size=1_111, deps=prev)
+        traces.append(b.build(rank=r))
+    write_workload(traces, tmp_path / "roof")
+    system, network = _inputs(tmp_path)
+    system.write_text(json.dumps({**SYSTEM, "roofline-enabled": 1, "peak-perf": 312, "local-mem-bw": 1555}))
+    result = run_astra(tmp_path / "roof", system, network, model=model)
+    assert [int(r.finish_ns) for r in result.ranks] == [317753] * 8

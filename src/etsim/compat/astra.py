@@ -73,7 +73,9 @@ def astra_settings(
       collectives in a queue are ordered LIFO or FIFO (EXPLICIT behaves as LIFO: one collective is in
       flight per rank, so the order never matters);
     - ring and halvingDoubling phases start after one endpoint delay and every message pays one; the workload's
-      own SEND/RECV messages pay none (its workload layer hands them to the network directly);
+      own SEND/RECV messages pay none (its workload layer hands them to the network directly); collectives on a
+      communicator group (a ``pg_name``) pay 10 ns in place of the endpoint delay (such a group is a local
+      dimension whose delay is fixed);
     - reductions cost ``3 * floor(bytes / local_mem_bw)`` ns (two reads and a write; ``local-mem-bw`` in
       GB/s of 10^9 bytes, i.e. bytes per ns);
     - COMP nodes of 0 µs take 1 ns; multi-dimensional phases start after one endpoint delay;
@@ -82,6 +84,7 @@ def astra_settings(
     return {
         "endpoint_delay": float(endpoint_delay),
         "p2p_endpoint_delay": False,
+        "group_endpoint_delay": 10.0,
         "chunks": preferred_dataset_splits,
         "chunking": "whole",
         "stream_order": "fifo" if scheduling_policy == "FIFO" else "lifo",

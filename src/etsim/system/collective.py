@@ -278,7 +278,9 @@ class System:
             part = CollectivePart(graph, position, group, (inst.namespace, 0, 0), 1.0, comp_ns=config.min_compute_ns)
             share.parts.append(part)
             return share
-        start = config.stream_delay
+        start, endpoint = config.stream_delay, config.endpoint_delay
+        if group_key != "0" and config.group_endpoint_delay is not None:
+            start = endpoint = config.group_endpoint_delay
         state = self._algorithm_state.setdefault((rank, id(inst.algorithm)), {}) if phased else {}
         for c, stream in enumerate(self._stream_sizes(collective, size, n)):
             phases = (
@@ -298,7 +300,7 @@ class System:
                     group,
                     (inst.namespace, c, p),
                     unit,
-                    config.endpoint_delay if phase.endpoint_delay else 0.0,
+                    endpoint if phase.endpoint_delay else 0.0,
                     start if phase.start_delay else 0.0,
                     stream=c,
                     phase=p,

@@ -138,6 +138,16 @@ class SystemConfig:
     mode of :mod:`etsim.compat` reproduces)."""
     endpoint_delay: float = option(0.0, "delay added to every message, e.g. '10 ns'", Time())
     """ns added before every message enters the network."""
+    group_endpoint_delay: float | None = option(
+        None,
+        "endpoint and stream delay of collectives on a named communicator group (default: endpoint_delay and "
+        "stream_delay)",
+        Optional(Time()),
+        flag=False,
+    )
+    """For collectives whose ``pg_name`` names a communicator group (not the world): the delay every message and
+    every stream pays instead of ``endpoint_delay`` and ``stream_delay`` (None: those). ASTRA-sim runs such groups
+    as a local dimension with a fixed delay of 10 whatever its ``endpoint-delay`` (:mod:`etsim.compat`)."""
     p2p_endpoint_delay: bool = option(
         True, "workload SEND/RECV messages pay endpoint_delay too (false: only collectives' messages)", Boolean(),
         flag=False,
@@ -187,8 +197,9 @@ class SystemConfig:
     reduction_passes: int = option(1, "memory passes per reduced byte", Integer(1, 1000), flag=False)
     """Memory passes per reduced byte (3 = read two operands, write one): a reduction of m bytes costs
     ``passes · m / reduction_bandwidth``."""
-    integer_ns: bool = option(False, "truncate reduction times to whole ns", Boolean(), flag=False)
-    """Truncate each reduction's ``m / reduction_bandwidth`` to whole ns before multiplying by the passes."""
+    integer_ns: bool = option(False, "truncate reduction and roofline compute times to whole ns", Boolean(), flag=False)
+    """Truncate each reduction's ``m / reduction_bandwidth`` to whole ns before multiplying by the passes, and each
+    roofline COMP time to whole ns."""
     min_compute_ns: float = option(0.0, "the shortest a replayed COMP node takes", Time(), flag=False)
     """Replayed COMP durations shorter than this take this long (e.g. 1 ns for 0 µs nodes)."""
     synchronise_collectives: bool = option(

@@ -18,7 +18,8 @@ class CostModel:
     """Durations of COMP, MEM_LOAD/MEM_STORE and reduction nodes under one configuration.
 
     - COMP: a roofline ``max(num_ops / peak_flops, tensor_size / memory_bandwidth)`` for GPU ops
-      when both rates are configured and the node has ``num_ops`` and ``tensor_size``; otherwise the
+      when both rates are configured and the node has ``num_ops`` and ``tensor_size`` (truncated to whole ns
+      with ``integer_ns``, computed as ``num_ops / min(bandwidth · num_ops / tensor_size, peak)``); otherwise the
       replayed ``duration_micros``, raised to ``min_compute_ns``.
     - MEM_LOAD / MEM_STORE: ``remote_memory_latency + tensor_size / remote_memory_bandwidth``.
     - Reduction of m bytes: ``passes · m / reduction_bandwidth`` (free without a bandwidth), with
@@ -55,6 +56,11 @@ class CostModel:
         if self._roofline and not trace.is_cpu_op[j]:
             ops, size = trace.num_ops[j], trace.tensor_size[j]
             if ops is not None and size:
+                if self._integer:
+                    # Whole ns, computed in seconds through the operational intensity (ASTRA-sim's arithmetic, so
+                    # the truncation falls where its does).
+                    rate = min(cfg.memory_bandwidth * 1e9 * (ops / size), cfg.peak_flops * 1e9)  # type: ignore[operator]
+                    return float(math.floor(ops / rate * 1e9))
                 return max(ops / cfg.peak_flops, size / cfg.memory_bandwidth)  # type: ignore[operator]
         duration = trace.duration_micros[j] * 1000.0
         if duration < self._min_compute:
