@@ -9,7 +9,8 @@ local-mem-bw 1600, localBWAware), and no remote memory. ASTRA-sim aborted on the
 feeder asserts on METADATA nodes; the groups now travel in GlobalMetadata and the comm-group file), and it
 charged no endpoint delay to workload SEND/RECV, which etsim did (issue 24, item 4): a 2 MiB pipeline-style send
 between neighbours on the same ring takes 39562 cycles in ASTRA-sim, and now in etsim too.
-Under the congestion-aware back end ASTRA-sim's ring collectives still differ (issue 24, items 1-3): not recorded.
+Under the congestion-aware back end too, once etsim's compatibility ring followed ASTRA-sim's (a send released by
+the previous processed receipt, the endpoint delay paid on arrival, the phase ended at its last receipt).
 """
 
 from __future__ import annotations
@@ -35,10 +36,15 @@ SYSTEM = {
 }  # fmt: skip
 NETWORK = "topology: [ Ring ]\nnpus_count: [ 8 ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n"
 
-# flags: (ranks 0-3, ranks 4-7) finish cycles under ASTRA-sim's congestion-unaware back end
+# flags: (ranks 0-3, ranks 4-7) finish cycles under ASTRA-sim's congestion-unaware back end, and every rank's under
+# the congestion-aware one
 CASES = {
-    "tp2_pp2_dp2": ([], (4130699, 3234420)),
-    "tp2_pp2_dp2_sp_zero1": (["--sp", "--zero", "1"], (3555849, 2938836)),
+    "tp2_pp2_dp2": ([], (4130699, 3234420), [5410984, 5411484, 5411984, 5412484, 3958032, 3958532, 3959032, 3959532]),
+    "tp2_pp2_dp2_sp_zero1": (
+        ["--sp", "--zero", "1"],
+        (3555849, 2938836),
+        [4476870, 4476370, 4475850, 4476350, 3567102, 3566602, 3566082, 3566582],
+    ),
 }
 
 
@@ -50,7 +56,7 @@ def _inputs(tmp_path: Path) -> tuple[Path, Path]:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_generated_training_jobs_run_as_astra_sim_runs_them(case: str, tmp_path: Path) -> None:
-    flags, (first_stage, second_stage) = CASES[case]
+    flags, (first_stage, second_stage), aware = CASES[case]
     (tmp_path / "model.yaml").write_text(MODEL)
     prefix = tmp_path / "job"
     argv = ["workload", "gen", "transformer", "--model", str(tmp_path / "model.yaml"), "--tp", "2", "--pp", "2"]
@@ -60,6 +66,40 @@ def test_generated_training_jobs_run_as_astra_sim_runs_them(case: str, tmp_path:
     system, network = _inputs(tmp_path)
     result = run_astra(prefix, system, network, comm_groups=groups, model="unaware")
     assert [int(r.finish_ns) for r in result.ranks] == [first_stage] * 4 + [second_stage] * 4
+    result = run_astra(prefix, system, network, comm_groups=groups, model="aware")
+    assert [int(r.finish_ns) for r in result.ranks] == aware
+
+
+# splits: ASTRA-sim's finish cycles of ranks 0..3 (4..7 the same), unaware and aware
+SUBGROUP_RING = {
+    1: ([966672, 966672, 965672, 965672], [1577020, 1577020, 1270846, 1270846]),
+    4: ([979864] * 4, [1437616] * 4),
+}
+
+
+@pytest.mark.parametrize("splits", sorted(SUBGROUP_RING))
+def test_a_ring_on_a_subgroup_of_a_larger_ring_runs_as_astra_sims(splits: int, tmp_path: Path) -> None:
+    """Groups [0..3] and [4..7] of a Ring 8 all-reduce 32,768,000 bytes each (issue 24's reproducer).
+
+    The 3 -> 0 hop crosses three links. ASTRA-sim's ring sends a packet as soon as the previous receipt is
+    processed (not after its own previous send), pays the endpoint delay on arrival, and ends the phase at its
+    last processed receipt; before etsim did all three, it gave 967672/966672/965672/967672 unaware and
+    1989681/1852474/1852474/1989681 aware (one split).
+    """
+    traces = []
+    for r in range(8):
+        b = TraceBuilder()
+        b.collective(CollectiveType.ALL_REDUCE, 32_768_000, pg_name=str(1 + r // 4))
+        traces.append(b.build(rank=r))
+    write_workload(traces, tmp_path / "sub")
+    groups = tmp_path / "groups.json"
+    groups.write_text(json.dumps({"1": [0, 1, 2, 3], "2": [4, 5, 6, 7]}))
+    system, network = _inputs(tmp_path)
+    system.write_text(json.dumps({**SYSTEM, "preferred-dataset-splits": splits}))
+    unaware, aware = SUBGROUP_RING[splits]
+    for model, expected in (("unaware", unaware), ("aware", aware)):
+        result = run_astra(tmp_path / "sub", system, network, comm_groups=groups, model=model)
+        assert [int(r.finish_ns) for r in result.ranks] == expected * 2, model
 
 
 def test_the_generated_traces_hold_no_node_astra_sims_feeder_rejects() -> None:

@@ -40,5 +40,5 @@ def cmd_gen(args: argparse.Namespace) -> int:
     if groups:
         path = f"{args.output}.comm_groups.json"
         write_text(path, json.dumps(groups) + "\n")
-        print(f"wrote {path} ({len(groups)} communicator groups, ASTRA-sim's comm-group format)")
+        print(f"wrote {path} ({len(groups)} communicator groups, the comm-group JSON other simulators read)")
     return 0

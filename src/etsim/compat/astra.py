@@ -72,7 +72,9 @@ def astra_settings(
       ``ceil(active-chunks-per-dimension / queues)`` phases each (``etsim.compat.collectives``);
       collectives in a queue are ordered LIFO or FIFO (EXPLICIT behaves as LIFO: one collective is in
       flight per rank, so the order never matters);
-    - ring and halvingDoubling phases start after one endpoint delay and every message pays one; the workload's
+    - ring and halvingDoubling phases start after one endpoint delay and every message pays one, on arrival
+      (the receiver processes it; before it enters the network, contention could order messages differently);
+      the workload's
       own SEND/RECV messages pay none (its workload layer hands them to the network directly); collectives on a
       communicator group (a ``pg_name``) pay 10 ns in place of the endpoint delay (such a group is a local
       dimension whose delay is fixed);
@@ -84,6 +86,7 @@ def astra_settings(
     return {
         "endpoint_delay": float(endpoint_delay),
         "p2p_endpoint_delay": False,
+        "endpoint_delay_at": "receive",
         "group_endpoint_delay": 10.0,
         "chunks": preferred_dataset_splits,
         "chunking": "whole",

@@ -16,8 +16,10 @@ phases per stream   all-reduce ``localBWAware``: reduce-scatter on each dimensio
                     AR and A2A keep it; a ``doubleBinaryTree`` phase is always an all-reduce of its
                     input and keeps the size.
 ring                reduce-scatter / all-gather / all-reduce as steps to the next index; all-to-all
-                    as n(n−1)/2 sequential single-chunk messages. An endpoint delay before the phase
-                    and before every message.
+                    as n(n−1)/2 sequential single-chunk messages. An endpoint delay before the phase;
+                    every receipt is processed (an endpoint delay after arrival, the reduction where
+                    the step reduces) and releases the next send, which does not wait for the
+                    rank's previous send; the phase ends at its last processed receipt.
 direct              one endpoint delay (a COMP) before each of the n−1 concurrent sends; a receipt
                     costs one more, plus the reduction for reductions. All-reduce phase 2: the packet
                     to offset j leaves at the j-th finished reduction, but not before the first one
@@ -48,7 +50,6 @@ from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError
 from etsim.system.algorithms.base import CollectiveAlgorithm, Phase
 from etsim.system.algorithms.sources import AlgorithmContext, AlgorithmSource
-from etsim.system.algorithms.steps import ring_all_gather, ring_reduce_scatter
 
 __all__ = ["AstraCollective", "AstraSource", "astra_spec", "tree_roles"]
 
@@ -268,20 +269,30 @@ class AstraCollective(CollectiveAlgorithm):
 
     @staticmethod
     def _ring(b: AlgorithmBuilder, plan: _Plan, n: int, nxt: int, prv: int) -> None:
-        m = plan.size // n
+        """ASTRA-sim's ring: a packet goes out when the previous one received has been processed, never later.
+
+        The first send leaves after the phase's start delay; the k-th receipt is processed (the message's
+        endpoint delay, paid on arrival, then the reduction for reduce-scatter and an all-reduce's first half)
+        and releases the next send, which does not wait for the rank's own previous send; the phase ends when
+        its last receipt is processed (an exit node), its own last send possibly still in flight.
+        """
         if plan.kind == A2A:
-            prev_send: list[int] = []
-            prev_recv: list[int] = []
-            for i in range(n * (n - 1) // 2):
-                prev_send = [b.send(nxt, m, 0, deps=prev_recv + prev_send, name=f"a2a{i}_send")]
-                prev_recv = [b.recv(prv, m, 0, deps=prev_recv, name=f"a2a{i}_recv")]
-            return
-        if plan.kind == AG:  # the input is one rank's shard; n−1 sends of it
-            ring_all_gather(b, nxt, prv, n - 1, plan.size, tag=0)
-            return
-        last, tag = ring_reduce_scatter(b, nxt, prv, n - 1, m, tag=0)
-        if plan.kind == AR:
-            ring_all_gather(b, nxt, prv, n - 1, m, tag=tag, after=last)
+            steps, m, reducing = n * (n - 1) // 2, plan.size // n, 0
+        elif plan.kind == AG:  # the input is one rank's shard; n−1 sends of it
+            steps, m, reducing = n - 1, plan.size, 0
+        else:
+            steps, m = (2 if plan.kind == AR else 1) * (n - 1), plan.size // n
+            reducing = n - 1
+        processed: list[int] = []
+        prev_recv: list[int] = []
+        for k in range(steps):
+            b.send(nxt, m, 0, deps=processed, name=f"ring{k}_send")
+            prev_recv = [b.recv(prv, m, 0, deps=prev_recv, name=f"ring{k}_recv")]
+            if k < reducing:
+                processed = [b.reduce(m, deps=prev_recv + processed, name=f"ring{k}_reduce")]
+            else:
+                processed = [b.reduce(0, deps=prev_recv + processed, duration_ns=0.0, name=f"ring{k}_done")]
+        b.mark_exits(*processed)
 
     def _direct(self, b: AlgorithmBuilder, plan: _Plan, n: int, x: int, at: Any) -> None:
         m = plan.size if plan.kind == AG else plan.size // n

@@ -173,6 +173,19 @@ class NetworkModel:
         self.env.timeout(after).callbacks.append(start)
         return done
 
+    def transfer_then(self, src: int, dst: int, size: float, then: float) -> simpy.Event:
+        """:meth:`transfer` now; the returned event fires *then* ns after the message arrives (receiver processing)."""
+        done = self.env.event()
+
+        def processed(_event: simpy.Event) -> None:
+            done.succeed()
+
+        def arrived(_event: simpy.Event) -> None:
+            self.env.timeout(then).callbacks.append(processed)
+
+        self.transfer(src, dst, size).callbacks.append(arrived)
+        return done
+
     def offers_bulk_timing(self) -> bool:
         """Whether :meth:`bulk_timing` may return a timing (without making one)."""
         return type(self).bulk_timing is not NetworkModel.bulk_timing

@@ -138,6 +138,13 @@ class SystemConfig:
     mode of :mod:`etsim.compat` reproduces)."""
     endpoint_delay: float = option(0.0, "delay added to every message, e.g. '10 ns'", Time())
     """ns added before every message enters the network."""
+    endpoint_delay_at: str = option(
+        "send", "where a message pays endpoint_delay: before it enters the network, or after it arrives",
+        Choice("send", "receive"), flag=False,
+    )  # fmt: skip
+    """``send``: a message waits ``endpoint_delay`` before it enters the network; ``receive``: it enters at once
+    and is delivered ``endpoint_delay`` after it arrives (the receiver's processing, as in the compatibility mode
+    of :mod:`etsim.compat`; it matters when messages contend for links)."""
     group_endpoint_delay: float | None = option(
         None,
         "endpoint and stream delay of collectives on a named communicator group (default: endpoint_delay and "
@@ -146,8 +153,8 @@ class SystemConfig:
         flag=False,
     )
     """For collectives whose ``pg_name`` names a communicator group (not the world): the delay every message and
-    every stream pays instead of ``endpoint_delay`` and ``stream_delay`` (None: those). ASTRA-sim runs such groups
-    as a local dimension with a fixed delay of 10 whatever its ``endpoint-delay`` (:mod:`etsim.compat`)."""
+    every stream pays instead of ``endpoint_delay`` and ``stream_delay`` (None: those); the compatibility mode
+    (:mod:`etsim.compat`) runs such groups as a local dimension with a fixed delay of 10 ns."""
     p2p_endpoint_delay: bool = option(
         True, "workload SEND/RECV messages pay endpoint_delay too (false: only collectives' messages)", Boolean(),
         flag=False,

@@ -57,8 +57,8 @@ class CostModel:
             ops, size = trace.num_ops[j], trace.tensor_size[j]
             if ops is not None and size:
                 if self._integer:
-                    # Whole ns, computed in seconds through the operational intensity (ASTRA-sim's arithmetic, so
-                    # the truncation falls where its does).
+                    # Whole ns, computed in seconds through the operational intensity (the reference simulator's
+                    # arithmetic, so the truncation falls where its does).
                     rate = min(cfg.memory_bandwidth * 1e9 * (ops / size), cfg.peak_flops * 1e9)  # type: ignore[operator]
                     return float(math.floor(ops / rate * 1e9))
                 return max(ops / cfg.peak_flops, size / cfg.memory_bandwidth)  # type: ignore[operator]

@@ -21,7 +21,7 @@ from etsim.files import parse_json, parse_yaml, read_text
 __all__ = ["GROUPS_ATTR", "CommGroups", "groups_from_metadata", "load_comm_groups"]
 
 #: A GlobalMetadata attribute (a JSON string ``{"pg_name": [ranks], …}``) naming the groups a rank belongs to:
-#: what etsim's generators write instead of a METADATA node, which ASTRA-sim's feeder cannot read.
+#: what etsim's generators write instead of a METADATA node, which the reference Chakra consumer cannot read.
 GROUPS_ATTR = "etsim_comm_groups"
 
 

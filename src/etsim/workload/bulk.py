@@ -364,6 +364,9 @@ class FastPath:
         graph, plan, n = pending.graph, pending.plan, pending.n
         part = pending.runs[0].part  # type: ignore[union-attr]
         unit, after, comp_ns = part.bytes_per_unit, part.endpoint_delay, part.comp_ns
+        then = 0.0  # paid after arrival instead (endpoint_delay_at: receive)
+        if after > 0 and self.engine.config.endpoint_delay_at == "receive":
+            after, then = 0.0, after
         reduction_time = self.engine.costs.reduction_time
         kinds, chunks, durs = graph.kinds, graph.chunks, graph.durations_ns
         rel, match, tie_class, tie_pos = plan.rel, plan.match, plan.tie_class, plan.tie_pos
@@ -445,6 +448,8 @@ class FastPath:
                             namespace,
                             plan.signature,
                         )
+                    if then > 0:
+                        delivered = delivered + then  # the event path's timeout at arrival + then
                     finish = delivered
                     sends += 1
                 else:

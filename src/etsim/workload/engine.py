@@ -69,7 +69,9 @@ class Engine:
         self._reduction_free = [0.0] * len(traces)
         # An observer that does not watch messages is kept out of the mailbox: no cost per message.
         watch_messages = observer if observer is not None and observer.messages else None
-        self.mailbox = Mailbox(network, self.complete_now, watch_messages)
+        self.mailbox = Mailbox(
+            network, self.complete_now, watch_messages, delay_at_receive=config.endpoint_delay_at == "receive"
+        )
         self.workload_channels: dict[tuple[int, int, int], Channel] = {}
         # A collective's namespace is dropped when every rank of its group has finished its part.
         self.namespaces: dict[Hashable, Namespace] = {}

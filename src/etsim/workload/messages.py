@@ -56,9 +56,11 @@ class Mailbox:
     __slots__ = (
         "_batches",
         "_complete_now",
+        "_delay_at_receive",
         "_observer",
         "_transfer",
         "_transfer_after",
+        "_transfer_then",
         "bytes",
         "events",
         "messages",
@@ -71,10 +73,15 @@ class Mailbox:
         network: NetworkModel,
         complete_now: Callable[[GraphRun, int], None],
         observer: RunObserver | None = None,
+        *,
+        delay_at_receive: bool = False,
     ) -> None:
         self._observer = observer
         self._transfer = network.transfer
         self._transfer_after = network.transfer_after
+        self._transfer_then = network.transfer_then
+        # Where a message pays its run's endpoint delay: after it arrives (True) or before it enters the network.
+        self._delay_at_receive = delay_at_receive
         self._complete_now = complete_now
         self._batches: dict[Any, list[tuple[GraphRun, int, Channel, int, float]]] = {}
         self.messages = 0
@@ -98,7 +105,10 @@ class Mailbox:
         if self._observer is not None:
             self._observer.message_sent(run, j, src, dst, tag, size)
         if run.endpoint_delay > 0:
-            event = self._transfer_after(src, dst, size, run.endpoint_delay)
+            if self._delay_at_receive:
+                event = self._transfer_then(src, dst, size, run.endpoint_delay)
+            else:
+                event = self._transfer_after(src, dst, size, run.endpoint_delay)
         else:
             event = self._transfer(src, dst, size)
         # Messages delivered by one event (models coalesce same-instant deliveries) form one batch,

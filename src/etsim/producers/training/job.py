@@ -307,7 +307,7 @@ def _metadata(
 ) -> pb.GlobalMetadata:
     """*rank*'s GlobalMetadata: the job's description and the groups the rank belongs to (:data:`GROUPS_ATTR`).
 
-    Groups are not a ``process_group:init`` METADATA node: ASTRA-sim's feeder aborts on METADATA nodes.
+    Groups are not a ``process_group:init`` METADATA node: the reference Chakra consumer aborts on METADATA nodes.
     """
     mine = {ids[rank]: members[ids[rank]] for ids in group_ids.values() if rank in ids}
     metadata = pb.GlobalMetadata(version=SCHEMA_VERSION)

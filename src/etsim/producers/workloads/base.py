@@ -90,8 +90,8 @@ class WorkloadGenerator:
     - :meth:`nodes` estimates the nodes of all traces together (from above, roughly), so that a workload too
       large to hold is refused before it is built (:data:`MAX_NODES`); the default, 0, checks nothing.
     - :meth:`comm_groups` gives the communicator groups the traces' ``pg_name`` values stand for, which
-      ``etsim workload gen`` writes beside the traces as ``PREFIX.comm_groups.json`` (ASTRA-sim's format) for
-      consumers that do not read ``process_group:init`` nodes; the default, None, writes none.
+      ``etsim workload gen`` writes beside the traces as ``PREFIX.comm_groups.json`` (the reference consumer's
+      format) for consumers that read neither etsim's metadata nor ``process_group:init`` nodes; None: none.
     """
 
     #: Registry name (informational; the registry key is what selects it).
