@@ -173,3 +173,29 @@ def test_validate_ignores_ctrl_deps_across_ranks_too() -> None:
     errors = [i.message for i in validate_workload(wl, ignore_ctrl_deps=True) if i.severity == "error"]
     assert errors == []
     assert any("0 sends but 1 receives" in i.message for i in validate_workload(wl) if i.severity == "error")
+
+
+def _two_collectives(order: str) -> Workload:
+    """Two ranks, each with an all-reduce of 1 KiB and one of 2 KiB on the world group, ordered by *order*."""
+    traces = []
+    for r in range(2):
+        b = TraceBuilder()
+        a = b.comp("a", duration_micros=1 + r)
+        c = b.comp("c", duration_micros=2 - r, deps=[a] if order == "chain" else [])
+        first = b.collective(CollectiveType.ALL_REDUCE, 1024, deps=[a])
+        if order == "dependency":
+            b.collective(CollectiveType.ALL_REDUCE, 2048, deps=[c, first])
+        elif order == "siblings":
+            b.collective(CollectiveType.ALL_REDUCE, 2048, deps=[a])
+        else:  # "free" (c independent of a) or "chain" (c after a: the first is always ready first)
+            b.collective(CollectiveType.ALL_REDUCE, 2048, deps=[c])
+        traces.append(b.build(rank=r))
+    return Workload(traces)
+
+
+def test_collectives_of_a_group_that_timing_alone_orders_are_warned_about() -> None:
+    warnings = [i for i in validate_workload(_two_collectives("free")) if "no dependency orders" in i.message]
+    assert len(warnings) == 2 and warnings[0].severity == "warning"
+    assert "all_reduce of 2048 bytes" in warnings[0].message and "all_reduce of 1024 bytes" in warnings[0].message
+    for order in ("dependency", "siblings", "chain"):
+        assert not [i for i in validate_workload(_two_collectives(order)) if "no dependency orders" in i.message]

@@ -24,6 +24,7 @@ from etsim.chakra import TraceBuilder, write_workload
 from etsim.chakra.graph import CollectiveType, NodeType
 from etsim.cli import main
 from etsim.compat import run_astra
+from etsim.errors import SimulationError
 from etsim.producers.workloads import WORKLOAD_GENERATORS
 from etsim.producers.workloads.base import parse
 
@@ -39,7 +40,7 @@ NETWORK = "topology: [ Ring ]\nnpus_count: [ 8 ]\nbandwidth: [ 50.0 ]\nlatency: 
 # flags: (ranks 0-3, ranks 4-7) finish cycles under ASTRA-sim's congestion-unaware back end, and every rank's under
 # the congestion-aware one
 CASES = {
-    "tp2_pp2_dp2": ([], (4130699, 3234420), [5410984, 5411484, 5411984, 5412484, 3958032, 3958532, 3959032, 3959532]),
+    "tp2_pp2_dp2": ([], (4131168, 3234889), [5410984, 5411484, 5411984, 5412484, 3958032, 3958532, 3959032, 3959532]),
     "tp2_pp2_dp2_sp_zero1": (
         ["--sp", "--zero", "1"],
         (3555849, 2938836),
@@ -166,3 +167,37 @@ def test_roofline_compute_is_truncated_to_whole_cycles_as_astra_sim_does(model: 
     system.write_text(json.dumps({**SYSTEM, "roofline-enabled": 1, "peak-perf": 312, "local-mem-bw": 1555}))
     result = run_astra(tmp_path / "roof", system, network, model=model)
     assert [int(r.finish_ns) for r in result.ranks] == [317753] * 8
+
+
+def test_generated_jobs_under_the_roofline_run_as_astra_sim_runs_them(tmp_path: Path) -> None:
+    """tp2_pp2_dp2 with roofline-enabled 1, peak-perf 312: ASTRA-sim's cycles (COMP times from num_ops/tensor_size).
+
+    Memory-bound nodes say one operation: with num_ops 0, ASTRA-sim divides 0 by 0 and never finishes them.
+    """
+    (tmp_path / "model.yaml").write_text(MODEL)
+    prefix = tmp_path / "job"
+    argv = ["workload", "gen", "transformer", "--model", str(tmp_path / "model.yaml"), "--tp", "2", "--pp", "2"]
+    assert main([*argv, "--dp", "2", "--global-batch", "8", "-o", str(prefix)]) == 0
+    system, network = _inputs(tmp_path)
+    system.write_text(json.dumps({**SYSTEM, "roofline-enabled": 1, "peak-perf": 312}))
+    groups = tmp_path / "job.comm_groups.json"
+    expected = {
+        "unaware": [3293902] * 4 + [2506214] * 4,
+        "aware": [4586433, 4586933, 4587433, 4587933, 3242072, 3242572, 3243072, 3243572],
+    }
+    for model, cycles in expected.items():
+        result = run_astra(prefix, system, network, comm_groups=groups, model=model)
+        assert [int(r.finish_ns) for r in result.ranks] == cycles, model
+
+
+def test_a_node_of_no_operations_under_the_whole_ns_roofline_is_refused_by_name(tmp_path: Path) -> None:
+    traces = []
+    for r in range(8):
+        b = TraceBuilder()
+        b.comp("norm", num_ops=0, tensor_size=4096)
+        traces.append(b.build(rank=r))
+    write_workload(traces, tmp_path / "zero")
+    system, network = _inputs(tmp_path)
+    system.write_text(json.dumps({**SYSTEM, "roofline-enabled": 1, "peak-perf": 312}))
+    with pytest.raises(SimulationError, match=r"node 0 \(norm\): num_ops 0 with tensor_size 4096 .* num_ops >= 1"):
+        run_astra(tmp_path / "zero", system, network, model="unaware")

@@ -163,13 +163,14 @@ def test_shipped_data_parallel_workload(algorithm: str, model: str) -> None:
         both(workload, SystemConfig(algorithms={"default": algorithm}), topology=TOPOLOGIES[topology](), model=model)
 
 
-def test_shipped_families_and_msccl_take_the_event_path() -> None:
-    """Per-rank graphs (ET families, MSCCL-IR) are not shared: the event path runs them, unchanged."""
-    workload = Workload(collective_workload(AR, 1 * MiB, 8))
-    for algo in ("algorithms/ring_allreduce_8npus", "algorithms/msccl_ring_allreduce_8npus"):
+def test_shipped_families_run_in_bulk_when_their_ranks_share_one_graph() -> None:
+    """ET families whose ranks run one graph up to relabelled peers (exported rings, MSCCLang's ring) share it and
+    are evaluated in bulk, with the event path's result; per-rank graphs (a tree) stay on the event path."""
+    workload = Workload(collective_workload(AR, 64 * MiB, 64))
+    for algo in ("algorithms/ring_allreduce_64npus", "algorithms/tree_allreduce_64npus"):
         system = SystemConfig(algorithms={"default": str(ROOT / algo)})
-        fast = both(workload, system, topology=ring(8, B, L), model="link")
-        assert fast.sim["bulk_parts"] == 0
+        fast = both(workload, system, topology=ring(64, B, L), model="link")
+        assert fast.sim["bulk_parts"] == (64 if "ring" in algo else 0), algo
 
 
 Call = tuple[str, CollectiveType, int, int]

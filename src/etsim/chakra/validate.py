@@ -227,7 +227,77 @@ def validate_workload(workload: Workload, *, ignore_ctrl_deps: bool = False) -> 
         orders = [topological_order(t, include_ctrl=not ignore_ctrl_deps) for t in workload.traces]
         issues.extend(_check_point_to_point(workload, orders))
         issues.extend(_check_collectives(workload, orders))
+        for trace, order in zip(workload.traces, orders, strict=True):
+            issues.extend(_unordered_collectives(trace, order, include_ctrl=not ignore_ctrl_deps))
     return issues
+
+
+def _deps(csrs: list[tuple[list[int], list[int]]], pos: int) -> set[int]:
+    return {d for ptr, idx in csrs for d in idx[ptr[pos] : ptr[pos + 1]]}
+
+
+def _ready_before(csrs: list[tuple[list[int], list[int]]], first: int, then: int) -> bool:
+    """Whether every dependency of *first* is a dependency of *then* or one of their ancestors."""
+    needed = _deps(csrs, first)
+    stack = list(_deps(csrs, then))
+    seen = set(stack)
+    needed -= seen
+    while stack and needed:
+        for d in _deps(csrs, stack.pop()):
+            if d not in seen:
+                seen.add(d)
+                needed.discard(d)
+                stack.append(d)
+    return not needed
+
+
+def _unordered_collectives(trace: Trace, order: list[int], *, include_ctrl: bool) -> list[Issue]:
+    """Consecutive collectives of one group on this rank that differ and that no dependency orders.
+
+    Which one a rank issues first then depends on timing, which may differ between the group's ranks: the
+    collectives would be paired with different ones on different ranks (a runtime hangs or mixes them up).
+    """
+    csrs = trace.dependency_csrs(include_ctrl=include_ctrl)
+    # Per node: for each group, the sequence number of the last of its collectives among the node's ancestors.
+    seen: list[dict[str, int] | None] = [None] * trace.num_nodes
+    count: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for pos in order:
+        merged: dict[str, int] | None = None
+        for ptr, idx in csrs:
+            for d in idx[ptr[pos] : ptr[pos + 1]]:
+                before = seen[d]
+                if not before or before is merged:
+                    continue
+                if merged is None:
+                    merged = before
+                else:
+                    merged = {g: max(merged.get(g, -1), before.get(g, -1)) for g in merged.keys() | before.keys()}
+        if trace.types[pos] == NodeType.COMM_COLL_NODE and not trace.is_cpu_op[pos]:
+            group = trace.pg_name[pos] or "0"
+            k = count.get(group, 0)
+            count[group] = k + 1
+            prev = last.get(group)
+            if prev is not None and (merged or {}).get(group, -1) < k - 1:
+                same = (trace.comm_type[prev], trace.comm_size[prev]) == (trace.comm_type[pos], trace.comm_size[pos])
+                # When everything one waits for is behind the other too, that one is ready first (or with it, and
+                # issued first by id) on every rank, whatever the timing.
+                if not same and not _ready_before(csrs, prev, pos) and not _ready_before(csrs, pos, prev):
+                    return [
+                        Issue(
+                            "warning",
+                            f"{trace.describe(pos)} ({_coll_label(trace.comm_type[pos], trace.comm_size[pos])}) and "
+                            f"{trace.describe(prev)} ({_coll_label(trace.comm_type[prev], trace.comm_size[prev])}) "
+                            f"are collectives of group {group!r} that no dependency orders: which is issued first "
+                            "depends on timing and may differ between the group's ranks (etsim refuses a run where "
+                            "it does; other simulators may pair different collectives); add a dependency",
+                        )
+                    ]
+            last[group] = pos
+            merged = dict(merged or {})
+            merged[group] = k
+        seen[pos] = merged
+    return []
 
 
 def _check_point_to_point(workload: Workload, orders: list[list[int]]) -> list[Issue]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from etsim.chakra.graph import Trace
+from etsim.errors import SimulationError
 from etsim.system.config import SystemConfig
 
 __all__ = ["CostModel"]
@@ -57,6 +58,12 @@ class CostModel:
             ops, size = trace.num_ops[j], trace.tensor_size[j]
             if ops is not None and size:
                 if self._integer:
+                    if ops <= 0:
+                        raise SimulationError(
+                            f"{trace.describe(j)}: num_ops {ops} with tensor_size {size} under the roofline with "
+                            "whole-ns times: the time is computed as num_ops / (bandwidth · num_ops / tensor_size), "
+                            "0/0 for this node (the reference simulator never finishes it); give it num_ops >= 1"
+                        )
                     # Whole ns, computed in seconds through the operational intensity (the reference simulator's
                     # arithmetic, so the truncation falls where its does).
                     rate = min(cfg.memory_bandwidth * 1e9 * (ops / size), cfg.peak_flops * 1e9)  # type: ignore[operator]

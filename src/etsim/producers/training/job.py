@@ -94,6 +94,9 @@ class _Rank:
         m = job.model
         self.n = job.micro_batch * m.seq // lay.cp  # tokens of one micro-batch on this rank
         self.last_compute: int | None = None
+        # The last collective issued on each group: the next one waits for it, as collectives of one communicator
+        # run one after the other on its stream (and so every member issues them in one order).
+        self.last_collective: dict[str, int] = {}
         self.stage_chunks = [k * lay.pp + self.p for k in range(job.chunks)]
         self.total_chunks = lay.pp * job.chunks
         self.grad_collectives: list[int] = []
@@ -118,14 +121,21 @@ class _Rank:
             name,
             duration_micros=max(1, round(cost.ns / 1000.0)) if cost.ns > 0 else 0,
             deps=deps,
-            num_ops=round(cost.flops),
+            # A memory-bound node (norms, embedding, optimizer) still says it does one operation: a roofline then gives
+            # it its memory time (num_ops 0 would make the operational intensity 0 and the time 0/0).
+            num_ops=max(1, round(cost.flops)),
             tensor_size=round(cost.nbytes),
         )
         self.last_compute = node
         return node
 
     def _coll(self, kind: CollectiveType, size: float, deps: list[int], name: str, role: str) -> int:
-        return self.b.collective(kind, max(1, round(size)), deps=deps, name=name, pg_name=self.groups[role])
+        previous = self.last_collective.get(role)
+        if previous is not None and previous not in deps:
+            deps = [*deps, previous]
+        node = self.b.collective(kind, max(1, round(size)), deps=deps, name=name, pg_name=self.groups[role])
+        self.last_collective[role] = node
+        return node
 
     # -- blocks
     def _attention(self, factor: float, core_only: bool = False, qkv: bool = True) -> _Cost:
@@ -412,7 +422,7 @@ def _build_rank(
             else:
                 b.send(r._peer(model_chunk + 1), max(1, round(r._p2p_size())), r._tag(op, model_chunk + 1, False),
                        deps=deps, name=f"{tag}_send_act")  # fmt: skip
-            prev = [r.last_compute] if r.last_compute is not None else deps
+            prev = deps  # the next pass starts once this one's compute and tensor-parallel collectives are done
             continue
         # backward
         deps = list(prev)
@@ -456,7 +466,7 @@ def _build_rank(
         if model_chunk > 0:
             b.send(r._peer(model_chunk - 1), max(1, round(r._p2p_size())), r._tag(op, model_chunk - 1, True),
                    deps=deps, name=f"{tag}_send_grad")  # fmt: skip
-        prev = [r.last_compute] if r.last_compute is not None else deps
+        prev = deps
     # The optimizer step, once this rank's gradients are reduced; ZeRO-1/2 then gather the updated parameters.
     params = rank_parameters(job, r.p)
     shard = params / lay.dp if job.zero >= 1 else params
