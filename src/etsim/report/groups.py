@@ -65,6 +65,30 @@ def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
     return total
 
 
+def _rank_intervals(
+    rec: RunRecorder, run: Any
+) -> tuple[list[tuple[float, float]], list[tuple[str, int, tuple[float, float]]]]:
+    """A recorded rank's compute intervals, and its communication ones as ``(group, node, interval)``.
+
+    Compute: COMP nodes and host-side collectives; communication: collectives (group ``pg_name``, ``"0"`` for the
+    world) and workload SEND/RECV (group :data:`P2P`). Nodes that never started are left out.
+    """
+    tr = run.trace
+    starts, finishes = rec.start[run.rank], rec.finish[run.rank]
+    mine: list[tuple[float, float]] = []
+    comm: list[tuple[str, int, tuple[float, float]]] = []
+    for j, t in enumerate(tr.types):
+        s = starts[j]
+        if s != s:
+            continue
+        cpu = run.node_class[j] == CPU
+        if t == _T_COMP or (t == _T_COLL and cpu):
+            mine.append((s, finishes[j]))
+        elif t == _T_COLL or t in _T_P2P:
+            comm.append(((tr.pg_name[j] or "0") if t == _T_COLL else P2P, j, (s, finishes[j])))
+    return mine, comm
+
+
 def exposure_by_group(rec: RunRecorder) -> list[dict[str, Any]]:
     """Communication and exposed communication per group of the run *rec* recorded, sorted by group name.
 
@@ -80,22 +104,12 @@ def exposure_by_group(rec: RunRecorder) -> list[dict[str, Any]]:
     sizes: dict[str, float] = {}
     compute: list[list[tuple[float, float]]] = []
     for run in engine.runs:
-        tr = run.trace
         rank = run.rank
-        starts, finishes = rec.start[rank], rec.finish[rank]
-        mine: list[tuple[float, float]] = []
-        for j, t in enumerate(tr.types):
-            s = starts[j]
-            if s != s:
-                continue
-            cpu = run.node_class[j] == CPU
-            if t == _T_COMP or (t == _T_COLL and cpu):
-                mine.append((s, finishes[j]))
-            elif t == _T_COLL or t in _T_P2P:
-                group = (tr.pg_name[j] or "0") if t == _T_COLL else P2P
-                per_group.setdefault(group, {}).setdefault(rank, []).append((s, finishes[j]))
-                calls[group] = calls.get(group, 0) + 1
-                sizes[group] = sizes.get(group, 0.0) + (tr.comm_size[j] or 0)
+        mine, communication = _rank_intervals(rec, run)
+        for group, j, interval in communication:
+            per_group.setdefault(group, {}).setdefault(rank, []).append(interval)
+            calls[group] = calls.get(group, 0) + 1
+            sizes[group] = sizes.get(group, 0.0) + (run.trace.comm_size[j] or 0)
         compute.append(_union(mine))
     out = []
     for group in sorted(per_group):
@@ -185,20 +199,11 @@ def exposure_by_role(rec: RunRecorder, roles: dict[str, str]) -> tuple[dict[str,
     others: list[float] = []
     ranks = len(engine.runs)
     for run in engine.runs:
-        tr = run.trace
-        starts, finishes = rec.start[run.rank], rec.finish[run.rank]
-        mine: list[tuple[float, float]] = []
+        mine, intervals_of = _rank_intervals(rec, run)
         comm: dict[str, list[tuple[float, float]]] = {}
-        for j, t in enumerate(tr.types):
-            s = starts[j]
-            if s != s:
-                continue
-            cpu = run.node_class[j] == CPU
-            if t == _T_COMP or (t == _T_COLL and cpu):
-                mine.append((s, finishes[j]))
-            elif t == _T_COLL or t in _T_P2P:
-                role = roles.get(tr.pg_name[j] or "0", "other") if t == _T_COLL else "pp"
-                comm.setdefault(role, []).append((s, finishes[j]))
+        for group, _, interval in intervals_of:
+            role = "pp" if group == P2P else roles.get(group, "other")
+            comm.setdefault(role, []).append(interval)
         compute = _union(mine)
         for role, intervals in comm.items():
             per_role.setdefault(role, [0.0] * ranks)[run.rank] = _minus(_union(intervals), compute)
