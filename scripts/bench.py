@@ -65,6 +65,9 @@ inputs are generated in the work directory before the clock starts; see PROCESS_
                        128 layers, 16 MiB gradient
                        all-reduce per layer overlapping the backward pass (``etsim workload gen dp``)
   synth-tacos-32x32    ``etsim synth tacos`` of an all-gather on topologies/mesh32x32.yaml, writing the family
+  train-gpt3-1024      one training step of GPT-3 175B on 1,024 GPUs (t 8 with SP, p 8, d 16 with ZeRO-1, 8
+                       micro-batches, selective recomputation) on a dgx-a100 gpu_cluster under flow: a one-point
+                       ``etsim experiment run`` (generated in memory, simulated, step report), issue 23's scale case
   write-1m             (in process) write the 1,000,000-node trace of load-1m back to disk
 
 Route computation (``model.route``) is done before the timer starts in the torus cases, for model and
@@ -473,6 +476,11 @@ PROCESS_CASES: dict[str, tuple[list[str], str]] = {
          "-o", "{w}/tacos/ag"],
         "",
     ),
+    "train-gpt3-1024": (
+        ["experiment", "run", "{w}/gpt3_1024.yaml", "--out", "{w}/gpt3_1024", "--jobs", "1", "--no-plots", "--force",
+         "-q"],
+        "gpt3_1024",
+    ),
 }  # fmt: skip
 
 
@@ -517,6 +525,14 @@ def prepare(kind: str, workdir: Path) -> None:
         (workdir / "ring16_switch16.yaml").write_text(
             "kind: product\ndims:\n  - {kind: ring, npus: 16, bandwidth: 200 GB/s, latency: 100 ns}\n"
             "  - {kind: switch, npus: 16, bandwidth: 50 GB/s, latency: 1 us}\n"
+        )
+    elif kind == "gpt3_1024":
+        (workdir / "gpt3_1024.yaml").write_text(
+            "name: gpt3_1024\n"
+            "workload: {generate: transformer, model: gpt3-175b, tp: 8, sp: true, pp: 8, dp: 16, zero: 1,\n"
+            "           recompute: selective, global_batch: 128, micro_batch: 1}\n"
+            "topology: {kind: gpu_cluster, preset: dgx-a100, gpus: 1024}\n"
+            "model: flow\nsystem: {resources: {comm_streams: 0}}\nsweep: {workload.micro_batch: [1]}\n"
         )
     elif kind == "dp64" and not (workdir / "dp64.0.et").exists():
         from etsim.producers.workloads import data_parallel_workload
