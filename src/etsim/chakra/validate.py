@@ -232,6 +232,10 @@ def validate_workload(workload: Workload, *, ignore_ctrl_deps: bool = False) -> 
     return issues
 
 
+#: Pairs of collectives per rank whose readiness order :func:`validate_workload` searches the ancestors for.
+MAX_ORDER_SEARCHES = 256
+
+
 def _deps(csrs: list[tuple[list[int], list[int]]], pos: int) -> set[int]:
     return {d for ptr, idx in csrs for d in idx[ptr[pos] : ptr[pos + 1]]}
 
@@ -258,6 +262,7 @@ def _unordered_collectives(trace: Trace, order: list[int], *, include_ctrl: bool
     collectives would be paired with different ones on different ranks (a runtime hangs or mixes them up).
     """
     csrs = trace.dependency_csrs(include_ctrl=include_ctrl)
+    searches = 0  # readiness searches walk ancestors: a bounded number per rank keeps huge traces quick
     # Per node: for each group, the sequence number of the last of its collectives among the node's ancestors.
     seen: list[dict[str, int] | None] = [None] * trace.num_nodes
     count: dict[str, int] = {}
@@ -282,7 +287,12 @@ def _unordered_collectives(trace: Trace, order: list[int], *, include_ctrl: bool
                 same = (trace.comm_type[prev], trace.comm_size[prev]) == (trace.comm_type[pos], trace.comm_size[pos])
                 # When everything one waits for is behind the other too, that one is ready first (or with it, and
                 # issued first by id) on every rank, whatever the timing.
-                if not same and not _ready_before(csrs, prev, pos) and not _ready_before(csrs, pos, prev):
+                if not same and searches < MAX_ORDER_SEARCHES:
+                    searches += 1
+                    unordered = not _ready_before(csrs, prev, pos) and not _ready_before(csrs, pos, prev)
+                else:
+                    unordered = False
+                if unordered:
                     return [
                         Issue(
                             "warning",
