@@ -105,8 +105,10 @@ def parse_efficiency(values: Mapping[str, Any], key: str) -> Efficiency:
             raise ConfigError(f"{key}: unknown efficiency {name!r}; valid: {', '.join(sorted(fields))}")
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{key}.{name}: expected a number, got {value!r}")
-        upper = None if name == "gemm_half" else 1.0
-        if not value > 0 or (upper is not None and value > upper):
+        if name == "gemm_half":  # a GEMM dimension, not a fraction
+            if not value > 0:
+                raise ConfigError(f"{key}.{name}: expected a GEMM dimension > 0, got {value!r}")
+        elif not 0 < value <= 1:
             raise ConfigError(f"{key}.{name}: expected a number in (0, 1], got {value!r}")
         changes[name] = float(value)
     return replace(DEFAULT_EFFICIENCY, **changes)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from etsim.chakra.attributes import make_attribute
 from etsim.chakra.builder import SCHEMA_VERSION, TraceBuilder
@@ -78,7 +78,6 @@ class _Cost:
     flops: float = 0.0
     nbytes: float = 0.0
     ns: float = 0.0
-    parts: list[str] = field(default_factory=list)
 
 
 class _Rank:
@@ -100,7 +99,6 @@ class _Rank:
         self.stage_chunks = [k * lay.pp + self.p for k in range(job.chunks)]
         self.total_chunks = lay.pp * job.chunks
         self.grad_collectives: list[int] = []
-        self.flops = 0.0
 
     # -- kernels
     def _kernel(self, cost: _Cost, kind: str, flops: float, nbytes: float, dim: float = 0.0) -> None:
@@ -116,7 +114,6 @@ class _Rank:
         self._kernel(cost, "gemm", 2.0 * rows * cols * inner * factor, nbytes * factor, min(rows, cols, inner))
 
     def _comp(self, name: str, cost: _Cost, deps: list[int]) -> int:
-        self.flops += cost.flops
         node = self.b.comp(
             name,
             duration_micros=max(1, round(cost.ns / 1000.0)) if cost.ns > 0 else 0,
@@ -210,7 +207,7 @@ class _Rank:
         size = self.n / lay.tp * m.hidden * m.top_k * ACTIVATION_BYTES
         return [self._coll(A2A, size, deps, name, "ep")]
 
-    def layer_forward(self, layer: int, deps: list[int], tag: str, recompute: bool = False) -> list[int]:
+    def layer_forward(self, layer: int, deps: list[int], tag: str) -> list[int]:
         """One layer's forward on one micro-batch; returns the nodes the next step waits for."""
         p = f"{tag}_l{layer}"
         deps = self._tp_before(deps, f"{p}_attn_ag")
@@ -257,9 +254,10 @@ class _Rank:
         lay = self.job.layout
         return lay.rank(self.t, self.c, self.d, model_chunk % lay.pp)
 
-    def _p2p_size(self) -> float:
+    def _p2p_size(self) -> int:
+        """Bytes of a pipeline transfer: one micro-batch's activations (sequence-sharded with SP)."""
         size = self.n * self.job.model.hidden * ACTIVATION_BYTES
-        return size / self.job.layout.tp if self.job.sp else size
+        return max(1, round(size / self.job.layout.tp if self.job.sp else size))
 
     def _tag(self, op: Op, model_chunk: int, backward: bool) -> int:
         return (op.micro_batch * self.total_chunks + model_chunk) * 2 + int(backward)
@@ -402,7 +400,7 @@ def _build_rank(
         if op.kind == "F":
             deps = list(prev)
             if model_chunk > 0:
-                recv = b.recv(r._peer(model_chunk - 1), max(1, round(r._p2p_size())), r._tag(op, model_chunk, False),
+                recv = b.recv(r._peer(model_chunk - 1), r._p2p_size(), r._tag(op, model_chunk, False),
                               deps=prev[-1:], name=f"{tag}_recv_act")  # fmt: skip
                 deps.append(recv)
             elif model.vocab:
@@ -420,14 +418,14 @@ def _build_rank(
                     r._kernel(logits, "memory", 0, 3 * r.n * model.vocab / lay.tp * 4)  # softmax and loss, fp32
                     deps = [r._comp(f"{tag}_logits", logits, deps)]
             else:
-                b.send(r._peer(model_chunk + 1), max(1, round(r._p2p_size())), r._tag(op, model_chunk + 1, False),
+                b.send(r._peer(model_chunk + 1), r._p2p_size(), r._tag(op, model_chunk + 1, False),
                        deps=deps, name=f"{tag}_send_act")  # fmt: skip
             prev = deps  # the next pass starts once this one's compute and tensor-parallel collectives are done
             continue
         # backward
         deps = list(prev)
         if model_chunk < r.total_chunks - 1:
-            recv = b.recv(r._peer(model_chunk + 1), max(1, round(r._p2p_size())), r._tag(op, model_chunk, True),
+            recv = b.recv(r._peer(model_chunk + 1), r._p2p_size(), r._tag(op, model_chunk, True),
                           deps=prev[-1:], name=f"{tag}_recv_grad")  # fmt: skip
             deps.append(recv)
         elif model.vocab:
@@ -464,7 +462,7 @@ def _build_rank(
         if op.micro_batch == last_mb:
             flush([r.last_compute], f"{tag}_grad_bucket{len(bucket_sizes)}")  # type: ignore[list-item]
         if model_chunk > 0:
-            b.send(r._peer(model_chunk - 1), max(1, round(r._p2p_size())), r._tag(op, model_chunk - 1, True),
+            b.send(r._peer(model_chunk - 1), r._p2p_size(), r._tag(op, model_chunk - 1, True),
                    deps=deps, name=f"{tag}_send_grad")  # fmt: skip
         prev = deps
     # The optimizer step, once this rank's gradients are reduced; ZeRO-1/2 then gather the updated parameters.
