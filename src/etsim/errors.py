@@ -15,6 +15,7 @@ __all__ = [
     "EtsimError",
     "EtsimWarning",
     "FastPathConflict",
+    "FoldConflict",
     "Interrupted",
     "RegistryError",
     "SimulationError",
@@ -55,6 +56,13 @@ class SimulationError(EtsimError):
 
 class DeadlockError(SimulationError):
     """A simulation cannot progress; the message names the stuck ranks and nodes."""
+
+
+class FoldConflict(SimulationError):
+    """A run with mirrored replicas met something the mirrors cannot reproduce exactly.
+
+    Internal: :func:`etsim.simulation.simulate` catches it and runs every rank instead, so a user never sees it.
+    """
 
 
 class FastPathConflict(SimulationError):

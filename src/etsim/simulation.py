@@ -11,6 +11,7 @@ Typical use::
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import time
@@ -20,7 +21,15 @@ from typing import Any, TextIO
 
 from etsim.chakra.graph import Workload
 from etsim.chakra.validate import preflight
-from etsim.errors import ConfigError, DeadlockError, EtsimWarning, FastPathConflict, SimulationError, warn
+from etsim.errors import (
+    ConfigError,
+    DeadlockError,
+    EtsimWarning,
+    FastPathConflict,
+    FoldConflict,
+    SimulationError,
+    warn,
+)
 from etsim.network import NetworkConfig, Topology, build_model, load_network, ring
 from etsim.network.model import DEFAULT_MODEL, CountingEnvironment, LinkStats
 from etsim.progress import Display
@@ -32,6 +41,7 @@ from etsim.system.config import SystemConfig
 from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
 from etsim.units import format_bandwidth, format_size, format_time
 from etsim.workload.engine import Engine
+from etsim.workload.fold import FoldedRouter, ReplicaFold, find_fold, mirrored_trace
 from etsim.workload.observe import RunObserver
 
 __all__ = [
@@ -130,6 +140,7 @@ def simulate(
     caught: list[warnings.WarningMessage] = []
     excluded: set[Hashable] = set()
     reruns = 0
+    fold = True
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", EtsimWarning)
@@ -146,8 +157,11 @@ def simulate(
                         progress_interval,
                         observer,
                         fast_excluded=excluded if reruns < MAX_FAST_RERUNS else None,
+                        fold=fold,
                     )
                     break
+                except FoldConflict:
+                    fold = False  # something the mirrors cannot reproduce: simulate every rank
                 except FastPathConflict as conflict:
                     # A part evaluated ahead could not be proven exact: run again with it on the event path.
                     reruns += 1
@@ -192,6 +206,7 @@ def _simulate(
     observer: RunObserver | None = None,
     *,
     fast_excluded: set[Hashable] | None = None,
+    fold: bool = True,
 ) -> Result:
     config = system or SystemConfig()
     if fast_excluded is None:
@@ -231,7 +246,15 @@ def _simulate(
     network = build_model(env, topo, model_name, options)
     dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
     sys_layer = System(config, groups, dims=dims, topology=topo)
-    expected = sys_layer.message_estimate(workload.traces)
+    traces = list(workload.traces)
+    folded: ReplicaFold | None = None
+    if fold and config.fold_replicas:
+        folded, _why = find_fold(traces, groups, topo, network.options.router)
+    if folded is not None:
+        traces = [t if folded.rep[r] == r else mirrored_trace(t) for r, t in enumerate(traces)]
+        sys_layer.simulated = frozenset(folded.simulated)
+        network.router = FoldedRouter(network.router, folded)
+    expected = sys_layer.message_estimate(traces)
     walked = expected
     if expected > min(MESSAGE_WARNING, MAX_MESSAGES) and config.fast_path and network.offers_bulk_timing():
         timing = network.bulk_timing()
@@ -247,7 +270,9 @@ def _simulate(
             f"this run will send about {expected:,} messages (more than {MESSAGE_WARNING:,}); it may take a long "
             "time — fewer chunks or a smaller group make it cheaper"
         )
-    engine = Engine(env, network, sys_layer, list(workload.traces), config, observer, fast_excluded)
+    engine = Engine(env, network, sys_layer, traces, config, observer, fast_excluded)
+    if folded is not None:
+        engine.mirror(folded)
     display = Display(progress, delay=progress_interval) if progress is not None else current_display()
     if display is not None:
         _attach_progress(engine, display, wall0, expected)
@@ -276,6 +301,10 @@ def _simulate(
         for c in engine.collectives
     ]
     stats = network.link_stats()
+    messages, nbytes = engine.messages, engine.bytes
+    if folded is not None:
+        ranks, collectives, stats = _mirror_results(folded, groups, topo, ranks, collectives, stats)
+        messages, nbytes = messages * folded.replicas, nbytes * folded.replicas
     finish = max((r.finish_ns for r in ranks), default=0.0)
     aware = getattr(network, "congestion_aware", True)
     if not aware:
@@ -303,8 +332,8 @@ def _simulate(
     network_info: dict[str, Any] = {
         "model": model_name,
         "topology": topo_label,
-        "messages": engine.messages,
-        "bytes": engine.bytes,
+        "messages": messages,
+        "bytes": nbytes,
     }
     if topo.dims:  # lets plots lay links out on the grid of a mesh or torus
         network_info["dims"] = [{"kind": d.kind, "npus": d.npus} for d in topo.dims]
@@ -313,9 +342,45 @@ def _simulate(
         ranks=ranks,
         collectives=collectives,
         network=network_info,
-        sim={"events": engine.events, "wall_s": wall, "bulk_parts": engine.fast.parts if engine.fast else 0},
+        sim={
+            "events": engine.events,
+            "wall_s": wall,
+            "bulk_parts": engine.fast.parts if engine.fast else 0,
+            **({"folded": folded.description} if folded is not None else {}),
+        },
         links=links,
     )
+
+
+def _mirror_results(
+    fold: ReplicaFold,
+    groups: CommGroups,
+    topo: Topology,
+    ranks: list[RankResult],
+    collectives: list[CollectiveRecord],
+    stats: list[LinkStats],
+) -> tuple[list[RankResult], list[CollectiveRecord], list[LinkStats]]:
+    """A folded run's results for every rank and link: each mirror takes its representative's (exact by symmetry)."""
+    by_rank = {r.rank: r for r in ranks}
+    ranks = [dataclasses.replace(by_rank[fold.rep[r]], rank=r) for r in range(len(fold.rep))]
+    declared = {frozenset(m): list(m) for m in groups.groups.values()}
+    mirrored = []
+    for c in collectives:
+        mirrored.append(c)
+        for image in fold.orbit[c.rank][1:]:
+            k = fold.power[image]
+            members = [fold.orbit[fold.rep[m]][(fold.power[m] + k) % fold.replicas] for m in c.group]
+            group = declared.get(frozenset(members), members)
+            mirrored.append(dataclasses.replace(c, rank=image, group=group))
+    mirrored.sort(key=lambda c: c.start_ns)
+    used = {s.link: s for s in stats}
+    links = []
+    for rep, orbit in fold.link_orbits().items():
+        s = used.get(rep)
+        if s is not None:
+            links += [dataclasses.replace(s, link=x, src=topo.links[x][0], dst=topo.links[x][1]) for x in orbit]
+    links.sort(key=lambda s: s.link)
+    return ranks, mirrored, links
 
 
 def _check_physical(stats: list[LinkStats], finish: float, model_name: str, topo: Topology) -> None:

@@ -29,7 +29,15 @@ DEFAULT_LIMIT = 1_000_000
 __all__ = ["parse_algo_options", "register"]
 
 #: System settings ``etsim run`` takes as flags (the rest only in a system YAML, ``--system``).
-SYSTEM_FLAGS = ("comm_groups", "chunks", "reduction_bandwidth", "endpoint_delay", "ignore_ctrl_deps", "fast_path")
+SYSTEM_FLAGS = (
+    "comm_groups",
+    "chunks",
+    "reduction_bandwidth",
+    "endpoint_delay",
+    "ignore_ctrl_deps",
+    "fast_path",
+    "fold_replicas",
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -250,6 +250,10 @@ class Topology:
         """The switch of dimension *dim* serving the group whose coordinate *dim* is 0 at rank *base*."""
         return self._dim_switch[dim, base]
 
+    def switch_dimensions(self) -> dict[str, int]:
+        """Switch node → the dimension it serves (switches of a product topology)."""
+        return {node: dim for (dim, _base), node in self._dim_switch.items()}
+
     def check_npu(self, rank: object, what: str = "NPU") -> None:
         """Raise :class:`TopologyError` unless *rank* is a live NPU of this topology."""
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.npus:

@@ -103,13 +103,22 @@ def exposure_by_group(rec: RunRecorder) -> list[dict[str, Any]]:
     calls: dict[str, int] = {}
     sizes: dict[str, float] = {}
     compute: list[list[tuple[float, float]]] = []
+    fold = engine.fold
     for run in engine.runs:
         rank = run.rank
-        mine, communication = _rank_intervals(rec, run)
+        if fold is not None and fold.rep[rank] != rank:
+            # A mirrored rank (replica folding): its representative's intervals, on the groups they map onto.
+            rep, names = fold.rep[rank], fold.group_images[fold.power[rank]]
+            mine, communication = _rank_intervals(rec, engine.runs[rep])
+            communication = [(names.get(g, g), j, iv) for g, j, iv in communication]
+            trace = engine.runs[rep].trace
+        else:
+            mine, communication = _rank_intervals(rec, run)
+            trace = run.trace
         for group, j, interval in communication:
             per_group.setdefault(group, {}).setdefault(rank, []).append(interval)
             calls[group] = calls.get(group, 0) + 1
-            sizes[group] = sizes.get(group, 0.0) + (run.trace.comm_size[j] or 0)
+            sizes[group] = sizes.get(group, 0.0) + (trace.comm_size[j] or 0)
         compute.append(_union(mine))
     out = []
     for group in sorted(per_group):
@@ -209,4 +218,9 @@ def exposure_by_role(rec: RunRecorder, roles: dict[str, str]) -> tuple[dict[str,
             per_role.setdefault(role, [0.0] * ranks)[run.rank] = _minus(_union(intervals), compute)
         rest = [iv for role, intervals in comm.items() if role != "pp" for iv in intervals]
         others.append(_minus(_union(rest), compute))
+    mirror = engine.mirror_of
+    if mirror is not None:  # a folded run: mirrored ranks take their representative's values
+        others = [others[mirror[r]] for r in range(ranks)]
+        for values in per_role.values():
+            values[:] = [values[mirror[r]] for r in range(ranks)]
     return per_role, others

@@ -172,6 +172,8 @@ class Result:
             f"{format_size(net.get('bytes', 0))}"
         )
         lines.append(f"simulated in {self.sim.get('wall_s', 0):.3f} s ({self.sim.get('events', 0)} events)")
+        if self.sim.get("folded"):
+            lines.append(f"replica folding: {self.sim['folded']} (exactly; --no-fold-replicas simulates every rank)")
         return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from etsim import progress
 from etsim.algo.graph import SEND, AlgoGraph
 from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Trace, collective_buffer_bytes
-from etsim.errors import ConfigError, EtsimError, SimulationError, warn
+from etsim.errors import ConfigError, EtsimError, FoldConflict, SimulationError, warn
 from etsim.system.algorithms import CollectiveAlgorithm, Phase
 from etsim.system.config import SystemConfig, chunk_sizes
 from etsim.system.groups import CommGroups
@@ -137,6 +137,9 @@ class System:
         # The smallest SEND of each graph, in chunks (the graph kept with its id).
         self._smallest_send: dict[int, tuple[AlgoGraph, float | None]] = {}
         self._sends: dict[int, tuple[AlgoGraph, int]] = {}
+        #: The ranks that run when others mirror them (replica folding, ``workload/fold.py``), or None: all run.
+        self.simulated: frozenset[int] | None = None
+        self._members_run: dict[tuple[int, ...], int] = {}
 
     def _warn_once(self, key: tuple[str, ...], message: str) -> None:
         if key not in self._warned:
@@ -173,6 +176,23 @@ class System:
         if bind is not None:
             choice = Choice(choice.rule, choice.label, bind(group))
         return choice
+
+    def members_run(self, group: tuple[int, ...]) -> int:
+        """How many members of *group* run (all of them unless others mirror some, see :attr:`simulated`)."""
+        if self.simulated is None:
+            return len(group)
+        found = self._members_run.get(group)
+        if found is None:
+            found = self._members_run[group] = sum(1 for r in group if r in self.simulated)
+        return found
+
+    def _check_mirrored(self, graph: AlgoGraph | None, group: tuple[int, ...], label: str, where: str) -> None:
+        """Refuse an algorithm a group with mirrored members cannot run: one graph, peers relative to the rank."""
+        if self.members_run(group) < len(group) and (graph is None or not graph.relative_peers):
+            raise FoldConflict(
+                f"{where}: algorithm {label!r} does not run one graph with peers relative to the rank, which "
+                "mirrored replicas need"
+            )
 
     def join(
         self,
@@ -237,7 +257,8 @@ class System:
                 f"{inst.collective.name.lower()} of {inst.size} bytes"
             )
         inst.joined += 1
-        if inst.joined == n:
+        joined = inst.joined == self.members_run(group)
+        if joined:
             del self._instances[key]
         share = Participation(
             collective,
@@ -245,7 +266,7 @@ class System:
             group,
             inst.label,
             instance=key,
-            all_joined=inst.joined == n,
+            all_joined=joined,
             synchronised=self.config.synchronise_collectives,
             rule=inst.rule,
         )
@@ -261,6 +282,8 @@ class System:
         if graph is None and not phased:
             graph = inst.algorithm.graph(lookup, n, position)
             self._graphs[graph_key] = graph
+        if self.simulated is not None:
+            self._check_mirrored(graph, group, inst.label, where)
         config = self.config
         if config.families_as_written and inst.algorithm.source == "chakra-et" and graph is not None:
             # One stream of the files' own sizes, no endpoint delay or reduction model; COMP nodes
@@ -365,7 +388,10 @@ class System:
                             phases = algo.phases(lookup, n, group.index(rank), stream=0, state={})
                             sends = sum(self._send_count(ph.graph) for ph in phases)
                             sends_of[key] = (phases[0].graph, sends)
-                except NoRuleError:
+                            if self.simulated is not None:
+                                graph = phases[0].graph if len(phases) == 1 else None
+                                self._check_mirrored(graph, group, label, trace.describe(pos))
+                except (NoRuleError, FoldConflict):
                     raise
                 except (EtsimError, ValueError):
                     continue

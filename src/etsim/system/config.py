@@ -226,6 +226,16 @@ class SystemConfig:
     """Evaluate collectives whose ranks share one algorithm graph in bulk (exactly the event path's
     result, far fewer events; ``workload/bulk.py``); false walks every message (``--no-fast-path``)."""
 
+    fold_replicas: bool = option(
+        True,
+        "simulate one of each set of symmetric data-parallel replicas when the run is provably the same for all "
+        "(the others mirror it; off simulates every rank, only slower)",
+        Boolean(),
+    )
+    """Simulate one of each set of symmetric replicas when the workload, its groups and the topology are provably
+    invariant under moving every rank to the next replica (``workload/fold.py``); the other ranks' results mirror
+    theirs, exactly. False simulates every rank (``--no-fold-replicas``)."""
+
     def with_overrides(self, **changes: Any) -> SystemConfig:
         """A copy with some fields replaced (``None`` values are ignored)."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})

@@ -238,6 +238,8 @@ class FastPath:
             n = len(part.group)
             if n * graph.num_nodes < self.min_work or ("part", namespace) in self.excluded:
                 return False
+            if self.engine.system.members_run(part.group) < n:
+                return False  # members mirrored by others (replica folding) never start here
             plan = self.plan(graph, n)
             if plan.reason is not None or ("graph", plan.signature) in self.excluded:
                 return False

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from etsim.network.model import NetworkModel
     from etsim.system.collective import System
     from etsim.system.config import SystemConfig
+    from etsim.workload.fold import ReplicaFold
     from etsim.workload.observe import RunObserver
 
 __all__ = ["Engine"]
@@ -91,11 +92,21 @@ class Engine:
         self._depth = 0
         self.ranks_done = 0
         self.runs = [WorkloadRun(self, trace, rank, config) for rank, trace in enumerate(traces)]
+        #: Replica folding (``workload/fold.py``): the rank each rank's results are taken from, or None (its own).
+        self.mirror_of: list[int] | None = None
+        #: The fold of a folded run, or None.
+        self.fold: ReplicaFold | None = None
         #: Bulk evaluation of collectives (None: every message takes the event path). An observer sees
         #: every node and message, so it turns the fast path off.
         self.fast: FastPath | None = None
         if config.fast_path and observer is None and network.offers_bulk_timing():
             self.fast = FastPath(self, fast_excluded if fast_excluded is not None else set())
+
+    def mirror(self, fold: ReplicaFold) -> None:
+        """Run folded: messages to mirrored ranks are received by their representatives (*fold*)."""
+        self.mirror_of = fold.rep
+        self.fold = fold
+        self.mailbox.mirror(fold.channel)
 
     # -- counters --
 

@@ -57,6 +57,7 @@ class Mailbox:
         "_batches",
         "_complete_now",
         "_delay_at_receive",
+        "_mirror",
         "_observer",
         "_transfer",
         "_transfer_after",
@@ -83,6 +84,8 @@ class Mailbox:
         # Where a message pays its run's endpoint delay: after it arrives (True) or before it enters the network.
         self._delay_at_receive = delay_at_receive
         self._complete_now = complete_now
+        # Replica folding: the channel a message to a mirrored rank is received on (``workload/fold.py``).
+        self._mirror: Callable[[int, int, int], tuple[int, int, int]] | None = None
         self._batches: dict[Any, list[tuple[GraphRun, int, Channel, int, float]]] = {}
         self.messages = 0
         self.bytes = 0.0
@@ -92,7 +95,7 @@ class Mailbox:
 
     def send(self, run: GraphRun, j: int, src: int, dst: int, chans: dict[Any, Channel], tag: int, size: float) -> None:
         """Send *size* bytes; node *j* of *run* finishes on delivery, and the matching receive with it."""
-        key = (src, dst, tag)
+        key = (src, dst, tag) if self._mirror is None else self._mirror(src, dst, tag)
         ch = chans.get(key)
         if ch is None:
             ch = chans[key] = Channel()
@@ -119,6 +122,10 @@ class Mailbox:
             batch = self._batches[event] = []
             event.callbacks.append(self._deliver_batch)
         batch.append((run, j, ch, seq, size))
+
+    def mirror(self, channel: Callable[[int, int, int], tuple[int, int, int]]) -> None:
+        """Receive each message on ``channel(src, dst, tag)``: the orbit member a simulated rank receives."""
+        self._mirror = channel
 
     def _deliver_batch(self, event: Any) -> None:
         if self._observer is not None:

@@ -1,0 +1,159 @@
+"""Replica folding (``workload/fold.py``) against the full simulation: every rank, link and collective the same.
+
+A folded run simulates one of each set of symmetric data-parallel replicas; these tests run the same jobs with
+folding off and compare everything the result holds (collectives as a multiset: the full run lists them in the
+order it created them). Cases cover replicas inside a node and across nodes, pipeline and data-parallel traffic
+sharing NICs under the congestion-aware models, ZeRO, experts (a fold by the expert-parallel block), context
+parallelism and the interleaved schedule; then the cases folding must refuse, which run in full.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from etsim.chakra.graph import Workload
+from etsim.cli import main
+from etsim.network import topology_from_dict as build_topology
+from etsim.producers.workloads.base import parse
+from etsim.report.result import Result
+from etsim.simulation import simulate
+from etsim.system.config import SystemConfig, load_system_config
+from etsim.system.groups import CommGroups, groups_from_metadata
+from etsim.workload.fold import find_fold
+
+DENSE = {"layers": 4, "hidden": 256, "heads": 8, "ffn": 1024, "vocab": 1000, "seq": 128}
+MOE = {**DENSE, "experts": 4, "top_k": 2, "moe_every": 1, "expert_ffn": 512}
+TRAINING = load_system_config({"resources": {"comm_streams": 0}})
+
+
+def job(model: dict[str, Any] = DENSE, **values: Any) -> Workload:
+    gen, options = parse("transformer", {"model": model, "global_batch": 16, **values})
+    return Workload(gen.generate(options))
+
+
+def cluster(gpus: int, **more: Any) -> Any:
+    return build_topology({"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": gpus, **more})
+
+
+def comparable(result: Result) -> dict[str, Any]:
+    data = result.to_dict()
+    data.pop("sim")
+    data["collectives"] = sorted(json.dumps(c, sort_keys=True) for c in data["collectives"])
+    return data
+
+
+def both(workload: Workload, topology: Any, model: str, system: SystemConfig = TRAINING) -> tuple[Result, Result]:
+    folded = simulate(workload, topology=topology, model=model, system=system)
+    full = simulate(workload, topology=topology, model=model, system=system.with_overrides(fold_replicas=False))
+    assert "folded" not in full.sim
+    return folded, full
+
+
+CASES = [
+    # (generator values, GPUs, simulated ranks)
+    ({"tp": 2, "pp": 2, "dp": 4}, 16, 4),  # replicas share a node: the shift permutes NVSwitch ports
+    ({"tp": 8, "pp": 2, "dp": 4, "zero": 1}, 64, 16),  # replicas on other nodes: DP and PP share each NIC
+    ({"pp": 2, "dp": 8, "zero": 3}, 16, 2),
+    ({"tp": 4, "dp": 4, "pp": 2, "schedule": "interleaved", "virtual_stages": 2}, 32, 16),  # shift by 2 replicas
+    ({"tp": 4, "cp": 2, "dp": 4, "zero": 2}, 32, 8),
+]
+
+
+@pytest.mark.parametrize("model", ["flow", "link", "analytical"])
+@pytest.mark.parametrize(("values", "gpus", "simulated"), CASES)
+def test_folded_runs_equal_the_full_simulation(values: dict[str, Any], gpus: int, simulated: int, model: str) -> None:
+    folded, full = both(job(**values), cluster(gpus), model)
+    assert f"simulated {simulated} of {gpus} ranks" in folded.sim["folded"]
+    assert comparable(folded) == comparable(full)
+    assert folded.sim["events"] < full.sim["events"]
+
+
+def test_experts_fold_by_whole_expert_parallel_blocks() -> None:
+    workload = job(MOE, tp=2, sp=True, ep=2, dp=4, pp=2)
+    folded, full = both(workload, cluster(16, oversubscription=2), "flow")
+    assert "simulated 8 of 16 ranks" in folded.sim["folded"]  # a shift by one replica would split the ep blocks
+    assert comparable(folded) == comparable(full)
+
+
+def test_a_ring_topology_folds_by_rotation_and_a_mesh_does_not() -> None:
+    workload = job(tp=2, dp=4)
+    ring = build_topology({"kind": "ring", "npus": 8, "bandwidth": "100 GB/s", "latency": "1 us"})
+    folded, full = both(workload, ring, "flow")
+    assert "simulated 2 of 8 ranks" in folded.sim["folded"]
+    assert comparable(folded) == comparable(full)
+    mesh = build_topology({"kind": "mesh", "shape": [2, 4], "bandwidth": "100 GB/s", "latency": "1 us"})
+    groups = CommGroups(8)
+    groups_from_metadata(workload, groups)
+    fold, why = find_fold(workload.traces, groups, mesh, "default")
+    assert fold is None and "not a symmetry" in why
+    folded, full = both(workload, mesh, "flow")
+    assert "folded" not in folded.sim and comparable(folded) == comparable(full)
+
+
+def test_a_replica_that_differs_is_never_folded() -> None:
+    workload = job(tp=2, dp=4)
+    odd = dataclasses.replace(workload.traces[5], duration_micros=[d + 1 for d in workload.traces[5].duration_micros])
+    traces = list(workload.traces)
+    traces[5] = odd
+    changed = Workload(traces)
+    groups = CommGroups(8)
+    groups_from_metadata(changed, groups)
+    fold, why = find_fold(changed.traces, groups, cluster(8), "default")
+    assert fold is None and why == "ranks 3 and 5 differ in their duration_micros (not replicas of each other)"
+    folded, full = both(changed, cluster(8), "flow")
+    assert "folded" not in folded.sim and comparable(folded) == comparable(full)
+
+
+def test_an_algorithm_mirrors_cannot_run_makes_the_run_simulate_every_rank() -> None:
+    # Halving-doubling pairs ranks by XOR, which a cyclic shift of the group does not preserve.
+    system = TRAINING.with_overrides(algorithms={"all_reduce": "halving_doubling"})
+    folded, full = both(job(tp=2, dp=4), cluster(8), "flow", system)
+    assert "folded" not in folded.sim
+    assert comparable(folded) == comparable(full)
+
+
+def test_routing_other_than_dimension_order_is_not_folded() -> None:
+    workload = job(tp=2, dp=4)
+    groups = CommGroups(8)
+    groups_from_metadata(workload, groups)
+    fold, why = find_fold(workload.traces, groups, cluster(8), "shortest")
+    assert fold is None and "dimension-order routing" in why
+
+
+def test_routes_fold_onto_the_links_of_simulated_ranks() -> None:
+    workload = job(tp=8, dp=4)
+    topo = cluster(32)
+    groups = CommGroups(32)
+    groups_from_metadata(workload, groups)
+    fold, _ = find_fold(workload.traces, groups, topo, "default")
+    assert fold is not None and fold.simulated == list(range(8))
+    from etsim.network.routing import make_router
+
+    route = make_router("default", topo).lookup(0, 8)  # rank 0's uplink on rail 0, rank 8's downlink
+    folded = fold.fold_route(route)
+    assert folded is not None
+    assert [topo.links[x] for x in folded] == [topo.links[route[0]], (topo.links[route[1]][0], 0)]
+    assert fold.channel(0, 8, 7) == (24, 0, 7)  # rank 0 -> rank 8 stands for rank 24 -> rank 0
+
+
+def test_the_step_report_and_group_exposure_of_a_folded_run_are_the_full_runs(tmp_path: Any) -> None:
+    from etsim.chakra import write_workload
+
+    write_workload(job(MOE, tp=2, sp=True, ep=2, dp=4, pp=2), tmp_path / "job")
+    (tmp_path / "c.yaml").write_text("kind: gpu_cluster\npreset: dgx-a100\ngpus: 16\n")
+    (tmp_path / "s.yaml").write_text("resources: {comm_streams: 0}\n")
+    out = {}
+    for flag in ([], ["--no-fold-replicas"]):
+        path = tmp_path / f"r{len(flag)}.json"
+        args = ["run", str(tmp_path / "job"), "--topology", str(tmp_path / "c.yaml"), "--system"]
+        assert main([*args, str(tmp_path / "s.yaml"), "--json", str(path), "-q", *flag]) == 0
+        out[len(flag)] = json.loads(path.read_text())
+    folded, full = out[0], out[1]
+    assert "folded" in folded["sim"]
+    assert folded["training"] == full["training"]
+    assert folded["groups"] == full["groups"]
+    assert folded["ranks"] == full["ranks"] and folded["links"] == full["links"]
