@@ -365,13 +365,22 @@ def _mirror_results(
     ranks = [dataclasses.replace(by_rank[fold.rep[r]], rank=r) for r in range(len(fold.rep))]
     declared = {frozenset(m): list(m) for m in groups.groups.values()}
     mirrored = []
+    images = fold.elements()[1:]
+    image_of: dict[tuple[int, ...], list[tuple[int, ...]]] = {}  # a rank or group → its image under each element
     for c in collectives:
         mirrored.append(c)
-        for image in fold.orbit[c.rank][1:]:
-            k = fold.power[image]
-            members = [fold.orbit[fold.rep[m]][(fold.power[m] + k) % fold.replicas] for m in c.group]
-            group = declared.get(frozenset(members), members)
-            mirrored.append(dataclasses.replace(c, rank=image, group=group))
+        group = tuple(c.group)
+        groups_of = image_of.get(group)
+        if groups_of is None:
+            groups_of = image_of[group] = [_declared(declared, [fold.apply(g, m) for m in group]) for g in images]
+        ranks_of = image_of.get((c.rank,))
+        if ranks_of is None:
+            ranks_of = image_of[(c.rank,)] = [(fold.apply(g, c.rank),) for g in images]
+        for (rank,), members in zip(ranks_of, groups_of, strict=True):
+            record = CollectiveRecord(
+                rank, c.node_id, c.type, c.bytes, list(members), c.algorithm, c.start_ns, c.end_ns, c.rule
+            )
+            mirrored.append(record)
     mirrored.sort(key=lambda c: c.start_ns)
     used = {s.link: s for s in stats}
     links = []
@@ -381,6 +390,11 @@ def _mirror_results(
             links += [dataclasses.replace(s, link=x, src=topo.links[x][0], dst=topo.links[x][1]) for x in orbit]
     links.sort(key=lambda s: s.link)
     return ranks, mirrored, links
+
+
+def _declared(declared: dict[frozenset[int], list[int]], members: list[int]) -> tuple[int, ...]:
+    """The group with *members* as the run declared it (its order), else *members* as they are."""
+    return tuple(declared.get(frozenset(members), members))
 
 
 def _check_physical(stats: list[LinkStats], finish: float, model_name: str, topo: Topology) -> None:

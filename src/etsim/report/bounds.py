@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from etsim.chakra.graph import collective_buffer_bytes, parse_collective
-from etsim.network.bounds import CollectiveBounds
+from etsim.network.bounds import CollectiveBounds, TimeBound
 from etsim.network.topology import Topology
 from etsim.report.result import CollectiveRecord
 from etsim.units import format_size, format_time
@@ -67,15 +67,19 @@ def collective_bound_violations(records: Sequence[CollectiveRecord], topology: T
     """Every collective instance of *records* that took less than its bandwidth bound on *topology*."""
     bounds = CollectiveBounds(topology)
     found: list[BoundViolation] = []
+    known: dict[tuple[str, float, tuple[int, ...]], TimeBound] = {}  # training steps repeat a few calls many times
     for recs in _instances(records):
         group = tuple(recs[0].group)
         if len(group) < 2:
             continue
-        try:
-            kind = parse_collective(recs[0].type)
-        except ValueError:
-            continue
-        bound = bounds.bandwidth(kind, collective_buffer_bytes(kind, recs[0].bytes, len(group)), group)
+        key = (recs[0].type, recs[0].bytes, group)
+        bound = known.get(key)
+        if bound is None:
+            try:
+                kind = parse_collective(recs[0].type)
+            except ValueError:
+                continue
+            bound = known[key] = bounds.bandwidth(kind, collective_buffer_bytes(kind, recs[0].bytes, len(group)), group)
         start = min(r.start_ns for r in recs)
         end = max(r.end_ns for r in recs)
         if end - start < bound.ns * (1 - TOLERANCE):

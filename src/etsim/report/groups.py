@@ -108,9 +108,9 @@ def exposure_by_group(rec: RunRecorder) -> list[dict[str, Any]]:
         rank = run.rank
         if fold is not None and fold.rep[rank] != rank:
             # A mirrored rank (replica folding): its representative's intervals, on the groups they map onto.
-            rep, names = fold.rep[rank], fold.group_images[fold.power[rank]]
+            rep, elem = fold.rep[rank], fold.elem[rank]
             mine, communication = _rank_intervals(rec, engine.runs[rep])
-            communication = [(names.get(g, g), j, iv) for g, j, iv in communication]
+            communication = [(fold.image_group(g, elem), j, iv) for g, j, iv in communication]
             trace = engine.runs[rep].trace
         else:
             mine, communication = _rank_intervals(rec, run)

@@ -8,16 +8,45 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from etsim.errors import ConfigError
-from etsim.report.bandwidth import bandwidths
+from etsim.report.bandwidth import bandwidths, bus_factor, nccl_bytes
 from etsim.report.tables import collective_lines, critical_path_summary, group_lines, link_lines
 from etsim.units import format_size, format_time
 
 __all__ = ["CollectiveRecord", "RankResult", "Result"]
 
 
-def _collective_dict(c: CollectiveRecord) -> dict[str, Any]:
-    out = asdict(c)
-    out["algbw_GBps"], out["busbw_GBps"] = c.bandwidths()
+def _collective_dicts(records: list[CollectiveRecord]) -> list[dict[str, Any]]:
+    """The records as JSON mappings (fields in declaration order, as ``asdict`` gives them, then bandwidths)."""
+    out = []
+    scale: dict[tuple[str, int, int], tuple[float, float | None]] = {}  # a training step repeats a few calls
+    for c in records:
+        n = len(c.group)
+        key = (c.type, c.bytes, n)
+        found = scale.get(key)
+        if found is None:
+            factor = bus_factor(c.type, n)
+            found = scale[key] = (nccl_bytes(c.type, c.bytes, n) if factor is not None else 0.0, factor)
+        size, factor = found
+        duration = c.end_ns - c.start_ns
+        algbw = busbw = None
+        if factor is not None and duration > 0:
+            algbw = size / duration
+            busbw = algbw * factor
+        out.append(
+            {
+                "rank": c.rank,
+                "node_id": c.node_id,
+                "type": c.type,
+                "bytes": c.bytes,
+                "group": list(c.group),
+                "algorithm": c.algorithm,
+                "start_ns": c.start_ns,
+                "end_ns": c.end_ns,
+                "rule": c.rule,
+                "algbw_GBps": algbw,
+                "busbw_GBps": busbw,
+            }
+        )
     return out
 
 
@@ -81,7 +110,7 @@ class Result:
         out = {
             "finish_ns": self.finish_ns,
             "ranks": [asdict(r) for r in self.ranks],
-            "collectives": [_collective_dict(c) for c in self.collectives],
+            "collectives": _collective_dicts(self.collectives),
             "network": self.network,
             "sim": self.sim,
         }

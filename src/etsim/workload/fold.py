@@ -24,6 +24,7 @@ else runs in full: folding only ever saves time. ``tests/workload/test_fold.py``
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from etsim.network.topology import Topology
 from etsim.producers.training.job import TRAINING_ATTR
 from etsim.system.groups import CommGroups
 
-__all__ = ["FoldedRouter", "ReplicaFold", "find_fold", "mirrored_trace", "replica_shifts"]
+__all__ = ["FoldedRouter", "ReplicaFold", "Shift", "find_fold", "mirrored_trace", "replica_shifts"]
 
 # Dimension kinds every permutation of their coordinates leaves unchanged.
 _ANY_PERMUTATION = frozenset({"switch", "fully_connected"})
@@ -48,66 +49,103 @@ _SAME_COLUMNS = (
 )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Shift:
+    """A rank permutation that adds ``step`` to one digit of the rank, ``(rank // stride) % modulus``, mod modulus."""
+
+    stride: int
+    modulus: int
+    step: int
+    role: str
+    """What it moves (``tp``, ``dp``): for the result's description."""
+
+    def permutation(self, n: int) -> list[int]:
+        """The shift as a list: ``out[r]`` = the image of rank *r*."""
+        out = []
+        for r in range(n):
+            digit = (r // self.stride) % self.modulus
+            out.append(r + (((digit + self.step) % self.modulus) - digit) * self.stride)
+        return out
+
+
 @dataclass
 class ReplicaFold:
-    """A rank permutation τ under which a run is invariant, and the ranks simulated for it.
+    """Commuting rank shifts under which a run is invariant, and the ranks simulated for them.
+
+    An element of the group they generate is a tuple ``g`` (how many steps of each shift). Each rank *r* is
+    ``g(rep[r])`` for one simulated rank ``rep[r]`` and one element ``elem[r]``.
 
     Attributes:
-        shift: ``shift[r]`` = τ(r).
-        simulated: the ranks that run (one per orbit of τ), ascending.
-        rep: ``rep[r]``, the simulated rank *r* mirrors.
-        power: ``power[r]`` = k with ``r = τ^k(rep[r])``.
-        orbit: ``orbit[rep]`` = ``[rep, τ(rep), τ²(rep), …]`` for each simulated rank.
-        replicas: the length of every orbit (how many ranks each simulated rank stands for).
+        shifts: the generators.
+        simulated: the ranks that run (one per orbit), ascending.
+        replicas: the size of every orbit (how many ranks each simulated rank stands for).
         description: what was folded, for the result.
     """
 
-    shift: list[int]
-    simulated: list[int]
-    replicas: int
+    shifts: list[Shift]
+    ranks: int
     description: str = ""
+    simulated: list[int] = field(default_factory=list)
+    replicas: int = 1
     rep: list[int] = field(default_factory=list)
-    power: list[int] = field(default_factory=list)
-    orbit: dict[int, list[int]] = field(default_factory=dict)
-    group_images: list[dict[str, str]] = field(default_factory=list)
-    """``group_images[k][name]``: the name of the group τ^k maps group *name* onto."""
+    elem: list[tuple[int, ...]] = field(default_factory=list)
+    _images: dict[tuple[str, tuple[int, ...]], str] = field(default_factory=dict)
+    _step: list[dict[str, str]] = field(default_factory=list)
     _link_rep: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        n = len(self.shift)
-        self.rep = [-1] * n
-        self.power = [0] * n
-        for r in self.simulated:
-            orbit = [r]
-            x = self.shift[r]
-            while x != r:
-                orbit.append(x)
-                x = self.shift[x]
-            self.orbit[r] = orbit
-            for k, x in enumerate(orbit):
-                self.rep[x] = r
-                self.power[x] = k
+        self.rep, self.elem = [], []
+        for r in range(self.ranks):
+            digits = [(r // s.stride) % s.modulus for s in self.shifts]
+            self.elem.append(tuple(d // s.step for d, s in zip(digits, self.shifts, strict=True)))
+            self.rep.append(r - sum((d - d % s.step) * s.stride for d, s in zip(digits, self.shifts, strict=True)))
+        self.simulated = [r for r in range(self.ranks) if self.rep[r] == r]
+        self.replicas = self.ranks // len(self.simulated)
 
-    def back(self, rank: int, k: int) -> int:
-        """``τ^-k(rank)``."""
-        orbit = self.orbit[self.rep[rank]]
-        return orbit[(self.power[rank] - k) % len(orbit)]
+    def apply(self, g: Sequence[int], rank: int) -> int:
+        """``g(rank)``."""
+        for k, s in zip(g, self.shifts, strict=True):
+            if k:
+                digit = (rank // s.stride) % s.modulus
+                rank += (((digit + k * s.step) % s.modulus) - digit) * s.stride
+        return rank
+
+    def back(self, rank: int, g: Sequence[int]) -> int:
+        """``g⁻¹(rank)``."""
+        return self.apply([-k for k in g], rank)
+
+    def elements(self) -> list[tuple[int, ...]]:
+        """Every element of the group, the identity first."""
+        return list(itertools.product(*(range(s.modulus // s.step) for s in self.shifts)))
 
     def channel(self, src: int, dst: int, tag: int) -> tuple[int, int, int]:
         """The channel a message ``src → dst`` is received on: its orbit's member whose receiver is simulated."""
-        k = self.power[dst]
-        if k == 0:
+        rep = self.rep[dst]
+        if rep == dst:
             return src, dst, tag
-        return self.back(src, k), self.rep[dst], tag
+        return self.back(src, self.elem[dst]), rep, tag
+
+    def image_group(self, name: str, g: Sequence[int]) -> str:
+        """The name of the group ``g`` maps group *name* onto (:meth:`bind_groups` first)."""
+        key = (name, tuple(g))
+        found = self._images.get(key)
+        if found is None:
+            found = name
+            for i, k in enumerate(g):
+                for _ in range(k):
+                    found = self._step[i].get(found, found)
+            self._images[key] = found
+        return found
 
     def bind_groups(self, groups: CommGroups) -> None:
-        """Compute :attr:`group_images` (τ maps every group onto a group: :func:`find_fold` checked it)."""
+        """Learn where each shift maps each group (every shift maps groups onto groups: :func:`find_fold` checked)."""
         name_of = {frozenset(members): name for name, members in groups.groups.items()}
-        step = {name: name_of[frozenset(self.shift[r] for r in members)] for name, members in groups.groups.items()}
-        images = [{name: name for name in step}]
-        for _ in range(1, self.replicas):
-            images.append({name: step[image] for name, image in images[-1].items()})
-        self.group_images = images
+        self._step = []
+        for shift in self.shifts:
+            perm = shift.permutation(self.ranks)
+            self._step.append(
+                {name: name_of[frozenset(perm[r] for r in members)] for name, members in groups.groups.items()}
+            )
 
     def bind_links(self, topology: Topology) -> None:
         """Compute each link's orbit representative (the link of its orbit attached to a simulated rank)."""
@@ -117,8 +155,8 @@ class ReplicaFold:
         dim_of = topology.switch_dimensions()
         for u, v in topology.links:
             if isinstance(u, int) and isinstance(v, int):
-                k = self.power[u]
-                reps.append(ids[self.back(u, k), self.back(v, k)])
+                g = self.elem[u]
+                reps.append(ids[self.back(u, g), self.back(v, g)])
                 continue
             rank, sw = (u, v) if isinstance(u, int) else (v, u)
             if not isinstance(rank, int) or isinstance(sw, int):
@@ -148,65 +186,68 @@ class ReplicaFold:
         return out
 
 
-def replica_shifts(traces: Sequence[Trace]) -> tuple[int, int, int, int] | None:
-    """``(inner, replicas, outer, step)`` of a generated training job: ``rank = i + inner·(replica + R·o)``.
+def replica_shifts(traces: Sequence[Trace]) -> list[list[Shift]]:
+    """The shifts a generated training job may be invariant under, per role, the smallest first.
 
-    ``step`` is the smallest replica shift that maps the job's expert-parallel blocks onto blocks. None for a
-    workload that does not describe its replicas.
+    Ranks follow Megatron-LM's order, ``rank = t + T·(c + C·(d + D·p))``: ``tp`` moves every rank to the next
+    tensor-parallel rank, ``dp`` by ``s`` data-parallel replicas (whole expert-parallel blocks: ``ep`` divides
+    ``s``). Empty for a workload that does not describe its layout (the ``etsim_training`` metadata).
     """
     if not traces:
-        return None
+        return []
     for attr in traces[0].metadata.attr:
         if attr.name == TRAINING_ATTR and attr.WhichOneof("value") == "string_val":
             try:
                 info = json.loads(attr.string_val)
-                inner, replicas, outer = int(info["tp"]) * int(info["cp"]), int(info["dp"]), int(info["pp"])
-                step = int(info.get("ep", 1))
+                tp, cp, dp, pp = (int(info[k]) for k in ("tp", "cp", "dp", "pp"))
+                ep = int(info.get("ep", 1))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                return None
-            if inner * replicas * outer != len(traces) or replicas < 2 or step < 1 or replicas % step:
-                return None
-            return inner, replicas, outer, step
-    return None
+                return []
+            if min(tp, cp, dp, pp, ep) < 1 or tp * cp * dp * pp != len(traces) or dp % ep:
+                return []
+            roles = []
+            if tp > 1:
+                roles.append([Shift(1, tp, 1, "tp")])
+            if dp > 1:
+                roles.append([Shift(tp * cp, dp, s, "dp") for s in range(ep, dp, ep) if dp % s == 0])
+            return roles
+    return []
 
 
 def find_fold(
     traces: Sequence[Trace], groups: CommGroups, topology: Topology, router: str
 ) -> tuple[ReplicaFold | None, str]:
     """The fold of a run, or None and why not (see the module docstring for the conditions)."""
-    shape = replica_shifts(traces)
-    if shape is None:
+    roles = replica_shifts(traces)
+    if not roles:
         return None, "the workload does not declare replicas"
     if router != "default" or not topology.regular or topology.npus != len(traces):
         return None, "folding needs an intact product topology of the workload's ranks and dimension-order routing"
-    inner, replicas, outer, step = shape
-    why = "no replica shift is a symmetry of the topology"
-    for s in range(step, replicas, step):
-        if replicas % s:
-            continue
-        shift = [
-            i + inner * ((d + s) % replicas + replicas * o)
-            for o in range(outer)
-            for d in range(replicas)
-            for i in range(inner)
-        ]
-        reason = _topology_symmetric(topology, shift) or _groups_symmetric(groups, shift, s, replicas, inner)
-        if reason is not None:
+    n = len(traces)
+    chosen: list[Shift] = []
+    why = "no shift of the replicas is a symmetry of the topology"
+    for options in roles:
+        for shift in options:
+            perm = shift.permutation(n)
+            reason = (
+                _topology_symmetric(topology, perm)
+                or _groups_symmetric(groups, perm)
+                or _traces_symmetric(traces, perm, groups)
+            )
+            if reason is None:
+                chosen.append(shift)
+                break
             why = reason
-            continue
-        reason = _traces_symmetric(traces, shift, groups)
-        if reason is not None:
-            return None, reason
-        simulated = [i + inner * (d + replicas * o) for o in range(outer) for d in range(s) for i in range(inner)]
-        fold = ReplicaFold(shift, simulated, replicas // s)
-        fold.description = (
-            f"{replicas // s} data-parallel replica groups mirror each other: simulated {len(simulated)} of "
-            f"{len(traces)} ranks, the others mirror them"
-        )
-        fold.bind_links(topology)
-        fold.bind_groups(groups)
-        return fold, ""
-    return None, why
+    if not chosen:
+        return None, why
+    fold = ReplicaFold(chosen, n)
+    parts = " × ".join(f"{s.role} ({s.modulus // s.step})" for s in chosen)
+    fold.description = (
+        f"{parts}: simulated {len(fold.simulated)} of {n} ranks, each standing for {fold.replicas} that mirror it"
+    )
+    fold.bind_links(topology)
+    fold.bind_groups(groups)
+    return fold, ""
 
 
 def _topology_symmetric(topology: Topology, shift: list[int]) -> str | None:
@@ -229,7 +270,7 @@ def _topology_symmetric(topology: Topology, shift: list[int]) -> str | None:
     return None
 
 
-def _groups_symmetric(groups: CommGroups, shift: list[int], s: int, replicas: int, inner: int) -> str | None:
+def _groups_symmetric(groups: CommGroups, shift: list[int]) -> str | None:
     """None if τ maps every group onto a group, shifting the positions of groups it maps to themselves cyclically."""
     by_members = {frozenset(members): members for members in groups.groups.values()}
     for name, members in groups.groups.items():
