@@ -303,7 +303,7 @@ def _simulate(
     stats = network.link_stats()
     messages, nbytes = engine.messages, engine.bytes
     if folded is not None:
-        ranks, collectives, stats = _mirror_results(folded, groups, topo, ranks, collectives, stats)
+        ranks, stats = _mirror_results(folded, topo, ranks, stats)
         messages, nbytes = messages * folded.replicas, nbytes * folded.replicas
     finish = max((r.finish_ns for r in ranks), default=0.0)
     aware = getattr(network, "congestion_aware", True)
@@ -311,9 +311,12 @@ def _simulate(
         _check_physical(stats, finish, model_name, topo)
     # A family run with its files' own sizes moves what the files say, not what the call's comm_size says.
     as_is = sys_layer.written_as_is()
-    violations = collective_bound_violations([c for c in collectives if c.algorithm not in as_is], topo)
+    checked = collectives if folded is None else _instance_records(folded, collectives)
+    violations = collective_bound_violations([c for c in checked if c.algorithm not in as_is], topo)
     if violations:
-        warn(describe_violations(violations, model_name, aware))
+        # A folded run checked one instance of each orbit of instances: say how many the whole run has.
+        count = None if folded is None else sum(folded.group_orbit(v.group) for v in violations)
+        warn(describe_violations(violations, model_name, aware, count=count))
     # utilisation: the share of the run the link spent serialising (None for a run that took no time).
     links = [
         {
@@ -353,35 +356,11 @@ def _simulate(
 
 
 def _mirror_results(
-    fold: ReplicaFold,
-    groups: CommGroups,
-    topo: Topology,
-    ranks: list[RankResult],
-    collectives: list[CollectiveRecord],
-    stats: list[LinkStats],
-) -> tuple[list[RankResult], list[CollectiveRecord], list[LinkStats]]:
-    """A folded run's results for every rank and link: each mirror takes its representative's (exact by symmetry)."""
+    fold: ReplicaFold, topo: Topology, ranks: list[RankResult], stats: list[LinkStats]
+) -> tuple[list[RankResult], list[LinkStats]]:
+    """A folded run's ranks and links, every one: each mirror takes its representative's (exact by symmetry)."""
     by_rank = {r.rank: r for r in ranks}
     ranks = [dataclasses.replace(by_rank[fold.rep[r]], rank=r) for r in range(len(fold.rep))]
-    declared = {frozenset(m): list(m) for m in groups.groups.values()}
-    mirrored = []
-    images = fold.elements()[1:]
-    image_of: dict[tuple[int, ...], list[tuple[int, ...]]] = {}  # a rank or group → its image under each element
-    for c in collectives:
-        mirrored.append(c)
-        group = tuple(c.group)
-        groups_of = image_of.get(group)
-        if groups_of is None:
-            groups_of = image_of[group] = [_declared(declared, [fold.apply(g, m) for m in group]) for g in images]
-        ranks_of = image_of.get((c.rank,))
-        if ranks_of is None:
-            ranks_of = image_of[(c.rank,)] = [(fold.apply(g, c.rank),) for g in images]
-        for (rank,), members in zip(ranks_of, groups_of, strict=True):
-            record = CollectiveRecord(
-                rank, c.node_id, c.type, c.bytes, list(members), c.algorithm, c.start_ns, c.end_ns, c.rule
-            )
-            mirrored.append(record)
-    mirrored.sort(key=lambda c: c.start_ns)
     used = {s.link: s for s in stats}
     links = []
     for rep, orbit in fold.link_orbits().items():
@@ -389,12 +368,29 @@ def _mirror_results(
         if s is not None:
             links += [dataclasses.replace(s, link=x, src=topo.links[x][0], dst=topo.links[x][1]) for x in orbit]
     links.sort(key=lambda s: s.link)
-    return ranks, mirrored, links
+    return ranks, links
 
 
-def _declared(declared: dict[frozenset[int], list[int]], members: list[int]) -> tuple[int, ...]:
-    """The group with *members* as the run declared it (its order), else *members* as they are."""
-    return tuple(declared.get(frozenset(members), members))
+def _instance_records(fold: ReplicaFold, records: list[CollectiveRecord]) -> list[CollectiveRecord]:
+    """The simulated ranks' collective records and, for the bound check, their mirrors in the same instances.
+
+    A record's instance is complete once every member has one: the mirrors are the images of the record under
+    the elements that map its group onto itself (the data-parallel shifts for a data-parallel group).
+    """
+    elements = fold.elements()[1:]
+    fixing: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+    out = []
+    for c in records:
+        out.append(c)
+        group = tuple(c.group)
+        found = fixing.get(group)
+        if found is None:
+            members = frozenset(group)
+            found = fixing[group] = [g for g in elements if frozenset(fold.apply(g, m) for m in group) == members]
+        for g in found:
+            rank = fold.apply(g, c.rank)
+            out.append(CollectiveRecord(rank, c.node_id, c.type, c.bytes, c.group, c.algorithm, c.start_ns, c.end_ns))
+    return out
 
 
 def _check_physical(stats: list[LinkStats], finish: float, model_name: str, topo: Topology) -> None:

@@ -87,12 +87,15 @@ def collective_bound_violations(records: Sequence[CollectiveRecord], topology: T
     return found
 
 
-def describe_violations(violations: Sequence[BoundViolation], model: str, aware: bool) -> str:
-    """One warning text for *violations* (non-empty) under network model *model*."""
+def describe_violations(
+    violations: Sequence[BoundViolation], model: str, aware: bool, *, count: int | None = None
+) -> str:
+    """One warning text for *violations* (non-empty) under network model *model*; *count*: how many in all."""
     worst = min(violations, key=lambda v: (v.end_ns - v.start_ns) / v.bound_ns)
     members = f"ranks {worst.group[0]}..{worst.group[-1]}" if len(worst.group) > 2 else f"ranks {list(worst.group)}"
+    total = len(violations) if count is None else count
     text = (
-        f"{len(violations)} collective(s) finished faster than their bytes can cross the links: e.g. "
+        f"{total} collective(s) finished faster than their bytes can cross the links: e.g. "
         f"{worst.collective.lower()} of {format_size(worst.bytes)} over {len(worst.group)} {members} took "
         f"{format_time(worst.end_ns - worst.start_ns)} (from {format_time(worst.start_ns)}), but "
         f"{worst.reason}, which takes {format_time(worst.bound_ns)}; "

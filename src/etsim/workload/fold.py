@@ -91,6 +91,7 @@ class ReplicaFold:
     elem: list[tuple[int, ...]] = field(default_factory=list)
     _images: dict[tuple[str, tuple[int, ...]], str] = field(default_factory=dict)
     _step: list[dict[str, str]] = field(default_factory=list)
+    _orbits: dict[tuple[int, ...], int] = field(default_factory=dict)
     _link_rep: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -124,6 +125,14 @@ class ReplicaFold:
         if rep == dst:
             return src, dst, tag
         return self.back(src, self.elem[dst]), rep, tag
+
+    def group_orbit(self, group: Sequence[int]) -> int:
+        """How many groups the elements map *group* onto (itself included)."""
+        key = tuple(group)
+        found = self._orbits.get(key)
+        if found is None:
+            found = self._orbits[key] = len({frozenset(self.apply(g, m) for m in group) for g in self.elements()})
+        return found
 
     def image_group(self, name: str, g: Sequence[int]) -> str:
         """The name of the group ``g`` maps group *name* onto (:meth:`bind_groups` first)."""
@@ -296,7 +305,8 @@ def _traces_symmetric(traces: Sequence[Trace], shift: list[int], groups: CommGro
     for r, trace in enumerate(traces):
         other = traces[shift[r]]
         for column in _SAME_COLUMNS:
-            if getattr(trace, column) != getattr(other, column):
+            mine, theirs = getattr(trace, column), getattr(other, column)
+            if mine is not theirs and mine != theirs:  # (a generator's replicas share their columns)
                 return f"ranks {r} and {shift[r]} differ in their {column} (not replicas of each other)"
         for column in ("comm_src", "comm_dst"):
             mine = [None if v is None or not 0 <= v < len(shift) else shift[v] for v in getattr(trace, column)]

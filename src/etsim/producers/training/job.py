@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from etsim.chakra.attributes import make_attribute
 from etsim.chakra.builder import SCHEMA_VERSION, TraceBuilder
@@ -345,19 +347,46 @@ def _relabel(
     clone.comm_src = [None if v is None else v + delta for v in template.comm_src]
     clone.comm_dst = [None if v is None else v + delta for v in template.comm_dst]
     clone.metadata = _metadata(rank, info, group_ids, members)
-    nodes = list(template.nodes)
-    for j, node in enumerate(nodes):
-        changed = template.pg_name[j] is not None or template.comm_src[j] is not None
-        if not changed and template.comm_dst[j] is None:
-            continue
-        node = nodes[j] = _copy_node(node)
+    clone.nodes = _RelabelledNodes(template, delta, rename)
+    return clone
+
+
+class _RelabelledNodes(Sequence[pb.Node]):
+    """A relabelled rank's protobuf nodes, made from the template's when read (as files are written).
+
+    The simulation reads the columns only, so a job of thousands of ranks holds no copied nodes.
+    """
+
+    __slots__ = ("_delta", "_rename", "_template")
+
+    def __init__(self, template: Trace, delta: int, rename: dict[str, str]) -> None:
+        self._template = template
+        self._delta = delta
+        self._rename = rename
+
+    def __len__(self) -> int:
+        return len(self._template.nodes)
+
+    @overload
+    def __getitem__(self, index: int) -> pb.Node: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[pb.Node]: ...
+
+    def __getitem__(self, index: int | slice) -> pb.Node | list[pb.Node]:
+        if isinstance(index, slice):
+            return [self[j] for j in range(*index.indices(len(self)))]
+        t = self._template
+        node = t.nodes[index]
+        if t.pg_name[index] is None and t.comm_src[index] is None and t.comm_dst[index] is None:
+            return node  # (shared: never modified)
+        node = _copy_node(node)
         for attr in node.attr:
             if attr.name == "pg_name":
-                attr.string_val = rename.get(attr.string_val, attr.string_val)
+                attr.string_val = self._rename.get(attr.string_val, attr.string_val)
             elif attr.name in ("comm_src", "comm_dst"):
-                attr.int32_val += delta
-    clone.nodes = nodes
-    return clone
+                attr.int32_val += self._delta
+        return node
 
 
 def _copy_node(node: pb.Node) -> pb.Node:
