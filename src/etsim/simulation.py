@@ -232,7 +232,6 @@ def _simulate(
     options = dict(net.options) if model is None or model == net.model else {}
     options.update(model_options or {})
 
-    check_workload(workload, config)
     groups = CommGroups(n)
     if config.comm_groups:
         for name, members in load_comm_groups(config.resolve_path(config.comm_groups), n).groups.items():
@@ -244,16 +243,19 @@ def _simulate(
     # come from float arrays; SimPy would keep int + int as an int).
     env = CountingEnvironment(0.0)
     network = build_model(env, topo, model_name, options)
-    dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
-    sys_layer = System(config, groups, dims=dims, topology=topo)
     traces = list(workload.traces)
     folded: ReplicaFold | None = None
     if fold and config.fold_replicas:
         folded, _why = find_fold(traces, groups, topo, network.options.router)
     if folded is not None:
+        # A mirrored rank's trace is its representative's relabelled, parse problems included: check the latter.
         traces = [t if folded.rep[r] == r else mirrored_trace(t) for r, t in enumerate(traces)]
-        sys_layer.simulated = frozenset(folded.simulated)
         network.router = FoldedRouter(network.router, folded)
+    check_workload(Workload(traces), config)
+    dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
+    sys_layer = System(config, groups, dims=dims, topology=topo)
+    if folded is not None:
+        sys_layer.simulated = frozenset(folded.simulated)
     expected = sys_layer.message_estimate(traces)
     walked = expected
     if expected > min(MESSAGE_WARNING, MAX_MESSAGES) and config.fast_path and network.offers_bulk_timing():

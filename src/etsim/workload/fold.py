@@ -46,6 +46,7 @@ _ROTATIONS = frozenset({"ring", "uni_ring"})
 _SAME_COLUMNS = (
     "ids", "names", "types", "duration_micros", "data_ptr", "data_idx", "ctrl_ptr", "ctrl_idx",
     "is_cpu_op", "comm_type", "comm_size", "comm_tag", "comm_priority", "num_ops", "tensor_size",
+    "duplicate_ids", "missing_data_deps", "missing_ctrl_deps", "bad_attributes", "member_mismatches",
 )  # fmt: skip
 
 
