@@ -68,6 +68,8 @@ inputs are generated in the work directory before the clock starts; see PROCESS_
   train-gpt3-1024      one training step of GPT-3 175B on 1,024 GPUs (t 8 with SP, p 8, d 16 with ZeRO-1, 8
                        micro-batches, selective recomputation) on a dgx-a100 gpu_cluster under flow: a one-point
                        ``etsim experiment run`` (generated in memory, simulated, step report), issue 23's scale case
+  train-gpt3-1024-full the same step with replica folding off (every rank simulated: the fold's reference)
+  train-gpt3-4096      the same model on 4,096 GPUs (d 64, 512 sequences): the top of docs/training.md's scaling table
   write-1m             (in process) write the 1,000,000-node trace of load-1m back to disk
 
 Route computation (``model.route``) is done before the timer starts in the torus cases, for model and
@@ -481,6 +483,16 @@ PROCESS_CASES: dict[str, tuple[list[str], str]] = {
          "-q"],
         "gpt3_1024",
     ),
+    "train-gpt3-1024-full": (
+        ["experiment", "run", "{w}/gpt3_1024_full.yaml", "--out", "{w}/gpt3_1024_full", "--jobs", "1", "--no-plots",
+         "--force", "-q"],
+        "gpt3_1024",
+    ),
+    "train-gpt3-4096": (
+        ["experiment", "run", "{w}/gpt3_4096.yaml", "--out", "{w}/gpt3_4096", "--jobs", "1", "--no-plots", "--force",
+         "-q"],
+        "gpt3_1024",
+    ),
 }  # fmt: skip
 
 
@@ -527,13 +539,17 @@ def prepare(kind: str, workdir: Path) -> None:
             "  - {kind: switch, npus: 16, bandwidth: 50 GB/s, latency: 1 us}\n"
         )
     elif kind == "gpt3_1024":
-        (workdir / "gpt3_1024.yaml").write_text(
-            "name: gpt3_1024\n"
-            "workload: {generate: transformer, model: gpt3-175b, tp: 8, sp: true, pp: 8, dp: 16, zero: 1,\n"
-            "           recompute: selective, global_batch: 128, micro_batch: 1}\n"
-            "topology: {kind: gpu_cluster, preset: dgx-a100, gpus: 1024}\n"
-            "model: flow\nsystem: {resources: {comm_streams: 0}}\nsweep: {workload.micro_batch: [1]}\n"
-        )
+        for gpus, extra in ((1024, ""), (4096, ""), (1024, ", fold_replicas: false")):
+            name = f"gpt3_{gpus}" + ("_full" if extra else "")
+            (workdir / f"{name}.yaml").write_text(
+                f"name: {name}\n"
+                "workload: {generate: transformer, model: gpt3-175b, tp: 8, sp: true, pp: 8, "
+                f"dp: {gpus // 64}, zero: 1,\n"
+                f"           recompute: selective, global_batch: {gpus // 8}, micro_batch: 1}}\n"
+                f"topology: {{kind: gpu_cluster, preset: dgx-a100, gpus: {gpus}}}\n"
+                f"model: flow\nsystem: {{resources: {{comm_streams: 0}}{extra}}}\n"
+                "sweep: {workload.micro_batch: [1]}\n"
+            )
     elif kind == "dp64" and not (workdir / "dp64.0.et").exists():
         from etsim.producers.workloads import data_parallel_workload
 

@@ -59,3 +59,40 @@ def test_a_file_loads_with_its_network_model(tmp_path: Path) -> None:
     path.write_text("kind: gpu_cluster\npreset: dgx-h100\ngpus: 16\nnetwork: {model: analytical}\n")
     net = load_network(str(path))
     assert net.model == "analytical" and net.topology.npus == 16
+
+
+def _one_message(topology: dict[str, object], src: int, dst: int, size: int) -> float:
+    from etsim.chakra.builder import TraceBuilder
+    from etsim.chakra.graph import Workload
+    from etsim.simulation import simulate
+
+    traces = []
+    for rank in range(int(topology["gpus"])):  # type: ignore[call-overload]
+        b = TraceBuilder(rank)
+        if rank == src:
+            b.send(dst, size, tag=1)
+        elif rank == dst:
+            b.recv(src, size, tag=1)
+        traces.append(b.build())
+    return simulate(Workload(traces), topology=build_topology(topology, None), model="flow").finish_ns
+
+
+def test_without_rails_a_nic_reaches_every_other_gpu_directly_and_nvlink_stays_inside_the_node() -> None:
+    rails = {"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": 16}
+    fabric = {**rails, "rail_optimised": False}
+    topo = build_topology(fabric, None)
+    assert topo.kind == "graph" and not topo.dims
+    size = 25_000_000  # 1 ms at a 25 GB/s NIC
+    between_nodes = 2 * 1000 + 5 * 130  # NIC at each end, five switch hops
+    # GPU 3 to GPU 11 (same local index): the same on both fabrics.
+    assert _one_message(fabric, 3, 11, size) == _one_message(rails, 3, 11, size) == 1_000_000 + between_nodes
+    # GPU 3 to GPU 8 (local 0 of the next node): rails cross NVLink first (PXN), the fabric does not.
+    assert _one_message(fabric, 3, 8, size) == 1_000_000 + between_nodes
+    assert _one_message(rails, 3, 8, size) == 1_000_000 + between_nodes + 700
+    # Inside a node both use the NVSwitch: 300 GB/s, 700 ns.
+    assert _one_message(fabric, 3, 5, size) == _one_message(rails, 3, 5, size) == size / 300 + 700
+
+
+def test_rail_optimised_must_be_a_boolean() -> None:
+    with pytest.raises(TopologyError, match="rail_optimised: expected true or false, got 'no'"):
+        build_topology({"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": 16, "rail_optimised": "no"}, None)

@@ -9,6 +9,10 @@ first, as NCCL's PXN does on rail-optimised fabrics. Hierarchical collectives se
 - ``fabric_levels`` sets the inter-node latency: the NIC at each end plus ``2·levels − 1`` switch hops.
 - ``oversubscription`` (≥ 1) divides each GPU's fabric bandwidth: the rate when every GPU sends across the top
   of the tree at once (the worst case; traffic that stays under one leaf is not faster in this model).
+- ``rail_optimised: false``: every NIC joins one fabric, so GPU ``i`` of one node reaches GPU ``j`` of another
+  through its own NIC directly, never over NVLink first. The cluster is then an explicit graph (a GPU's NIC is a
+  node of its own between the GPU and the fabric, so the fewest-hop route between GPUs of one node is their
+  NVSwitch): shortest-path routing, no dimensions for hierarchical collectives, and no replica folding.
 
 Presets (per-direction figures from NVIDIA's DGX A100 and DGX H100 user guides and SuperPOD reference
 architectures):
@@ -24,6 +28,7 @@ from typing import Any
 
 from etsim.errors import TopologyError
 from etsim.network.builders import TOPOLOGY_BUILDERS, TopologyBuilder, int_value
+from etsim.network.irregular import graph
 from etsim.network.topology import Dim, Topology, link_bandwidth, link_latency, product
 
 __all__ = ["PRESETS", "GpuClusterBuilder"]
@@ -59,7 +64,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 class GpuClusterBuilder(TopologyBuilder):
     """``kind: gpu_cluster`` — ``gpus``, ``preset`` (``dgx-a100``, ``dgx-h100``) and any preset key overridden."""
 
-    keys = frozenset({"gpus", "preset", *PRESETS["dgx-a100"]})
+    keys = frozenset({"gpus", "preset", "rail_optimised", *PRESETS["dgx-a100"]})
 
     def build(self, data: Mapping[str, Any], name: str | None) -> Topology:
         """Two switch dimensions: the node's NVSwitch and one rail per local GPU index."""
@@ -71,7 +76,10 @@ class GpuClusterBuilder(TopologyBuilder):
         else:
             raise TopologyError(f"preset: unknown GPU cluster {preset!r}; expected one of {', '.join(PRESETS)}")
         values.update({k: v for k, v in data.items() if k not in ("kind", "preset", "name", "network", "failed")})
-        for key in sorted(self.keys - {"preset"}):
+        rail = values.pop("rail_optimised", True)
+        if not isinstance(rail, bool):
+            raise TopologyError(f"rail_optimised: expected true or false, got {rail!r}")
+        for key in sorted(self.keys - {"preset", "rail_optimised"}):
             if key not in values:
                 raise TopologyError(f"{key}: missing (give it, or a preset: {', '.join(PRESETS)})")
         gpus = int_value(values["gpus"], "gpus")
@@ -91,6 +99,8 @@ class GpuClusterBuilder(TopologyBuilder):
         nic_lat = link_latency(values["nic_latency"], "nic_latency", bare_unit=None)
         hop = link_latency(values["switch_latency"], "switch_latency", bare_unit=None)
         nodes = gpus // per_node
+        if not rail and nodes > 1:
+            return _fabric_graph(gpus, per_node, nvlink, nvlink_lat, nic * nics / over, nic_lat, hop, levels, name)
         # A route through a switch dimension crosses two links (up and down): each carries half the path latency.
         fabric_latency = (2 * nic_lat + (2 * levels - 1) * hop) / 2
         dims = []
@@ -101,3 +111,29 @@ class GpuClusterBuilder(TopologyBuilder):
         if not dims:
             raise TopologyError("gpus: a GPU cluster needs at least 2 GPUs")
         return product(dims, kind="gpu_cluster", name=name)
+
+
+def _fabric_graph(
+    gpus: int,
+    per_node: int,
+    nvlink: float,
+    nvlink_latency: float,
+    fabric: float,
+    nic_latency: float,
+    hop: float,
+    levels: int,
+    name: str | None,
+) -> Topology:
+    """A cluster whose NICs all join one fabric (not rail-optimised): GPU → NIC → fabric → NIC → GPU between nodes.
+
+    Latencies: NVLink's split over a GPU's two NVSwitch links, as in the product; between nodes the NIC at each end
+    (GPU → NIC and NIC → GPU links) and ``2·levels − 1`` switch hops (split over the NIC ↔ fabric links).
+    """
+    nvswitches = [f"nvswitch{k}" for k in range(gpus // per_node)]
+    nics = [f"nic{r}" for r in range(gpus)]
+    links: list[dict[str, object]] = []
+    for r in range(gpus):
+        links.append({"src": r, "dst": nvswitches[r // per_node], "bandwidth": nvlink, "latency": nvlink_latency / 2})
+        links.append({"src": r, "dst": nics[r], "bandwidth": fabric, "latency": nic_latency})
+        links.append({"src": nics[r], "dst": "fabric", "bandwidth": fabric, "latency": (2 * levels - 1) * hop / 2})
+    return graph(gpus, links, switches=[*nvswitches, *nics, "fabric"], name=name or "gpu_cluster")
