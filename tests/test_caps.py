@@ -83,7 +83,15 @@ def test_a_run_that_would_walk_too_many_messages(monkeypatch: pytest.MonkeyPatch
 
 def test_caps_are_stated_where_a_user_reads_them(repo: Path) -> None:
     text = (repo / "docs" / "design.md").read_text()
-    for cap in ("MAX_LINKS", "MAX_POINTS", "MAX_MESSAGES", "MAX_DECOMPRESSED", "MAX_TRANSFERS", "MAX_NODES"):
+    for cap in (
+        "MAX_LINKS",
+        "MAX_POINTS",
+        "MAX_MESSAGES",
+        "MAX_DECOMPRESSED",
+        "MAX_TRANSFERS",
+        "MAX_NODES",
+        "MAX_WALKED_NODES",
+    ):
         assert cap in text, cap
 
 

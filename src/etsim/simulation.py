@@ -49,6 +49,7 @@ __all__ = [
     "DEFAULT_LATENCY",
     "DEFAULT_MODEL",
     "MAX_MESSAGES",
+    "MAX_WALKED_NODES",
     "MESSAGE_WARNING",
     "check_workload",
     "default_topology",
@@ -61,6 +62,8 @@ MAX_FAST_RERUNS = 3
 MESSAGE_WARNING = 20_000_000
 #: Runs that would walk more messages than this are refused (at ~3 µs a message, more than ten minutes).
 MAX_MESSAGES = 200_000_000
+#: Runs that would walk more workload nodes than this are refused (a few hundred bytes each while running).
+MAX_WALKED_NODES = 50_000_000
 
 #: The default topology when none is given: a bidirectional ring of the workload's ranks.
 DEFAULT_BANDWIDTH = 50.0  # bytes per ns (50 GB/s)
@@ -245,12 +248,20 @@ def _simulate(
     network = build_model(env, topo, model_name, options)
     traces = list(workload.traces)
     folded: ReplicaFold | None = None
+    fold_note = "replica folding is off"
     if fold and config.fold_replicas:
-        folded, _why = find_fold(traces, groups, topo, network.options.router)
+        folded, fold_note = find_fold(traces, groups, topo, network.options.router)
     if folded is not None:
         # A mirrored rank's trace is its representative's relabelled, parse problems included: check the latter.
         traces = [t if folded.rep[r] == r else mirrored_trace(t) for r, t in enumerate(traces)]
         network.router = FoldedRouter(network.router, folded)
+    walked_nodes = sum(t.num_nodes for t in traces)
+    if walked_nodes > MAX_WALKED_NODES:
+        why = "" if folded is not None else f" (every rank runs: {fold_note})"
+        raise ConfigError(
+            f"this run would walk {walked_nodes:,} workload nodes, more than etsim's limit of {MAX_WALKED_NODES:,}"
+            f"{why}; fewer micro-batches or ranks make it smaller"
+        )
     check_workload(Workload(traces), config)
     dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
     sys_layer = System(config, groups, dims=dims, topology=topo)

@@ -17,7 +17,7 @@ import pytest
 
 from etsim.chakra.graph import Workload
 from etsim.cli import main
-from etsim.errors import EtsimWarning
+from etsim.errors import ConfigError, EtsimWarning
 from etsim.network import topology_from_dict as build_topology
 from etsim.producers.workloads.base import parse
 from etsim.report.result import Result
@@ -183,3 +183,20 @@ def test_the_step_report_and_group_exposure_of_a_folded_run_are_the_full_runs(tm
     assert folded["training"] == full["training"]
     assert folded["groups"] == full["groups"]
     assert folded["ranks"] == full["ranks"] and folded["links"] == full["links"]
+
+
+def test_a_run_too_large_to_walk_is_refused_and_says_why_it_was_not_folded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import etsim.simulation
+
+    workload = job(tp=2, dp=4)
+    monkeypatch.setattr(etsim.simulation, "MAX_WALKED_NODES", workload.traces[0].num_nodes * 3)
+    simulate(workload, topology=cluster(8), system=TRAINING)  # folded: 2 ranks walked
+    with pytest.raises(
+        ConfigError,
+        match=r"would walk [\d,]+ workload nodes, more than etsim's limit .* \(every rank "
+        r"runs: replica folding is off\)",
+    ):
+        simulate(workload, topology=cluster(8), system=TRAINING.with_overrides(fold_replicas=False))
+    mesh = build_topology({"kind": "mesh", "shape": [2, 4], "bandwidth": "100 GB/s", "latency": "1 us"})
+    with pytest.raises(ConfigError, match="every rank runs: the replica shift permutes dimension"):
+        simulate(workload, topology=mesh, system=TRAINING)

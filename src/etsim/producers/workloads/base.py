@@ -88,7 +88,8 @@ class WorkloadGenerator:
     - :meth:`collectives` names the collective types the traces use, in order of first use (the result columns
       of experiments); the default generates the traces and looks.
     - :meth:`nodes` estimates the nodes of all traces together (from above, roughly), so that a workload too
-      large to hold is refused before it is built (:data:`MAX_NODES`); the default, 0, checks nothing.
+      large to hold is refused before it is built (:data:`MAX_NODES`); a generator whose ranks share columns may
+      count a shared node as the fraction of a built one it costs; the default, 0, checks nothing.
     - :meth:`comm_groups` gives the communicator groups the traces' ``pg_name`` values stand for, which
       ``etsim workload gen`` writes beside the traces as ``PREFIX.comm_groups.json`` (the reference consumer's
       format) for consumers that read neither etsim's metadata nor ``process_group:init`` nodes; None: none.
