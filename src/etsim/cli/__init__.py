@@ -39,6 +39,7 @@ COMMANDS = {
     "synth": "etsim.cli.synth",
     "experiment": "etsim.cli.experiment",
     "tune": "etsim.cli.tune",
+    "optimise": "etsim.cli.optimise",
 }
 
 #: Sub-command modules, in the order they appear in ``etsim --help``.

@@ -41,7 +41,15 @@ from etsim.system.config import SystemConfig, load_system_config
 from etsim.producers.tacos import COLLECTIVES as TACOS_COLLECTIVES  # isort: skip
 from etsim.producers.tacos import synthesize, write_synthesis  # isort: skip
 
-__all__ = ["PointOutcome", "PointTask", "remove_synthesis_dir", "run_batch", "run_point", "simulate_point"]
+__all__ = [
+    "PointOutcome",
+    "PointTask",
+    "point_workload",
+    "remove_synthesis_dir",
+    "run_batch",
+    "run_point",
+    "simulate_point",
+]
 
 T = TypeVar("T")
 
@@ -74,6 +82,11 @@ _TMP: list[str] = []
 
 def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
+
+
+def point_workload(spec: str | dict[str, Any]) -> Workload:
+    """A point's workload (a path or a generator mapping), built once per process."""
+    return _workload(spec)
 
 
 def _workload(spec: str | dict[str, Any]) -> Workload:
@@ -183,8 +196,8 @@ def _algorithms(
     return out
 
 
-def simulate_point(spec: PointSpec) -> Result:
-    """Simulate one point exactly as its ``config.yaml`` describes.
+def simulate_point(spec: PointSpec, recorder: RunRecorder | None = None) -> Result:
+    """Simulate one point exactly as its ``config.yaml`` describes (watched by *recorder*, if given).
 
     Raises:
         EtsimError: the point cannot be simulated (the message says why).
@@ -197,10 +210,11 @@ def simulate_point(spec: PointSpec) -> Result:
     system = system.with_overrides(algorithms=algorithms)
     options = spec.model_options or None
     training = training_info(workload.traces)
-    recorder = RunRecorder(messages=False) if training is not None else None
+    if recorder is None and training is not None:
+        recorder = RunRecorder(messages=False)
     result = simulate(workload, topology=net, model=spec.model, model_options=options, system=system, observer=recorder)
-    if training is not None:
-        result.groups = exposure_by_group(recorder)  # type: ignore[arg-type]
+    if training is not None and recorder is not None:
+        result.groups = exposure_by_group(recorder)
         streams = system.resources.comm_streams
         result.training = training_report(training, result, recorder, comm_streams=streams)
     if labels:  # a synthesised family lives in a temporary directory: name it by its parameters instead

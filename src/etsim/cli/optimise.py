@@ -1,0 +1,110 @@
+"""``etsim optimise``: search workload-preserving rewrites of a job for a faster step (:mod:`etsim.tuning.optimise`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from etsim.errors import ConfigError
+from etsim.experiment.engines import ENGINES
+from etsim.experiment.spec import load_experiment
+from etsim.files import write_text
+from etsim.tuning.optimise import Candidate, optimise, write_outputs
+from etsim.units import format_time, parse_time
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``optimise`` to the ``etsim`` parser."""
+    p = subparsers.add_parser(
+        "optimise",
+        help="search workload-preserving rewrites (parallelism, schedule, buckets, algorithms) for a faster step",
+        description="Start from a job (an experiment-style file with workload, topology, model and system, or a "
+        "workload with --topology/--system), simulate one documented rewrite at a time from the best so far, "
+        "most promising first by where the step's time goes, and keep the fastest that fits in GPU memory. "
+        "Writes the best job's traces, system and topology (etsim run reproduces its time), report.md/json, "
+        "convergence.csv/png and timelines of baseline and best. See docs/optimise.md.",
+    )
+    p.add_argument("job", help="an experiment-style YAML of one point, or a workload (trace prefix or directory)")
+    p.add_argument("--topology", help="topology YAML (with a workload)")
+    p.add_argument("--system", help="system YAML (with a workload)")
+    p.add_argument("--model", help="network model (with a workload; default: the topology's, else flow)")
+    p.add_argument("--budget", type=int, default=40, help="candidates to simulate at most (default 40)")
+    p.add_argument("--time", help="stop starting new rounds after this long (e.g. '5 min')")
+    p.add_argument("--jobs", type=int, default=1, help="candidates simulated at once (default 1)")
+    p.add_argument("--engine", default="local", help=f"experiment engine ({', '.join(ENGINES.names())})")
+    p.add_argument("-o", "--output", required=True, help="output directory")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the best time")
+    p.set_defaults(handler=cmd_optimise)
+
+
+def _job_file(args: argparse.Namespace, tmp: str) -> Path:
+    """The job as an experiment file: the one given, or one written for a workload and its flags."""
+    job = Path(args.job)
+    if job.suffix in (".yaml", ".yml") and job.is_file():
+        if args.topology or args.system or args.model:
+            raise ConfigError(f"{job}: a job file names its own topology, system and model; drop the flags")
+        return job
+    if args.topology is None:
+        raise ConfigError("--topology is needed with a workload (or give a job file)")
+    data: dict[str, object] = {"workload": os.path.abspath(args.job), "topology": os.path.abspath(args.topology)}
+    if args.system:
+        data["system"] = yaml.safe_load(Path(args.system).read_text()) or {}
+    if args.model:
+        data["model"] = args.model
+    path = Path(tmp) / "job.yaml"
+    write_text(path, yaml.safe_dump(data))
+    return path
+
+
+def cmd_optimise(args: argparse.Namespace) -> int:
+    """Search, write the outputs, print the gain."""
+    if args.budget < 1:
+        raise ConfigError(f"--budget must be >= 1, got {args.budget}")
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    seconds = parse_time(args.time, key="--time") / 1e9 if args.time else None
+    with tempfile.TemporaryDirectory() as tmp:
+        experiment = load_experiment(_job_file(args, tmp))
+        if len(experiment.points) != 1:
+            raise ConfigError(
+                f"{args.job}: optimise starts from one configuration; the file sweeps {len(experiment.points)} points"
+            )
+        out = Path(args.output)
+        out.mkdir(parents=True, exist_ok=True)
+
+        def show(c: Candidate) -> None:
+            if not args.quiet:
+                what = "; ".join(m.describe() for m in c.path) or "the job as given"
+                when = format_time(c.iteration_ns) if c.status == "ok" else f"failed ({c.error.splitlines()[0]})"
+                fit = "" if c.fits else " (does not fit in GPU memory)"
+                print(f"  {when}{fit}: {what}", file=sys.stderr)
+
+        result = optimise(
+            experiment.points[0].spec,
+            budget=args.budget,
+            seconds=seconds,
+            engine=args.engine,
+            jobs=args.jobs,
+            cache=out / "candidates.jsonl",
+            on_candidate=show,
+        )
+        report = write_outputs(result, out)
+    if args.quiet:
+        print(format_time(report["best_ns"]))
+        return 0
+    print(
+        f"baseline {format_time(report['baseline_ns'])}, best {format_time(report['best_ns'])} "
+        f"({100 * report['gain']:.1f}% faster) after {report['candidates']} candidates"
+    )
+    for a in report["accepted"]:
+        print(f"  accepted: {a['move']}  ({format_time(a['before_ns'])} -> {format_time(a['after_ns'])})")
+    print(f"wrote {out}/: report.md, report.json, workload.*.et, system.yaml, topology.yaml, convergence.csv")
+    print(f"reproduce: etsim run {out}/workload --system {out}/system.yaml --topology {out}/topology.yaml")
+    return 0

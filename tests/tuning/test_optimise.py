@@ -1,0 +1,152 @@
+"""``etsim optimise``: the search keeps only faster candidates that fit, its outputs reproduce the best time, it
+resumes from its cache, and on constructed cases it finds the known optimum."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from etsim.chakra import load_workload
+from etsim.chakra.graph import CollectiveType
+from etsim.chakra.io import write_workload
+from etsim.chakra.validate import validate_workload
+from etsim.cli import main
+from etsim.experiment.spec import load_experiment
+from etsim.producers import collective_workload
+from etsim.simulation import simulate
+from etsim.system.config import load_system_config
+from etsim.tuning import optimise as opt
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = {"layers": 8, "hidden": 1024, "heads": 16, "ffn": 4096, "vocab": 8000, "seq": 512}
+
+
+def job_file(tmp_path: Path, **workload: Any) -> Path:
+    values = {"generate": "transformer", "model": MODEL, "tp": 2, "pp": 4, "dp": 2, "global_batch": 32,
+              "micro_batch": 4, **workload}  # fmt: skip
+    data = {"workload": values, "topology": {"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": 16},
+            "model": "flow", "system": {"resources": {"comm_streams": 0}}}  # fmt: skip
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def baseline(path: Path) -> Any:
+    return load_experiment(path).points[0].spec
+
+
+def test_the_search_accepts_only_faster_candidates_and_its_best_is_the_fastest_it_saw(tmp_path: Path) -> None:
+    result = opt.optimise(baseline(job_file(tmp_path)), budget=30)
+    assert len(result.evaluated) == 30
+    times = [c.iteration_ns for c in result.evaluated if c.status == "ok" and c.fits]
+    assert result.best.iteration_ns == min(times) < result.baseline.iteration_ns
+    for _move, before, after in result.accepted:
+        assert after < before
+    assert [b for _, b, _ in result.accepted][1:] == [a for _, _, a in result.accepted][:-1]  # a chain
+    assert result.history == sorted(result.history, reverse=True)  # the best only improves
+    assert result.best.path == tuple(m for ms, _, _ in result.accepted for m in ms)
+
+
+def test_outputs_reproduce_the_best_time_and_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["optimise", str(job_file(tmp_path)), "-o", str(out), "--budget", "12", "-q"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["best_ns"] < report["baseline_ns"] and report["accepted"]
+    workload = load_workload(str(out / "workload"))
+    assert not [i for i in validate_workload(workload) if i.blocking]
+    system = load_system_config(str(out / "system.yaml"))
+    again = simulate(workload, topology=str(out / "topology.yaml"), system=system)
+    assert again.finish_ns == report["best_ns"]  # to the nanosecond
+    assert (out / "convergence.csv").read_text().count("\n") == report["candidates"] + 1
+    for name in ("report.md", "best.yaml", "baseline.trace.json.gz", "best.trace.json.gz", "workload.comm_groups.json"):
+        assert (out / name).exists(), name
+    totals = report["critical_path"]["after"]["totals"]
+    assert totals["compute_ns"] + totals["exposed_comm_ns"] + totals["memory_ns"] + totals["other_ns"] == pytest.approx(
+        report["best_ns"]
+    )
+
+
+def test_a_second_run_resumes_from_the_cache_and_finds_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = baseline(job_file(tmp_path))
+    cache = tmp_path / "candidates.jsonl"
+    first = opt.optimise(spec, budget=10, cache=cache)
+    ran: list[int] = []
+    from etsim.experiment.engines.local import LocalEngine
+
+    original = LocalEngine.run
+
+    def counting(self: Any, tasks: Any, on_outcome: Any) -> None:
+        ran.append(len(tasks))
+        original(self, tasks, on_outcome)
+
+    monkeypatch.setattr(LocalEngine, "run", counting)
+    second = opt.optimise(spec, budget=10, cache=cache)
+    assert ran == []  # nothing simulated again
+    assert [c.key for c in second.evaluated] == [c.key for c in first.evaluated]
+    assert second.best.iteration_ns == first.best.iteration_ns
+
+
+def test_for_a_trace_workload_it_finds_the_fastest_algorithm(tmp_path: Path) -> None:
+    # A 64 KiB all-reduce over 16 NPUs on one switch: latency-bound, so the log-step algorithms beat the ring.
+    write_workload(collective_workload(CollectiveType.ALL_REDUCE, 64 << 10, 16), tmp_path / "ar")
+    (tmp_path / "sw.yaml").write_text("kind: switch\nnpus: 16\nbandwidth: 50 GB/s\nlatency: 2 us\n")
+    (tmp_path / "sys.yaml").write_text("algorithms: {all_reduce: ring}\n")
+    out = tmp_path / "out"
+    args = ["optimise", str(tmp_path / "ar"), "--topology", str(tmp_path / "sw.yaml"), "--system"]
+    assert main([*args, str(tmp_path / "sys.yaml"), "-o", str(out), "-q"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    each = {}
+    for name in opt.CANDIDATES:  # every candidate runs an all-reduce
+        system = load_system_config({"algorithms": {"all_reduce": name}})
+        each[name] = simulate(load_workload(str(tmp_path / "ar")), topology=str(tmp_path / "sw.yaml"), system=system)
+    fastest = min(r.finish_ns for r in each.values())
+    assert report["baseline_ns"] == each["ring"].finish_ns and report["best_ns"] == fastest < report["baseline_ns"]
+
+
+def test_candidates_that_do_not_fit_in_gpu_memory_are_never_accepted(tmp_path: Path) -> None:
+    # On 40 GB GPUs micro-batches of 4 fit (38.4 GB by the generator's estimate), of 8 do not (62 GB).
+    big = {**MODEL, "hidden": 6144, "heads": 32, "ffn": 24576, "seq": 2048, "layers": 16}
+    spec = baseline(job_file(tmp_path, model=big, gpu="a100-40gb", tp=4, pp=2, dp=2))
+    result = opt.optimise(spec, budget=12)
+    unfit = [c for c in result.evaluated if not c.fits]
+    assert unfit and any(dict(c.path[-1].values).get("micro_batch") == 8 for c in unfit)
+    assert result.best.fits and all(c.fits for c in result.evaluated if c.path and c.path == result.best.path)
+
+
+def test_bad_requests_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = job_file(tmp_path)
+    out = str(tmp_path / "o")
+    assert main(["optimise", str(job), "--topology", "x.yaml", "-o", out]) == 1
+    assert "a job file names its own topology, system and model" in capsys.readouterr().err
+    assert main(["optimise", str(job), "-o", out, "--budget", "0"]) == 1
+    assert "--budget must be >= 1, got 0" in capsys.readouterr().err
+    sweep = yaml.safe_load(job.read_text())
+    sweep["sweep"] = {"workload.micro_batch": [1, 2]}
+    job.write_text(yaml.safe_dump(sweep))
+    assert main(["optimise", str(job), "-o", out]) == 1
+    assert "optimise starts from one configuration; the file sweeps 2 points" in capsys.readouterr().err
+    assert main(["optimise", str(tmp_path / "nothing"), "-o", out]) == 1
+    assert "--topology is needed with a workload" in capsys.readouterr().err
+
+
+def test_in_context_it_beats_the_table_etsim_tune_measured_alone(tmp_path: Path) -> None:
+    # docs/tuning.md: under store-and-forward `link` on ring4_switch4, `etsim tune` measures direct as the fastest
+    # for every call of the MoE step alone, so its table is direct everywhere (1.869 ms); run in the step, TACOS
+    # all-reduces contend less with the all-to-alls beside them.
+    (tmp_path / "tuned.yaml").write_text(
+        "resources: {comm_streams: 0}\nalgorithms: {all_reduce: direct, all_to_all: direct}\n"
+    )
+    out = tmp_path / "out"
+    args = ["optimise", str(REPO / "workloads" / "moe_16npus_2layers"), "--topology"]
+    args += [str(REPO / "topologies" / "ring4_switch4.yaml"), "--system", str(tmp_path / "tuned.yaml")]
+    assert main([*args, "--model", "link", "--budget", "10", "-o", str(out), "-q"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["baseline_ns"] == pytest.approx(1_869_000, abs=500)
+    assert report["accepted"][0]["move"] == "algorithms.all_reduce = tacos"
+    assert report["best_ns"] < 0.9 * report["baseline_ns"]
