@@ -98,6 +98,21 @@ def chunk_sizes(size: int, chunks: int, group_size: int, *, per_rank_size: bool,
     return [float(chunk)] * -(-size // chunk)
 
 
+def _node_priorities(value: object, key: str = "node_priorities") -> dict[str, int]:
+    """``{"RANK:NODE": int}``, checked."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a mapping of 'RANK:NODE' to an integer priority, got {value!r}")
+    out: dict[str, int] = {}
+    for name, priority in value.items():
+        parts = str(name).split(":")
+        if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+            raise ConfigError(f"{key}: {name!r} is not 'RANK:NODE' (two integers, e.g. '0:12')")
+        if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > 1 << 31:
+            raise ConfigError(f"{key}.{name}: expected an integer priority, got {priority!r}")
+        out[f"{int(parts[0])}:{int(parts[1])}"] = priority
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class SystemConfig:
     """Everything the system and workload layers need besides the workload and the network.
@@ -119,6 +134,15 @@ class SystemConfig:
     :mod:`etsim.system.rules`); when given, it replaces the mapping ``algorithms``."""
     node_algorithms: dict[int, str] = field(default_factory=dict)
     """Workload node id → algorithm for that collective node only (overrides the per-collective choice)."""
+    node_priorities: dict[str, int] = option(
+        help="issue order among ready nodes of one slot class: {'RANK:NODE': priority}, lower first (default 0)",
+        parse=_node_priorities,
+        default_factory=dict,
+        flag=False,
+    )
+    """``"RANK:NODE"`` → priority: when nodes of one slot class (compute, communication, CPU) are ready on a rank at
+    once, the lowest priority takes a free slot first, then the smallest node id (the default order). A rewrite of
+    the issue order that keeps every dependency (``etsim optimise``'s reordering move)."""
     chunks: int = option(1, "split each collective into N pipelined chunks", Integer(1), metavar="N")
     """Split every collective into this many pipelined chunks (concurrent algorithm instances)."""
     reduction_bandwidth: float | None = option(

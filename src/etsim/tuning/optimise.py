@@ -45,14 +45,24 @@ from etsim.producers.tacos import COLLECTIVES as TACOS_COLLECTIVES
 from etsim.producers.workloads.base import normalize
 from etsim.system.algorithms import ALGORITHMS
 
-__all__ = ["Candidate", "Move", "OptimiseResult", "apply", "memory_moves", "moves", "optimise", "write_outputs"]
+__all__ = [
+    "Candidate",
+    "Move",
+    "OptimiseResult",
+    "apply",
+    "memory_moves",
+    "moves",
+    "optimise",
+    "reorder_moves",
+    "write_outputs",
+]
 
 #: Algorithms tried per collective type: the natives that implement it, and TACOS synthesised for the topology.
 CANDIDATES = ("ring", "direct", "halving_doubling", "tree", "hierarchical", "tacos")
 #: How many of a round's fastest candidates that do not fit in memory are tried with memory-saving moves.
 REPAIRED = 3
-#: Roles a move addresses, for ordering by where the step's time goes.
-ROLES = ("pp", "tp", "dp", "compute")
+#: Roles a move addresses, for ordering by where the step's time goes (issue-order moves come first).
+ROLES = ("pp", "tp", "dp", "compute", "order")
 
 
 @dataclass(frozen=True)
@@ -167,6 +177,40 @@ def memory_moves(spec: PointSpec) -> list[Move]:
     return out
 
 
+def reorder_moves(spec: PointSpec) -> list[Move]:
+    """Issue-order moves from *spec*'s critical path: each node on it that waited for a slot of its rank, first.
+
+    A node waited when it started after its last dependency finished: a node of the same slot class held the slot
+    (one compute stream, one communication stream). The move gives it priority over the nodes ready with it
+    (``node_priorities``), keeping every dependency: the seed paper's reordering of two independent nodes.
+    """
+    from etsim.experiment.worker import simulate_point
+    from etsim.report.critical_path import critical_path
+    from etsim.report.record import RunRecorder
+
+    recorder = RunRecorder(messages=True)  # (the critical path follows messages)
+    simulate_point(spec, recorder)
+    engine = recorder.engine
+    if engine is None:
+        return []
+    current = spec.system.get("node_priorities", {}) or {}
+    out = []
+    seen: set[str] = set()
+    for entry in critical_path(recorder)["nodes"]:
+        rank = entry["rank"]
+        run = engine.runs[rank]
+        j = run.trace.index_of.get(entry["node_id"])
+        if j is None:
+            continue
+        deps = [d for ptr, idx in run.trace.dependency_csrs(include_ctrl=True) for d in idx[ptr[j] : ptr[j + 1]]]
+        ready = max((recorder.finish[rank][d] for d in deps), default=0.0)
+        key = f"{rank}:{entry['node_id']}"
+        if recorder.start[rank][j] > ready and key not in current and key not in seen:
+            seen.add(key)
+            out.append(Move("system", ((f"node_priorities.{key}", -1),), "order"))
+    return out
+
+
 def _repaired(candidate: Candidate) -> Iterator[Candidate]:
     """*candidate* with the first k of its memory-saving moves applied, for k = 1, 2 and so on."""
     spec, path = candidate.spec, candidate.path
@@ -191,6 +235,8 @@ def apply(spec: PointSpec, move: Move) -> PointSpec | None:
     for key, value in move.values:
         if key.startswith("algorithms."):
             system.setdefault("algorithms", {})[key.split(".", 1)[1]] = value
+        elif key.startswith("node_priorities."):
+            system.setdefault("node_priorities", {})[key.split(".", 1)[1]] = value
         elif key == "chunks" and value == 1:
             system.pop("chunks", None)  # the default: the same candidate as one that never set it
         else:
@@ -206,8 +252,15 @@ def _promise(metrics: dict[str, Any]) -> list[str]:
         "tp": metrics.get("exposed_tp_ns", 0.0),
         "dp": metrics.get("exposed_dp_ns", 0.0) + metrics.get("exposed_comm_ns", 0.0),
         "compute": metrics.get("compute_ns", 0.0) * 0.1,
+        "order": 0.0,  # (reorder moves are put first by the search: they come from the critical path itself)
     }
     return sorted(ROLES, key=lambda r: (-weight[r], ROLES.index(r)))
+
+
+def _slots_limited(spec: PointSpec) -> bool:
+    """Whether ready nodes may wait for a slot (a resource with a limit), so that their issue order matters."""
+    resources = spec.system.get("resources", {}) or {}
+    return any(resources.get(k, 1) != 0 for k in ("cpu_ops", "compute_streams", "comm_streams"))
 
 
 def _fits(outcome: PointOutcome) -> bool:
@@ -307,6 +360,8 @@ def optimise(
     while len(evaluated) < budget and (seconds is None or time.monotonic() - t0 < seconds):
         order = _promise(best.metrics)
         options = sorted(moves(best.spec, collectives), key=lambda m: order.index(m.role))
+        if _slots_limited(best.spec):
+            options = reorder_moves(best.spec) + options
         batch = fresh(step(best.spec, best.path, options))
         if not batch:
             break

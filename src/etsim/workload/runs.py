@@ -389,7 +389,8 @@ class WorkloadRun(GraphRun):
     """One rank's workload trace, with per-NPU slots and time accounting.
 
     Ready nodes queue per slot class (CPU, compute, communication; receives, metadata and invalid
-    nodes take none) and are issued smallest id first, whatever their order in the file.
+    nodes take none) and are issued smallest id first, whatever their order in the file (lowest
+    :attr:`SystemConfig.node_priorities` first where the system sets them).
 
     Args:
         engine: the engine.
@@ -406,6 +407,7 @@ class WorkloadRun(GraphRun):
         "heaps",
         "holding",
         "in_use",
+        "keys",
         "limits",
         "n_comm",
         "n_comp",
@@ -423,7 +425,12 @@ class WorkloadRun(GraphRun):
         r = config.resources
         self.limits = [0, r.cpu_ops, r.compute_streams, r.comm_streams]
         self.in_use = [0, 0, 0, 0]
-        self.heaps: list[list[tuple[int, int]]] = [[], [], [], []]
+        self.heaps: list[list[tuple[Any, int]]] = [[], [], [], []]
+        # Issue order among ready nodes: the node id, or (priority, id) where the system sets priorities.
+        self.keys: list[Any] = trace.ids
+        mine = {int(k.split(":")[1]): p for k, p in config.node_priorities.items() if int(k.split(":")[0]) == rank}
+        if mine:
+            self.keys = [(mine.get(i, 0), i) for i in trace.ids]
         self.holding = 0
         classes = []
         for j, t in enumerate(trace.types):
@@ -452,7 +459,7 @@ class WorkloadRun(GraphRun):
         if cls == FREE:
             self.execute(j)
             return
-        heapq.heappush(self.heaps[cls], (self.trace.ids[j], j))
+        heapq.heappush(self.heaps[cls], (self.keys[j], j))
         if not self.holding:
             self._dispatch(cls)
 
