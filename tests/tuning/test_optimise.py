@@ -214,3 +214,37 @@ def test_it_finds_the_reordering_of_two_independent_nodes_on_the_critical_path(t
     assert report["best_ns"] == pytest.approx(report["baseline_ns"] - 100_000)
     system = load_system_config(str(out / "system.yaml"))
     assert system.node_priorities == {"0:1": -1}
+
+
+def test_it_finds_the_bucket_size_an_exhaustive_sweep_proves_best(tmp_path: Path) -> None:
+    # A data-parallel step (16 replicas over two DGX nodes): small buckets pay a collective's latency per bucket,
+    # large ones overlap less of the backward pass. Every bucket size the moves can reach (80 MB × 2^k, down to
+    # 1 MiB) is simulated here; the search, restricted to bucket moves, must stop at the fastest of them.
+    job = job_file(tmp_path, tp=1, pp=1, dp=16, global_batch=64, micro_batch=1)
+    data = yaml.safe_load(job.read_text())
+    spec = baseline(job)
+    result = opt.optimise(spec, budget=12, kinds=frozenset({"bucket"}))
+    sizes = [int(80_000_000 * 2.0**k) for k in range(-6, 4)]
+    times = {}
+    for size in sizes:
+        data["workload"]["bucket_size"] = size
+        job.write_text(yaml.safe_dump(data))
+        times[size] = simulate_spec(baseline(job))
+    fastest = min(sizes, key=lambda s: (times[s], s))
+    assert result.best.spec.workload["bucket_size"] == fastest == 40_000_000
+    assert result.best.iteration_ns == times[fastest] < times[80_000_000]
+    assert {m.kind for c in result.evaluated for m in c.path} == {"bucket"}
+
+
+def simulate_spec(spec: Any) -> float:
+    from etsim.experiment.worker import simulate_point
+
+    return simulate_point(spec).finish_ns
+
+
+def test_moves_are_restricted_by_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = baseline(job_file(tmp_path))
+    kinds = {m.kind for m in opt.moves(spec, ["all_reduce"])}
+    assert kinds <= set(opt.MOVE_KINDS) and {"micro_batch", "schedule", "split", "algorithm", "chunks"} <= kinds
+    assert main(["optimise", str(job_file(tmp_path)), "-o", str(tmp_path / "o"), "--moves", "bucket,warp"]) == 1
+    assert "--moves: unknown kind 'warp'" in capsys.readouterr().err

@@ -14,7 +14,7 @@ from etsim.errors import ConfigError
 from etsim.experiment.engines import ENGINES
 from etsim.experiment.spec import load_experiment
 from etsim.files import write_text
-from etsim.tuning.optimise import Candidate, optimise, write_outputs
+from etsim.tuning.optimise import MOVE_KINDS, Candidate, optimise, write_outputs
 from etsim.units import format_time, parse_time
 
 __all__ = ["register"]
@@ -38,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--budget", type=int, default=40, help="candidates to simulate at most (default 40)")
     p.add_argument("--time", help="stop starting new rounds after this long (e.g. '5 min')")
     p.add_argument("--jobs", type=int, default=1, help="candidates simulated at once (default 1)")
+    p.add_argument(
+        "--moves", help=f"only these kinds of moves, comma-separated: {', '.join(MOVE_KINDS)} (default: all)"
+    )
     p.add_argument("--engine", default="local", help=f"experiment engine ({', '.join(ENGINES.names())})")
     p.add_argument("-o", "--output", required=True, help="output directory")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the best time")
@@ -70,6 +73,14 @@ def cmd_optimise(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     seconds = parse_time(args.time, key="--time") / 1e9 if args.time else None
+    kinds = None
+    if args.moves:
+        kinds = frozenset(k.strip() for k in args.moves.split(",") if k.strip())
+        unknown = sorted(kinds - set(MOVE_KINDS))
+        if unknown or not kinds:
+            raise ConfigError(
+                f"--moves: unknown kind {unknown[0] if unknown else '(none)'!r}; valid: {', '.join(MOVE_KINDS)}"
+            )
     with tempfile.TemporaryDirectory() as tmp:
         experiment = load_experiment(_job_file(args, tmp))
         if len(experiment.points) != 1:
@@ -94,6 +105,7 @@ def cmd_optimise(args: argparse.Namespace) -> int:
             jobs=args.jobs,
             cache=out / "candidates.jsonl",
             on_candidate=show,
+            kinds=kinds,
         )
         report = write_outputs(result, out)
     if args.quiet:

@@ -46,6 +46,7 @@ from etsim.producers.workloads.base import normalize
 from etsim.system.algorithms import ALGORITHMS
 
 __all__ = [
+    "MOVE_KINDS",
     "Candidate",
     "Move",
     "OptimiseResult",
@@ -59,6 +60,8 @@ __all__ = [
 
 #: Algorithms tried per collective type: the natives that implement it, and TACOS synthesised for the topology.
 CANDIDATES = ("ring", "direct", "halving_doubling", "tree", "hierarchical", "tacos")
+#: The families of moves (``--moves`` restricts the search to some).
+MOVE_KINDS = ("micro_batch", "schedule", "split", "recompute", "zero", "bucket", "sp", "algorithm", "chunks", "order")
 #: How many of a round's fastest candidates that do not fit in memory are tried with memory-saving moves.
 REPAIRED = 3
 #: Roles a move addresses, for ordering by where the step's time goes (issue-order moves come first).
@@ -74,8 +77,15 @@ class Move:
     role: str
 
     def describe(self) -> str:
-        """``micro_batch 1 → 2``-style text (the new values)."""
+        """``micro_batch = 2``-style text (the new values)."""
         return ", ".join(f"{k} = {v}" for k, v in self.values)
+
+    @property
+    def kind(self) -> str:
+        """Which family of :data:`MOVE_KINDS` the move belongs to."""
+        key = self.values[0][0]
+        named = {"tp": "split", "pp": "split", "dp": "split", "bucket_size": "bucket", "virtual_stages": "schedule"}
+        return named.get(key, key.split(".")[0].replace("algorithms", "algorithm").replace("node_priorities", "order"))
 
 
 @dataclass
@@ -211,10 +221,12 @@ def reorder_moves(spec: PointSpec) -> list[Move]:
     return out
 
 
-def _repaired(candidate: Candidate) -> Iterator[Candidate]:
-    """*candidate* with the first k of its memory-saving moves applied, for k = 1, 2 and so on."""
+def _repaired(candidate: Candidate, kinds: frozenset[str] | None = None) -> Iterator[Candidate]:
+    """*candidate* with the first k of its memory-saving moves (of *kinds*) applied, for k = 1, 2 and so on."""
     spec, path = candidate.spec, candidate.path
     for move in memory_moves(candidate.spec):
+        if kinds is not None and move.kind not in kinds:
+            continue
         new = apply(spec, move)
         if new is None:
             continue
@@ -287,8 +299,11 @@ def optimise(
     jobs: int = 1,
     cache: Path | None = None,
     on_candidate: Callable[[Candidate], None] | None = None,
+    kinds: frozenset[str] | None = None,
 ) -> OptimiseResult:
     """Search from *baseline* (see the module docstring); at most *budget* candidates are simulated.
+
+    *kinds* restricts the moves to some of :data:`MOVE_KINDS` (memory repairs included); None allows every one.
 
     Raises:
         ConfigError: the baseline itself cannot be simulated (its message).
@@ -360,8 +375,9 @@ def optimise(
     while len(evaluated) < budget and (seconds is None or time.monotonic() - t0 < seconds):
         order = _promise(best.metrics)
         options = sorted(moves(best.spec, collectives), key=lambda m: order.index(m.role))
-        if _slots_limited(best.spec):
+        if _slots_limited(best.spec) and (kinds is None or "order" in kinds):
             options = reorder_moves(best.spec) + options
+        options = [m for m in options if kinds is None or m.kind in kinds]
         batch = fresh(step(best.spec, best.path, options))
         if not batch:
             break
@@ -372,7 +388,7 @@ def optimise(
             (c for c in batch if c.status == "ok" and not c.fits and c.iteration_ns < best.iteration_ns),
             key=lambda c: c.iteration_ns,
         )[:REPAIRED]
-        repairs = fresh(r for c in unfit for r in _repaired(c))
+        repairs = fresh(r for c in unfit for r in _repaired(c, kinds))
         if repairs:
             evaluate(repairs)
             watch.advance(len(repairs))
