@@ -62,6 +62,9 @@ def test_outputs_reproduce_the_best_time_and_validate(tmp_path: Path, capsys: py
     system = load_system_config(str(out / "system.yaml"))
     again = simulate(workload, topology=str(out / "topology.yaml"), system=system)
     assert again.finish_ns == report["best_ns"]  # to the nanosecond
+    for record in {(c.type.lower(), c.algorithm, len(c.group)) for c in again.collectives}:
+        collective, algorithm, n = record  # every algorithm the best job runs computes its collective
+        assert main(["algo", "verify", algorithm, "--collective", collective, "--npus", str(n)]) == 0, record
     assert (out / "convergence.csv").read_text().count("\n") == report["candidates"] + 1
     for name in ("report.md", "best.yaml", "baseline.trace.json.gz", "best.trace.json.gz", "workload.comm_groups.json"):
         assert (out / name).exists(), name

@@ -200,3 +200,13 @@ def test_a_run_too_large_to_walk_is_refused_and_says_why_it_was_not_folded(monke
     mesh = build_topology({"kind": "mesh", "shape": [2, 4], "bandwidth": "100 GB/s", "latency": "1 us"})
     with pytest.raises(ConfigError, match="every rank runs: the replica shift permutes dimension"):
         simulate(workload, topology=mesh, system=TRAINING)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"chunks": 2}, {"endpoint_delay": "1 us", "reduction_bandwidth": "100 GB/s"}],
+    ids=["one-comm-stream", "chunks", "delays-and-reductions"],
+)
+def test_folding_is_exact_under_other_system_settings(settings: dict[str, Any]) -> None:
+    folded, full = both(job(tp=2, pp=2, dp=4, zero=1), cluster(16), "flow", load_system_config(settings))
+    assert "simulated 2 of 16 ranks" in folded.sim["folded"] and equal(folded, full)
