@@ -217,6 +217,16 @@ def test_it_finds_the_reordering_of_two_independent_nodes_on_the_critical_path(t
     assert report["best_ns"] == pytest.approx(report["baseline_ns"] - 100_000)
     system = load_system_config(str(out / "system.yaml"))
     assert system.node_priorities == {"0:1": -1}
+    # The rewrite is a setting: the written traces are the input's, node for node and dependency for dependency.
+    before, after = load_workload(str(workload)), load_workload(str(out / "workload"))
+    for a, b in zip(before.traces, after.traces, strict=True):
+        assert (a.ids, a.types, a.data_idx, a.ctrl_idx, a.comm_size) == (
+            b.ids,
+            b.types,
+            b.data_idx,
+            b.ctrl_idx,
+            b.comm_size,
+        )
 
 
 def test_it_finds_the_bucket_size_an_exhaustive_sweep_proves_best(tmp_path: Path) -> None:
@@ -251,3 +261,12 @@ def test_moves_are_restricted_by_kind(tmp_path: Path, capsys: pytest.CaptureFixt
     assert kinds <= set(opt.MOVE_KINDS) and {"micro_batch", "schedule", "split", "algorithm", "chunks"} <= kinds
     assert main(["optimise", str(job_file(tmp_path)), "-o", str(tmp_path / "o"), "--moves", "bucket,warp"]) == 1
     assert "--moves: unknown kind 'warp'" in capsys.readouterr().err
+
+
+def test_candidates_run_on_the_ray_engine_with_the_same_search(tmp_path: Path) -> None:
+    pytest.importorskip("ray")  # an optional extra; CI installs it
+    spec = baseline(job_file(tmp_path))
+    local = opt.optimise(spec, budget=6)
+    ray = opt.optimise(spec, budget=6, engine="ray", jobs=2)
+    assert [c.key for c in ray.evaluated] == [c.key for c in local.evaluated]
+    assert [c.iteration_ns for c in ray.evaluated] == [c.iteration_ns for c in local.evaluated]

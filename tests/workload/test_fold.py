@@ -210,3 +210,15 @@ def test_a_run_too_large_to_walk_is_refused_and_says_why_it_was_not_folded(monke
 def test_folding_is_exact_under_other_system_settings(settings: dict[str, Any]) -> None:
     folded, full = both(job(tp=2, pp=2, dp=4, zero=1), cluster(16), "flow", load_system_config(settings))
     assert "simulated 2 of 16 ranks" in folded.sim["folded"] and equal(folded, full)
+
+
+def test_collectives_over_every_rank_fold_only_when_the_shift_rotates_the_ranks() -> None:
+    from etsim.workload.fold import _groups_symmetric, _rotates
+
+    assert _rotates([0, 1, 2, 3], [1, 2, 3, 0]) and not _rotates([0, 1, 2, 3], [1, 0, 3, 2])
+    groups = CommGroups(8)
+    shift = [(r + 2) % 8 for r in range(8)]  # the dp shift of tp 2 × dp 4, one stage: a rotation
+    assert _groups_symmetric(groups, shift, world=True) is None
+    blocks = [r + 2 if r % 4 < 2 else r - 2 for r in range(8)]  # the same shift within two pipeline stages
+    assert "collectives over every rank" in (_groups_symmetric(groups, blocks, world=True) or "")
+    assert _groups_symmetric(groups, blocks, world=False) is None

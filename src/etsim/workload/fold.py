@@ -29,7 +29,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from etsim.chakra.graph import Trace
+from etsim.chakra.graph import NodeType, Trace
 from etsim.errors import FoldConflict
 from etsim.network.routing import Router
 from etsim.network.topology import Topology
@@ -234,6 +234,11 @@ def find_fold(
     if router != "default" or not topology.regular or topology.npus != len(traces):
         return None, "folding needs an intact product topology of the workload's ranks and dimension-order routing"
     n = len(traces)
+    world = any(
+        t == NodeType.COMM_COLL_NODE and pg_name in (None, "", "0")
+        for trace in traces
+        for t, pg_name in zip(trace.types, trace.pg_name, strict=True)
+    )
     chosen: list[Shift] = []
     why = "no shift of the replicas is a symmetry of the topology"
     for options in roles:
@@ -241,7 +246,7 @@ def find_fold(
             perm = shift.permutation(n)
             reason = (
                 _topology_symmetric(topology, perm)
-                or _groups_symmetric(groups, perm)
+                or _groups_symmetric(groups, perm, world)
                 or _traces_symmetric(traces, perm, groups)
             )
             if reason is None:
@@ -280,8 +285,21 @@ def _topology_symmetric(topology: Topology, shift: list[int]) -> str | None:
     return None
 
 
-def _groups_symmetric(groups: CommGroups, shift: list[int]) -> str | None:
-    """None if τ maps every group onto a group, shifting the positions of groups it maps to themselves cyclically."""
+def _rotates(members: Sequence[int], image: Sequence[int]) -> bool:
+    """Whether *image* (the members' images, in the members' order) is the members rotated by a constant."""
+    where = {r: p for p, r in enumerate(members)}
+    n = len(members)
+    turn = where.get(image[0], -1)
+    return turn >= 0 and all(where.get(x) == (p + turn) % n for p, x in enumerate(image))
+
+
+def _groups_symmetric(groups: CommGroups, shift: list[int], world: bool = False) -> str | None:
+    """None if τ maps every group onto a group, shifting the positions of groups it maps to themselves cyclically.
+
+    *world*: the workload also has collectives over every rank (no ``pg_name``), which τ must rotate too.
+    """
+    if world and not _rotates(range(len(shift)), shift):
+        return "the replica shift does not rotate the ranks of the workload's collectives over every rank"
     by_members = {frozenset(members): members for members in groups.groups.values()}
     for name, members in groups.groups.items():
         image = [shift[r] for r in members]
@@ -290,9 +308,7 @@ def _groups_symmetric(groups: CommGroups, shift: list[int]) -> str | None:
             return f"the replica shift does not map communicator group {name!r} onto a group"
         if frozenset(image) != frozenset(members):
             continue
-        n = len(members)
-        turn = members.index(image[0])
-        if any(members.index(x) != (p + turn) % n for p, x in enumerate(image)):
+        if not _rotates(members, image):
             return f"the replica shift does not rotate communicator group {name!r}"
     return None
 
