@@ -250,7 +250,7 @@ def _simulate(
     folded: ReplicaFold | None = None
     fold_note = "replica folding is off"
     if fold and config.fold_replicas:
-        folded, fold_note = find_fold(traces, groups, topo, network.options.router)
+        folded, fold_note = find_fold(traces, groups, topo, network.options.router, config.node_priorities)
     if folded is not None:
         # A mirrored rank's trace is its representative's relabelled, parse problems included: check the latter.
         traces = [t if folded.rep[r] == r else mirrored_trace(t) for r, t in enumerate(traces)]

@@ -28,7 +28,8 @@ from etsim.workload.fold import find_fold
 
 DENSE = {"layers": 4, "hidden": 256, "heads": 8, "ffn": 1024, "vocab": 1000, "seq": 128}
 MOE = {**DENSE, "experts": 4, "top_k": 2, "moe_every": 1, "expert_ffn": 512}
-TRAINING = load_system_config({"resources": {"comm_streams": 0}})
+RESOURCES = {"resources": {"comm_streams": 0}}
+TRAINING = load_system_config(RESOURCES)
 
 
 def job(model: dict[str, Any] = DENSE, **values: Any) -> Workload:
@@ -222,3 +223,17 @@ def test_collectives_over_every_rank_fold_only_when_the_shift_rotates_the_ranks(
     blocks = [r + 2 if r % 4 < 2 else r - 2 for r in range(8)]  # the same shift within two pipeline stages
     assert "collectives over every rank" in (_groups_symmetric(groups, blocks, world=True) or "")
     assert _groups_symmetric(groups, blocks, world=False) is None
+
+
+def test_a_node_priority_on_some_replicas_only_is_not_folded_away() -> None:
+    workload = job(tp=2, dp=4)
+    node = workload.traces[0].ids[5]
+    everywhere = load_system_config({"node_priorities": {f"{r}:{node}": -1 for r in range(8)}, **RESOURCES})
+    folded, full = both(workload, cluster(8), "flow", everywhere)
+    assert "folded" in folded.sim and equal(folded, full)
+    one = load_system_config({"node_priorities": {f"0:{node}": -1}, **RESOURCES})
+    folded, full = both(workload, cluster(8), "flow", one)
+    assert comparable(folded) == comparable(full)  # run in full: rank 0 differs from its replicas
+    groups = groups_of(workload)
+    _, why = find_fold(workload.traces, groups, cluster(8), "default", {f"0:{node}": -1})
+    assert why.startswith(f"node_priorities: 0:{node} has no counterpart on rank")

@@ -61,7 +61,9 @@ __all__ = [
 #: Algorithms tried per collective type: the natives that implement it, and TACOS synthesised for the topology.
 CANDIDATES = ("ring", "direct", "halving_doubling", "tree", "hierarchical", "tacos")
 #: The families of moves (``--moves`` restricts the search to some).
-MOVE_KINDS = ("micro_batch", "schedule", "split", "recompute", "zero", "bucket", "sp", "algorithm", "chunks", "order")
+MOVE_KINDS = (
+    "micro_batch", "schedule", "split", "recompute", "zero", "bucket", "sp", "algorithm", "chunks", "streams", "order",
+)  # fmt: skip
 #: How many of a round's fastest candidates that do not fit in memory are tried with memory-saving moves.
 REPAIRED = 3
 #: Roles a move addresses, for ordering by where the step's time goes (issue-order moves come first).
@@ -84,7 +86,8 @@ class Move:
     def kind(self) -> str:
         """Which family of :data:`MOVE_KINDS` the move belongs to."""
         key = self.values[0][0]
-        named = {"tp": "split", "pp": "split", "dp": "split", "bucket_size": "bucket", "virtual_stages": "schedule"}
+        named = {"tp": "split", "pp": "split", "dp": "split", "bucket_size": "bucket", "virtual_stages": "schedule",
+                 "resources.comm_streams": "streams"}  # fmt: skip
         return named.get(key, key.split(".")[0].replace("algorithms", "algorithm").replace("node_priorities", "order"))
 
 
@@ -161,6 +164,8 @@ def moves(spec: PointSpec, collectives: list[str]) -> list[Move]:
                 out.append(Move("system", ((f"algorithms.{collective}", name),), "dp"))
     chunks = spec.system.get("chunks", 1)
     out += [Move("system", (("chunks", c),), "tp") for c in (1, 2, 4) if c != chunks]
+    streams = (spec.system.get("resources", {}) or {}).get("comm_streams", 1)
+    out += [Move("system", (("resources.comm_streams", c),), "order") for c in (0, 1, 2) if c != streams]
     return out
 
 
@@ -249,6 +254,8 @@ def apply(spec: PointSpec, move: Move) -> PointSpec | None:
             system.setdefault("algorithms", {})[key.split(".", 1)[1]] = value
         elif key.startswith("node_priorities."):
             system.setdefault("node_priorities", {})[key.split(".", 1)[1]] = value
+        elif key.startswith("resources."):
+            system["resources"] = {**(system.get("resources") or {}), key.split(".", 1)[1]: value}
         elif key == "chunks" and value == 1:
             system.pop("chunks", None)  # the default: the same candidate as one that never set it
         else:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from etsim.chakra.graph import NodeType, Trace
@@ -225,9 +225,17 @@ def replica_shifts(traces: Sequence[Trace]) -> list[list[Shift]]:
 
 
 def find_fold(
-    traces: Sequence[Trace], groups: CommGroups, topology: Topology, router: str
+    traces: Sequence[Trace],
+    groups: CommGroups,
+    topology: Topology,
+    router: str,
+    priorities: Mapping[str, int] | None = None,
 ) -> tuple[ReplicaFold | None, str]:
-    """The fold of a run, or None and why not (see the module docstring for the conditions)."""
+    """The fold of a run, or None and why not (see the module docstring for the conditions).
+
+    *priorities* (``SystemConfig.node_priorities``, ``"RANK:NODE"`` → priority) must be the same on a rank and its
+    image: a node issued early on one rank only makes the ranks differ.
+    """
     roles = replica_shifts(traces)
     if not roles:
         return None, "the workload does not declare replicas"
@@ -246,6 +254,7 @@ def find_fold(
             perm = shift.permutation(n)
             reason = (
                 _topology_symmetric(topology, perm)
+                or _priorities_symmetric(priorities or {}, perm)
                 or _groups_symmetric(groups, perm, world)
                 or _traces_symmetric(traces, perm, groups)
             )
@@ -282,6 +291,15 @@ def _topology_symmetric(topology: Topology, shift: list[int]) -> str | None:
         if dim.kind in _ROTATIONS and all(b == (a + turn) % n for a, b in mapping.items()):
             continue
         return f"the replica shift permutes dimension {d} ({dim.kind}) of topology {topology.name}, not a symmetry"
+    return None
+
+
+def _priorities_symmetric(priorities: Mapping[str, int], shift: list[int]) -> str | None:
+    """None if every node priority is the same at the image of its rank."""
+    for key, priority in priorities.items():
+        rank, node = key.split(":")
+        if priorities.get(f"{shift[int(rank)]}:{node}", 0) != priority:
+            return f"node_priorities: {key} has no counterpart on rank {shift[int(rank)]} (the replicas would differ)"
     return None
 
 
