@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from etsim.algo.dataflow import NodeData, Segment
 from etsim.algo.family_io import algo_graph_from_trace, recorded_collective
@@ -38,7 +39,11 @@ def _shifted(segments: tuple[Segment, ...], shift: int, total: int) -> tuple[Seg
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _as_relative(segments: tuple[Segment, ...]) -> tuple[Segment, ...]:
+    # (cached: the ranks of a family compare their operands with the same first rank's, thousands of times)
+    if all(s.rel for s in segments):
+        return segments
     return tuple(s._replace(rel=True) for s in segments)
 
 
