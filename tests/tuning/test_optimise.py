@@ -123,6 +123,13 @@ def test_candidates_that_do_not_fit_in_gpu_memory_are_never_accepted(tmp_path: P
     assert result.best.fits and all(c.fits for c in result.evaluated if c.path and c.path == result.best.path)
 
 
+def test_a_job_that_does_not_fit_is_made_to_fit_first(tmp_path: Path) -> None:
+    big = {**MODEL, "hidden": 6144, "heads": 32, "ffn": 24576, "seq": 2048, "layers": 16}
+    spec = baseline(job_file(tmp_path, model=big, gpu="a100-40gb", tp=4, pp=2, dp=2, micro_batch=8))
+    result = opt.optimise(spec, budget=16)
+    assert not result.baseline.fits and result.best.fits  # 62 GB as given; the best fits in 40 GB
+
+
 def test_bad_requests_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     job = job_file(tmp_path)
     out = str(tmp_path / "o")
@@ -137,6 +144,14 @@ def test_bad_requests_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "optimise starts from one configuration; the file sweeps 2 points" in capsys.readouterr().err
     assert main(["optimise", str(tmp_path / "nothing"), "-o", out]) == 1
     assert "--topology is needed with a workload" in capsys.readouterr().err
+    args = [
+        "optimise",
+        str(REPO / "workloads" / "allreduce_8npus_1MiB"),
+        "--topology",
+        str(REPO / "topologies" / "ring8.yaml"),
+    ]
+    assert main([*args, "--system", str(tmp_path / "none.yaml"), "-o", out]) == 1
+    assert "none.yaml" in capsys.readouterr().err
 
 
 def test_in_context_it_beats_the_table_etsim_tune_measured_alone(tmp_path: Path) -> None:

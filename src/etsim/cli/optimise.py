@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, warn
 from etsim.experiment.engines import ENGINES
 from etsim.experiment.spec import load_experiment
 from etsim.files import write_text
@@ -58,7 +58,7 @@ def _job_file(args: argparse.Namespace, tmp: str) -> Path:
         raise ConfigError("--topology is needed with a workload (or give a job file)")
     data: dict[str, object] = {"workload": os.path.abspath(args.job), "topology": os.path.abspath(args.topology)}
     if args.system:
-        data["system"] = yaml.safe_load(Path(args.system).read_text()) or {}
+        data["system"] = os.path.abspath(args.system)  # (the experiment loader reads it and names it in errors)
     if args.model:
         data["model"] = args.model
     path = Path(tmp) / "job.yaml"
@@ -115,6 +115,11 @@ def cmd_optimise(args: argparse.Namespace) -> int:
         f"baseline {format_time(report['baseline_ns'])}, best {format_time(report['best_ns'])} "
         f"({100 * report['gain']:.1f}% faster) after {report['candidates']} candidates"
     )
+    if not report["best_fits"]:
+        warn(
+            "no candidate fits in GPU memory (the generator's estimate), the job as given included: the best "
+            "shown is the job as given; more GPUs, a smaller model or a larger GPU preset are needed"
+        )
     for a in report["accepted"]:
         print(f"  accepted: {a['move']}  ({format_time(a['before_ns'])} -> {format_time(a['after_ns'])})")
     print(f"wrote {out}/: report.md, report.json, workload.*.et, system.yaml, topology.yaml, convergence.csv")

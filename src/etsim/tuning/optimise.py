@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -204,7 +205,9 @@ def reorder_moves(spec: PointSpec) -> list[Move]:
     from etsim.report.record import RunRecorder
 
     recorder = RunRecorder(messages=True)  # (the critical path follows messages)
-    simulate_point(spec, recorder)
+    with warnings.catch_warnings():  # the candidate's own run recorded them already
+        warnings.simplefilter("ignore")
+        simulate_point(spec, recorder)
     engine = recorder.engine
     if engine is None:
         return []
@@ -392,7 +395,11 @@ def optimise(
         watch.advance(len(batch))
         # The fastest moves that do not fit in memory, each with one, two, three … moves that save memory.
         unfit = sorted(
-            (c for c in batch if c.status == "ok" and not c.fits and c.iteration_ns < best.iteration_ns),
+            (
+                c
+                for c in batch
+                if c.status == "ok" and not c.fits and (c.iteration_ns < best.iteration_ns or not best.fits)
+            ),
             key=lambda c: c.iteration_ns,
         )[:REPAIRED]
         repairs = fresh(r for c in unfit for r in _repaired(c, kinds))
@@ -402,8 +409,8 @@ def optimise(
         winner = min(
             (c for c in batch + repairs if c.status == "ok" and c.fits), key=lambda c: c.iteration_ns, default=None
         )
-        if winner is None or not winner.iteration_ns < best.iteration_ns:
-            break  # a local optimum: no move from the best helps
+        if winner is None or (best.fits and not winner.iteration_ns < best.iteration_ns):
+            break  # a local optimum: no move from the best helps (a best that does not fit takes any that does)
         accepted.append((winner.path[len(best.path) :], best.iteration_ns, winner.iteration_ns))
         best = winner
     return OptimiseResult(base, best, evaluated, accepted, history)
@@ -417,7 +424,9 @@ def _recorded(spec: PointSpec, trace: Path | None) -> dict[str, Any]:
     from etsim.report.trace import write_chrome_trace
 
     recorder = RunRecorder(messages=True)  # (the critical path follows messages)
-    simulate_point(spec, recorder)
+    with warnings.catch_warnings():  # the candidate's own run recorded them already
+        warnings.simplefilter("ignore")
+        simulate_point(spec, recorder)
     path = critical_path(recorder)
     if trace is not None:
         write_chrome_trace(recorder, trace, links=False)
@@ -466,6 +475,8 @@ def write_outputs(result: OptimiseResult, out: Path) -> dict[str, Any]:
         "baseline_ns": base.iteration_ns,
         "best_ns": best.iteration_ns,
         "gain": 1 - best.iteration_ns / base.iteration_ns,
+        "baseline_fits": base.fits,
+        "best_fits": best.fits,
         "candidates": len(result.evaluated),
         "accepted": [
             {"move": " + ".join(m.describe() for m in ms), "before_ns": b, "after_ns": a, "gain": 1 - a / b}
