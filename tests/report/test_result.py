@@ -61,3 +61,15 @@ def test_a_saved_result_renders_as_the_fresh_one() -> None:
     for bad in ([], {"ranks": []}, {"finish_ns": 1, "ranks": [{"rank": 0}]}, {"finish_ns": "x", "ranks": []}):
         with pytest.raises(ConfigError, match="not an etsim result"):
             Result.from_dict(bad, source="r.json")
+
+
+def test_collective_records_serialise_every_field_as_asdict_does() -> None:
+    from dataclasses import asdict
+
+    from etsim.report.result import CollectiveRecord, Result
+
+    record = CollectiveRecord(3, 7, "ALL_REDUCE", 1 << 20, [2, 3], "ring", 10.0, 2010.0, "built-in default")
+    out = Result(2010.0, [], [record], {}, {}).to_dict()["collectives"][0]
+    algbw, busbw = record.bandwidths()
+    assert out == {**asdict(record), "algbw_GBps": algbw, "busbw_GBps": busbw}
+    assert list(out)[: len(asdict(record))] == list(asdict(record))  # the same key order

@@ -104,22 +104,24 @@ def exposure_by_group(rec: RunRecorder) -> list[dict[str, Any]]:
     sizes: dict[str, float] = {}
     compute: list[list[tuple[float, float]]] = []
     fold = engine.fold
+    # Per simulated rank: its compute (merged) and communication intervals (a folded run's mirrors reuse them).
+    of_rank: dict[int, tuple[list[tuple[float, float]], list[tuple[str, int, tuple[float, float]]]]] = {}
     for run in engine.runs:
         rank = run.rank
-        if fold is not None and fold.rep[rank] != rank:
-            # A mirrored rank (replica folding): its representative's intervals, on the groups they map onto.
-            rep, elem = fold.rep[rank], fold.elem[rank]
+        rep = rank if fold is None else fold.rep[rank]
+        if rep not in of_rank:
             mine, communication = _rank_intervals(rec, engine.runs[rep])
-            communication = [(fold.image_group(g, elem), j, iv) for g, j, iv in communication]
-            trace = engine.runs[rep].trace
-        else:
-            mine, communication = _rank_intervals(rec, run)
-            trace = run.trace
+            of_rank[rep] = (_union(mine), communication)
+        merged, communication = of_rank[rep]
+        if rep != rank:  # a mirrored rank (replica folding): on the groups its representative's map onto
+            elem = fold.elem[rank]  # type: ignore[union-attr]
+            communication = [(fold.image_group(g, elem), j, iv) for g, j, iv in communication]  # type: ignore[union-attr]
+        trace = engine.runs[rep].trace
         for group, j, interval in communication:
             per_group.setdefault(group, {}).setdefault(rank, []).append(interval)
             calls[group] = calls.get(group, 0) + 1
             sizes[group] = sizes.get(group, 0.0) + (trace.comm_size[j] or 0)
-        compute.append(_union(mine))
+        compute.append(merged)
     out = []
     for group in sorted(per_group):
         exposed: dict[int, float] = {}
@@ -218,8 +220,8 @@ def exposure_by_role(rec: RunRecorder, roles: dict[str, str]) -> tuple[dict[str,
             per_role.setdefault(role, [0.0] * ranks)[run.rank] = _minus(_union(intervals), compute)
         rest = [iv for role, intervals in comm.items() if role != "pp" for iv in intervals]
         others.append(_minus(_union(rest), compute))
-    mirror = engine.mirror_of
-    if mirror is not None:  # a folded run: mirrored ranks take their representative's values
+    if engine.fold is not None:  # a folded run: mirrored ranks take their representative's values
+        mirror = engine.fold.rep
         others = [others[mirror[r]] for r in range(ranks)]
         for values in per_role.values():
             values[:] = [values[mirror[r]] for r in range(ranks)]

@@ -7,11 +7,14 @@ A *move* is one documented, reversible rewrite that keeps the job's work and dat
   v = 2, 3, 4 chunks), the tensor/pipeline/data split (a factor 2 moved between two degrees), activation
   recomputation, the ZeRO stage, sequence parallelism, the data-parallel gradient bucket (×2, ÷2);
 - of any workload, one system setting: the algorithm of one collective type (``algorithms.<collective>``: the
-  natives that support it) or the chunks per collective (1, 2, 4).
+  natives that implement it and TACOS), the chunks per collective (1, 2, 4), the communication streams per NPU
+  (``resources.comm_streams`` 0, 1, 2), or the issue order of a node on the critical path that waited for its
+  rank's slot (``node_priorities``).
 
 The search is steepest descent from the job as given: each round simulates every move from the current best
 that has not been tried (in parallel, on an experiment engine), most promising first, and keeps the fastest
-candidate if it beats the current best and fits in GPU memory (the generator's estimate). Promise comes from where
+candidate if it beats the current best and fits in GPU memory (the generator's estimate; a faster candidate that
+does not fit is tried again with moves that save memory). Promise comes from where
 the current best's step goes, as its critical path shows it: the pipeline bubble and pipeline waits make schedule,
 micro-batch and split moves first; exposed tensor-parallel communication makes ``tp``-related moves first;
 exposed data-parallel communication makes bucket, ZeRO and algorithm moves first. A budget (candidates) or a time
@@ -65,6 +68,9 @@ CANDIDATES = ("ring", "direct", "halving_doubling", "tree", "hierarchical", "tac
 MOVE_KINDS = (
     "micro_batch", "schedule", "split", "recompute", "zero", "bucket", "sp", "algorithm", "chunks", "streams", "order",
 )  # fmt: skip
+#: A move's first key (before any ``.``) → its kind, where the two differ.
+_KIND_OF = {"tp": "split", "pp": "split", "dp": "split", "bucket_size": "bucket", "algorithms": "algorithm",
+            "resources": "streams", "node_priorities": "order"}  # fmt: skip
 #: How many of a round's fastest candidates that do not fit in memory are tried with memory-saving moves.
 REPAIRED = 3
 #: Roles a move addresses, for ordering by where the step's time goes (issue-order moves come first).
@@ -86,10 +92,8 @@ class Move:
     @property
     def kind(self) -> str:
         """Which family of :data:`MOVE_KINDS` the move belongs to."""
-        key = self.values[0][0]
-        named = {"tp": "split", "pp": "split", "dp": "split", "bucket_size": "bucket", "virtual_stages": "schedule",
-                 "resources.comm_streams": "streams"}  # fmt: skip
-        return named.get(key, key.split(".")[0].replace("algorithms", "algorithm").replace("node_priorities", "order"))
+        prefix = self.values[0][0].split(".")[0]
+        return _KIND_OF.get(prefix, prefix)
 
 
 @dataclass
@@ -200,27 +204,23 @@ def reorder_moves(spec: PointSpec) -> list[Move]:
     (one compute stream, one communication stream). The move gives it priority over the nodes ready with it
     (``node_priorities``), keeping every dependency: the seed paper's reordering of two independent nodes.
     """
-    from etsim.experiment.worker import simulate_point
-    from etsim.report.critical_path import critical_path
-    from etsim.report.record import RunRecorder
-
-    recorder = RunRecorder(messages=True)  # (the critical path follows messages)
-    with warnings.catch_warnings():  # the candidate's own run recorded them already
-        warnings.simplefilter("ignore")
-        simulate_point(spec, recorder)
+    recorder, path = _recorded_run(spec)
     engine = recorder.engine
     if engine is None:
         return []
     current = spec.system.get("node_priorities", {}) or {}
     out = []
     seen: set[str] = set()
-    for entry in critical_path(recorder)["nodes"]:
+    csrs: dict[int, list[tuple[list[int], list[int]]]] = {}  # per rank, built once (the path crosses many nodes)
+    for entry in path["nodes"]:
         rank = entry["rank"]
         run = engine.runs[rank]
         j = run.trace.index_of.get(entry["node_id"])
         if j is None:
             continue
-        deps = [d for ptr, idx in run.trace.dependency_csrs(include_ctrl=True) for d in idx[ptr[j] : ptr[j + 1]]]
+        if rank not in csrs:
+            csrs[rank] = run.trace.dependency_csrs(include_ctrl=not run.engine.config.ignore_ctrl_deps)
+        deps = [d for ptr, idx in csrs[rank] for d in idx[ptr[j] : ptr[j + 1]]]
         ready = max((recorder.finish[rank][d] for d in deps), default=0.0)
         key = f"{rank}:{entry['node_id']}"
         if recorder.start[rank][j] > ready and key not in current and key not in seen:
@@ -349,9 +349,9 @@ def optimise(
             c.status, c.error, c.metrics, c.fits = entry["status"], entry["error"], entry["metrics"], entry["fits"]
             if c.status == "ok":
                 c.iteration_ns = float(c.metrics.get("iteration_ns", c.metrics.get("finish_ns", float("inf"))))
-            best_so_far = min([h for h in history[-1:]] + [c.iteration_ns if c.status == "ok" and c.fits else 1e300])
+            counted = c.iteration_ns if c.status == "ok" and c.fits else float("inf")
             evaluated.append(c)
-            history.append(best_so_far)
+            history.append(min(history[-1], counted) if history else counted)
             if on_candidate is not None:
                 on_candidate(c)
 
@@ -416,18 +416,24 @@ def optimise(
     return OptimiseResult(base, best, evaluated, accepted, history)
 
 
-def _recorded(spec: PointSpec, trace: Path | None) -> dict[str, Any]:
-    """Simulate *spec* once more with a recorder: its critical path's split (and a timeline at *trace*)."""
+def _recorded_run(spec: PointSpec) -> tuple[Any, dict[str, Any]]:
+    """Simulate *spec* once more with a recorder; return it and the run's critical path."""
     from etsim.experiment.worker import simulate_point
     from etsim.report.critical_path import critical_path
     from etsim.report.record import RunRecorder
-    from etsim.report.trace import write_chrome_trace
 
     recorder = RunRecorder(messages=True)  # (the critical path follows messages)
     with warnings.catch_warnings():  # the candidate's own run recorded them already
         warnings.simplefilter("ignore")
         simulate_point(spec, recorder)
-    path = critical_path(recorder)
+    return recorder, critical_path(recorder)
+
+
+def _recorded(spec: PointSpec, trace: Path | None) -> dict[str, Any]:
+    """Simulate *spec* once more with a recorder: its critical path's split (and a timeline at *trace*)."""
+    from etsim.report.trace import write_chrome_trace
+
+    recorder, path = _recorded_run(spec)
     if trace is not None:
         write_chrome_trace(recorder, trace, links=False)
     nodes = sorted(path["nodes"], key=lambda n: -(n["end_ns"] - n["start_ns"]))[:5]

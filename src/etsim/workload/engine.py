@@ -92,9 +92,8 @@ class Engine:
         self._depth = 0
         self.ranks_done = 0
         self.runs = [WorkloadRun(self, trace, rank, config) for rank, trace in enumerate(traces)]
-        #: Replica folding (``workload/fold.py``): the rank each rank's results are taken from, or None (its own).
-        self.mirror_of: list[int] | None = None
-        #: The fold of a folded run, or None.
+        #: Replica folding (``workload/fold.py``): the fold of a folded run (``fold.rep[r]``: the rank whose results
+        #: rank r takes), or None.
         self.fold: ReplicaFold | None = None
         #: Bulk evaluation of collectives (None: every message takes the event path). An observer sees
         #: every node and message, so it turns the fast path off.
@@ -104,7 +103,6 @@ class Engine:
 
     def mirror(self, fold: ReplicaFold) -> None:
         """Run folded: messages to mirrored ranks are received by their representatives (*fold*)."""
-        self.mirror_of = fold.rep
         self.fold = fold
         self.mailbox.mirror(fold.channel)
 

@@ -1,25 +1,28 @@
-"""Replica folding: simulate one of each set of symmetric replicas, exactly.
+"""Replica folding: simulate one rank of each set of symmetric ranks, exactly.
 
-A data-parallel training job runs the same graph on every replica, and a GPU cluster treats every replica alike:
-the whole run is invariant under the rank permutation τ that moves each rank to the next replica. Its state then
-stays invariant at every instant, so simulating the ranks of one *fundamental domain* S (replicas ``0 .. s-1``)
-gives every rank's times, the others mirroring their representative in S. The simulation of the quotient:
+A data-parallel training job runs the same graph on every replica (and, in Megatron-LM's layout, on every
+tensor-parallel rank), and a GPU cluster treats them alike: the whole run is invariant under the rank shifts that
+move each rank to the next replica or tensor-parallel rank, and under the group G they generate. Its state then
+stays invariant at every instant, so simulating one rank of each orbit of G (the set S) gives every rank's times,
+the others mirroring their representative. The simulation of the quotient:
 
-- only the ranks of S run; a rank outside S is ``τ^k`` of its representative ``rep`` and finishes when it does;
-- a message from a rank of S to a rank ``d`` outside it stands for its whole orbit: it is received as the message
-  ``τ^-k(src) → rep(d)`` (``d = τ^k(rep(d))``) that ``rep(d)``'s receive waits for;
+- only the ranks of S run; a rank ``d`` outside S is ``g(rep)`` for its representative ``rep`` and an element
+  ``g`` of G, and finishes when ``rep`` does;
+- a message from a rank of S to such a ``d`` stands for its whole orbit: it is received as the message
+  ``g⁻¹(src) → rep`` that ``rep``'s receive waits for;
 - every link of a route is replaced by the representative of its orbit (the link attached to a rank of S): the
   links of S carry exactly the flows that each link of their orbit carries in the full run, so contention is the
   full run's;
-- collectives over groups that cross replicas run only their members in S: τ must shift the group's positions
-  cyclically and the algorithm's graph must be one graph with peers relative to the rank (ring, direct), which a
-  cyclic shift leaves unchanged.
+- collectives over groups with mirrored members run only their members in S: G must rotate the group's positions
+  and the algorithm's graph must be one graph with peers relative to the rank (ring, direct), which a rotation
+  leaves unchanged.
 
-Folding applies when every condition is checked true (:func:`find_fold`): the workload says which ranks are
-replicas (a generated training job's ``etsim_training`` layout), each rank's trace equals its image's with peers
-and groups relabelled, τ maps every communicator group onto one, the topology is an intact product whose
-dimensions τ permutes are switches, fully connected or rings it rotates, and routing is dimension-order. Anything
-else runs in full: folding only ever saves time. ``tests/workload/test_fold.py`` compares folded and full runs.
+Folding applies when every condition is checked true (:func:`find_fold`): the workload names its layout (a
+generated training job's ``etsim_training``), each rank's trace equals its image's with peers and groups
+relabelled, every shift maps every communicator group onto one, the topology is an intact product whose
+dimensions a shift permutes are switches, fully connected or rings it rotates, routing is dimension-order, and node
+priorities are the same on a rank and its image. Anything else runs in full: folding only ever saves time.
+``tests/workload/test_fold.py`` compares folded and full runs.
 """
 
 from __future__ import annotations
@@ -60,13 +63,14 @@ class Shift:
     role: str
     """What it moves (``tp``, ``dp``): for the result's description."""
 
+    def move(self, rank: int, k: int) -> int:
+        """*rank* shifted *k* times (negative: backwards)."""
+        digit = (rank // self.stride) % self.modulus
+        return rank + (((digit + k * self.step) % self.modulus) - digit) * self.stride
+
     def permutation(self, n: int) -> list[int]:
         """The shift as a list: ``out[r]`` = the image of rank *r*."""
-        out = []
-        for r in range(n):
-            digit = (r // self.stride) % self.modulus
-            out.append(r + (((digit + self.step) % self.modulus) - digit) * self.stride)
-        return out
+        return [self.move(r, 1) for r in range(n)]
 
 
 @dataclass
@@ -108,8 +112,7 @@ class ReplicaFold:
         """``g(rank)``."""
         for k, s in zip(g, self.shifts, strict=True):
             if k:
-                digit = (rank // s.stride) % s.modulus
-                rank += (((digit + k * s.step) % s.modulus) - digit) * s.stride
+                rank = s.move(rank, k)
         return rank
 
     def back(self, rank: int, g: Sequence[int]) -> int:
@@ -287,7 +290,7 @@ def _topology_symmetric(topology: Topology, shift: list[int]) -> str | None:
         if dim.kind in _ANY_PERMUTATION:
             continue
         n = dim.npus
-        turn = (mapping[0] - 0) % n
+        turn = mapping[0]
         if dim.kind in _ROTATIONS and all(b == (a + turn) % n for a, b in mapping.items()):
             continue
         return f"the replica shift permutes dimension {d} ({dim.kind}) of topology {topology.name}, not a symmetry"
@@ -318,11 +321,10 @@ def _groups_symmetric(groups: CommGroups, shift: list[int], world: bool = False)
     """
     if world and not _rotates(range(len(shift)), shift):
         return "the replica shift does not rotate the ranks of the workload's collectives over every rank"
-    by_members = {frozenset(members): members for members in groups.groups.values()}
+    known = {frozenset(members) for members in groups.groups.values()}
     for name, members in groups.groups.items():
         image = [shift[r] for r in members]
-        target = by_members.get(frozenset(image))
-        if target is None:
+        if frozenset(image) not in known:
             return f"the replica shift does not map communicator group {name!r} onto a group"
         if frozenset(image) != frozenset(members):
             continue
