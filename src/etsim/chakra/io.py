@@ -173,6 +173,9 @@ def frame_spans(data: bytes, path: str | os.PathLike[str] = "<bytes>") -> tuple[
                         f"{path}: frame {index} at byte {start} is the second empty node (id 0, every field at "
                         "its default): not a Chakra trace (a file of zeros?)"
                     )
+        elif pos + 1 < end and data[pos + 1] < 0x80:  # two-byte length: nodes of 128 bytes to 16 KiB
+            length = (length & 0x7F) | (data[pos + 1] << 7)
+            pos += 2
         else:
             try:
                 length, pos = decode_varint(data, pos)
