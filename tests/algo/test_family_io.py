@@ -77,7 +77,7 @@ def _families(tmp_path: Path) -> dict[str, Path]:
 
 
 def test_every_writer_gives_comm_size_beside_the_counts_and_a_tag_per_transfer(tmp_path: Path) -> None:
-    from etsim.algo.family_io import algo_graph_from_trace
+    from etsim.algo.family_graph import algo_graph_from_trace
     from etsim.chakra import load_workload
     from etsim.chakra.validate import validate_workload
 
@@ -126,7 +126,7 @@ def test_sizes_beside_the_counts_change_nothing_for_etsim_and_are_what_an_as_wri
 
 
 def test_a_size_that_does_not_split_or_a_comm_size_that_disagrees_is_an_error(tmp_path: Path) -> None:
-    from etsim.algo.family_io import algo_graph_from_trace
+    from etsim.algo.family_graph import algo_graph_from_trace
     from etsim.chakra import load_workload
 
     ring = RingAlgorithm()

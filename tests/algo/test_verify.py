@@ -14,7 +14,8 @@ from etsim.algo.dataflow import (
     parse_segments,
     seg,
 )
-from etsim.algo.family_io import algo_graph_from_trace, algo_graph_to_trace, algorithm_traces
+from etsim.algo.family_graph import algo_graph_from_trace
+from etsim.algo.family_io import algo_graph_to_trace, algorithm_traces
 from etsim.algo.graph import AlgoGraph, AlgorithmBuilder
 from etsim.algo.semantics import LAYOUTS, minimum_bytes
 from etsim.algo.verify import Verdict, verify_graphs

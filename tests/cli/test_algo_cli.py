@@ -2,7 +2,7 @@ import argparse
 
 import pytest
 
-from etsim.algo.family_io import algo_graph_from_trace
+from etsim.algo.family_graph import algo_graph_from_trace
 from etsim.algo.graph import SEND
 from etsim.chakra import load_workload
 from etsim.cli import algo as algo_cli

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from etsim.algo.family_io import algo_graph_from_trace
+from etsim.algo.family_graph import algo_graph_from_trace
 from etsim.algo.graph import COMP, RECV, SEND
 from etsim.chakra import load_workload
 from etsim.cli import main

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from etsim.algo.family_io import algo_graph_from_trace
+from etsim.algo.family_graph import algo_graph_from_trace
 from etsim.chakra import CollectiveType, load_workload, write_workload
 from etsim.cli import main
 from etsim.cli import synth as synth_cli

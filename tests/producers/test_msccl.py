@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from etsim.algo.family_io import algo_graph_from_trace
+from etsim.algo.family_graph import algo_graph_from_trace
 from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph, AlgorithmBuilder
 from etsim.chakra import Workload, load_workload
 from etsim.chakra.graph import CollectiveType

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from etsim.algo.family_io import algo_graph_from_trace
+from etsim.algo.family_graph import algo_graph_from_trace
 from etsim.algo.graph import SEND
 from etsim.chakra import Workload, load_workload
 from etsim.chakra.graph import CollectiveType, collective_buffer_bytes

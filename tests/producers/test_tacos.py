@@ -6,7 +6,8 @@ from itertools import pairwise
 
 import pytest
 
-from etsim.algo.family_io import algo_graph_from_trace, written_tags
+from etsim.algo.family_graph import algo_graph_from_trace
+from etsim.algo.family_io import written_tags
 from etsim.algo.graph import COMP, RECV, SEND
 from etsim.algo.verify import verify_graphs
 from etsim.chakra import CollectiveType, Workload, load_workload

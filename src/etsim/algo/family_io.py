@@ -1,16 +1,14 @@
-"""Algorithm families as Chakra ET files: encode, decode and write one file per rank.
+"""Algorithm families as Chakra ET files: encode and write one file per rank.
 
 An algorithm family is ``PREFIX.<rank>.et``, one Chakra ET trace per rank of an :class:`~etsim.algo.graph.AlgoGraph`
-(peers made absolute). This module is the one place that knows that form: :func:`algo_graph_to_trace` and
-:func:`encode_algo_graph` write it (the first as protobuf nodes, the second as bytes framed directly, byte-identical),
-:func:`algo_graph_from_trace` reads it back (sizes symbolic or absolute, data annotations checked),
-:func:`write_family` / :func:`write_family_by_rank` write whole families (streamed, or by forked workers), and
-:func:`recorded_collective` reads the collective a file records.
+(peers made absolute). This module writes that form: :func:`algo_graph_to_trace` and :func:`encode_algo_graph` (the
+first as protobuf nodes, the second as bytes framed directly, byte-identical), :func:`write_family` /
+:func:`write_family_by_rank` whole families (streamed, or by forked workers). :mod:`etsim.algo.family_graph` reads
+a rank back into its graph (the rules), :mod:`etsim.algo.family_read` reads rank files fast.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import tempfile
@@ -22,29 +20,23 @@ from typing import Any
 from etsim import progress
 from etsim.algo.dataflow import (
     OUT_OF_PLACE,
-    NodeData,
     absolute_segments,
     format_segments,
-    parse_placement,
-    parse_segments,
-    segments,
 )
-from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph
+from etsim.algo.graph import COMP, SEND, AlgoGraph
 from etsim.chakra.attributes import make_attribute
 from etsim.chakra.builder import TraceBuilder
-from etsim.chakra.graph import CollectiveType, NodeType, Trace, parse_collective
+from etsim.chakra.graph import NodeType, Trace
 from etsim.chakra.io import encode_node, encode_varint, write_trace
 from etsim.errors import TraceError
 from etsim.files import make_parent, write_bytes
 
 __all__ = [
     "SIZE_FREE_NOTE",
-    "algo_graph_from_trace",
     "algo_graph_to_trace",
     "algorithm_traces",
     "encode_algo_graph",
     "family_prefix",
-    "recorded_collective",
     "write_family",
     "write_family_by_rank",
     "written_tags",
@@ -56,10 +48,6 @@ SIZE_FREE_NOTE = (
     "consumers that read bytes only (simulators' custom-collective paths) need comm_size: write them with --size "
     "BYTES (the collective's buffer)"
 )
-
-#: Words a family's ``collective`` metadata may hold for a program usable for any collective.
-_ANY_COLLECTIVE = frozenset({"any", "custom", "send", "recv"})
-
 
 #: One node as written: (type, name, data dependencies, duration µs, attributes as the caller's mapping gives them).
 NodeSpec = tuple[int, str, list[int], int, list[Any]]
@@ -255,161 +243,6 @@ def encode_algo_graph(
     return b"".join(parts)
 
 
-def algo_graph_from_trace(trace: Trace, *, ignore_ctrl_deps: bool = False) -> AlgoGraph:
-    """Read one rank of an algorithm family (Chakra ET) into an :class:`AlgoGraph`.
-
-    Sizes are symbolic when every SEND/RECV carries ``msg_chunk_cnt`` and ``total_chunk_cnt``
-    (as MSCCL-IR conversion writes), else absolute ``comm_size``. A COMP node's size is its
-    own (``msg_chunk_cnt``, ``comm_size`` or ``tensor_size``) or else that of the first
-    SEND/RECV it depends on; its duration is ``duration_micros`` if set.
-
-    Raises:
-        ValueError: a node the simulator cannot run, naming file, rank and node.
-    """
-    from etsim.chakra.validate import topological_order
-
-    n = trace.num_nodes
-    chunk_cnt: list[int | None] = [None] * n
-    total: set[int] = set()
-    texts: dict[int, dict[str, str]] = {}
-    exits: list[int] = []
-    if trace.nodes:
-        wanted = _READ_ATTRS
-        for pos, node in enumerate(trace.nodes):
-            for attr in node.attr:
-                name = attr.name
-                if name not in wanted:  # most attributes (peers, tags, sizes) are read from the columns
-                    continue
-                if name == "msg_chunk_cnt":
-                    chunk_cnt[pos] = int(getattr(attr, attr.WhichOneof("value") or "int64_val"))
-                elif name == "total_chunk_cnt":
-                    total.add(int(getattr(attr, attr.WhichOneof("value") or "int64_val")))
-                elif name == "etsim_exit":
-                    if attr.bool_val:
-                        exits.append(pos)
-                elif attr.WhichOneof("value") == "string_val":
-                    texts.setdefault(pos, {})[name] = attr.string_val
-    comm_positions = [p for p, t in enumerate(trace.types) if t in (SEND, RECV)]
-    symbolic = bool(comm_positions) and all(chunk_cnt[p] is not None for p in comm_positions) and len(total) == 1
-    g = AlgoGraph(total_chunks=total.pop() if symbolic else None, exits=tuple(exits))
-    if symbolic and all(trace.comm_size[p] is not None for p in comm_positions):
-        # comm_size beside the counts (written with --size): both must describe one buffer.
-        sizes = {trace.comm_size[p] * g.total_chunks / chunk_cnt[p] for p in comm_positions if chunk_cnt[p]}  # type: ignore[operator]
-        if len(sizes) > 1:
-            p = next(p for p in comm_positions if chunk_cnt[p])
-            raise ValueError(
-                f"{trace.describe(p)}: comm_size {trace.comm_size[p]} and msg_chunk_cnt {chunk_cnt[p]} of "
-                f"{g.total_chunks} describe a different buffer than the other nodes ({sorted(sizes)[:3]} bytes)"
-            )
-        g.written_bytes = []
-    order = topological_order(trace, include_ctrl=not ignore_ctrl_deps)
-    if len(order) != n:
-        raise ValueError(f"{trace.where()}the algorithm graph has a dependency cycle")
-    for pos in range(n):
-        kind = trace.types[pos]
-        name = trace.names[pos]
-        if kind in (SEND, RECV):
-            peer = trace.comm_dst[pos] if kind == SEND else trace.comm_src[pos]
-            if peer is None:
-                raise ValueError(f"{trace.describe(pos)}: {'send' if kind == SEND else 'receive'} without a peer")
-            amount = chunk_cnt[pos] if symbolic else trace.comm_size[pos]
-            if amount is None:
-                raise ValueError(f"{trace.describe(pos)}: no comm_size (nor msg_chunk_cnt/total_chunk_cnt)")
-            g.kinds.append(kind)
-            g.peers.append(peer)
-            g.tags.append(trace.comm_tag[pos] or 0)
-            g.chunks.append(float(amount))
-            g.durations_ns.append(None)
-            if g.written_bytes is not None:
-                g.written_bytes.append(float(trace.comm_size[pos] or 0))
-        elif kind == COMP:
-            amount = chunk_cnt[pos] if symbolic else (trace.comm_size[pos] or trace.tensor_size[pos])
-            if amount is None:
-                for dep in trace.data_deps(pos):
-                    if trace.types[dep] in (SEND, RECV):
-                        amount = chunk_cnt[dep] if symbolic else trace.comm_size[dep]
-                        break
-            dur = trace.duration_micros[pos]
-            g.kinds.append(COMP)
-            g.peers.append(-1)
-            g.tags.append(0)
-            g.chunks.append(float(amount or 0))
-            g.durations_ns.append(dur * 1000.0 if dur else None)
-            if g.written_bytes is not None:
-                g.written_bytes.append(float(trace.comm_size[pos] or 0))
-        else:
-            # METADATA/INVALID/MEM in an algorithm: no time, kept for dependencies.
-            g.kinds.append(COMP)
-            g.peers.append(-1)
-            g.tags.append(0)
-            g.chunks.append(0.0)
-            g.durations_ns.append(0.0)
-            if g.written_bytes is not None:
-                g.written_bytes.append(0.0)
-        g.names.append(name)
-        g.data.append(_read_data(texts[pos], g.kinds[-1], g.chunks[-1], trace, pos) if pos in texts else None)
-        deps = trace.data_deps(pos) + ([] if ignore_ctrl_deps else trace.ctrl_deps(pos))
-        g.deps_idx.extend(deps)
-        g.deps_ptr.append(len(g.deps_idx))
-    for attr in trace.metadata.attr:
-        if attr.WhichOneof("value") != "string_val":
-            continue
-        try:
-            if attr.name == "data_placement":
-                g.placement = parse_placement(attr.string_val)
-            elif attr.name == "data_setup":
-                g.setup = [_read_copy(text) for text in attr.string_val.split(";") if text.strip()]
-        except ValueError as exc:
-            raise ValueError(f"{trace.where()}global metadata {attr.name}: {exc}") from None
-    return g
-
-
-def _read_copy(text: str) -> NodeData:
-    """A setup copy written ``DST=SRC`` (segments with explicit counts)."""
-    dst_text, sep, src_text = text.partition("=")
-    if not sep:
-        raise ValueError(f"{text!r} is not DST=SRC")
-    dst, src = parse_segments(dst_text), parse_segments(src_text)
-    count = sum(s.cnt or 0 for s in dst)
-    return NodeData("copy", segments(dst, count, "copy dst"), segments(src, count, "copy src"))
-
-
-#: Node attributes holding data annotations.
-_DATA_ATTRS = frozenset({"data_op", "data_src", "data_dst"})
-#: Operations each node kind may carry.
-_KIND_OPS = {SEND: ("send",), RECV: ("store", "reduce"), COMP: ("copy", "reduce")}
-#: The node attributes the reader looks at (the rest come from the trace's columns).
-_READ_ATTRS = frozenset({"msg_chunk_cnt", "total_chunk_cnt", "etsim_exit", *_DATA_ATTRS})
-
-
-def _read_data(texts: dict[str, str], kind: int, chunks: float, trace: Trace, pos: int) -> NodeData:
-    """Node *pos*'s :class:`~etsim.algo.dataflow.NodeData` from its ``data_*`` attributes (checked)."""
-    op = texts.get("data_op")
-    allowed = _KIND_OPS.get(kind, ())
-    if op not in allowed:
-        what = f"data_op {op!r}" if op is not None else "data_src/data_dst without data_op"
-        raise ValueError(f"{trace.describe(pos)}: {what} on this node (expected {' or '.join(allowed) or 'none'})")
-    try:
-        return _node_data(op, texts.get("data_src"), texts.get("data_dst"), chunks)  # type: ignore[arg-type]
-    except ValueError as exc:
-        raise ValueError(f"{trace.describe(pos)}: {exc}") from None
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _node_data(op: str, src_text: str | None, dst_text: str | None, chunks: float) -> NodeData:
-    """The checked annotation of a node, parsed once per distinct text.
-
-    The ranks of a family repeat the same texts; the (immutable) result is then shared by their graphs.
-    """
-    src = segments(parse_segments(src_text), chunks, "data_src") if src_text is not None else ()
-    dst = segments(parse_segments(dst_text), chunks, "data_dst") if dst_text is not None else ()
-    need_src, need_dst = op != "store", op != "send"
-    if (need_src and not src and chunks) or (need_dst and not dst and chunks):
-        missing = "data_src" if need_src and not src else "data_dst"
-        raise ValueError(f"data_op {op!r} needs {missing}")
-    return NodeData(op, dst, src)
-
-
 def algorithm_traces(
     graphs: Sequence[AlgoGraph], *, metadata: Mapping[str, str] | None = None, size: int | None = None
 ) -> list[Trace]:
@@ -518,26 +351,3 @@ def _write_ranks(ranks: range) -> None:
     make, text = _FAMILY_JOB
     for rank in ranks:
         _write_family_file(make(rank), f"{text}.{rank}.et")
-
-
-def recorded_collective(trace: Trace) -> CollectiveType | str | None:
-    """The collective an algorithm file records in its global metadata (``collective``).
-
-    Returns a :class:`CollectiveType`, ``"any"`` for programs that serve every collective
-    (``custom``, point-to-point), or None when the file records nothing. Names are read as
-    :func:`~etsim.chakra.graph.parse_collective` reads them (``all_reduce``, ``allreduce`` …; MSCCL-IR's
-    ``alltoallv`` is an all-to-all).
-
-    Raises:
-        ValueError: the metadata names something that is not a collective.
-    """
-    for attr in trace.metadata.attr:
-        if attr.name != "collective" or attr.WhichOneof("value") != "string_val":
-            continue
-        text = attr.string_val.strip().lower()
-        if text in _ANY_COLLECTIVE:
-            return "any"
-        if text == "alltoallv":
-            return CollectiveType.ALL_TO_ALL
-        return parse_collective(text)
-    return None

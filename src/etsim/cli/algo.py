@@ -118,7 +118,7 @@ def verify_spec(
     _, algo = resolve_algorithm(spec, AlgorithmContext(dims=dims), origin="algorithm")
     own_size: int | None = None
     if isinstance(algo, ChakraAlgorithm):
-        own_size = algo.workload.num_ranks
+        own_size = algo.num_ranks
     elif algo.source == "msccl-ir":
         own_size = algo.conversion.program.ngpus  # type: ignore[attr-defined]
     if collective is None:

@@ -52,3 +52,76 @@ def test_families_whose_ranks_differ_keep_a_graph_per_rank(kind: str, tmp_path: 
     algo = ChakraAlgorithm(_family(tmp_path, kind, 8))
     graphs = [algo.graph(AR, 8, p) for p in range(8)]
     assert len({id(g) for g in graphs}) == 8 and not graphs[0].relative_peers
+
+
+def _fields(graph: object) -> dict[str, object]:
+    import dataclasses
+
+    return {f.name: getattr(graph, f.name) for f in dataclasses.fields(graph)}  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", ["ring", "tree"])
+def test_a_family_read_by_several_processes_is_the_family_read_by_one(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from etsim import workers
+    from etsim.system.algorithms import family
+
+    spec = _family(tmp_path, kind, 16)
+    alone = ChakraAlgorithm(spec)
+    calls = []
+    monkeypatch.setattr(family, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(workers, "fork_jobs", lambda cap=None: 2)
+    real = family._read_in_workers
+    monkeypatch.setattr(family, "_read_in_workers", lambda *a: calls.append(len(a[0])) or real(*a))
+    together = ChakraAlgorithm(spec)
+    assert calls == [2]
+    for p in range(16):
+        assert _fields(together.graph(AR, 16, p)) == _fields(alone.graph(AR, 16, p))
+    assert isinstance(together._shared, type(alone._shared))
+
+
+def test_a_rank_that_breaks_the_sharing_late_leaves_every_rank_its_own_graph(tmp_path: Path) -> None:
+    from etsim.algo.family_graph import algo_graph_from_trace
+    from etsim.chakra.io import read_trace, write_trace
+
+    spec = _family(tmp_path, "ring", 8)
+    # Rank 5's first send and the receive of rank 6 that meets it take another tag: still a correct ring, but
+    # ranks 5 and 6 are no longer rank 0's graph relabelled.
+    late, after = read_trace(f"{spec}.5.et", rank=5), read_trace(f"{spec}.6.et", rank=6)
+    tag = late.comm_tag[0]
+    (recv,) = [i for i in range(after.num_nodes) if after.comm_src[i] == 5 and after.comm_tag[i] == tag]
+    for node in (late.nodes[0], after.nodes[recv]):
+        for a in node.attr:
+            if a.name == "comm_tag":
+                a.int32_val += 1000
+    write_trace(late, f"{spec}.5.et")
+    write_trace(after, f"{spec}.6.et")
+    algo = ChakraAlgorithm(spec)
+    graphs = [algo.graph(AR, 8, p) for p in range(8)]
+    assert len({id(g) for g in graphs}) == 8
+    for p, g in enumerate(graphs):  # ranks 2-4 matched while they were read, and are read again
+        assert _fields(g) == _fields(algo_graph_from_trace(read_trace(f"{spec}.{p}.et", rank=p)))
+    assert algo.verify(AR, 8).ok
+
+
+def test_problems_in_a_family_are_named_when_made_or_when_a_graph_is_asked_for(tmp_path: Path) -> None:
+    from etsim.chakra.io import read_trace, write_trace
+    from etsim.errors import ConfigError
+
+    spec = _family(tmp_path, "ring", 8)
+    broken = read_trace(f"{spec}.6.et", rank=6)
+    for i, a in enumerate(broken.nodes[0].attr):
+        if a.name == "comm_dst":
+            del broken.nodes[0].attr[i]
+            break
+    write_trace(broken, f"{spec}.6.et")
+    algo = ChakraAlgorithm(spec)
+    algo.graph(AR, 8, 1)  # the other ranks are there
+    with pytest.raises(ConfigError, match=r"ring\.6\.et, rank 6: node 0 \(rs0_send\): send without a peer"):
+        algo.graph(AR, 8, 6)
+    workload = read_trace(f"{spec}.3.et", rank=3)
+    workload.nodes[2].type = 7
+    write_trace(workload, f"{spec}.3.et")
+    with pytest.raises(ConfigError, match=r"is a workload, not an algorithm family: .*ring\.3\.et, rank 3: node 2"):
+        ChakraAlgorithm(spec)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from etsim.algo.family_io import algo_graph_from_trace, written_tags
+from etsim.algo.family_graph import algo_graph_from_trace
+from etsim.algo.family_io import written_tags
 from etsim.algo.graph import COMP
 from etsim.chakra import load_workload, validate_workload
 from etsim.cli.algo import make_algorithm

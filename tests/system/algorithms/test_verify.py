@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from etsim.algo.family_io import algo_graph_from_trace
+from etsim.algo.family_graph import algo_graph_from_trace
 from etsim.algo.graph import RECV, SEND
 from etsim.algo.semantics import minimum_bytes
 from etsim.algo.verify import verify_graphs

@@ -34,7 +34,7 @@ from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
 from etsim.algo.dataflow import IN_PLACE, OUT_OF_PLACE, Segment, absolute_segments
-from etsim.algo.family_io import algo_graph_from_trace
+from etsim.algo.family_graph import algo_graph_from_trace
 from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph
 from etsim.chakra.dag import topological_order
 from etsim.chakra.graph import CollectiveType, Workload

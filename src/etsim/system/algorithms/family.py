@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 
+from etsim import progress
 from etsim.algo.dataflow import NodeData, Segment
-from etsim.algo.family_io import algo_graph_from_trace, recorded_collective
+from etsim.algo.family_read import RankRead, read_rank
 from etsim.algo.graph import RECV, SEND, AlgoGraph
-from etsim.chakra.graph import CollectiveType, NodeType
-from etsim.chakra.io import load_workload
+from etsim.chakra.graph import CollectiveType
+from etsim.chakra.io import resolve_family
 from etsim.errors import ConfigError, TraceError, warn
 from etsim.system.algorithms.base import CollectiveAlgorithm
 
@@ -108,6 +110,12 @@ class ChakraAlgorithm(CollectiveAlgorithm):
     records (``collective``, as etsim and the MSCCL-IR converters write it); a family that records
     none runs for any collective, with a warning once.
 
+    The family is read once, when the algorithm is made (:func:`~etsim.algo.family_read.read_rank`, by
+    several processes for a large family): when the ranks' graphs are one graph up to a relabelling of
+    peers (each peer an offset from the rank, as in exported natives, MSCCLang rings and many synthesised
+    algorithms), that one graph with relative peers serves every position, so collectives using the family
+    can be evaluated in bulk (``workload/bulk.py``) like a native's, and only one graph is kept.
+
     Args:
         spec: the family (a prefix, ``P.et`` or a directory).
         ignore_ctrl_deps: walk data dependencies only.
@@ -124,27 +132,19 @@ class ChakraAlgorithm(CollectiveAlgorithm):
     def __init__(self, spec: str, *, ignore_ctrl_deps: bool = False) -> None:
         self.spec = spec
         try:
-            self.workload = load_workload(spec)
+            self.paths = resolve_family(spec)
         except TraceError as exc:
             raise ConfigError(f"algorithm {spec!r}: {exc}") from None
+        #: Rank files in the family.
+        self.num_ranks = len(self.paths)
         self.ignore_ctrl_deps = ignore_ctrl_deps
         self._graphs: dict[int, AlgoGraph] = {}
-        #: The graph every position shares (relative peers), False when the ranks differ, None before the first call.
-        self._shared: AlgoGraph | bool | None = None
+        #: The graph every position shares (relative peers), or False when the ranks differ.
+        self._shared: AlgoGraph | bool = False
+        #: Why a rank has no graph (raised when a graph is asked for), by rank.
+        self._problems: dict[int, str] = {}
         self._warned = False
-        for trace in self.workload:
-            for pos, node_type in enumerate(trace.types):
-                if node_type == NodeType.COMM_COLL_NODE:
-                    raise ConfigError(
-                        f"algorithm {spec!r} is a workload, not an algorithm family: {trace.describe(pos)} is a "
-                        "collective (COMM_COLL) node; an algorithm is made of SEND, RECV and COMP nodes"
-                    )
-        recorded = set()
-        for trace in self.workload:
-            try:
-                recorded.add(recorded_collective(trace))
-            except ValueError as exc:
-                raise ConfigError(f"algorithm {spec!r}: {trace.where()}metadata 'collective': {exc}") from None
+        recorded = self._read_family()
         if len(recorded) > 1:
             names = sorted(str(getattr(r, "name", r)).lower() for r in recorded)
             raise ConfigError(f"algorithm {spec!r}: its rank files record different collectives ({', '.join(names)})")
@@ -160,7 +160,7 @@ class ChakraAlgorithm(CollectiveAlgorithm):
                 f"algorithm {self.spec!r} implements {self.recorded.name.lower()} (its metadata says so), "
                 f"not {collective.name.lower()}"
             )
-        n = self.workload.num_ranks
+        n = self.num_ranks
         if n != group_size:
             return f"algorithm {self.spec!r} has {n} rank files but the communicator group has {group_size} ranks"
         if self.recorded is None and not self._warned:
@@ -172,56 +172,145 @@ class ChakraAlgorithm(CollectiveAlgorithm):
         return None
 
     def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
-        """The ingested graph of algorithm rank *position* (one shared graph when every rank runs the same one).
-
-        The first call reads every rank's file: when the ranks' graphs are one graph up to a relabelling of
-        peers (each peer an offset from the rank, as in exported natives, MSCCLang rings and many synthesised
-        algorithms), that one graph with relative peers serves every position, so collectives using the family
-        can be evaluated in bulk (``workload/bulk.py``) like a native's, and only one graph is kept.
-        """
-        if self._shared is None:
-            self._shared = self._shared_graph(group_size) or False
-        if isinstance(self._shared, AlgoGraph):
+        """The ingested graph of algorithm rank *position* (one shared graph when every rank runs the same one)."""
+        if isinstance(self._shared, AlgoGraph) and group_size == self.num_ranks:
             return self._shared
-        return self._position_graph(group_size, position)
-
-    def _shared_graph(self, group_size: int) -> AlgoGraph | None:
-        """The one relative-peer graph every rank's graph is, or None."""
-        if group_size != self.workload.num_ranks or group_size < 2:
-            return None
-        first = relative(self._position_graph(group_size, 0), 0, group_size)
-        data: list[NodeData | None] | None = first.data
-        for position in range(1, group_size):
-            other = relative(self._position_graph(group_size, position), position, group_size)
-            if data is not None:
-                data = relative_data(
-                    first.data, other.data, position, group_size, first.total_chunks, decided=position > 1
-                )
-            if data is None or not same_graph(first, dataclasses.replace(other, data=first.data)):
-                return None
-            if data is not first.data:
-                # Every rank must agree with one choice per operand: rank 1's, checked against the others.
-                first = dataclasses.replace(first, data=data)
-        self._graphs.clear()  # one graph serves every position
-        return first
-
-    def _position_graph(self, group_size: int, position: int) -> AlgoGraph:
-        """The graph read from algorithm rank *position*'s file (cached)."""
+        problem = self._problems.get(position)
+        if problem is not None:
+            raise ConfigError(f"algorithm {self.spec!r}: {problem}")
         graph = self._graphs.get(position)
-        if graph is None:
-            trace = self.workload[position]
-            try:
-                graph = algo_graph_from_trace(trace, ignore_ctrl_deps=self.ignore_ctrl_deps)
-            except ValueError as exc:
-                raise ConfigError(f"algorithm {self.spec!r}: {exc}") from None
-            for pos, peer in enumerate(graph.peers):
-                if graph.kinds[pos] in (SEND, RECV) and not 0 <= peer < group_size:
-                    raise ConfigError(
-                        f"algorithm {self.spec!r}: {trace.describe(pos)}: peer {peer} is outside the {group_size}-rank "
-                        "group"
-                    )
-            self._graphs[position] = graph
-            # The graph is all that is read from now on: let the parsed file go (a family's files take more
-            # memory than its graphs). The slot stays, so the family keeps its rank count.
-            self.workload.traces[position] = None  # type: ignore[call-overload]
+        if graph is None:  # a rank matched the shared graph while it was read, which a later rank did not
+            read = self._read(position)
+            if read.graph is None:
+                raise ConfigError(f"algorithm {self.spec!r}: {read.problem}")
+            graph = self._graphs[position] = read.graph
         return graph
+
+    def _read(self, rank: int) -> RankRead:
+        try:
+            return read_rank(self.paths[rank], rank, self.num_ranks, ignore_ctrl_deps=self.ignore_ctrl_deps)
+        except TraceError as exc:
+            raise ConfigError(f"algorithm {self.spec!r}: {exc}") from None
+
+    def _read_family(self) -> set[CollectiveType | str | None]:
+        """Read every rank once: keep the shared graph if there is one, else every rank's; the collectives recorded."""
+        n = self.num_ranks
+        watch = progress.stage(f"reading {self.spec}", n, "files")
+        reads: dict[int, RankRead] = {}
+        for rank in range(min(n, 2)):
+            reads[rank] = self._read(rank)
+            watch.advance()
+        first = _first_share(reads, n)
+        rest = range(2, n)
+        if rest:
+            parts = _parts(self, rest)
+            global _FAMILY_READ
+            _FAMILY_READ = (self, first)  # inherited by forked readers
+            try:
+                if len(parts) == 1:
+                    reads.update(_read_part(parts[0]))
+                    watch.advance(len(rest))
+                else:
+                    _read_in_workers(parts, reads, watch)
+            finally:
+                _FAMILY_READ = None
+        recorded = set()
+        for rank in range(n):  # messages in rank order, whatever read the ranks
+            read = reads[rank]
+            if read.kind == "workload":
+                raise ConfigError(
+                    f"algorithm {self.spec!r} is a workload, not an algorithm family: {read.problem}; an algorithm is "
+                    "made of SEND, RECV and COMP nodes"
+                )
+        for rank in range(n):
+            read = reads[rank]
+            if read.kind == "metadata":
+                raise ConfigError(f"algorithm {self.spec!r}: {read.problem}")
+            recorded.add(read.recorded)
+        recorded.discard(None)
+        if first is not None and all(read.problem is None and read.graph is None for read in reads.values()):
+            self._shared = first  # every rank matched it (and let its graph go)
+            return recorded
+        for rank, read in reads.items():
+            if read.graph is not None:
+                self._graphs[rank] = read.graph
+            elif read.problem is not None:
+                self._problems[rank] = read.problem
+        return recorded
+
+
+def _first_share(reads: dict[int, RankRead], n: int) -> AlgoGraph | None:
+    """The shared graph ranks 0 and 1 make (rank 1 decides which operands move with the rank), or None.
+
+    The graphs of ranks that match it are let go (``graph`` None, no problem): the shared graph stands for them.
+    """
+    if n < 2 or reads[0].graph is None or reads[1].graph is None:
+        return None
+    first = relative(reads[0].graph, 0, n)
+    other = relative(reads[1].graph, 1, n)
+    data = relative_data(first.data, other.data, 1, n, first.total_chunks) if first.data is not None else None
+    if data is None or not same_graph(first, dataclasses.replace(other, data=first.data)):
+        return None
+    if data is not first.data:
+        first = dataclasses.replace(first, data=data)
+    reads[0].graph = reads[1].graph = None
+    return first
+
+
+def _matches(first: AlgoGraph, graph: AlgoGraph, position: int, n: int) -> bool:
+    """Whether *graph*, rank *position*'s, is *first* (a shared graph whose operands are decided) relabelled."""
+    other = relative(graph, position, n)
+    data = relative_data(first.data, other.data, position, n, first.total_chunks, decided=True)
+    return data is not None and same_graph(first, dataclasses.replace(other, data=first.data))
+
+
+#: What forked readers read: the algorithm and the shared graph so far (set just before they start).
+_FAMILY_READ: tuple[ChakraAlgorithm, AlgoGraph | None] | None = None
+#: Families of at least this many bytes are read by several processes (below, starting them costs what they save).
+PARALLEL_BYTES = 16 << 20
+
+
+def _parts(algo: ChakraAlgorithm, ranks: range) -> list[range]:
+    """*ranks* in runs, one per reading process: one run for a small family, or a process that runs threads."""
+    import os
+
+    from etsim.workers import fork_jobs
+
+    jobs = fork_jobs()
+    if jobs <= 1 or len(ranks) < 2 * jobs:
+        return [ranks]
+    try:
+        size = sum(os.stat(algo.paths[rank]).st_size for rank in ranks)
+    except OSError:
+        return [ranks]
+    if size < PARALLEL_BYTES:
+        return [ranks]
+    bounds = [ranks.start + len(ranks) * k // jobs for k in range(jobs + 1)]
+    return [range(lo, hi) for lo, hi in itertools.pairwise(bounds)]
+
+
+def _read_part(ranks: range) -> dict[int, RankRead]:
+    """Read *ranks* of the family being read; a rank matching the shared graph keeps no graph."""
+    assert _FAMILY_READ is not None
+    algo, first = _FAMILY_READ
+    out = {}
+    for rank in ranks:
+        read = algo._read(rank)
+        if first is not None and read.graph is not None and _matches(first, read.graph, rank, algo.num_ranks):
+            read.graph = None
+        out[rank] = read
+    return out
+
+
+def _read_in_workers(parts: list[range], reads: dict[int, RankRead], watch: progress.Stage) -> None:
+    """Read *parts* in this process (the first) and in forked ones (the others) into *reads*."""
+    from etsim.workers import run_in_workers
+
+    def done(part: range, result: dict[int, RankRead]) -> None:
+        reads.update(result)
+        watch.advance(len(part))
+
+    lost = run_in_workers(_read_part, parts[1:], len(parts) - 1, done, start="fork",
+                          meanwhile=lambda: done(parts[0], _read_part(parts[0])))  # fmt: skip
+    for part in lost:  # a reader that died (out of memory?): its share is read here
+        done(part, _read_part(part))
