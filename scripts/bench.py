@@ -65,6 +65,13 @@ inputs are generated in the work directory before the clock starts; see PROCESS_
                        128 layers, 16 MiB gradient
                        all-reduce per layer overlapping the backward pass (``etsim workload gen dp``)
   synth-tacos-32x32    ``etsim synth tacos`` of an all-gather on topologies/mesh32x32.yaml, writing the family
+  run-family-msccl-64  ``etsim run`` of the shipped 64 MiB all-reduce on 64 NPUs with the MSCCL-IR ring family
+                       (algorithms/msccl_ring_allreduce_64npus.xml converted with --size); run-native-ring-64 the
+                       same with the native ring (issue 22: at most 2x)
+  run-family-ring-1024 ``etsim run`` of a 64 MiB all-reduce on topologies/ring1024.yaml with the exported ring family
+                       (``etsim algo export ring --npus 1024 --size 64 MiB``); run-native-ring-1024 with ``--algo ring``
+  run-family-tacos-32x32  ``etsim run`` of a 64 MiB all-gather on topologies/mesh32x32.yaml with the TACOS family
+                       (``etsim synth tacos … --size 64 MiB``)
   train-gpt3-1024      one training step of GPT-3 175B on 1,024 GPUs (t 8 with SP, p 8, d 16 with ZeRO-1, 8
                        micro-batches, selective recomputation) on a dgx-a100 gpu_cluster under flow: a one-point
                        ``etsim experiment run`` (generated in memory, simulated, step report), issue 23's scale case
@@ -478,6 +485,20 @@ PROCESS_CASES: dict[str, tuple[list[str], str]] = {
          "-o", "{w}/tacos/ag"],
         "",
     ),
+    "run-family-msccl-64": (
+        ["workloads/allreduce_64npus_64MiB", "--algo", "{w}/fam/msccl_ring64", "--quiet"], "families"
+    ),
+    "run-native-ring-64": (["workloads/allreduce_64npus_64MiB", "--algo", "ring", "--quiet"], ""),
+    **{
+        f"run-{a}-ring-1024": (
+            ["{w}/ar64m1024", "--topology", "topologies/ring1024.yaml", "--algo", algo, "--quiet"], "families"
+        )
+        for a, algo in (("family", "{w}/fam/ring1024"), ("native", "ring"))
+    },
+    "run-family-tacos-32x32": (
+        ["{w}/ag64m1024", "--topology", "topologies/mesh32x32.yaml", "--algo", "{w}/fam/tacos_ag", "--quiet"],
+        "families",
+    ),
     "train-gpt3-1024": (
         ["experiment", "run", "{w}/gpt3_1024.yaml", "--out", "{w}/gpt3_1024", "--jobs", "1", "--no-plots", "--force",
          "-q"],
@@ -550,6 +571,21 @@ def prepare(kind: str, workdir: Path) -> None:
                 f"model: flow\nsystem: {{resources: {{comm_streams: 0}}{extra}}}\n"
                 "sweep: {workload.micro_batch: [1]}\n"
             )
+    elif kind == "families":
+        from etsim.cli import main
+
+        all_reduce(64 * 2**20, 1024, "ar64m1024")
+        if not (workdir / "ag64m1024.0.et").exists():
+            write_workload(collective_workload(CollectiveType.ALL_GATHER, 64 * 2**20, 1024), workdir / "ag64m1024")
+        made = {
+            "msccl_ring64": ["convert", "msccl", "algorithms/msccl_ring_allreduce_64npus.xml", "--size", "64 MiB"],
+            "ring1024": ["algo", "export", "ring", "--collective", "all_reduce", "--npus", "1024", "--size", "64 MiB"],
+            "tacos_ag": ["synth", "tacos", "--topology", "topologies/mesh32x32.yaml", "--collective", "all_gather",
+                         "--size", "64 MiB"],
+        }  # fmt: skip
+        for name, command in made.items():
+            if not (workdir / "fam" / f"{name}.0.et").exists():
+                assert main([*command, "-o", str(workdir / "fam" / name)]) == 0
     elif kind == "dp64" and not (workdir / "dp64.0.et").exists():
         from etsim.producers.workloads import data_parallel_workload
 
