@@ -17,7 +17,7 @@ from etsim.algo.dataflow import NodeData, Segment, parse_placement, parse_segmen
 from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph
 from etsim.chakra.graph import CollectiveType, Trace, parse_collective
 
-__all__ = ["AlgoAttributes", "algo_graph_from_trace", "assemble_algo_graph", "recorded_collective"]
+__all__ = ["AlgoAttributes", "algo_graph_from_trace", "assemble_algo_graph", "operand_segments", "recorded_collective"]
 
 #: Words a family's ``collective`` metadata may hold for a program usable for any collective.
 _ANY_COLLECTIVE = frozenset({"any", "custom", "send", "recv"})
@@ -274,8 +274,8 @@ def _node_data(op: str, src_text: str | None, dst_text: str | None, chunks: floa
 
     The ranks of a family repeat the same texts; the (immutable) result is then shared by their graphs.
     """
-    src = _operand(src_text, chunks, "data_src") if src_text is not None else ()
-    dst = _operand(dst_text, chunks, "data_dst") if dst_text is not None else ()
+    src = operand_segments(src_text, chunks, "data_src") if src_text is not None else ()
+    dst = operand_segments(dst_text, chunks, "data_dst") if dst_text is not None else ()
     need_src, need_dst = op != "store", op != "send"
     if (need_src and not src and chunks) or (need_dst and not dst and chunks):
         missing = "data_src" if need_src and not src else "data_dst"
@@ -284,7 +284,7 @@ def _node_data(op: str, src_text: str | None, dst_text: str | None, chunks: floa
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _operand(text: str, chunks: float, what: str) -> tuple[Segment, ...]:
+def operand_segments(text: str, chunks: float, what: str) -> tuple[Segment, ...]:
     """One operand's segments, parsed once per distinct text.
 
     (A large family's nodes combine a few thousand texts in millions of ways: combinations are not cached.)

@@ -13,6 +13,7 @@ etsim's writers use; anything else is read the ordinary way (:func:`~etsim.chakr
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from etsim.chakra.io import frame_spans, read_bytes, read_trace
 from etsim.chakra.schema import et_def_pb2 as pb
 from etsim.errors import TraceError
 
-__all__ = ["RankRead", "read_rank"]
+__all__ = ["RankRead", "read_rank", "read_rank_columns"]
 
 
 @dataclass(slots=True)
@@ -42,6 +43,7 @@ class RankRead:
         kind: what the problem is about: ``"workload"`` (a collective node: the file is a workload),
             ``"metadata"`` (the collective it records) or ``"graph"``.
         fast: the file was read by the columnar path.
+        same: the caller's test (``same_as``) found the columns to be the ones it knows: no graph was built.
     """
 
     graph: AlgoGraph | None
@@ -49,10 +51,21 @@ class RankRead:
     problem: str | None = None
     kind: str | None = None
     fast: bool = False
+    same: bool = False
 
 
-def read_rank(path: Path, rank: int, group_size: int, *, ignore_ctrl_deps: bool = False) -> RankRead:
+def read_rank(
+    path: Path,
+    rank: int,
+    group_size: int,
+    *,
+    ignore_ctrl_deps: bool = False,
+    same_as: Callable[[Trace, AlgoAttributes, int], bool] | None = None,
+) -> RankRead:
     """Rank *rank* of a family of *group_size* files, read from *path* (peers must lie in the group).
+
+    *same_as(trace, attrs, rank)* may say that a file read by the columnar path holds columns it knows (a rank
+    of a shared graph): the graph is then not built.
 
     Raises:
         TraceError: the file cannot be read or is not a Chakra ET file (named).
@@ -60,13 +73,19 @@ def read_rank(path: Path, rank: int, group_size: int, *, ignore_ctrl_deps: bool 
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the columns are long-lived objects: collections while making them find nothing to free
     try:
-        return _read_rank(path, rank, group_size, ignore_ctrl_deps)
+        return _read_rank(path, rank, group_size, ignore_ctrl_deps, same_as)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _read_rank(path: Path, rank: int, group_size: int, ignore_ctrl_deps: bool) -> RankRead:
+def _read_rank(
+    path: Path,
+    rank: int,
+    group_size: int,
+    ignore_ctrl_deps: bool,
+    same_as: Callable[[Trace, AlgoAttributes, int], bool] | None,
+) -> RankRead:
     trace_attrs = _fast_trace(path, rank)
     fast = trace_attrs is not None
     if trace_attrs is None:
@@ -81,6 +100,8 @@ def _read_rank(path: Path, rank: int, group_size: int, ignore_ctrl_deps: bool) -
         recorded = recorded_collective(trace)
     except ValueError as exc:
         return RankRead(None, problem=f"{trace.where()}metadata 'collective': {exc}", kind="metadata")
+    if attrs is not None and same_as is not None and same_as(trace, attrs, rank):
+        return RankRead(None, recorded, fast=True, same=True)
     try:
         if attrs is None:
             graph = algo_graph_from_trace(trace, ignore_ctrl_deps=ignore_ctrl_deps)
@@ -133,6 +154,21 @@ def _decode(raw: bytes) -> _Decoded:
     if name in _TEXTS:
         return (name, attr.string_val) if member == "string_val" else False
     return None
+
+
+def read_rank_columns(path: Path, rank: int) -> tuple[Trace, AlgoAttributes] | None:
+    """The columns :func:`read_rank` assembles a graph from, when *path* takes the columnar path (else None).
+
+    The trace has no protobuf nodes and only the columns a graph reads (ids, names, types, durations,
+    dependencies, peers, tags, sizes).
+    """
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _fast_trace(path, rank)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
 
 def _fast_trace(path: Path, rank: int) -> tuple[Trace, AlgoAttributes] | None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from etsim.algo.graph import AlgoGraph
 from etsim.chakra.graph import CollectiveType, Workload
 from etsim.cli import main
 from etsim.producers.workloads import collective_workload
@@ -125,3 +126,28 @@ def test_problems_in_a_family_are_named_when_made_or_when_a_graph_is_asked_for(t
     write_trace(workload, f"{spec}.3.et")
     with pytest.raises(ConfigError, match=r"is a workload, not an algorithm family: .*ring\.3\.et, rank 3: node 2"):
         ChakraAlgorithm(spec)
+
+
+@pytest.mark.parametrize("kind", ["ring", "msccl_ring"])
+def test_ranks_of_a_shared_family_are_matched_on_their_columns_as_their_graphs_would_be(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from etsim.algo import family_read
+    from etsim.system.algorithms import family
+
+    spec = _family(tmp_path, kind, 16)
+    same = []
+    real = family_read._read_rank
+
+    def spy(*args):
+        read = real(*args)
+        same.append(read.same)
+        return read
+
+    monkeypatch.setattr(family_read, "_read_rank", spy)
+    by_columns = ChakraAlgorithm(spec)
+    assert same == [False, False] + [True] * 14  # ranks 0 and 1 decide; the others match on their columns
+    monkeypatch.setattr(family._SharedColumns, "__call__", lambda *args: False)
+    by_graphs = ChakraAlgorithm(spec)
+    assert isinstance(by_columns._shared, AlgoGraph) and isinstance(by_graphs._shared, AlgoGraph)
+    assert _fields(by_columns._shared) == _fields(by_graphs._shared)

@@ -8,9 +8,10 @@ import itertools
 
 from etsim import progress
 from etsim.algo.dataflow import NodeData, Segment
-from etsim.algo.family_read import RankRead, read_rank
+from etsim.algo.family_graph import AlgoAttributes, operand_segments
+from etsim.algo.family_read import RankRead, read_rank, read_rank_columns
 from etsim.algo.graph import RECV, SEND, AlgoGraph
-from etsim.chakra.graph import CollectiveType
+from etsim.chakra.graph import CollectiveType, Trace
 from etsim.chakra.io import resolve_family
 from etsim.errors import ConfigError, TraceError, warn
 from etsim.system.algorithms.base import CollectiveAlgorithm
@@ -186,9 +187,11 @@ class ChakraAlgorithm(CollectiveAlgorithm):
             graph = self._graphs[position] = read.graph
         return graph
 
-    def _read(self, rank: int) -> RankRead:
+    def _read(self, rank: int, same_as: _SharedColumns | None = None) -> RankRead:
         try:
-            return read_rank(self.paths[rank], rank, self.num_ranks, ignore_ctrl_deps=self.ignore_ctrl_deps)
+            return read_rank(
+                self.paths[rank], rank, self.num_ranks, ignore_ctrl_deps=self.ignore_ctrl_deps, same_as=same_as
+            )
         except TraceError as exc:
             raise ConfigError(f"algorithm {self.spec!r}: {exc}") from None
 
@@ -205,7 +208,11 @@ class ChakraAlgorithm(CollectiveAlgorithm):
         if rest:
             parts = _parts(self, rest)
             global _FAMILY_READ
-            _FAMILY_READ = (self, first)  # inherited by forked readers
+            columns = None
+            if first is not None:
+                rank0 = read_rank_columns(self.paths[0], 0)
+                columns = _SharedColumns(*rank0, first, n) if rank0 is not None else None
+            _FAMILY_READ = (self, first, columns)  # inherited by forked readers
             try:
                 if len(parts) == 1:
                     reads.update(_read_part(parts[0]))
@@ -264,8 +271,90 @@ def _matches(first: AlgoGraph, graph: AlgoGraph, position: int, n: int) -> bool:
     return data is not None and same_graph(first, dataclasses.replace(other, data=first.data))
 
 
-#: What forked readers read: the algorithm and the shared graph so far (set just before they start).
-_FAMILY_READ: tuple[ChakraAlgorithm, AlgoGraph | None] | None = None
+class _SharedColumns:
+    """Rank 0's columns with the shared graph: a rank whose columns are these relabelled has the shared graph.
+
+    The test is on the columns :func:`~etsim.algo.family_read.read_rank` reads, so a matching rank's graph is
+    never assembled. Everything a graph is made of must be equal (types, dependencies, durations, tags, sizes,
+    chunk counts, exits, metadata, data operations and the operands that stay put); peers must be rank 0's
+    shifted by the rank; an operand that moves with the rank must be the shared graph's relative segment at
+    exactly ``off + rank · total / n``. When that holds, :func:`_matches` would find the rank's graph equal to the
+    shared one; when it does not, the graph is built and :func:`_matches` decides.
+    """
+
+    def __init__(self, trace: Trace, attrs: AlgoAttributes, first: AlgoGraph, n: int) -> None:
+        self.trace, self.attrs, self.first, self.n = trace, attrs, first, n
+        types = trace.types
+        self.sends = [i for i, t in enumerate(types) if t == SEND]
+        self.recvs = [i for i, t in enumerate(types) if t == RECV]
+        self.peers = [trace.comm_dst[i] for i in self.sends] + [trace.comm_src[i] for i in self.recvs]
+        self.fixed: list[tuple[list[int], list[str | None], str]] = []  # operands that stay put: their texts
+        self.moving: list[tuple[list[int], list[tuple[str, int, int | None, int]], str]] = []
+        self.usable = first.total_chunks is not None and first.data is not None
+        for operand, what, texts in (("src", "data_src", attrs.data_src), ("dst", "data_dst", attrs.data_dst)):
+            fixed, moving, keys = [], [], []
+            for i, data in enumerate(first.data or ()):
+                segs = getattr(data, operand) if data is not None else ()
+                if segs and all(s.rel for s in segs):
+                    if len(segs) != 1:
+                        self.usable = False
+                    (seg,) = segs[:1] or (None,)
+                    moving.append(i)
+                    keys.append((seg.buf, seg.off, seg.cnt, seg.stride) if seg is not None else ("", 0, 0, 0))
+                else:
+                    fixed.append(i)
+            self.fixed.append((fixed, [texts[i] for i in fixed], what))
+            self.moving.append((moving, keys, what))
+
+    def __call__(self, trace: Trace, attrs: AlgoAttributes, rank: int) -> bool:
+        """Whether rank *rank*'s columns are rank 0's relabelled (see the class docstring)."""
+        mine, a0, n = self.trace, self.attrs, self.n
+        if not self.usable or not (
+            trace.types == mine.types
+            and trace.data_ptr == mine.data_ptr
+            and trace.data_idx == mine.data_idx
+            and trace.ctrl_ptr == mine.ctrl_ptr
+            and trace.ctrl_idx == mine.ctrl_idx
+            and trace.duration_micros == mine.duration_micros
+            and trace.comm_tag == mine.comm_tag
+            and trace.comm_size == mine.comm_size
+            and trace.tensor_size == mine.tensor_size
+            and attrs.chunk_cnt == a0.chunk_cnt
+            and attrs.total == a0.total
+            and attrs.exits == a0.exits
+            and attrs.data_op == a0.data_op
+            and trace.metadata == mine.metadata
+        ):
+            return False
+        peers = [trace.comm_dst[i] for i in self.sends] + [trace.comm_src[i] for i in self.recvs]
+        for p, q in zip(peers, self.peers, strict=True):
+            if p is None or q is None or not 0 <= p < n or (p - rank) % n != q % n:
+                return False
+        texts = {"data_src": attrs.data_src, "data_dst": attrs.data_dst}
+        for nodes, expected, what in self.fixed:
+            if [texts[what][i] for i in nodes] != expected:
+                return False
+        total = self.first.total_chunks
+        assert total is not None
+        shift = rank * (total // n)
+        chunks = self.first.chunks
+        for nodes, keys, what in self.moving:
+            column = texts[what]
+            try:
+                segs = [operand_segments(column[i], chunks[i], what) if column[i] is not None else () for i in nodes]
+            except ValueError:
+                return False
+            for got, (buf, off, cnt, stride) in zip(segs, keys, strict=True):
+                if len(got) != 1:
+                    return False
+                seg = got[0]
+                if seg != (buf, (off + shift) % total, cnt, stride, False):
+                    return False
+        return True
+
+
+#: What forked readers read: the algorithm, the shared graph so far and its column test (set before they start).
+_FAMILY_READ: tuple[ChakraAlgorithm, AlgoGraph | None, _SharedColumns | None] | None = None
 #: Families of at least this many bytes are read by several processes (below, starting them costs what they save).
 PARALLEL_BYTES = 16 << 20
 
@@ -292,10 +381,10 @@ def _parts(algo: ChakraAlgorithm, ranks: range) -> list[range]:
 def _read_part(ranks: range) -> dict[int, RankRead]:
     """Read *ranks* of the family being read; a rank matching the shared graph keeps no graph."""
     assert _FAMILY_READ is not None
-    algo, first = _FAMILY_READ
+    algo, first, columns = _FAMILY_READ
     out = {}
     for rank in ranks:
-        read = algo._read(rank)
+        read = algo._read(rank, columns)
         if first is not None and read.graph is not None and _matches(first, read.graph, rank, algo.num_ranks):
             read.graph = None
         out[rank] = read
