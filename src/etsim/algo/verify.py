@@ -49,7 +49,9 @@ placements it is written for (MSCCL-IR's ``inplace``/``outofplace``); each is ve
 
 **Cost.** Linear in the chunks the nodes move, about 2 µs per node: a 1024-rank ring all-reduce
 (5.2 million nodes, a million output chunks) takes 11–14 s, twice its simulation; verdicts are
-cached by the callers (:meth:`~etsim.system.algorithms.base.CollectiveAlgorithm.verify`).
+cached by the callers (:meth:`~etsim.system.algorithms.base.CollectiveAlgorithm.verify`). A graph every
+rank shares is executed for rank 0 alone where that gives the same verdict (:mod:`etsim.algo.verify_shared`):
+1.2 s for that all-reduce read from a family.
 """
 
 from __future__ import annotations
