@@ -25,6 +25,7 @@ from typing import Any
 from google.protobuf import descriptor_pb2, message_factory
 from google.protobuf.message import DecodeError
 
+from etsim.chakra.io import encode_varint
 from etsim.chakra.schema import et_def_pb2 as pb
 
 __all__ = ["ATTR_SENTINEL", "FlatColumns", "decode_columns"]
@@ -62,27 +63,15 @@ def _flat_nodes_class() -> type:
 FlatNodes = _flat_nodes_class()
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 #: Written before each frame: one sentinel in every column that is split (id, name, type, deps, duration, attr).
 _SENTINEL = b"".join(
     (
-        b"\x08" + _varint(_MAX_U64),
+        b"\x08" + encode_varint(_MAX_U64),
         b"\x12\x01" + _NAME_SENTINEL.encode(),
-        b"\x18" + _varint(_MAX_U64),  # an int32 of -1, written as protobuf writes negative int32s
-        b"\x20" + _varint(_MAX_U64),
-        b"\x28" + _varint(_MAX_U64),
-        b"\x38" + _varint(_MAX_U64),
+        b"\x18" + encode_varint(_MAX_U64),  # an int32 of -1, written as protobuf writes negative int32s
+        b"\x20" + encode_varint(_MAX_U64),
+        b"\x28" + encode_varint(_MAX_U64),
+        b"\x38" + encode_varint(_MAX_U64),
         b"\x52\x01" + ATTR_SENTINEL,
     )
 )
