@@ -161,3 +161,26 @@ def test_a_shared_msccl_family_is_verified_by_rank_0(tmp_path: Path) -> None:
     graph = algo.graph(C.ALL_REDUCE, 64, 0)
     assert _shared_path(graph, 64, C.ALL_REDUCE) == [""]  # exact: MSCCL gives each step its own scratch
     assert algo.verify(C.ALL_REDUCE, 64).ok
+
+
+def test_peer_offsets_equal_modulo_n_are_one_channel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two receives written with peers -1 and n-1 (one rank) that nothing orders: their matching depends on the
+    interleaving, so rank 0 alone must not decide (found by review: channels were keyed by the raw offset)."""
+    from etsim.algo.dataflow import seg
+    from etsim.algo.graph import AlgorithmBuilder
+
+    n = 2
+    b = AlgorithmBuilder(total_chunks=n, relative_peers=True, placement=OUT_OF_PLACE)
+    b.send(1, 1, 5, name="s5", src=seg("i", 0))
+    first = b.recv(-1, 1, 5, name="r0", dst=seg("t", 0))
+    own = b.copy(1, name="own", src=seg("i", 0), dst=seg("o", 0, rel=True))
+    good = b.send(1, 1, 0, name="A", src=seg("i", 0))
+    c2 = b.copy(1, name="c2", deps=[own], src=seg("i", 0), dst=seg("u", 0))
+    c3 = b.copy(1, name="c3", deps=[c2], src=seg("i", 0), dst=seg("u", 0))
+    b.recv(n - 1, 1, 0, name="R2", deps=[c3], dst=seg("w", 0))
+    b.recv(-1, 1, 0, name="R1", deps=[first], dst=seg("o", 1, rel=True))
+    b.send(1, 1, 0, name="B", deps=[good], src=seg("s", 0))  # a scratch chunk never written
+    g = b.build()
+    assert _shared_path(g, n, C.ALL_GATHER) == [None]
+    full = _full([g] * n, C.ALL_GATHER, monkeypatch)
+    assert verify_graphs([g] * n, C.ALL_GATHER) == full and full.ok is False

@@ -213,8 +213,8 @@ class _SharedExecution(Execution):
         channels: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
         for v in range(size):
             kind = kinds[v]
-            if kind in (SEND, RECV):
-                channels.setdefault((kind, peers[v], tags[v]), []).append((rank[v], v))
+            if kind in (SEND, RECV):  # (peers are offsets modulo n: -1 and n-1 are one channel)
+                channels.setdefault((kind, peers[v] % self.n, tags[v]), []).append((rank[v], v))
             d = data[v]
             if d is None:
                 continue

@@ -151,3 +151,26 @@ def test_ranks_of_a_shared_family_are_matched_on_their_columns_as_their_graphs_w
     by_graphs = ChakraAlgorithm(spec)
     assert isinstance(by_columns._shared, AlgoGraph) and isinstance(by_graphs._shared, AlgoGraph)
     assert _fields(by_columns._shared) == _fields(by_graphs._shared)
+
+
+def test_a_rank_addressing_past_the_buffer_is_not_read_as_a_relative_chunk_inside_it(tmp_path: Path) -> None:
+    """Rank 1 receives into output chunks 4-5 of a 4-chunk output: made relative, that would wrap to chunks 0-1
+    and verify as correct (found by review). The family keeps its ranks' graphs, and the verdict names chunk 4."""
+    from etsim.algo.dataflow import OUT_OF_PLACE, seg
+    from etsim.algo.family_io import algo_graph_to_trace
+    from etsim.algo.graph import AlgorithmBuilder
+    from etsim.chakra.io import write_trace
+
+    n, total = 2, 4
+    for r in range(n):
+        b = AlgorithmBuilder(total_chunks=total, placement=OUT_OF_PLACE)
+        b.copy(2, name="own", src=seg("i", 0, 2), dst=seg("o", 2 * r, 2))
+        b.send((r + 1) % n, 2, 0, name="s", src=seg("i", 0, 2))
+        b.recv((r - 1) % n, 2, 0, name="r", dst=seg("o", 2 * r + 2, 2))
+        trace = algo_graph_to_trace(b.build(), r, n)
+        trace.metadata.attr.add(name="collective", string_val="all_gather")
+        write_trace(trace, tmp_path / f"wrap.{r}.et")
+    algo = ChakraAlgorithm(str(tmp_path / "wrap"))
+    assert algo._shared is False
+    verdict = algo.verify(CollectiveType.ALL_GATHER, n)
+    assert verdict.ok is False and "addresses output chunk 4, outside the 4-chunk output" in verdict.message

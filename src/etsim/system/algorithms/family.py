@@ -30,16 +30,27 @@ def relative(graph: AlgoGraph, position: int, group_size: int) -> AlgoGraph:
 
 
 def _shifted(segments: tuple[Segment, ...], shift: int, total: int) -> tuple[Segment, ...] | None:
-    """*segments* moved back by *shift* chunks (mod *total*), each as a relative segment; None if one wraps."""
+    """*segments* moved back by *shift* chunks (mod *total*), each as a relative segment; None if one wraps.
+
+    A relative segment is read modulo *total*: it stands for the absolute one only when the absolute run lies
+    within ``0 .. total-1`` both at this rank and where it is moved to (else a chunk out of the buffer, or a run
+    that wraps at one rank, would read as chunks inside it, split differently at others).
+    """
     out = []
     for s in segments:
         if s.rel or s.cnt is None:
             return None
         off = (s.off - shift) % total
-        if off + (s.cnt - 1) * s.stride >= total:
-            return None  # a run that wraps at this rank is split differently at others
+        if not (_within(s.off, s.cnt, s.stride, total) and _within(off, s.cnt, s.stride, total)):
+            return None
         out.append(Segment(s.buf, off, s.cnt, s.stride, True))
     return tuple(out)
+
+
+def _within(off: int, cnt: int, stride: int, total: int) -> bool:
+    """Whether the run of *cnt* chunks from *off* by *stride* lies within ``0 .. total-1``."""
+    last = off + (cnt - 1) * stride
+    return min(off, last) >= 0 and max(off, last) < total
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -289,7 +300,7 @@ class _SharedColumns:
         self.recvs = [i for i, t in enumerate(types) if t == RECV]
         self.peers = [trace.comm_dst[i] for i in self.sends] + [trace.comm_src[i] for i in self.recvs]
         self.fixed: list[tuple[list[int], list[str | None], str]] = []  # operands that stay put: their texts
-        self.moving: list[tuple[list[int], list[tuple[str, int, int | None, int]], str]] = []
+        self.moving: list[tuple[list[int], list[tuple[str, int, int, int]], str]] = []
         self.usable = first.total_chunks is not None and first.data is not None
         for operand, what, texts in (("src", "data_src", attrs.data_src), ("dst", "data_dst", attrs.data_dst)):
             fixed, moving, keys = [], [], []
@@ -300,7 +311,7 @@ class _SharedColumns:
                         self.usable = False
                     (seg,) = segs[:1] or (None,)
                     moving.append(i)
-                    keys.append((seg.buf, seg.off, seg.cnt, seg.stride) if seg is not None else ("", 0, 0, 0))
+                    keys.append((seg.buf, seg.off, seg.cnt or 0, seg.stride) if seg is not None else ("", 0, 0, 0))
                 else:
                     fixed.append(i)
             self.fixed.append((fixed, [texts[i] for i in fixed], what))
@@ -345,11 +356,9 @@ class _SharedColumns:
             except ValueError:
                 return False
             for got, (buf, off, cnt, stride) in zip(segs, keys, strict=True):
-                if len(got) != 1:
-                    return False
-                seg = got[0]
-                if seg != (buf, (off + shift) % total, cnt, stride, False):
-                    return False
+                at = (off + shift) % total
+                if got != (Segment(buf, at, cnt, stride, False),) or not _within(at, cnt, stride, total):
+                    return False  # (what _shifted refuses too)
         return True
 
 
