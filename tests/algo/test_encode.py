@@ -174,3 +174,23 @@ def test_parallel_family_writer_reports_a_failing_or_dying_worker(tmp_path: Path
     with pytest.raises(TraceError, match=r"die\.\*\.et: the process writing ranks 1, 3, 5, 7 died"):
         write_family_by_rank(dying, 8, tmp_path / "die", jobs=2)
     assert multiprocessing.active_children() == []
+
+
+def test_a_relative_run_is_written_as_resolving_and_formatting_it_would() -> None:
+    """The writers look a non-wrapping relative run up by its absolute chunks: the same text as resolving it."""
+    from etsim.algo.dataflow import Segment, absolute_segments, format_segments
+    from etsim.algo.family_io import _Attributes
+
+    attributes = _Attributes()
+    total, n = 12, 4
+    cases = 0
+    for off in range(-13, 14):
+        for cnt in (1, 2, 3, 5):
+            for stride in (1, 2, -1, 3):
+                segs = (Segment("o", off, cnt, stride, True),)
+                for position in range(n):
+                    got = attributes.segments("data_src", segs, position, n, total)
+                    text = format_segments(absolute_segments(segs, position, n, total))
+                    assert got.string_val == text, (segs, position)
+                    cases += 1
+    assert len(attributes.runs) > 100 and cases > 1000  # the looked-up path was taken, and checked

@@ -18,11 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from etsim import progress
-from etsim.algo.dataflow import (
-    OUT_OF_PLACE,
-    absolute_segments,
-    format_segments,
-)
+from etsim.algo.dataflow import OUT_OF_PLACE, Segment, absolute_segments, format_segments
 from etsim.algo.graph import COMP, SEND, AlgoGraph
 from etsim.chakra.attributes import make_attribute
 from etsim.chakra.builder import TraceBuilder
@@ -89,11 +85,38 @@ class _Attributes(dict[tuple[str, object, "str | None"], Any]):
     never meet under one key. Subclasses say what an attribute is made into.
     """
 
+    def __init__(self) -> None:
+        super().__init__()
+        #: Data annotations by (name, buffer, absolute offset, count, stride): a relative run resolved at a rank.
+        self.runs: dict[tuple[str, str, int, int, int], Any] = {}
+
     def __missing__(self, key: tuple[str, object, str | None]) -> Any:
         if len(self) > 1 << 20:
             self.clear()
+            self.runs.clear()
         value = self[key] = self.make(*key)
         return value
+
+    def segments(self, name: str, segs: tuple[Segment, ...], position: int, group_size: int, total: int | None) -> Any:
+        """The string attribute *name* of *segs* with relative offsets resolved for *position*.
+
+        It is what :func:`~etsim.algo.dataflow.absolute_segments` and :func:`~etsim.algo.dataflow.format_segments`
+        give. One relative run that does not wrap (the common case) is looked up by its absolute chunks, so the
+        ranks of a family share the attribute without resolving and formatting it again.
+        """
+        cnt = segs[0].cnt if len(segs) == 1 and segs[0].rel else None
+        if cnt and total and not total % group_size:
+            s = segs[0]
+            off = (s.off + position * (total // group_size)) % total
+            if 0 <= off + (cnt - 1) * s.stride < total:
+                stride = s.stride if cnt > 1 else 1  # (as absolute_segments writes a run of one)
+                run = (name, s.buf, off, cnt, stride)
+                attribute = self.runs.get(run)
+                if attribute is None:
+                    text = format_segments([Segment(s.buf, off, cnt, stride, False)])
+                    attribute = self.runs[run] = self[name, text, "string_val"]
+                return attribute
+        return self[name, format_segments(absolute_segments(segs, position, group_size, total)), "string_val"]
 
     def make(self, name: str, value: object, member: str | None) -> Any:
         """The attribute as a protobuf message."""
@@ -184,10 +207,9 @@ def _node_specs(
             for key, segs in (("data_src", note.src), ("data_dst", note.dst)):
                 if segs:
                     try:
-                        fixed = absolute_segments(segs, position, group_size, graph.total_chunks)
+                        attrs.append(attributes.segments(key, segs, position, group_size, graph.total_chunks))
                     except ValueError as exc:
                         raise ValueError(f"node {pos} ({names[pos]}): {key}: {exc}") from None
-                    attrs.append(attributes[key, format_segments(fixed), "string_val"])
         yield node_type, names[pos], graph.deps(pos), micros, attrs
 
 
