@@ -177,7 +177,8 @@ def test_parallel_family_writer_reports_a_failing_or_dying_worker(tmp_path: Path
 
 
 def test_a_relative_run_is_written_as_resolving_and_formatting_it_would() -> None:
-    """The writers look a non-wrapping relative run up by its absolute chunks: the same text as resolving it."""
+    """The writers look a non-wrapping relative run up by its absolute chunks, and absolute segments by themselves:
+    the same text as resolving and formatting them."""
     from etsim.algo.dataflow import Segment, absolute_segments, format_segments
     from etsim.algo.family_io import _Attributes
 
@@ -186,8 +187,8 @@ def test_a_relative_run_is_written_as_resolving_and_formatting_it_would() -> Non
     cases = 0
     for off in range(-13, 14):
         for cnt in (1, 2, 3, 5):
-            for stride in (1, 2, -1, 3):
-                segs = (Segment("o", off, cnt, stride, True),)
+            for stride, rel in ((1, True), (2, True), (-1, True), (3, True), (1, False), (2, False)):
+                segs = (Segment("o", off, cnt, stride, rel),)
                 for position in range(n):
                     got = attributes.segments("data_src", segs, position, n, total)
                     text = format_segments(absolute_segments(segs, position, n, total))

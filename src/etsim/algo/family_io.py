@@ -87,8 +87,9 @@ class _Attributes(dict[tuple[str, object, "str | None"], Any]):
 
     def __init__(self) -> None:
         super().__init__()
-        #: Data annotations by (name, buffer, absolute offset, count, stride): a relative run resolved at a rank.
-        self.runs: dict[tuple[str, str, int, int, int], Any] = {}
+        #: Data annotations by (name, buffer, absolute offset, count, stride) for a relative run resolved at a rank,
+        #: or by (name, segments) for absolute segments.
+        self.runs: dict[tuple[Any, ...], Any] = {}
 
     def __missing__(self, key: tuple[str, object, str | None]) -> Any:
         if len(self) > 1 << 20:
@@ -116,6 +117,11 @@ class _Attributes(dict[tuple[str, object, "str | None"], Any]):
                     text = format_segments([Segment(s.buf, off, cnt, stride, False)])
                     attribute = self.runs[run] = self[name, text, "string_val"]
                 return attribute
+        if not any(s.rel for s in segs):  # the same at every rank
+            attribute = self.runs.get((name, segs))
+            if attribute is None:
+                attribute = self.runs[name, segs] = self[name, format_segments(segs), "string_val"]
+            return attribute
         return self[name, format_segments(absolute_segments(segs, position, group_size, total)), "string_val"]
 
     def make(self, name: str, value: object, member: str | None) -> Any:
