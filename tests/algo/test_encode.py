@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from etsim.algo.family_io import algorithm_traces, encode_algo_graph, write_family, write_family_by_rank
+from etsim.algo.family_io import RankEncoder, algorithm_traces, encode_algo_graph, write_family, write_family_by_rank
 from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph, AlgorithmBuilder
 from etsim.chakra.attributes import make_attribute
 from etsim.chakra.graph import CollectiveType
@@ -136,8 +136,28 @@ def algo_graphs(draw: st.DrawFn) -> tuple[list[AlgoGraph], int]:
 @settings(max_examples=150, deadline=None)
 @given(algo_graphs())
 def test_random_graphs_encode_as_the_runtime_writes_them(drawn: tuple[list[AlgoGraph], int]) -> None:
-    graphs, _ = drawn
+    graphs, n = drawn
     _check_family(graphs, {"collective": "all_reduce"})
+    for graph in graphs:  # and the encoder made once for every position encodes each as encode_algo_graph does
+        encoder = RankEncoder(graph, n, metadata={"collective": "all_reduce"})
+        assert all(encoder.encode(p) == encode_algo_graph(graph, p, n, metadata={"collective": "all_reduce"})
+                   for p in range(n))  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["ring", "direct"])
+@pytest.mark.parametrize("coll", [CollectiveType.ALL_REDUCE, CollectiveType.ALL_GATHER, CollectiveType.ALL_TO_ALL,
+                                  CollectiveType.REDUCE_SCATTER])  # fmt: skip
+@pytest.mark.parametrize(("n", "size"), [(5, None), (8, 8 << 20), (16, 1 << 20)])
+def test_a_shared_graph_is_encoded_once_for_every_rank_as_each_rank_alone(
+    name: str, coll: CollectiveType, n: int, size: int | None
+) -> None:
+    graph = ALGORITHMS.get(name)().graph(coll, n, 0)
+    encoder = RankEncoder(graph, n, metadata={"collective": coll.name.lower()}, size=size)
+    assert encoder._nodes is not None  # the per-rank path, not the whole-graph fallback
+    for p in range(n):
+        assert encoder.encode(p) == encode_algo_graph(
+            graph, p, n, metadata={"collective": coll.name.lower()}, size=size
+        )
 
 
 def test_parallel_family_writer_matches_the_serial_one(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from etsim.files import make_parent, write_bytes
 
 __all__ = [
     "SIZE_FREE_NOTE",
+    "RankEncoder",
     "algo_graph_to_trace",
     "algorithm_traces",
     "encode_algo_graph",
@@ -259,16 +260,94 @@ def encode_algo_graph(
     writing large families.
     """
     extra, nodes = _trace_spec(graph, position, group_size, _FRAMED_ATTRIBUTES, size)
-    meta = TraceBuilder().metadata
-    for key, value in (*extra, *(metadata or {}).items()):
-        meta.attr.append(make_attribute(key, value, member="string_val"))
-    payload = meta.SerializeToString()
-    parts = [encode_varint(len(payload)), payload]
+    parts = [_metadata_frame(extra, metadata)]
     for pos, (node_type, name, deps, micros, attrs) in enumerate(nodes):
         body = encode_node(pos, name, node_type, deps, micros, attrs)
         parts.append(encode_varint(len(body)))
         parts.append(body)
     return b"".join(parts)
+
+
+class RankEncoder:
+    """:func:`encode_algo_graph` of one graph at every position of a group, what does not move with the rank made once.
+
+    For a graph with relative peers (one graph every rank runs), a node's bytes are its fields and most of its
+    attributes at every position; only its peer and its relative data annotations move with the rank. Those are
+    filled in by :meth:`encode`, the rest is encoded once. Other graphs are encoded whole each time.
+    ``encode(position)`` is ``encode_algo_graph(graph, position, group_size, metadata=…, size=…)``, byte for byte
+    (``tests/algo/test_encode.py``).
+    """
+
+    def __init__(
+        self, graph: AlgoGraph, group_size: int, *, metadata: Mapping[str, str] | None = None, size: int | None = None
+    ) -> None:
+        self.graph, self.group_size, self.metadata, self.size = graph, group_size, metadata, size
+        #: Each node's frame, or its pieces: bytes, ("peer", send, offset) or ("segs", name, segments).
+        self._nodes: list[bytes | list[Any]] | None = self._template() if graph.relative_peers else None
+
+    def _template(self) -> list[bytes | list[Any]]:
+        graph, n = self.graph, self.group_size
+        specs = _node_specs(graph, 0, n, _FRAMED_ATTRIBUTES, self.size)  # (raises what encode_algo_graph raises)
+        nodes: list[bytes | list[Any]] = []
+        for pos, (node_type, name, deps, micros, attrs) in enumerate(specs):
+            moving: dict[int, Any] = {}
+            kind = graph.kinds[pos]
+            if kind != COMP:  # the peer is the second attribute (_node_specs' order)
+                moving[1] = ("peer", kind == SEND, graph.peers[pos])
+            note = graph.data[pos] if pos < len(graph.data) else None
+            if note is not None:
+                present = [(key, segs) for key, segs in (("data_src", note.src), ("data_dst", note.dst)) if segs]
+                for i, (key, segs) in enumerate(present, len(attrs) - len(present)):  # the last attributes
+                    if any(seg.rel for seg in segs):
+                        moving[i] = ("segs", key, segs)
+            pieces: list[Any] = [encode_node(pos, name, node_type, deps, micros, ())]
+            for i, attr in enumerate(attrs):
+                if i in moving:
+                    pieces.append(moving[i])
+                elif pieces[-1].__class__ is bytes:
+                    pieces[-1] += attr
+                else:
+                    pieces.append(attr)
+            if len(pieces) == 1:
+                nodes.append(encode_varint(len(pieces[0])) + pieces[0])
+            else:
+                nodes.append(pieces)
+        return nodes
+
+    def encode(self, position: int) -> bytes:
+        """The file of the rank at *position*."""
+        if self._nodes is None:
+            return encode_algo_graph(self.graph, position, self.group_size, metadata=self.metadata, size=self.size)
+        graph, n = self.graph, self.group_size
+        extra, _ = _trace_spec(graph, position, n, _FRAMED_ATTRIBUTES, self.size)
+        parts = [_metadata_frame(extra, self.metadata)]
+        attributes, total = _FRAMED_ATTRIBUTES, graph.total_chunks
+        for node in self._nodes:
+            if isinstance(node, bytes):
+                parts.append(node)
+                continue
+            body_parts = []
+            for piece in node:
+                if piece.__class__ is bytes:
+                    body_parts.append(piece)
+                elif piece[0] == "peer":
+                    peer = (position + piece[2]) % n
+                    body_parts.append(attributes["comm_dst" if piece[1] else "comm_src", peer, None])
+                else:
+                    body_parts.append(attributes.segments(piece[1], piece[2], position, n, total))
+            body = b"".join(body_parts)
+            parts.append(encode_varint(len(body)))
+            parts.append(body)
+        return b"".join(parts)
+
+
+def _metadata_frame(extra: Sequence[tuple[str, str]], metadata: Mapping[str, str] | None) -> bytes:
+    """The framed GlobalMetadata of a file: *extra* then *metadata*, as string attributes."""
+    meta = TraceBuilder().metadata
+    for key, value in (*extra, *(metadata or {}).items()):
+        meta.attr.append(make_attribute(key, value, member="string_val"))
+    payload = meta.SerializeToString()
+    return encode_varint(len(payload)) + payload
 
 
 def algorithm_traces(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from etsim.algo.family_io import SIZE_FREE_NOTE, encode_algo_graph, write_family_by_rank
+from etsim.algo.family_io import SIZE_FREE_NOTE, RankEncoder, encode_algo_graph, write_family_by_rank
 from etsim.algo.verify import Verdict
 from etsim.chakra.graph import CollectiveType
 from etsim.chakra.graph import parse_collective as chakra_parse_collective
@@ -98,8 +98,13 @@ def export_algorithm(
     except ValueError as exc:
         raise ConfigError(f"--size: {exc}") from None
 
+    shared = RankEncoder(first, npus, metadata=metadata, size=size)  # made once, before writers fork
+
     def make(rank: int) -> bytes:  # one rank in memory at a time, encoded without building protobuf nodes
-        return encode_algo_graph(algo.graph(collective, npus, rank), rank, npus, metadata=metadata, size=size)
+        graph = algo.graph(collective, npus, rank)
+        if graph is first:  # one graph for every rank: only what moves with the rank is encoded per rank
+            return shared.encode(rank)
+        return encode_algo_graph(graph, rank, npus, metadata=metadata, size=size)
 
     return write_family_by_rank(make, npus, prefix)
 
