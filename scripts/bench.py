@@ -65,6 +65,7 @@ inputs are generated in the work directory before the clock starts; see PROCESS_
                        128 layers, 16 MiB gradient
                        all-reduce per layer overlapping the backward pass (``etsim workload gen dp``)
   synth-tacos-32x32    ``etsim synth tacos`` of an all-gather on topologies/mesh32x32.yaml, writing the family
+  export-ring-1024     ``etsim algo export ring --npus 1024 --size 64 MiB``: the 1,024-file family (840 MB)
   run-family-msccl-64  ``etsim run`` of the shipped 64 MiB all-reduce on 64 NPUs with the MSCCL-IR ring family
                        (algorithms/msccl_ring_allreduce_64npus.xml converted with --size); run-native-ring-64 the
                        same with the native ring (issue 22: at most 2x)
@@ -483,6 +484,11 @@ PROCESS_CASES: dict[str, tuple[list[str], str]] = {
     "synth-tacos-32x32": (
         ["synth", "tacos", "--topology", "topologies/mesh32x32.yaml", "--collective", "all_gather",
          "-o", "{w}/tacos/ag"],
+        "",
+    ),
+    "export-ring-1024": (
+        ["algo", "export", "ring", "--collective", "all_reduce", "--npus", "1024", "--size", "64 MiB",
+         "-o", "{w}/export/ring"],
         "",
     ),
     "run-family-msccl-64": (
