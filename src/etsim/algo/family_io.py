@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from etsim import progress
 from etsim.algo.dataflow import OUT_OF_PLACE, Segment, absolute_segments, format_segments
@@ -284,6 +284,8 @@ class RankEncoder:
         self.graph, self.group_size, self.metadata, self.size = graph, group_size, metadata, size
         #: Each node's frame, or its pieces: bytes, ("peer", send, offset) or ("segs", name, segments).
         self._nodes: list[bytes | list[Any]] | None = self._template() if graph.relative_peers else None
+        #: The relative data runs' offsets, counts and strides (numpy arrays), False if one is not a single run.
+        self._runs: tuple[Any, ...] | Literal[False] | None = None
 
     def _template(self) -> list[bytes | list[Any]]:
         graph, n = self.graph, self.group_size
@@ -318,6 +320,37 @@ class RankEncoder:
         """The file of the rank at *position*."""
         if self._nodes is None:
             return encode_algo_graph(self.graph, position, self.group_size, metadata=self.metadata, size=self.size)
+        return self._encode(position)
+
+    def encode_runs(self, position: int) -> bytes | None:
+        """:meth:`encode`, or None when a relative data annotation does not stay one run within the buffer.
+
+        (Written at *position*, such an annotation would wrap into several runs, or name chunks outside the buffer.)
+        """
+        total, n = self.graph.total_chunks, self.group_size
+        if self._nodes is None or not total or total % n:
+            return None
+        if self._runs is None:
+            import numpy as np
+
+            runs = [piece[2] for node in self._nodes if not isinstance(node, bytes) for piece in node
+                    if piece.__class__ is not bytes and piece[0] == "segs"]  # fmt: skip
+            if any(len(segs) != 1 or not segs[0].cnt for segs in runs):
+                self._runs = False
+            else:
+                self._runs = tuple(np.array([getattr(segs[0], f) for segs in runs], dtype=np.int64)
+                                   for f in ("off", "cnt", "stride"))  # fmt: skip
+        if not isinstance(self._runs, tuple):
+            return None
+        off, cnt, stride = self._runs
+        first = (off + position * (total // n)) % total
+        last = first + (cnt - 1) * stride
+        if len(last) and not ((last >= 0) & (last < total)).all():
+            return None
+        return self._encode(position)
+
+    def _encode(self, position: int) -> bytes:
+        assert self._nodes is not None
         graph, n = self.graph, self.group_size
         extra, _ = _trace_spec(graph, position, n, _FRAMED_ATTRIBUTES, self.size)
         parts = [_metadata_frame(extra, self.metadata)]

@@ -136,6 +136,7 @@ def test_ranks_of_a_shared_family_are_matched_on_their_columns_as_their_graphs_w
     from etsim.system.algorithms import family
 
     spec = _family(tmp_path, kind, 16)
+    monkeypatch.setattr(family, "_shared_encoder", lambda *args: None)  # (not on their bytes: the test after this)
     same = []
     real = family_read._read_rank
 
@@ -174,3 +175,57 @@ def test_a_rank_addressing_past_the_buffer_is_not_read_as_a_relative_chunk_insid
     assert algo._shared is False
     verdict = algo.verify(CollectiveType.ALL_GATHER, n)
     assert verdict.ok is False and "addresses output chunk 4, outside the 4-chunk output" in verdict.message
+
+
+def _read_without(monkeypatch: pytest.MonkeyPatch, spec: str, *, bytes_: bool, columns: bool) -> ChakraAlgorithm:
+    from etsim.system.algorithms import family
+
+    with monkeypatch.context() as m:
+        if not bytes_:
+            m.setattr(family, "_shared_encoder", lambda *args: None)
+        if not columns:
+            m.setattr(family._SharedColumns, "__call__", lambda *args: False)
+        return ChakraAlgorithm(spec)
+
+
+def test_ranks_equal_to_the_shared_graph_encoded_for_them_are_matched_on_their_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from etsim.algo import family_read
+
+    spec = _family(tmp_path, "ring", 16)
+    built = []
+    real = family_read._read_rank
+    monkeypatch.setattr(family_read, "_read_rank", lambda *args: built.append(args[1]) or real(*args))
+    by_bytes = ChakraAlgorithm(spec)
+    assert built == [0, 1]  # ranks 2-15 were never decoded: their files are the shared graph encoded for them
+    slow = _read_without(monkeypatch, spec, bytes_=False, columns=False)
+    assert isinstance(by_bytes._shared, AlgoGraph) and isinstance(slow._shared, AlgoGraph)
+    assert _fields(by_bytes._shared) == _fields(slow._shared)
+
+
+def test_a_run_that_wraps_at_some_ranks_is_never_matched_on_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative run of two chunks that stays within the buffer at rank 0 and wraps at rank 1 is never compared as
+    bytes; the family is read as the ordinary path reads it."""
+    from etsim.algo.dataflow import OUT_OF_PLACE, seg
+    from etsim.algo.family_io import RankEncoder, algorithm_traces, write_family
+    from etsim.algo.graph import AlgorithmBuilder
+
+    n, total = 4, 8
+    b = AlgorithmBuilder(total_chunks=total, relative_peers=True, placement=OUT_OF_PLACE)
+    b.send(1, 2, 0, name="s", src=seg("i", 0, 2))
+    b.recv(-1, 2, 0, name="r", dst=seg("o", 5, 2, rel=True))  # chunks 5-6 at rank 0, 7-8 (wraps) at rank 1
+    graph = b.build()
+    encoder = RankEncoder(graph, n)
+    assert encoder.encode_runs(0) is not None and encoder.encode_runs(1) is None
+    write_family(algorithm_traces([graph] * n, metadata={"collective": "all_gather"}), tmp_path / "wrap")
+    spec = str(tmp_path / "wrap")
+    fast = ChakraAlgorithm(spec)
+    slow = _read_without(monkeypatch, spec, bytes_=False, columns=False)
+    assert type(fast._shared) is type(slow._shared)
+    for p in range(n):
+        assert _fields(fast.graph(CollectiveType.ALL_GATHER, n, p)) == _fields(
+            slow.graph(CollectiveType.ALL_GATHER, n, p)
+        )

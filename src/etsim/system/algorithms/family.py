@@ -5,14 +5,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+from pathlib import Path
+
+from google.protobuf.message import DecodeError
 
 from etsim import progress
 from etsim.algo.dataflow import NodeData, Segment
 from etsim.algo.family_graph import AlgoAttributes, operand_segments
+from etsim.algo.family_io import RankEncoder
 from etsim.algo.family_read import RankRead, read_rank, read_rank_columns
 from etsim.algo.graph import RECV, SEND, AlgoGraph
 from etsim.chakra.graph import CollectiveType, Trace
-from etsim.chakra.io import resolve_family
+from etsim.chakra.io import frame_spans, read_bytes, resolve_family
+from etsim.chakra.schema import et_def_pb2 as pb
 from etsim.errors import ConfigError, TraceError, warn
 from etsim.system.algorithms.base import CollectiveAlgorithm
 
@@ -219,11 +224,12 @@ class ChakraAlgorithm(CollectiveAlgorithm):
         if rest:
             parts = _parts(self, rest)
             global _FAMILY_READ
-            columns = None
+            columns = encoder = None
             if first is not None:
                 rank0 = read_rank_columns(self.paths[0], 0)
                 columns = _SharedColumns(*rank0, first, n) if rank0 is not None else None
-            _FAMILY_READ = (self, first, columns)  # inherited by forked readers
+                encoder = _shared_encoder(self, first, reads[0].recorded)
+            _FAMILY_READ = (self, first, columns, encoder)  # inherited by forked readers
             try:
                 if len(parts) == 1:
                     reads.update(_read_part(parts[0]))
@@ -362,8 +368,51 @@ class _SharedColumns:
         return True
 
 
-#: What forked readers read: the algorithm, the shared graph so far and its column test (set before they start).
-_FAMILY_READ: tuple[ChakraAlgorithm, AlgoGraph | None, _SharedColumns | None] | None = None
+def _shared_encoder(
+    algo: ChakraAlgorithm, first: AlgoGraph, recorded: CollectiveType | str | None
+) -> tuple[CollectiveType | str | None, RankEncoder] | None:
+    """An encoder of the shared graph that writes ranks 0 and 1 byte for byte as their files are, or None.
+
+    Such an encoder's rank *p* differs from its rank 0 only in peers, shifted by *p*, and in the data annotations
+    that move with the rank (:class:`~etsim.algo.family_io.RankEncoder`). So a file equal to it, at a rank where each
+    of those stays one run within the buffer (:meth:`~etsim.algo.family_io.RankEncoder.encode_runs`), reads as rank
+    0's graph with peers and moving operands shifted: the shared graph. The metadata is rank 0's (the extra
+    attributes the writer adds, then the others in order; the buffer size from ``comm_size_written_for``).
+    """
+    try:
+        data0 = _file_bytes(algo.paths[0])
+        starts, ends = frame_spans(data0, algo.paths[0])
+        meta = pb.GlobalMetadata()
+        meta.ParseFromString(data0[starts[0] : ends[0]])
+    except (TraceError, DecodeError, IndexError):
+        return None
+    written = {"data_placement", "data_setup", "comm_size_written_for"}
+    attrs = [(a.name, a.string_val) for a in meta.attr if a.WhichOneof("value") == "string_val"]
+    if len(attrs) != len(meta.attr):
+        return None
+    size_text = dict(attrs).get("comm_size_written_for")
+    try:
+        size = int(size_text) if size_text is not None else None
+        encoder = RankEncoder(first, algo.num_ranks, metadata={k: v for k, v in attrs if k not in written}, size=size)
+        if encoder.encode_runs(0) != data0 or encoder.encode_runs(1) != _file_bytes(algo.paths[1]):
+            return None
+    except (ValueError, TraceError):
+        return None
+    return recorded, encoder
+
+
+def _file_bytes(path: Path) -> bytes:
+    return read_bytes(path)
+
+
+#: What forked readers read: the algorithm, the shared graph so far, its column test and its encoder (set before
+#: they start).
+_FAMILY_READ: (
+    tuple[
+        ChakraAlgorithm, AlgoGraph | None, _SharedColumns | None, tuple[CollectiveType | str | None, RankEncoder] | None
+    ]
+    | None
+) = None
 #: Families of at least this many bytes are read by several processes (below, starting them costs what they save).
 PARALLEL_BYTES = 16 << 20
 
@@ -390,9 +439,15 @@ def _parts(algo: ChakraAlgorithm, ranks: range) -> list[range]:
 def _read_part(ranks: range) -> dict[int, RankRead]:
     """Read *ranks* of the family being read; a rank matching the shared graph keeps no graph."""
     assert _FAMILY_READ is not None
-    algo, first, columns = _FAMILY_READ
+    algo, first, columns, encoder = _FAMILY_READ
     out = {}
     for rank in ranks:
+        if encoder is not None:
+            recorded, encode = encoder
+            expected = encode.encode_runs(rank)
+            if expected is not None and _file_bytes(algo.paths[rank]) == expected:
+                out[rank] = RankRead(None, recorded, fast=True, same=True)
+                continue
         read = algo._read(rank, columns)
         if first is not None and read.graph is not None and _matches(first, read.graph, rank, algo.num_ranks):
             read.graph = None
