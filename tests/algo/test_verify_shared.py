@@ -184,3 +184,39 @@ def test_peer_offsets_equal_modulo_n_are_one_channel(monkeypatch: pytest.MonkeyP
     assert _shared_path(g, n, C.ALL_GATHER) == [None]
     full = _full([g] * n, C.ALL_GATHER, monkeypatch)
     assert verify_graphs([g] * n, C.ALL_GATHER) == full and full.ok is False
+
+
+def _rank0_runs(cases: list[tuple[AlgoGraph, int, C]]) -> list[tuple[object, object]]:
+    """Rank 0 executed for each shared graph (as shared_verdict does), where the rotation applies."""
+    out = []
+    for g, n, coll in cases:
+        prep = prepare([g])[id(g)]
+        for place in g.placement or (OUT_OF_PLACE,):
+            try:
+                run = verify_shared._SharedExecution(g, n, coll, LAYOUTS[coll], place, g.total_chunks or n)
+                rotation = verify_shared._Rotation(run, g)
+                if rotation.reason or not run.run_rank0(prep, rotation):
+                    continue
+            except (verify_shared.Wrong, ValueError, ZeroDivisionError):
+                continue
+            out.append((run, rotation))
+    return out
+
+
+def test_outputs_checked_as_arrays_are_checked_as_one_chunk_at_a_time() -> None:
+    natives = [(ALGORITHMS.get(name)().graph(coll, n, 0), n, coll) for name, coll, n in NATIVES]
+    runs = _rank0_runs(natives + _mutants(300, seed=5))
+    decided = {True: 0, False: 0}
+    for run, rotation in runs:
+        store = run.mem[0]["o"][0]
+        by_arrays = run._check_rotated_arrays(rotation, store)
+        if by_arrays is None:
+            continue
+        decided[by_arrays] += 1
+        original = verify_shared._SharedExecution._check_rotated_arrays
+        try:
+            verify_shared._SharedExecution._check_rotated_arrays = lambda *args: None  # the chunk-at-a-time loop
+            assert run.check_rotated(rotation) is by_arrays
+        finally:
+            verify_shared._SharedExecution._check_rotated_arrays = original
+    assert decided[True] > 30 and decided[False] > 30  # both outcomes compared

@@ -251,6 +251,9 @@ class _SharedExecution(Execution):
         full = (1 << n) - 1
         store, base, _, _ = self.mem[0]["o"]
         assert base == 0  # rank 0's buffers start at chunk 0 of their store
+        by_arrays = self._check_rotated_arrays(rotation, store)
+        if by_arrays is not None:
+            return by_arrays
         for q in range(1 if layout.root_only else n):
             for x in range(self.out_size):
                 c, origin = layout.expect(q, x, k)
@@ -262,6 +265,57 @@ class _SharedExecution(Execution):
                     or got[1] != (full if origin is None else 1 << origin)
                 ):
                     return False
+        return True
+
+    def _check_rotated_arrays(self, rotation: _Rotation, store: dict[int, Value]) -> bool | None:
+        """:meth:`check_rotated` a rank at a time over numpy arrays, or None when a value is not plain.
+
+        Plain: rank 0's output slots hold nothing, a bad value, a chunk of every rank or a chunk of one rank (whose
+        rotation is that of its rank). The layout's expectation is arithmetic, so it takes arrays as well.
+        """
+        import numpy as np
+
+        layout = self.layout
+        assert layout is not None
+        n, k, total = self.n, self.k, self.total
+        full = (1 << n) - 1
+        size = max(total, max(store, default=0) + 1)
+        chunk = np.full(size, -1, dtype=np.int64)
+        kind = np.zeros(size, dtype=np.int8)  # 0 nothing or bad, 1 every rank, 2 one rank
+        origin = np.zeros(size, dtype=np.int64)
+        for slot, value in store.items():
+            if slot < 0:
+                return None
+            if value is None or isinstance(value, Bad):
+                continue
+            c, ranks = value
+            chunk[slot] = c
+            if ranks == full:
+                kind[slot] = 1
+            elif ranks and not ranks & (ranks - 1):
+                kind[slot] = 2
+                origin[slot] = ranks.bit_length() - 1
+            else:
+                return None
+        x = np.arange(self.out_size, dtype=np.int64)
+        relative_store = rotation.rel.get(rotation.out_store, False)
+        store_step = rotation.step.get(rotation.out_store, 0)
+        for q in range(1 if layout.root_only else n):
+            phys = q * rotation.out_step + x
+            slots = (phys - q * k) % total if relative_store else phys - q * store_step
+            if len(slots) and (slots.min() < 0 or slots.max() >= size):
+                return None
+            got_kind = kind[slots]
+            got_chunk = chunk[slots]
+            if q and rotation.delta:
+                got_chunk = (got_chunk + q * rotation.delta) % rotation.in_size
+            want_chunk, want_origin = layout.expect(q, x, k)  # type: ignore[arg-type]  # (arithmetic: arrays too)
+            if want_origin is None:
+                ok = (got_kind == 1) & (got_chunk == want_chunk)
+            else:
+                ok = (got_kind == 2) & (got_chunk == want_chunk) & ((origin[slots] + q) % n == want_origin)
+            if not ok.all():
+                return False
         return True
 
 
