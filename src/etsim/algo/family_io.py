@@ -286,6 +286,8 @@ class RankEncoder:
         self._nodes: list[bytes | list[Any]] | None = self._template() if graph.relative_peers else None
         #: The relative data runs' offsets, counts and strides (numpy arrays), False if one is not a single run.
         self._runs: tuple[Any, ...] | Literal[False] | None = None
+        #: Receive and send peer attributes by peer.
+        self._peers: tuple[list[Any], list[Any]] | None = None
 
     def _template(self) -> list[bytes | list[Any]]:
         graph, n = self.graph, self.group_size
@@ -300,7 +302,11 @@ class RankEncoder:
             if note is not None:
                 present = [(key, segs) for key, segs in (("data_src", note.src), ("data_dst", note.dst)) if segs]
                 for i, (key, segs) in enumerate(present, len(attrs) - len(present)):  # the last attributes
-                    if any(seg.rel for seg in segs):
+                    cnt = segs[0].cnt if len(segs) == 1 and segs[0].rel else None
+                    if cnt:  # one run: looked up by its chunks
+                        s = segs[0]
+                        moving[i] = ("run", key, segs, s.buf, s.off, cnt, s.stride if cnt > 1 else 1)
+                    elif any(seg.rel for seg in segs):
                         moving[i] = ("segs", key, segs)
             pieces: list[Any] = [encode_node(pos, name, node_type, deps, micros, ())]
             for i, attr in enumerate(attrs):
@@ -334,7 +340,7 @@ class RankEncoder:
             import numpy as np
 
             runs = [piece[2] for node in self._nodes if not isinstance(node, bytes) for piece in node
-                    if piece.__class__ is not bytes and piece[0] == "segs"]  # fmt: skip
+                    if piece.__class__ is not bytes and piece[0] != "peer"]  # fmt: skip
             if any(len(segs) != 1 or not segs[0].cnt for segs in runs):
                 self._runs = False
             else:
@@ -355,6 +361,13 @@ class RankEncoder:
         extra, _ = _trace_spec(graph, position, n, _FRAMED_ATTRIBUTES, self.size)
         parts = [_metadata_frame(extra, self.metadata)]
         attributes, total = _FRAMED_ATTRIBUTES, graph.total_chunks
+        if self._peers is None:  # each peer's attribute, made once
+            self._peers = (
+                [attributes["comm_src", q, None] for q in range(n)],
+                [attributes["comm_dst", q, None] for q in range(n)],
+            )
+        peers, runs = self._peers, attributes.runs
+        shift = position * (total // n) if total and not total % n else 0
         for node in self._nodes:
             if isinstance(node, bytes):
                 parts.append(node)
@@ -364,10 +377,15 @@ class RankEncoder:
                 if piece.__class__ is bytes:
                     body_parts.append(piece)
                 elif piece[0] == "peer":
-                    peer = (position + piece[2]) % n
-                    body_parts.append(attributes["comm_dst" if piece[1] else "comm_src", peer, None])
+                    body_parts.append(peers[piece[1]][(position + piece[2]) % n])
                 else:
-                    body_parts.append(attributes.segments(piece[1], piece[2], position, n, total))
+                    # A run already met at these absolute chunks (runs holds only runs that do not wrap).
+                    attr = runs.get((piece[1], piece[3], (piece[4] + shift) % total, piece[5], piece[6])) if (
+                        piece[0] == "run" and total
+                    ) else None  # fmt: skip
+                    if attr is None:
+                        attr = attributes.segments(piece[1], piece[2], position, n, total)
+                    body_parts.append(attr)
             body = b"".join(body_parts)
             parts.append(encode_varint(len(body)))
             parts.append(body)
