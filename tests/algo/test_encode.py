@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from etsim.algo.family_io import RankEncoder, algorithm_traces, encode_algo_graph, write_family, write_family_by_rank
+from etsim.algo.family_encode import RankEncoder
+from etsim.algo.family_io import algorithm_traces, encode_algo_graph, write_family, write_family_by_rank
 from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph, AlgorithmBuilder
 from etsim.chakra.attributes import make_attribute
 from etsim.chakra.graph import CollectiveType
@@ -140,8 +141,10 @@ def test_random_graphs_encode_as_the_runtime_writes_them(drawn: tuple[list[AlgoG
     _check_family(graphs, {"collective": "all_reduce"})
     for graph in graphs:  # and the encoder made once for every position encodes each as encode_algo_graph does
         encoder = RankEncoder(graph, n, metadata={"collective": "all_reduce"})
-        assert all(encoder.encode(p) == encode_algo_graph(graph, p, n, metadata={"collective": "all_reduce"})
-                   for p in range(n))  # fmt: skip
+        for p in range(n):
+            expected = encode_algo_graph(graph, p, n, metadata={"collective": "all_reduce"})
+            runs = encoder.encode_runs(p)
+            assert encoder.encode(p) == expected and (runs is None or runs == expected)
 
 
 @pytest.mark.parametrize("name", ["ring", "direct"])
@@ -154,10 +157,15 @@ def test_a_shared_graph_is_encoded_once_for_every_rank_as_each_rank_alone(
     graph = ALGORITHMS.get(name)().graph(coll, n, 0)
     encoder = RankEncoder(graph, n, metadata={"collective": coll.name.lower()}, size=size)
     assert encoder._nodes is not None  # the per-rank path, not the whole-graph fallback
+    planned = 0
     for p in range(n):
-        assert encoder.encode(p) == encode_algo_graph(
-            graph, p, n, metadata={"collective": coll.name.lower()}, size=size
-        )
+        expected = encode_algo_graph(graph, p, n, metadata={"collective": coll.name.lower()}, size=size)
+        assert encoder.encode(p) == expected
+        runs = encoder.encode_runs(p)  # the numpy plan (None where a relative run would wrap)
+        assert runs is None or runs == expected
+        planned += runs is not None
+    # (the ring all-to-all moves pieces of several runs: it is encoded node by node at every rank)
+    assert planned or (name, coll) == ("ring", CollectiveType.ALL_TO_ALL)
 
 
 def test_parallel_family_writer_matches_the_serial_one(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from etsim import progress
 from etsim.algo.dataflow import OUT_OF_PLACE, Segment, absolute_segments, format_segments
@@ -29,7 +29,6 @@ from etsim.files import make_parent, write_bytes
 
 __all__ = [
     "SIZE_FREE_NOTE",
-    "RankEncoder",
     "algo_graph_to_trace",
     "algorithm_traces",
     "encode_algo_graph",
@@ -266,130 +265,6 @@ def encode_algo_graph(
         parts.append(encode_varint(len(body)))
         parts.append(body)
     return b"".join(parts)
-
-
-class RankEncoder:
-    """:func:`encode_algo_graph` of one graph at every position of a group, what does not move with the rank made once.
-
-    For a graph with relative peers (one graph every rank runs), a node's bytes are its fields and most of its
-    attributes at every position; only its peer and its relative data annotations move with the rank. Those are
-    filled in by :meth:`encode`, the rest is encoded once. Other graphs are encoded whole each time.
-    ``encode(position)`` is ``encode_algo_graph(graph, position, group_size, metadata=…, size=…)``, byte for byte
-    (``tests/algo/test_encode.py``).
-    """
-
-    def __init__(
-        self, graph: AlgoGraph, group_size: int, *, metadata: Mapping[str, str] | None = None, size: int | None = None
-    ) -> None:
-        self.graph, self.group_size, self.metadata, self.size = graph, group_size, metadata, size
-        #: Each node's frame, or its pieces: bytes, ("peer", send, offset) or ("segs", name, segments).
-        self._nodes: list[bytes | list[Any]] | None = self._template() if graph.relative_peers else None
-        #: The relative data runs' offsets, counts and strides (numpy arrays), False if one is not a single run.
-        self._runs: tuple[Any, ...] | Literal[False] | None = None
-        #: Receive and send peer attributes by peer.
-        self._peers: tuple[list[Any], list[Any]] | None = None
-
-    def _template(self) -> list[bytes | list[Any]]:
-        graph, n = self.graph, self.group_size
-        specs = _node_specs(graph, 0, n, _FRAMED_ATTRIBUTES, self.size)  # (raises what encode_algo_graph raises)
-        nodes: list[bytes | list[Any]] = []
-        for pos, (node_type, name, deps, micros, attrs) in enumerate(specs):
-            moving: dict[int, Any] = {}
-            kind = graph.kinds[pos]
-            if kind != COMP:  # the peer is the second attribute (_node_specs' order)
-                moving[1] = ("peer", kind == SEND, graph.peers[pos])
-            note = graph.data[pos] if pos < len(graph.data) else None
-            if note is not None:
-                present = [(key, segs) for key, segs in (("data_src", note.src), ("data_dst", note.dst)) if segs]
-                for i, (key, segs) in enumerate(present, len(attrs) - len(present)):  # the last attributes
-                    cnt = segs[0].cnt if len(segs) == 1 and segs[0].rel else None
-                    if cnt:  # one run: looked up by its chunks
-                        s = segs[0]
-                        moving[i] = ("run", key, segs, s.buf, s.off, cnt, s.stride if cnt > 1 else 1)
-                    elif any(seg.rel for seg in segs):
-                        moving[i] = ("segs", key, segs)
-            pieces: list[Any] = [encode_node(pos, name, node_type, deps, micros, ())]
-            for i, attr in enumerate(attrs):
-                if i in moving:
-                    pieces.append(moving[i])
-                elif pieces[-1].__class__ is bytes:
-                    pieces[-1] += attr
-                else:
-                    pieces.append(attr)
-            if len(pieces) == 1:
-                nodes.append(encode_varint(len(pieces[0])) + pieces[0])
-            else:
-                nodes.append(pieces)
-        return nodes
-
-    def encode(self, position: int) -> bytes:
-        """The file of the rank at *position*."""
-        if self._nodes is None:
-            return encode_algo_graph(self.graph, position, self.group_size, metadata=self.metadata, size=self.size)
-        return self._encode(position)
-
-    def encode_runs(self, position: int) -> bytes | None:
-        """:meth:`encode`, or None when a relative data annotation does not stay one run within the buffer.
-
-        (Written at *position*, such an annotation would wrap into several runs, or name chunks outside the buffer.)
-        """
-        total, n = self.graph.total_chunks, self.group_size
-        if self._nodes is None or not total or total % n:
-            return None
-        if self._runs is None:
-            import numpy as np
-
-            runs = [piece[2] for node in self._nodes if not isinstance(node, bytes) for piece in node
-                    if piece.__class__ is not bytes and piece[0] != "peer"]  # fmt: skip
-            if any(len(segs) != 1 or not segs[0].cnt for segs in runs):
-                self._runs = False
-            else:
-                self._runs = tuple(np.array([getattr(segs[0], f) for segs in runs], dtype=np.int64)
-                                   for f in ("off", "cnt", "stride"))  # fmt: skip
-        if not isinstance(self._runs, tuple):
-            return None
-        off, cnt, stride = self._runs
-        first = (off + position * (total // n)) % total
-        last = first + (cnt - 1) * stride
-        if len(last) and not ((last >= 0) & (last < total)).all():
-            return None
-        return self._encode(position)
-
-    def _encode(self, position: int) -> bytes:
-        assert self._nodes is not None
-        graph, n = self.graph, self.group_size
-        extra, _ = _trace_spec(graph, position, n, _FRAMED_ATTRIBUTES, self.size)
-        parts = [_metadata_frame(extra, self.metadata)]
-        attributes, total = _FRAMED_ATTRIBUTES, graph.total_chunks
-        if self._peers is None:  # each peer's attribute, made once
-            self._peers = (
-                [attributes["comm_src", q, None] for q in range(n)],
-                [attributes["comm_dst", q, None] for q in range(n)],
-            )
-        peers, runs = self._peers, attributes.runs
-        shift = position * (total // n) if total and not total % n else 0
-        for node in self._nodes:
-            if isinstance(node, bytes):
-                parts.append(node)
-                continue
-            body_parts = []
-            for piece in node:
-                if piece.__class__ is bytes:
-                    body_parts.append(piece)
-                elif piece[0] == "peer":
-                    body_parts.append(peers[piece[1]][(position + piece[2]) % n])
-                else:
-                    # A run already met at these absolute chunks (runs holds only runs that do not wrap).
-                    attr = runs.get((piece[1], piece[3], (piece[4] + shift) % total, piece[5], piece[6])) if (
-                        piece[0] == "run" and total
-                    ) else None  # fmt: skip
-                    if attr is None:
-                        attr = attributes.segments(piece[1], piece[2], position, n, total)
-                    body_parts.append(attr)
-            body = b"".join(body_parts)
-            parts.append(encode_varint(len(body)))
-            parts.append(body)
-        return b"".join(parts)
 
 
 def _metadata_frame(extra: Sequence[tuple[str, str]], metadata: Mapping[str, str] | None) -> bytes:

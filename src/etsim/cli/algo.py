@@ -19,7 +19,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from etsim.algo.family_io import SIZE_FREE_NOTE, RankEncoder, encode_algo_graph, write_family_by_rank
+from etsim.algo.family_encode import RankEncoder
+from etsim.algo.family_io import SIZE_FREE_NOTE, encode_algo_graph, write_family_by_rank
 from etsim.algo.verify import Verdict
 from etsim.chakra.graph import CollectiveType
 from etsim.chakra.graph import parse_collective as chakra_parse_collective

@@ -210,7 +210,8 @@ def test_a_run_that_wraps_at_some_ranks_is_never_matched_on_bytes(
     """A relative run of two chunks that stays within the buffer at rank 0 and wraps at rank 1 is never compared as
     bytes; the family is read as the ordinary path reads it."""
     from etsim.algo.dataflow import OUT_OF_PLACE, seg
-    from etsim.algo.family_io import RankEncoder, algorithm_traces, write_family
+    from etsim.algo.family_encode import RankEncoder
+    from etsim.algo.family_io import algorithm_traces, write_family
     from etsim.algo.graph import AlgorithmBuilder
 
     n, total = 4, 8

@@ -11,8 +11,8 @@ from google.protobuf.message import DecodeError
 
 from etsim import progress
 from etsim.algo.dataflow import NodeData, Segment
+from etsim.algo.family_encode import RankEncoder
 from etsim.algo.family_graph import AlgoAttributes, operand_segments
-from etsim.algo.family_io import RankEncoder
 from etsim.algo.family_read import RankRead, read_rank, read_rank_columns
 from etsim.algo.graph import RECV, SEND, AlgoGraph
 from etsim.chakra.graph import CollectiveType, Trace
