@@ -104,7 +104,7 @@ def export_algorithm(
     def make(rank: int) -> bytes:  # one rank in memory at a time, encoded without building protobuf nodes
         graph = algo.graph(collective, npus, rank)
         if graph is first:  # one graph for every rank: only what moves with the rank is encoded per rank
-            return shared.encode(rank)
+            return shared.encode_runs(rank) or shared.encode(rank)
         return encode_algo_graph(graph, rank, npus, metadata=metadata, size=size)
 
     return write_family_by_rank(make, npus, prefix)
