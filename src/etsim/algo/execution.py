@@ -104,7 +104,10 @@ class Execution:
         layout: CollectiveLayout | None,
         placement: str,
         total: int,
+        *,
+        ranks: int | None = None,
     ) -> None:
+        """*ranks*: make the buffers of ranks ``0 .. ranks-1`` only (default every rank)."""
         self.graphs = graphs
         #: Two receives of one channel found waiting at once (the first such pair, in words), or "".
         self.ambiguity = ""
@@ -123,7 +126,7 @@ class Execution:
             self.in_size = self.out_size = 0
         # Per rank: buffer name -> (store, base, limit or -1 for scratch, label).
         self.mem: list[dict[str, tuple[dict[int, Value], int, int, str]]] = []
-        for r in range(n):
+        for r in range(n if ranks is None else ranks):
             self.mem.append(self._buffers(r))
 
     def _buffers(self, r: int) -> dict[str, tuple[dict[int, Value], int, int, str]]:

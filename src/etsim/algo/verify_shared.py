@@ -27,7 +27,6 @@ from __future__ import annotations
 import itertools
 from collections import deque
 
-from etsim.algo.dataflow import IN_PLACE
 from etsim.algo.execution import Bad, Execution, Prep, Value, Wrong
 from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph
 from etsim.algo.semantics import CollectiveLayout
@@ -103,18 +102,7 @@ class _SharedExecution(Execution):
 
     def __init__(self, graph: AlgoGraph, n: int, collective: CollectiveType, layout: CollectiveLayout,
                  placement: str, total: int) -> None:  # fmt: skip
-        self.graphs = [graph]
-        self.ambiguity = ""
-        self.n = n
-        self.collective = collective
-        self.layout = layout
-        self.in_place = placement == IN_PLACE
-        self.total = total
-        self.k = total // n if total % n == 0 else 0
-        self.shift = self.k
-        self.in_size = self.k if layout.piece_input else total
-        self.out_size = self.k if layout.piece_output else total
-        self.mem = [self._buffers(0)]
+        super().__init__([graph] * n, collective, layout, placement, total, ranks=1)  # rank 0's buffers only
 
     def run_rank0(self, prep: Prep, rotation: _Rotation, *, lazy: bool = False) -> bool:
         """Execute rank 0 to the end; False if the full execution must decide (see the module docstring).
