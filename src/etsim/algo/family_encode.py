@@ -32,10 +32,9 @@ class RankEncoder:
         self, graph: AlgoGraph, group_size: int, *, metadata: Mapping[str, str] | None = None, size: int | None = None
     ) -> None:
         self.graph, self.group_size, self.metadata, self.size = graph, group_size, metadata, size
-        #: Each node's frame, or its pieces: bytes, ("peer", send, offset) or ("segs", name, segments).
+        #: Each node's frame, or its pieces: bytes, ("peer", send, offset), ("run", name, segments, buffer, offset,
+        #: count, stride) for one relative run, or ("segs", name, segments).
         self._nodes: list[bytes | list[Any]] | None = self._template() if graph.relative_peers else None
-        #: The relative data runs' offsets, counts and strides (numpy arrays), False if one is not a single run.
-        self._runs: tuple[Any, ...] | Literal[False] | None = None
         #: Receive and send peer attributes by peer.
         self._peers: tuple[list[Any], list[Any]] | None = None
         #: Every rank's file as numbers into one pool of byte strings (False: not every moving piece is a peer or run).
@@ -88,26 +87,9 @@ class RankEncoder:
         total, n = self.graph.total_chunks, self.group_size
         if self._nodes is None or not total or total % n:
             return None
-        if self._runs is None:
-            import numpy as np
-
-            runs = [piece[2] for node in self._nodes if not isinstance(node, bytes) for piece in node
-                    if piece.__class__ is not bytes and piece[0] != "peer"]  # fmt: skip
-            if any(len(segs) != 1 or not segs[0].cnt for segs in runs):
-                self._runs = False
-            else:
-                self._runs = tuple(np.array([getattr(segs[0], f) for segs in runs], dtype=np.int64)
-                                   for f in ("off", "cnt", "stride"))  # fmt: skip
-        if not isinstance(self._runs, tuple):
-            return None
-        off, cnt, stride = self._runs
-        first = (off + position * (total // n)) % total
-        last = first + (cnt - 1) * stride
-        if len(last) and not ((last >= 0) & (last < total)).all():
-            return None
         if self._plan is None:
             self._plan = _Plan.make(self) or False
-        return self._encode(position) if self._plan is False else self._plan.encode(self, position)
+        return None if self._plan is False else self._plan.encode(self, position)
 
     def _encode(self, position: int) -> bytes:
         assert self._nodes is not None
@@ -190,6 +172,7 @@ class _Plan:
         peers: list[tuple[int, int, int]] = []  # (where, base, offset)
         runs: list[tuple[int, int, int]] = []  # (where, base, offset)
         frames: list[tuple[int, int, int]] = []  # (where the length goes, first piece, end)
+        wraps: list[int] = []  # pool numbers of runs that would wrap at that offset
         for node in encoder._nodes:
             if isinstance(node, bytes):
                 ids.append(plan.piece(node))
@@ -206,12 +189,15 @@ class _Plan:
                     _, name, _, buf, off, cnt, stride = piece
                     key = (name, buf, cnt, stride)
                     base = run_base.get(key)
-                    if base is None:  # the run's attribute at every absolute offset (those that wrap are never used)
+                    if base is None:  # the run's attribute at every absolute offset (a mark where it would wrap)
                         base = run_base[key] = len(plan.pool)
                         for at in range(total):
-                            inside = 0 <= at + (cnt - 1) * stride < total
-                            text = format_segments([Segment(buf, at, cnt, stride, False)]) if inside else None
-                            plan.pool.append(attributes[name, text, "string_val"] if inside else b"")
+                            if 0 <= at + (cnt - 1) * stride < total:
+                                text = format_segments([Segment(buf, at, cnt, stride, False)])
+                                plan.pool.append(attributes[name, text, "string_val"])
+                            else:
+                                wraps.append(len(plan.pool))
+                                plan.pool.append(b"")
                     runs.append((len(ids), base, off))
                     ids.append(empty)
                 else:
@@ -224,14 +210,16 @@ class _Plan:
         plan.pool.extend(encode_varint(length) for length in range(longest + 1))
         plan.ids = np.array(ids, dtype=np.int64)
         plan.slots["lengths"] = np.array([len(b) for b in plan.pool], dtype=np.int64)
+        plan.slots["inside"] = inside = np.ones(len(plan.pool), dtype=bool)
+        inside[wraps] = False
         for name, rows in (("peers", peers), ("runs", runs), ("frames", frames)):
             plan.slots[name] = (
                 tuple(np.array(column, dtype=np.int64) for column in zip(*rows, strict=True)) if rows else None
             )
         return plan
 
-    def encode(self, encoder: RankEncoder, position: int) -> bytes:
-        """The file of the rank at *position* (whose relative runs stay within the buffer)."""
+    def encode(self, encoder: RankEncoder, position: int) -> bytes | None:
+        """The file of the rank at *position*, or None if a relative run would leave the buffer or wrap there."""
         import numpy as np
 
         n, total = encoder.group_size, encoder.graph.total_chunks or 0
@@ -243,6 +231,8 @@ class _Plan:
         if runs is not None:
             where, base, offset = runs
             ids[where] = base + (offset + position * (total // n)) % total
+            if not self.slots["inside"][ids[where]].all():
+                return None
         if frames is not None:
             where, start, end = frames
             sums = np.concatenate(([0], np.cumsum(self.slots["lengths"][ids])))
