@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
@@ -226,9 +225,10 @@ class ChakraAlgorithm(CollectiveAlgorithm):
             global _FAMILY_READ
             columns = encoder = None
             if first is not None:
-                rank0 = read_rank_columns(self.paths[0], 0)
-                columns = _SharedColumns(*rank0, first, n) if rank0 is not None else None
                 encoder = _shared_encoder(self, first, reads[0].recorded)
+                # Matching on columns, when matching on bytes is not possible (rank 0's columns are read again).
+                rank0 = read_rank_columns(self.paths[0], 0) if encoder is None else None
+                columns = _SharedColumns(*rank0, first, n) if rank0 is not None else None
             _FAMILY_READ = (self, first, columns, encoder)  # inherited by forked readers
             try:
                 if len(parts) == 1:
@@ -380,7 +380,7 @@ def _shared_encoder(
     attributes the writer adds, then the others in order; the buffer size from ``comm_size_written_for``).
     """
     try:
-        data0 = _file_bytes(algo.paths[0])
+        data0 = read_bytes(algo.paths[0])
         starts, ends = frame_spans(data0, algo.paths[0])
         meta = pb.GlobalMetadata()
         meta.ParseFromString(data0[starts[0] : ends[0]])
@@ -394,15 +394,11 @@ def _shared_encoder(
     try:
         size = int(size_text) if size_text is not None else None
         encoder = RankEncoder(first, algo.num_ranks, metadata={k: v for k, v in attrs if k not in written}, size=size)
-        if encoder.encode_runs(0) != data0 or encoder.encode_runs(1) != _file_bytes(algo.paths[1]):
+        if encoder.encode_runs(0) != data0 or encoder.encode_runs(1) != read_bytes(algo.paths[1]):
             return None
     except (ValueError, TraceError):
         return None
     return recorded, encoder
-
-
-def _file_bytes(path: Path) -> bytes:
-    return read_bytes(path)
 
 
 #: What forked readers read: the algorithm, the shared graph so far, its column test and its encoder (set before
@@ -445,7 +441,7 @@ def _read_part(ranks: range) -> dict[int, RankRead]:
         if encoder is not None:
             recorded, encode = encoder
             expected = encode.encode_runs(rank)
-            if expected is not None and _file_bytes(algo.paths[rank]) == expected:
+            if expected is not None and read_bytes(algo.paths[rank]) == expected:
                 out[rank] = RankRead(None, recorded, fast=True, same=True)
                 continue
         read = algo._read(rank, columns)
