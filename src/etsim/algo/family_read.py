@@ -227,14 +227,24 @@ class _Codes:
     """Every distinct attribute seen in this process, numbered: its slot and value (kept across files)."""
 
     def __init__(self) -> None:
-        self.code_of: dict[bytes, int] = {ATTR_SENTINEL: 0}
-        self.slots: list[int] = [_SENTINEL_SLOT]
-        self.values: list[Any] = [None]
+        self.code_of: dict[bytes, int] = {}
+        self.slots: list[int] = []
+        self.values: list[Any] = []
         self._arrays: tuple[Any, Any] | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        """Only the sentinel, code 0 (the table is bounded: a process reading many families starts it again)."""
+        self.code_of.clear()
+        self.code_of[ATTR_SENTINEL] = 0
+        self.slots[:] = [_SENTINEL_SLOT]
+        self.values[:] = [None]
+        self._arrays = None
 
     def add(self, raws: set[bytes]) -> None:
+        """Number and decode each of *raws* (new attributes)."""
         if len(self.code_of) + len(raws) > _DECODED_MAX:
-            self.__init__()  # type: ignore[misc]
+            self._reset()
         for raw in raws:
             decoded = _decode(raw)
             self.code_of[raw] = len(self.slots)
