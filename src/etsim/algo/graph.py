@@ -24,6 +24,7 @@ without it still runs; it just cannot be verified.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -101,6 +102,13 @@ class AlgoGraph:
             ptr, succ = transpose(n, sources)
             self._succ = (ptr, succ, in_degrees(n, sources))
         return self._succ
+
+    def in_degrees(self) -> list[int]:
+        """Dependencies of each node (the third item of :meth:`successors`, without building the successors)."""
+        if self._succ is not None:
+            return self._succ[2]
+        ptr = self.deps_ptr
+        return [b - a for a, b in itertools.pairwise(ptr)]
 
     def successor_lists(self) -> list[tuple[int, ...]]:
         """Successors of each node as a tuple (the walker's form), computed once and cached."""

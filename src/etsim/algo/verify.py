@@ -59,11 +59,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from etsim import progress
 from etsim.algo.dataflow import OUT_OF_PLACE
 from etsim.algo.execution import Execution, Wrong, prepare, ranks_text
 from etsim.algo.graph import RECV, SEND, AlgoGraph
 from etsim.algo.semantics import LAYOUTS
+from etsim.algo.union import union_of
 from etsim.algo.verify_shared import shared_verdict
+from etsim.algo.verify_union import union_verdict
 from etsim.chakra.graph import CollectiveType
 
 __all__ = ["Verdict", "verify_graphs"]
@@ -119,10 +122,11 @@ def verify_graphs(graphs: Sequence[AlgoGraph], collective: CollectiveType | int,
     name = collective.name.lower()
     if n == 0:
         return Verdict(None, "no ranks")
-    prep = prepare(graphs)
     if collective == C.BARRIER:
         try:
-            heard = Execution(graphs, collective, None, OUT_OF_PLACE, 1).run(prep, causal=True, turn=int(lockstep))
+            heard = Execution(graphs, collective, None, OUT_OF_PLACE, 1).run(
+                prepare(graphs), causal=True, turn=int(lockstep)
+            )
         except Wrong as exc:
             return Verdict(False, str(exc))
         assert heard is not None
@@ -165,16 +169,30 @@ def verify_graphs(graphs: Sequence[AlgoGraph], collective: CollectiveType | int,
     shared = distinct[0] if len(distinct) == 1 and not lockstep else None
     notes = ""
     for place in places:
-        note = None if shared is None else shared_verdict(shared, n, collective, layout, place, total, prep[id(shared)])
+        note = (
+            None
+            if shared is None
+            else shared_verdict(shared, n, collective, layout, place, total, prepare([shared])[id(shared)])
+        )
         if note is not None:  # every rank's outcome is rank 0's rotated (etsim.algo.verify_shared)
             out_size = total // n if layout.piece_output else total
             checked = max(checked, out_size * (1 if layout.root_only else n))
             notes = notes or note
             continue
+        if shared is None and not lockstep:  # copies over the union of the graphs (etsim.algo.verify_union)
+            watch = progress.stage(f"verifying {name} over {n} ranks in bulk", 2, "steps")
+            union = union_of(graphs)
+            watch.advance()
+            proven = not isinstance(union, str) and union_verdict(graphs, union, layout, place, total)
+            watch.advance()
+            if proven:
+                out_size = total // n if layout.piece_output else total
+                checked = max(checked, out_size * (1 if layout.root_only else n))
+                continue
         run = Execution(graphs, collective, layout, place, total)
         tag = f" ({place.replace('_', ' ')})" if len(places) > 1 else ""
         try:
-            run.run(prep, causal=False, turn=int(lockstep))
+            run.run(prepare(graphs), causal=False, turn=int(lockstep))
         except Wrong as exc:
             return Verdict(False, f"{exc}{tag}")
         found = run.check()

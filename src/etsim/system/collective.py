@@ -9,7 +9,8 @@ barrier across ranks (a rank that arrives early simply waits for its peers' mess
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import functools
+from collections.abc import Callable, Hashable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -57,6 +58,9 @@ class CollectivePart:
     """This is the last phase of its stream."""
     queue: Hashable = 0
     """The rank's queue the part waits in before it starts."""
+    graph_of: Callable[[int], AlgoGraph] | None = None
+    """The graph of any position of the group in this part, when positions run different graphs known ahead
+    (one graph per position, no phases): the fast path evaluates such a part over the union of the graphs."""
 
 
 @dataclass(slots=True)
@@ -277,11 +281,8 @@ class System:
             )
             return share
         graph_key = (id(inst.algorithm), int(lookup), n, position)
-        graph = self._graphs.get(graph_key)
         phased = type(inst.algorithm).phases is not CollectiveAlgorithm.phases
-        if graph is None and not phased:
-            graph = inst.algorithm.graph(lookup, n, position)
-            self._graphs[graph_key] = graph
+        graph = None if phased else self._graph_at(inst.algorithm, lookup, n, position)
         if self.simulated is not None:
             self._check_mirrored(graph, group, inst.label, where)
         config = self.config
@@ -301,6 +302,9 @@ class System:
             part = CollectivePart(graph, position, group, (inst.namespace, 0, 0), 1.0, comp_ns=config.min_compute_ns)
             share.parts.append(part)
             return share
+        graph_of = None
+        if graph is not None and not phased and not graph.relative_peers:
+            graph_of = functools.partial(self._graph_at, inst.algorithm, lookup, n)
         start, endpoint = config.stream_delay, config.endpoint_delay
         if group_key != "0" and config.group_endpoint_delay is not None:
             start = endpoint = config.group_endpoint_delay
@@ -329,9 +333,18 @@ class System:
                     phase=p,
                     last=p == len(phases) - 1,
                     queue=phase.queue,
+                    graph_of=graph_of,
                 )
                 share.parts.append(part)
         return share
+
+    def _graph_at(self, algorithm: CollectiveAlgorithm, lookup: CollectiveType, n: int, position: int) -> AlgoGraph:
+        """*algorithm*'s graph of *position* in a group of *n* (made once, as :meth:`join` makes it)."""
+        key = (id(algorithm), int(lookup), n, position)
+        graph = self._graphs.get(key)
+        if graph is None:
+            graph = self._graphs[key] = algorithm.graph(lookup, n, position)
+        return graph
 
     def written_as_is(self) -> AbstractSet[str]:
         """Labels of the algorithms run with their files' own sizes (``families_as_written``), not the call's.

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph
 from etsim.errors import FastPathConflict
+from etsim.workload.bulk_union import UnionPlan, plan_union, union_times
 
 if TYPE_CHECKING:
     from etsim.network.bulk import BulkTiming
@@ -187,11 +188,12 @@ def plan_graph(graph: AlgoGraph, n: int) -> GraphPlan:
 class _Pending:
     """A part whose members are starting: who has started, and when."""
 
-    __slots__ = ("calls", "graph", "n", "plan", "runs", "started", "starts")
+    __slots__ = ("calls", "graph", "n", "plan", "runs", "started", "starts", "union")
 
-    def __init__(self, graph: AlgoGraph, plan: GraphPlan, n: int) -> None:
+    def __init__(self, graph: AlgoGraph, plan: GraphPlan | None, n: int, union: UnionPlan | None = None) -> None:
         self.graph = graph
         self.plan = plan
+        self.union = union
         self.n = n
         self.started = 0
         self.runs: list[AlgoRun | None] = [None] * n
@@ -215,6 +217,7 @@ class FastPath:
         self.min_work = MIN_WORK if min_work is None else min_work
         self.pending: dict[Hashable, _Pending] = {}
         self._plans: dict[tuple[int, int], tuple[AlgoGraph, GraphPlan]] = {}
+        self._unions: dict[tuple[int, ...], UnionPlan] = {}
         self._link_verdicts: dict[tuple[int, tuple[int, ...]], bool] = {}
         self._stateful: bool | None = None  # asked of the model when a part first qualifies (imports numpy)
         #: Parts evaluated in bulk so far (each member counts once).
@@ -240,18 +243,30 @@ class FastPath:
                 return False
             if self.engine.system.members_run(part.group) < n:
                 return False  # members mirrored by others (replica folding) never start here
-            plan = self.plan(graph, n)
-            if plan.reason is not None or ("graph", plan.signature) in self.excluded:
+            plan = union = None
+            graphs: tuple[AlgoGraph, ...]
+            if graph.relative_peers:
+                plan = self.plan(graph, n)
+                reason, signature, graphs = plan.reason, plan.signature, (graph,)
+            elif part.graph_of is not None:  # positions run different graphs: evaluated over their union
+                union = self.union_plan(tuple(part.graph_of(q) for q in range(n)))
+                reason, signature, graphs = union.reason, union.signature, union.graphs
+            else:
                 return False
-            if self.engine.shared_reductions and part.comp_ns is None and graph.priced_reductions:
+            if reason is not None or ("graph", signature) in self.excluded:
+                return False
+            if self.engine.shared_reductions and part.comp_ns is None and any(g.priced_reductions for g in graphs):
                 return False  # its reductions queue with other parts' at each NPU's reduction unit
             if self._stateful is None:
                 timing = self.engine.network.bulk_timing()
                 self._stateful = timing is not None and timing.stateful
-            if self._stateful and not self._fits_links(call, part.group, graph, plan):
-                return False
-            pending = self.pending[namespace] = _Pending(graph, plan, n)
-        elif part.graph is not pending.graph:
+            if self._stateful:
+                if any(r.part.stream > 0 for r in call.runs):
+                    return False  # streams of one collective share links at the same time
+                if plan is not None and not self._fits_links(part.group, graph, plan):
+                    return False
+            pending = self.pending[namespace] = _Pending(graph, plan, n, union)
+        elif part.graph is not (pending.graph if pending.union is None else pending.union.graphs[part.position]):
             raise FastPathConflict(f"the members of collective part {namespace} run different graphs", namespace)
         position = part.position
         pending.runs[position] = algo_run
@@ -263,10 +278,16 @@ class FastPath:
             self._evaluate(namespace, pending)
         return True
 
-    def _fits_links(self, call: CollectiveCall, group: tuple[int, ...], graph: AlgoGraph, plan: GraphPlan) -> bool:
-        """Under a model with link state: one stream per call, and links the timing can order (cached)."""
-        if any(r.part.stream > 0 for r in call.runs):
-            return False  # streams of one collective share links at the same time
+    def union_plan(self, graphs: tuple[AlgoGraph, ...]) -> UnionPlan:
+        """The cached :class:`~etsim.workload.bulk_union.UnionPlan` of *graphs* (by position)."""
+        key = tuple(map(id, graphs))
+        found = self._unions.get(key)
+        if found is None:
+            found = self._unions[key] = plan_union(graphs)  # (the plan keeps the graphs alive with their ids)
+        return found
+
+    def _fits_links(self, group: tuple[int, ...], graph: AlgoGraph, plan: GraphPlan) -> bool:
+        """Under a model with link state: links the timing can order (cached)."""
         key = (plan.signature, group)
         verdict = self._link_verdicts.get(key)
         if verdict is None:
@@ -293,8 +314,13 @@ class FastPath:
         timing = engine.network.bulk_timing()
         if timing is None:
             raise FastPathConflict("the network model gives no bulk timing", namespace)
+        union = pending.union
+        signature = union.signature if union is not None else pending.plan.signature  # type: ignore[union-attr]
         try:
-            exits, sends = self._times(namespace, pending, timing, np)
+            if union is None:
+                exits, sends = self._times(namespace, pending, timing, np)
+            else:
+                exits, sizes = self._union_times(namespace, pending, union, timing, np)
         except FastPathConflict:
             timing.abort()
             raise
@@ -304,23 +330,48 @@ class FastPath:
             raise FastPathConflict(
                 f"collective part {namespace} would end on a rank before its last member started",
                 namespace,
-                pending.plan.signature,
+                signature,
             )
-        timing.commit((namespace, pending.plan.signature))
+        timing.commit((namespace, signature))
         mailbox = engine.mailbox
         n = pending.n
-        mailbox.messages += sends * n
         unit = first.bytes_per_unit
-        graph = pending.graph
-        for j, kind in enumerate(graph.kinds):
-            if kind == SEND:
-                mailbox.bytes = _add_repeated(mailbox.bytes, graph.chunks[j] * unit, n)
+        if union is None:
+            mailbox.messages += sends * n
+            graph = pending.graph
+            for j, kind in enumerate(graph.kinds):
+                if kind == SEND:
+                    mailbox.bytes = _add_repeated(mailbox.bytes, graph.chunks[j] * unit, n)
+        else:
+            mailbox.messages += len(sizes)
+            mailbox.bytes = _add_all(mailbox.bytes, sizes)
         if mailbox.messages >= mailbox.progress_at and mailbox.progress is not None:
             mailbox.progress(mailbox)
         self.parts += n
         for position, when in enumerate(exits.tolist()):
             engine.end_part_at(when, calls[position], runs[position])
             calls[position].part_completed(runs[position])
+
+    def _union_times(
+        self, namespace: Hashable, pending: _Pending, union: UnionPlan, timing: BulkTiming, np: Any
+    ) -> tuple[Any, Any]:
+        """Every member's phase end over the union of the positions' graphs, and the sizes sent."""
+        part = pending.runs[0].part  # type: ignore[union-attr]
+        after, then = part.endpoint_delay, 0.0
+        if after > 0 and self.engine.config.endpoint_delay_at == "receive":
+            after, then = 0.0, after
+        return union_times(
+            namespace,
+            union,
+            np.array(pending.starts, dtype=float),
+            np.array(part.group, dtype=np.int64),
+            timing,
+            unit=part.bytes_per_unit,
+            after=after,
+            then=then,
+            comp_ns=part.comp_ns,
+            reduction_time=self.engine.costs.reduction_time,
+        )
 
     @staticmethod
     def _gate_ready(
@@ -364,6 +415,7 @@ class FastPath:
     def _times(self, namespace: Hashable, pending: _Pending, timing: BulkTiming, np: Any) -> tuple[Any, int]:
         """Every node's finish times over the members; returns (phase end per member, SEND nodes)."""
         graph, plan, n = pending.graph, pending.plan, pending.n
+        assert plan is not None
         part = pending.runs[0].part  # type: ignore[union-attr]
         unit, after, comp_ns = part.bytes_per_unit, part.endpoint_delay, part.comp_ns
         then = 0.0  # paid after arrival instead (endpoint_delay_at: receive)
@@ -469,6 +521,16 @@ class FastPath:
                 exits = maximum(exits, done[j])
             return exits, sends
         return end, sends
+
+
+def _add_all(total: float, sizes: Any) -> float:
+    """``total`` plus every size in turn, as sequential additions would give it."""
+    whole = float(sizes.sum()) if len(sizes) else 0.0
+    if total.is_integer() and bool((sizes == sizes.round()).all()) and abs(total) + abs(sizes).sum() < 2.0**53:
+        return total + whole  # every partial sum is an exact integer
+    for size in sizes.tolist():
+        total += size
+    return total
 
 
 def _add_repeated(total: float, size: float, count: int) -> float:

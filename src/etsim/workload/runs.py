@@ -204,8 +204,8 @@ class AlgoRun(GraphRun):
         self, engine: Engine, rank: int, part: CollectivePart, chans: dict[Any, Channel], call: CollectiveCall
     ) -> None:
         g = part.graph
-        # The graph's own in-degree list until the part starts (a part the fast path evaluates never does).
-        super().__init__(engine, rank, g.successor_lists(), g.successors()[2])
+        # In-degrees only until the part starts; successors when it does (a part the fast path evaluates never does).
+        super().__init__(engine, rank, [], g.in_degrees())
         self.kinds = g.kinds
         self.peers = g.peers
         self.tags = g.tags
@@ -226,7 +226,8 @@ class AlgoRun(GraphRun):
         self.reduction_time = engine.costs.reduction_time
 
     def start(self) -> None:
-        """Take a copy of the graph's in-degrees, then walk."""
+        """Take the graph's successors and a copy of its in-degrees, then walk."""
+        self.succs = self.part.graph.successor_lists()
         self.indeg = self.indeg.copy()
         GraphRun.start(self)
 
@@ -339,7 +340,8 @@ class GatedAlgoRun(ExitAlgoRun):
         self.exits_left = len(self.exit_nodes) if self.exit_nodes else -1
 
     def start(self) -> None:
-        """Copy the in-degrees, make gated nodes unreachable by counting, then walk."""
+        """Take the successors, copy the in-degrees, make gated nodes unreachable by counting, then walk."""
+        self.succs = self.part.graph.successor_lists()
         self.indeg = self.indeg.copy()
         for x in self.part.graph.gates:
             self.indeg[x] = 1 << 40  # counting never makes it ready

@@ -144,13 +144,21 @@ class AnalyticalNetwork(NetworkModel):
 
 
 class AnalyticalTiming(BulkTiming):
-    """``analytical``: ``t + (delay + after)`` per message, route statistics added per (src, dst)."""
+    """``analytical``: ``t + (delay + after)`` per message, route statistics added per (src, dst).
+
+    Each route entry met gets one slot of running totals, so a pair sent to in several calls (or twice in one)
+    adds its messages in call order, as the event path adds them in time order.
+    """
 
     def __init__(self, model: AnalyticalNetwork) -> None:
         self.model = model
-        # Per (src vector, dst vector) seen: the route entries and their running byte / message totals.
-        # (entries, latency, bandwidth, bytes, messages, src, dst); src and dst kept alive with their ids.
+        # Per (src vector, dst vector) seen: (slots, latency, bandwidth, src, dst); src and dst kept alive with
+        # their ids.
         self._routes: dict[tuple[int, int], tuple[Any, ...]] = {}
+        self._slot: dict[int, int] = {}  # route entry (by id) -> its slot in the running totals
+        self._entries: list[list[Any]] = []
+        self._bytes: Any = None
+        self._msgs: Any = None
 
     def _route(self, src: np.ndarray, dst: np.ndarray) -> tuple[Any, ...]:
         key = (id(src), id(dst))
@@ -166,9 +174,22 @@ class AnalyticalTiming(BulkTiming):
                 entries.append(entry if entry is not None else model._entry(s, d))
             lat = np.array([e[0] for e in entries], dtype=float)
             bw = np.array([e[1] for e in entries], dtype=float)
-            nbytes = np.array([e[2] for e in entries], dtype=float)
-            msgs = np.array([e[3] for e in entries], dtype=np.int64)
-            found = self._routes[key] = (entries, lat, bw, nbytes, msgs, src, dst)
+            known = len(self._entries)
+            slots = []
+            for e in entries:
+                slot = self._slot.get(id(e))
+                if slot is None:
+                    slot = self._slot[id(e)] = len(self._entries)
+                    self._entries.append(e)
+                slots.append(slot)
+            if len(self._entries) > known:
+                added = self._entries[known:]
+                more_bytes = np.array([e[2] for e in added], dtype=float)
+                more_msgs = np.array([e[3] for e in added], dtype=np.int64)
+                first = self._bytes is None
+                self._bytes = more_bytes if first else np.concatenate([self._bytes, more_bytes])
+                self._msgs = more_msgs if first else np.concatenate([self._msgs, more_msgs])
+            found = self._routes[key] = (np.array(slots, dtype=np.int64), lat, bw, src, dst)
         return found
 
     def send(
@@ -177,22 +198,25 @@ class AnalyticalTiming(BulkTiming):
         """Deliver after ``Σ latency + size / B_min`` (floored with ``integer_ns``) plus *after*."""
         import numpy as np
 
-        _, lat, bw, nbytes, msgs, _, _ = self._route(src, dst)
+        slots, lat, bw, _, _ = self._route(src, dst)
         delay = lat + size / bw
         if self.model._integer:
             delay = np.floor(delay)
-        nbytes += size
-        msgs += 1
+        np.add.at(self._bytes, slots, size)
+        np.add.at(self._msgs, slots, 1)
         return t + (delay + after)
 
     def commit(self, owner: tuple[object, int]) -> None:
         """Write the running totals back into the model's per-route entries."""
-        for entries, _, _, nbytes, msgs, _, _ in self._routes.values():
-            for entry, b, m in zip(entries, nbytes.tolist(), msgs.tolist(), strict=True):
+        if self._entries:
+            for entry, b, m in zip(self._entries, self._bytes.tolist(), self._msgs.tolist(), strict=True):
                 entry[2] = b
                 entry[3] = m
-        self._routes.clear()
+        self.abort()
 
     def abort(self) -> None:
         """Drop the running totals."""
         self._routes.clear()
+        self._slot.clear()
+        self._entries = []
+        self._bytes = self._msgs = None

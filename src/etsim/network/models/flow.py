@@ -103,6 +103,8 @@ class FlowNetwork(NetworkModel):
         self._claim = [-1.0] * n
         self._claim_owner: list[tuple[object, int | None]] = [(None, None)] * n
         self._busy_until = [0.0] * n
+        #: The routes the fast path has asked for, in arrays (made when it first asks).
+        self._route_table: _RouteTable | None = None
 
     # -- routes -------------------------------------------------------------------------------------------------
 
@@ -352,15 +354,10 @@ class FlowTiming(BulkTiming):
         key = (id(src), id(dst))
         found = self._routes.get(key)
         if found is None:
-            import numpy as np
-
-            routes = [self.model._route(s, d) for s, d in zip(src.tolist(), dst.tolist(), strict=True)]
-            width = max((len(r[0]) for r in routes), default=0)
-            matrix = np.full((len(routes), max(width, 1)), -1, dtype=np.int64)
-            for i, (links, _, _) in enumerate(routes):
-                matrix[i, : len(links)] = links
-            latency = np.array([r[1] for r in routes], dtype=float)  # summed in route order, as the event path does
-            bottleneck = np.array([r[2] for r in routes], dtype=float)
+            table = self.model._route_table
+            if table is None:
+                table = self.model._route_table = _RouteTable(self.model)
+            matrix, latency, bottleneck = table.rows(src, dst)
             found = self._routes[key] = (matrix, matrix >= 0, latency, bottleneck, src, dst)
         return found[0], found[1], found[2], found[3]
 
@@ -427,3 +424,69 @@ class FlowTiming(BulkTiming):
     def abort(self) -> None:
         """Leave the model as it was."""
         self._routes.clear()
+
+
+class _RouteTable:
+    """Routes between NPU pairs as numpy rows (links, padded with -1; Σ latency; bottleneck), made once per pair.
+
+    Rows are the model's own ``_route`` (the same links, and the latency summed in route order as the event path
+    sums it); a dense pair index serves networks of up to :data:`DENSE_NPUS` NPUs, a dict larger ones.
+    """
+
+    #: Networks with at most this many NPUs index their pairs with a dense array (4 bytes per pair).
+    DENSE_NPUS = 2048
+
+    def __init__(self, model: FlowNetwork) -> None:
+        import numpy as np
+
+        self.model = model
+        self.npus = model.topology.npus
+        self.dense = np.full(self.npus * self.npus, -1, dtype=np.int32) if self.npus <= self.DENSE_NPUS else None
+        self.index: dict[int, int] = {}
+        self.links = np.full((16, 1), -1, dtype=np.int64)
+        self.latency = np.zeros(16)
+        self.bottleneck = np.zeros(16)
+        self.count = 0
+
+    def rows(self, src: np.ndarray, dst: np.ndarray) -> tuple[Any, Any, Any]:
+        """``(links matrix, latency, bottleneck)`` of each route ``src[i] -> dst[i]``."""
+        import numpy as np
+
+        pairs = src.astype(np.int64) * self.npus + dst
+        rows = self._lookup(pairs)
+        missing = rows < 0
+        if missing.any():
+            for pair in np.unique(pairs[missing]).tolist():
+                self._add(pair)
+            rows = self._lookup(pairs)
+        width = int((self.links[rows] >= 0).sum(axis=1).max()) if len(rows) else 0
+        return self.links[rows, : max(width, 1)], self.latency[rows], self.bottleneck[rows]
+
+    def _lookup(self, pairs: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        if self.dense is not None:
+            return self.dense[pairs]
+        get = self.index.get
+        return np.fromiter((get(p, -1) for p in pairs.tolist()), dtype=np.int64, count=len(pairs))
+
+    def _add(self, pair: int) -> None:
+        import numpy as np
+
+        links, latency, bottleneck = self.model._route(pair // self.npus, pair % self.npus)
+        row = self.count
+        if row == len(self.latency) or len(links) > self.links.shape[1]:
+            size = max(2 * len(self.latency), 16) if row == len(self.latency) else len(self.latency)
+            grown = np.full((size, max(len(links), self.links.shape[1])), -1, dtype=np.int64)
+            grown[:row, : self.links.shape[1]] = self.links[:row]
+            self.links = grown
+            self.latency = np.resize(self.latency, size)
+            self.bottleneck = np.resize(self.bottleneck, size)
+        self.links[row, : len(links)] = links
+        self.latency[row] = latency
+        self.bottleneck[row] = bottleneck
+        self.count += 1
+        if self.dense is not None:
+            self.dense[pair] = row
+        else:
+            self.index[pair] = row

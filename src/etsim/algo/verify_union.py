@@ -1,0 +1,216 @@
+"""The verifier's shortcut for families whose ranks run different graphs: copies checked over the union, in bulk.
+
+:func:`union_verdict` decides, without the rank-by-rank execution of :mod:`etsim.algo.execution`, that an
+algorithm whose nodes only copy chunks (sends, stores and local copies; no reductions) computes its collective.
+It runs over the :class:`~etsim.algo.union.UnionGraph` of the ranks' graphs, a level at a time in numpy, and
+says *correct* only where every interleaving gives the same outcome, so the full execution's verdict would be
+the same:
+
+- every channel's sends and receives are ordered by their own dependencies (each one depends on the one before
+  it in its channel), so the k-th send meets the k-th receive whatever the interleaving;
+- every chunk slot of every rank is written by one node at most, and every node that reads a slot written by a
+  node depends on that node directly (no read races a write, no two writes race);
+- every chunk addressed lies inside its buffer, and every message carries as many chunks as its receive stores.
+
+Then each slot's final value is the one its writer copies, the copies are evaluated a level at a time, and
+every output slot is compared with the collective's definition (:mod:`etsim.algo.semantics`). Anything else —
+a reduction, a race, an out-of-bounds chunk, a wrong output — returns False, and the caller runs the full
+execution, which finds and words the problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from etsim.algo.dataflow import IN_PLACE, NodeData
+from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph
+from etsim.algo.semantics import CollectiveLayout
+
+if TYPE_CHECKING:
+    from etsim.algo.union import UnionGraph
+
+__all__ = ["union_verdict"]
+
+#: Node kind -> the operations it may carry here (None: a cost-only COMP).
+_OPS = {SEND: ("send",), RECV: ("store",), COMP: ("copy", None)}
+
+
+def union_verdict(
+    graphs: Sequence[AlgoGraph], union: UnionGraph, layout: CollectiveLayout, placement: str, total: int
+) -> bool:
+    """Whether the copies over *union* show every output right in every interleaving (module docstring)."""
+    import numpy as np
+
+    n = union.n
+    if any(g.setup for g in graphs) or bool(((union.chan_prev >= 0) & ~union.chain_after).any()):
+        return False
+    k = total // n if total % n == 0 else 0
+    ops = _operands(graphs, union, n, k, total, np)
+    if ops is None:
+        return False
+    src_ptr, src_buf, src_idx, dst_ptr, dst_buf, dst_idx, scratch = ops
+    # Slots: per rank the input/output store(s), then every scratch buffer at its largest index.
+    in_size = k if layout.piece_input else total
+    out_size = k if layout.piece_output else total
+    in_place = placement == IN_PLACE
+    in_base = k if in_place and layout.alias == "input_in_output" else 0  # times the rank
+    out_base = k if in_place and layout.alias == "output_in_input" else 0
+    io = max(in_size + in_base * (n - 1), out_size + out_base * (n - 1))
+    regions = {"i": 0, "o": 0 if in_place else n * io}
+    limits = {"i": in_size, "o": out_size}
+    bases = {"i": in_base, "o": out_base}
+    end = n * io * (1 if in_place else 2)
+    region, stride = [regions["i"], regions["o"]], [io, io]
+    for size in scratch:  # (by buffer code: 0 is the input, 1 the output, then the scratch buffers)
+        region.append(end)
+        stride.append(size)
+        end += n * size
+    code_region = np.array(region, dtype=np.int64)
+    code_stride = np.array(stride, dtype=np.int64)
+    code_limit = np.array([limits["i"], limits["o"]] + [-1] * len(scratch), dtype=np.int64)
+    code_base = np.array([bases["i"], bases["o"]] + [0] * len(scratch), dtype=np.int64)
+
+    def slots(ptr: Any, buf: Any, idx: Any) -> Any:
+        owner = np.repeat(union.rank, np.diff(ptr))
+        limit = code_limit[buf]
+        if bool(((idx < 0) | ((limit >= 0) & (idx >= limit))).any()):
+            return None  # outside its buffer: the full execution says where
+        return code_region[buf] + owner * code_stride[buf] + owner * code_base[buf] + idx
+
+    reads, writes = slots(src_ptr, src_buf, src_idx), slots(dst_ptr, dst_buf, dst_idx)
+    if reads is None or writes is None:
+        return False
+    # One writer per slot; every reader of a written slot depends on its writer directly.
+    writer_of = np.full(end, -1, dtype=np.int64)
+    writers = np.repeat(np.arange(union.num_nodes, dtype=np.int64), np.diff(dst_ptr))
+    if len(np.unique(writes)) != len(writes):
+        return False
+    writer_of[writes] = writers
+    readers = np.repeat(np.arange(union.num_nodes, dtype=np.int64), np.diff(src_ptr))
+    w = writer_of[reads]
+    check = (w >= 0) & (w != readers)
+    if check.any() and not _direct_deps(union, readers[check], w[check], np):
+        return False
+    # Each writer's payload: a receive stores its send's chunks; a send or a copy writes its own.
+    kinds = union.kinds
+    source = np.where(kinds == RECV, union.match, np.arange(union.num_nodes))
+    wrote = np.flatnonzero(np.diff(dst_ptr) > 0)
+    counts = np.diff(dst_ptr)[wrote]
+    payload_from = source[wrote]
+    if not np.array_equal(src_ptr[payload_from + 1] - src_ptr[payload_from], counts):
+        return False
+    recv = np.flatnonzero(kinds == RECV)
+    sent = np.diff(src_ptr)[union.match[recv]]
+    if not np.array_equal(sent, union.chunks[recv]) or not np.array_equal(sent, np.diff(dst_ptr)[recv]):
+        return False
+    payload = reads[np.repeat(src_ptr[payload_from], counts) + _ramp(counts, np)]
+    # Initial values (chunk c of rank r as c·n + r; -1: never written), then the copies a level at a time.
+    value = np.full(end, -1, dtype=np.int64)
+    ranks = np.arange(n, dtype=np.int64)
+    chunk = np.arange(in_size, dtype=np.int64)
+    value[(ranks[:, None] * (io + in_base) + chunk[None, :]).ravel()] = (chunk[None, :] * n + ranks[:, None]).ravel()
+    level_of = np.empty(union.num_nodes, dtype=np.int64)
+    level_of[union.order] = np.repeat(np.arange(union.levels), np.diff(union.level_ptr))
+    write_level = np.repeat(level_of[wrote], counts)
+    by_level = np.argsort(write_level, kind="stable")
+    targets, sources = writes[by_level], payload[by_level]
+    bounds = np.searchsorted(write_level[by_level], np.arange(union.levels + 1))
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        if hi > lo:
+            value[targets[lo:hi]] = value[sources[lo:hi]]
+    # The outputs against the collective's definition.
+    out = np.arange(out_size, dtype=np.int64)
+    checked = ranks[:1] if layout.root_only else ranks
+    want_chunk, origin = layout.expect(checked[:, None], out[None, :], k)  # type: ignore[arg-type]
+    if origin is None:
+        return False  # a sum over ranks: made only by reductions
+    want = np.broadcast_to(want_chunk * n + origin, (len(checked), out_size))
+    got = value[regions["o"] + checked[:, None] * (io + out_base) + out[None, :]]
+    return bool((got == want).all())
+
+
+def _ramp(counts: Any, np: Any) -> Any:
+    """``0 .. c-1`` for each count ``c``, concatenated."""
+    starts = np.cumsum(counts) - counts
+    return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
+
+
+def _direct_deps(union: UnionGraph, nodes: Any, needed: Any, np: Any) -> bool:
+    """Whether each ``needed[i]`` is a dependency of ``nodes[i]``."""
+    total = union.num_nodes
+    owner = np.repeat(np.arange(total, dtype=np.int64), np.diff(union.deps_ptr))
+    have = np.sort(owner * total + union.deps_idx)
+    keys = nodes * total + needed
+    at = np.searchsorted(have, keys)
+    at[at == len(have)] = 0
+    return bool((have[at] == keys).all()) if len(have) else False
+
+
+def _operands(graphs: Sequence[AlgoGraph], union: UnionGraph, n: int, k: int, total: int, np: Any) -> Any:
+    """Every node's read and written chunks as ``(ptr, buffer code, chunk index)`` per side, and scratch sizes.
+
+    None when a node does something this shortcut does not check (a reduction, a segment of unknown length, an
+    operation its kind does not carry): the full execution decides then.
+    """
+    table: dict[int, int] = {}
+    distinct: list[NodeData | None] = []
+    codes = np.empty(union.num_nodes, dtype=np.int64)
+    at = 0
+    for g in graphs:
+        data: list[NodeData | None] = g.data if len(g.data) == g.num_nodes else [None] * g.num_nodes
+        for d in data:
+            code = table.get(id(d))
+            if code is None:
+                code = table[id(d)] = len(distinct)
+                distinct.append(d)
+            codes[at] = code
+            at += 1
+    # Per distinct annotation: its op and segments, in flat columns.
+    buf_names: dict[str, int] = {"i": 0, "o": 1}
+    op_of = []
+    sides: list[list[list[tuple[int, int, int, int, bool]]]] = [[], []]
+    for d in distinct:
+        op_of.append(None if d is None else d.op)
+        for side, segs in enumerate((() if d is None else d.src, () if d is None else d.dst)):
+            rows = []
+            for s in segs:
+                if s.cnt is None or s.stride < 1:
+                    return None  # (the execution takes the node's count; a stride below 1 is its error)
+                rows.append((buf_names.setdefault(s.buf, len(buf_names)), s.off, s.cnt, s.stride, s.rel))
+            sides[side].append(rows)
+    kinds = union.kinds
+    if "reduce" in op_of:
+        return None
+    allowed = {kind: {i for i, op in enumerate(op_of) if op in ops} for kind, ops in _OPS.items()}
+    for kind, ok in allowed.items():
+        mask = kinds == kind
+        if mask.any() and not np.isin(codes[mask], np.fromiter(ok, dtype=np.int64, count=len(ok))).all():
+            return None
+    out: list[Any] = []
+    scratch_max: dict[int, int] = {}
+    shift = k
+    for per_annotation in sides:
+        seg_count = np.array([len(r) for r in per_annotation], dtype=np.int64)
+        flat = np.array([s for r in per_annotation for s in r], dtype=np.int64).reshape(-1, 5)
+        seg_ptr = np.zeros(len(per_annotation) + 1, dtype=np.int64)
+        np.cumsum(seg_count, out=seg_ptr[1:])
+        per_node = seg_count[codes]
+        segs = np.repeat(seg_ptr[codes], per_node) + _ramp(per_node, np)
+        seg_rank = np.repeat(union.rank, per_node)
+        buf, off, cnt, stride, rel = (flat[segs, c] for c in range(5))
+        chunk_count = np.zeros(union.num_nodes, dtype=np.int64)
+        np.add.at(chunk_count, np.repeat(np.arange(union.num_nodes), per_node), cnt)
+        ptr = np.zeros(union.num_nodes + 1, dtype=np.int64)
+        np.cumsum(chunk_count, out=ptr[1:])
+        j = _ramp(cnt, np)
+        base = np.repeat(np.where(rel == 1, off + seg_rank * shift, off), cnt) + j * np.repeat(stride, cnt)
+        moved = np.repeat(rel == 1, cnt)
+        idx = np.where(moved, base % max(total, 1), base)
+        bufs = np.repeat(buf, cnt)
+        for b in np.unique(bufs).tolist():
+            if b > 1:
+                scratch_max[b] = max(scratch_max.get(b, 0), int(idx[bufs == b].max()) + 1)
+        out.extend((ptr, bufs, idx))
+    # Scratch buffers by code (codes 2, 3, …): the chunks each needs per rank.
+    return (*out, [scratch_max.get(b, 0) for b in range(2, len(buf_names))])
