@@ -130,11 +130,10 @@ def union_graph(graphs: Sequence[AlgoGraph]) -> UnionGraph | str:
         return "a peer lies outside the group"
     tags = _column(graphs, "tags", np.int64, total)
     chunks = _column(graphs, "chunks", np.float64, total)
-    durations = np.fromiter(
-        (np.nan if d is None else d for d in itertools.chain.from_iterable(g.durations_ns for g in graphs)),
-        dtype=np.float64,
-        count=total,
-    )
+    durations = np.full(total, np.nan)
+    for r, g in enumerate(graphs):
+        if g.durations_ns.count(None) != g.num_nodes:  # (most graphs give no durations: nothing to copy)
+            durations[offsets[r] : offsets[r + 1]] = [np.nan if d is None else d for d in g.durations_ns]
     # Dependencies, renumbered into the union.
     counts = np.fromiter((len(g.deps_idx) for g in graphs), dtype=np.int64, count=n)
     deps_idx = _column(graphs, "deps_idx", np.int64, int(counts.sum())) + np.repeat(offsets[:-1], counts)
@@ -149,10 +148,9 @@ def union_graph(graphs: Sequence[AlgoGraph]) -> UnionGraph | str:
     chan_prev = np.full(total, -1, dtype=np.int64)
     send = np.flatnonzero(kinds == SEND)
     recv = np.flatnonzero(kinds == RECV)
-    s_keys = (send, tags[send], peer[send], rank[send])  # lexsort: last key first
-    r_keys = (recv, tags[recv], rank[recv], peer[recv])
-    s_sorted = send[np.lexsort(s_keys)]
-    r_sorted = recv[np.lexsort(r_keys)]
+    # By channel, then node order (lexsort is stable and the nodes are in node order already).
+    s_sorted = send[np.lexsort((tags[send], rank[send] * n + peer[send]))]
+    r_sorted = recv[np.lexsort((tags[recv], peer[recv] * n + rank[recv]))]
     if len(s_sorted) != len(r_sorted):
         return "its sends and receives do not pair up"
     s_chan = np.stack([rank[s_sorted], peer[s_sorted], tags[s_sorted]])
@@ -208,9 +206,11 @@ def _levels(
         # Every successor of the frontier, once per edge.
         idx = np.repeat(ends - np.cumsum(lengths), lengths) + np.arange(int(lengths.sum()))
         targets = succ[idx]
-        hit, times = np.unique(targets, return_counts=True)
-        indeg[hit] -= times
-        frontier = hit[indeg[hit] == 0]
+        np.subtract.at(indeg, targets, 1)
+        ready = np.sort(targets[indeg[targets] == 0])  # (a node reached twice now appears twice)
+        keep = np.ones(len(ready), dtype=bool)
+        keep[1:] = ready[1:] != ready[:-1]
+        frontier = ready[keep]  # (np.unique hashes: slower on these many small arrays)
     if seen != total:
         return None, np.zeros(1, dtype=np.int64)
     order = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)

@@ -84,8 +84,9 @@ def union_verdict(
     # One writer per slot; every reader of a written slot depends on its writer directly.
     writer_of = np.full(end, -1, dtype=np.int64)
     writers = np.repeat(np.arange(union.num_nodes, dtype=np.int64), np.diff(dst_ptr))
-    if len(np.unique(writes)) != len(writes):
-        return False
+    ordered = np.sort(writes)
+    if bool((ordered[1:] == ordered[:-1]).any()):
+        return False  # a slot written twice
     writer_of[writes] = writers
     readers = np.repeat(np.arange(union.num_nodes, dtype=np.int64), np.diff(src_ptr))
     w = writer_of[reads]
@@ -153,19 +154,16 @@ def _operands(graphs: Sequence[AlgoGraph], union: UnionGraph, n: int, k: int, to
     None when a node does something this shortcut does not check (a reduction, a segment of unknown length, an
     operation its kind does not carry): the full execution decides then.
     """
-    table: dict[int, int] = {}
-    distinct: list[NodeData | None] = []
-    codes = np.empty(union.num_nodes, dtype=np.int64)
-    at = 0
-    for g in graphs:
-        data: list[NodeData | None] = g.data if len(g.data) == g.num_nodes else [None] * g.num_nodes
-        for d in data:
-            code = table.get(id(d))
-            if code is None:
-                code = table[id(d)] = len(distinct)
-                distinct.append(d)
-            codes[at] = code
-            at += 1
+    import itertools
+
+    # Annotations are shared objects (a reader decodes each distinct text once): number them by identity.
+    flat = list(
+        itertools.chain.from_iterable(g.data if len(g.data) == g.num_nodes else [None] * g.num_nodes for g in graphs)
+    )
+    ids = np.fromiter(map(id, flat), dtype=np.int64, count=len(flat))
+    _, first, codes = np.unique(ids, return_index=True, return_inverse=True)
+    distinct: list[NodeData | None] = [flat[i] for i in first.tolist()]
+    del flat
     # Per distinct annotation: its op and segments, in flat columns.
     buf_names: dict[str, int] = {"i": 0, "o": 1}
     op_of = []

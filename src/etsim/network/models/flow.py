@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from etsim.errors import FastPathConflict
-from etsim.network.bulk import BulkTiming
+from etsim.network.bulk import BulkTiming, repeats
 from etsim.network.model import NETWORK_MODELS, LinkStats, NetworkModel
 from etsim.network.scheduling import LATE, event_at, succeed_at
 from etsim.network.topology import Topology
@@ -370,7 +370,7 @@ class FlowTiming(BulkTiming):
         for offset in offsets:
             matrix, valid, _, _ = self._route(group, group[(positions + offset) % n])
             links = matrix[valid]
-            if len(np.unique(links)) != len(links):
+            if repeats(links):
                 return f"messages at offset {offset} share a link"
         return None
 
@@ -389,7 +389,7 @@ class FlowTiming(BulkTiming):
             return start + latency
         links = matrix[valid]
         starts = np.broadcast_to(start[:, None], matrix.shape)[valid]
-        if len(np.unique(links)) != len(links):
+        if repeats(links):
             return None  # two messages on one link in one step
         if bool(self.active[links].any()):
             return None  # an event-path flow drains there now

@@ -10,7 +10,7 @@ import simpy
 from simpy.events import Timeout
 
 from etsim.errors import FastPathConflict
-from etsim.network.bulk import BulkTiming
+from etsim.network.bulk import BulkTiming, repeats
 from etsim.network.model import (
     NETWORK_MODELS,
     LinkStats,
@@ -302,7 +302,7 @@ class LinkTiming(BulkTiming):
             matrix, hops, width = self.model.route_matrix(group, group[(positions + offset) % n])
             for h in range(width):
                 links = matrix[:, h][hops > h]
-                if len(np.unique(links)) != len(links):
+                if repeats(links):
                     return f"messages at offset {offset} share a link at hop {h + 1}"
                 seen = stage[links]
                 if bool(((seen >= 0) & (seen != h)).any()):
@@ -328,7 +328,7 @@ class LinkTiming(BulkTiming):
             links = matrix[:, h] if mask is None else matrix[mask, h]
             if len(links) == 0:
                 continue
-            if h and len(np.unique(links)) != len(links):
+            if h and repeats(links):
                 # Two messages on one link in one step: their order is not known here. (First hops leave
                 # different senders, so they never share a link.)
                 return None
