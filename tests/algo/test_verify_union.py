@@ -169,3 +169,19 @@ def test_two_writes_of_one_slot_are_left_to_the_execution() -> None:
     assert union_verdict(graphs, union, LAYOUTS[AG], IN_PLACE, 2) is False
     fast, full, _ = verdicts(graphs, AG)
     assert fast == full
+
+
+def test_a_send_that_copies_over_what_it_sends_is_left_to_the_execution() -> None:
+    """Rank 0 sends chunks 2, 3 and copies them swapped over themselves; the receiver stores them reversed.
+
+    The message carries the chunks as they were before the copy (wrong at rank 1); evaluated at the receive, after
+    the copy, they would look right. (Found by review.)
+    """
+    b0 = AlgorithmBuilder(total_chunks=4)
+    b0.copy(2, src="i@0", dst="o@0")
+    b0.send(1, 2, src=[Segment("i", 2, 1), Segment("i", 3, 1)], copy_to=[Segment("i", 3, 1), Segment("i", 2, 1)])
+    b1 = AlgorithmBuilder(total_chunks=4)
+    b1.recv(0, 2, dst=[Segment("o", 1, 1), Segment("o", 0, 1)])
+    graphs = [b0.build(), b1.build()]
+    fast, full, proved = verdicts(graphs, CollectiveType.SCATTER)
+    assert fast == full and fast.ok is False and proved == 0

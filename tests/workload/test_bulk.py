@@ -221,6 +221,20 @@ def test_conflict_is_redone_on_the_event_path() -> None:
     assert fast.sim["reruns"] >= 1
 
 
+@pytest.mark.parametrize("algorithm", ["ring", "hd"])
+def test_one_active_stream_with_chained_collectives(algorithm: str) -> None:
+    """A rank's queue holds the parts of all its calls: a part that starts when another call's ends is its own
+    call's (the fast path once ended it on the other call: KeyError; found by review)."""
+    traces = []
+    for r in range(8):
+        b = TraceBuilder()
+        b.collective(AG, 8 * 4096, deps=[b.collective(AG, 8 * 4096)])
+        traces.append(b.build(rank=r))
+    system = load_system_config({"algorithms": {"default": algorithm}, "active_streams": 1, "chunks": 2})
+    fast = both(Workload(traces), system, topology=ring(8, B, L), model="analytical")
+    assert fast.sim["bulk_parts"] > 0
+
+
 def test_deadlock_report_is_the_event_paths() -> None:
     """A collective rank 7 never issues: the same error as on the event path (stuck ranks named)."""
     traces = [t for t in collective_workload(AR, 1 * MiB, 8)]

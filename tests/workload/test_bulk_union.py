@@ -48,7 +48,7 @@ def test_tacos_families(tmp_path: Path, topology: str, collective: str, model: s
     n = topo.npus
     kind = {"all_gather": AG, "reduce_scatter": RS, "all_reduce": AR}[collective]
     system = SystemConfig(algorithms={"default": str(tmp_path / "fam")})
-    fast = both(Workload(collective_workload(kind, 3 * MiB, n)), system, topology=topo, model=model)
+    fast = both(Workload(collective_workload(kind, 720 * 4096, n)), system, topology=topo, model=model)  # whole chunks
     if model != "link":
         assert fast.sim["bulk_parts"] == n
 
@@ -81,3 +81,11 @@ def test_natives_without_relative_peers_run_in_bulk() -> None:
         fast = both(Workload(collective_workload(collective, 4 * MiB, 8)), system, topology=ring(8, B, L),
                     model="analytical")  # fmt: skip
         assert fast.sim["bulk_parts"] == 8, algorithm
+
+
+def test_messages_of_fractional_bytes_stay_on_the_event_path() -> None:
+    """Statistics add sizes in send order on the event path: the union is taken only for whole-byte messages."""
+    system = SystemConfig(algorithms={"default": "hd"})
+    whole = both(Workload(collective_workload(RS, 8000, 8)), system, topology=ring(8, B, L), model="analytical")
+    split = both(Workload(collective_workload(RS, 8001, 8)), system, topology=ring(8, B, L), model="analytical")
+    assert whole.sim["bulk_parts"] == 8 and split.sim["bulk_parts"] == 0

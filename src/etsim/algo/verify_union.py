@@ -9,7 +9,8 @@ the same:
 - every channel's sends and receives are ordered by their own dependencies (each one depends on the one before
   it in its channel), so the k-th send meets the k-th receive whatever the interleaving;
 - every chunk slot of every rank is written by one node at most, and every node that reads a slot written by a
-  node depends on that node directly (no read races a write, no two writes race);
+  node depends on that node directly (no read races a write, no two writes race), and no node writes a slot it
+  reads (so a message carries what its slots hold once written, whenever it is received);
 - every chunk addressed lies inside its buffer, and every message carries as many chunks as its receive stores.
 
 Then each slot's final value is the one its writer copies, the copies are evaluated a level at a time, and
@@ -90,7 +91,9 @@ def union_verdict(
     writer_of[writes] = writers
     readers = np.repeat(np.arange(union.num_nodes, dtype=np.int64), np.diff(src_ptr))
     w = writer_of[reads]
-    check = (w >= 0) & (w != readers)
+    if bool((w == readers).any()):
+        return False  # a node that writes what it reads (a send's copy over its own chunks): the execution's
+    check = w >= 0
     if check.any() and not _direct_deps(union, readers[check], w[check], np):
         return False
     # Each writer's payload: a receive stores its send's chunks; a send or a copy writes its own.

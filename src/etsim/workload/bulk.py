@@ -251,6 +251,8 @@ class FastPath:
             elif part.graph_of is not None:  # positions run different graphs: evaluated over their union
                 union = self.union_plan(tuple(part.graph_of(q) for q in range(n)))
                 reason, signature, graphs = union.reason, union.signature, union.graphs
+                if reason is None and not union.whole_bytes(part.bytes_per_unit):
+                    return False  # statistics add sizes in time order there, in level order here: equal if whole
             else:
                 return False
             if reason is not None or ("graph", signature) in self.excluded:

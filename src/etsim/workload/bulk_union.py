@@ -57,6 +57,18 @@ class UnionPlan:
     sends_at: list[list[Any]] | None = None
     signature: int = 0
 
+    def whole_bytes(self, unit: float) -> bool:
+        """Whether every message is a whole number of bytes with *unit* bytes per size unit.
+
+        The event path adds message sizes to its statistics in the order messages are sent, this path in level
+        order; sums of whole numbers (below 2**53) are the same in any order, others may differ in the last bit.
+        """
+        import numpy as np
+
+        assert self.union is not None
+        sizes = self.union.chunks[self.union.kinds == SEND] * unit
+        return bool((sizes == np.floor(sizes)).all()) and float(sizes.sum()) < 2.0**52
+
 
 def plan_union(graphs: tuple[AlgoGraph, ...]) -> UnionPlan:
     """The :class:`UnionPlan` of *graphs* (rank *r* at index *r*)."""

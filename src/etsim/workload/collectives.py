@@ -185,11 +185,13 @@ class CollectiveCall:
         while queue.waiting and (queue.limit == 0 or queue.running < queue.limit):
             _, _, algo_run = heapq.heappop(queue.waiting)
             queue.running += 1
+            # (A rank's queue holds the parts of all its calls: the part starts as its own call's.)
+            owner = algo_run.call
             delay = algo_run.part.start_delay
             if delay > 0:
-                self.engine.after(delay, lambda r=algo_run: self._start_part(r))  # type: ignore[misc]
+                self.engine.after(delay, lambda r=algo_run, c=owner: c._start_part(r))  # type: ignore[misc]
             else:
-                self._start_part(algo_run)
+                owner._start_part(algo_run)
 
     def _start_part(self, algo_run: AlgoRun) -> None:
         engine = self.engine
