@@ -164,6 +164,8 @@ class AlgoGraph:
         """True if every SEND and RECV says which chunks it moves (COMP nodes without data are costs only)."""
         if len(self.data) != len(self.kinds):
             return not any(k in (SEND, RECV) for k in self.kinds)
+        if None not in self.data:  # (every node annotated: no need to look at kinds)
+            return True
         return all(d is not None for d, k in zip(self.data, self.kinds, strict=True) if k in (SEND, RECV))
 
     def data_of(self, pos: int) -> NodeData | None:
