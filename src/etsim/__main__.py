@@ -1,5 +1,5 @@
 """``python -m etsim``: the command line."""
 
-from etsim.cli import main
+from etsim.cli import console
 
-raise SystemExit(main())
+console()

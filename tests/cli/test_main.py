@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import subprocess
 import sys
 
@@ -44,3 +45,35 @@ def _root() -> str:
     from pathlib import Path
 
     return str(Path(__file__).resolve().parents[2])
+
+
+def test_the_command_exits_without_teardown_but_with_everything_written(tmp_path, capsys):
+    """``python -m etsim`` ends with os._exit once output is flushed and atexit handlers ran: the same output,
+    files and exit codes as main() in process, and an atexit handler of the run still runs."""
+    from etsim.cli import main
+
+    args = ["run", "workloads/allreduce_8npus_1MiB.et", "--json", str(tmp_path / "a.json")]
+    assert main(args) == 0
+    expected = capsys.readouterr().out
+    hook = tmp_path / "hook.py"
+    hook.write_text(
+        "import atexit, pathlib, runpy, sys\n"
+        f"atexit.register(lambda: pathlib.Path({str(tmp_path / 'ran')!r}).write_text('yes'))\n"
+        "sys.argv = ['etsim', *sys.argv[1:]]\n"
+        "runpy.run_module('etsim', run_name='__main__')\n"
+    )
+    args[-1] = str(tmp_path / "b.json")
+    done = subprocess.run([sys.executable, str(hook), *args], capture_output=True, text=True, check=False)
+
+    def timeless(text: str) -> list[str]:
+        return [line for line in text.splitlines() if not line.startswith("simulated in")]
+
+    assert done.returncode == 0 and timeless(done.stdout) == timeless(expected)
+    assert (
+        json.loads((tmp_path / "b.json").read_text())["finish_ns"]
+        == json.loads((tmp_path / "a.json").read_text())["finish_ns"]
+    )
+    assert (tmp_path / "ran").read_text() == "yes"
+    bad = subprocess.run([sys.executable, "-m", "etsim", "run", str(tmp_path / "missing")], capture_output=True,
+                         text=True, check=False)  # fmt: skip
+    assert bad.returncode == 1 and "no such file" in bad.stderr

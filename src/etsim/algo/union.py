@@ -153,16 +153,16 @@ def union_graph(graphs: Sequence[AlgoGraph]) -> UnionGraph | str:
     r_sorted = recv[np.lexsort((tags[recv], peer[recv] * n + rank[recv]))]
     if len(s_sorted) != len(r_sorted):
         return "its sends and receives do not pair up"
-    s_chan = np.stack([rank[s_sorted], peer[s_sorted], tags[s_sorted]])
-    r_chan = np.stack([peer[r_sorted], rank[r_sorted], tags[r_sorted]])
-    if not np.array_equal(s_chan, r_chan):
+    src, dst, tag = rank[s_sorted], peer[s_sorted], tags[s_sorted]
+    if not (np.array_equal(src, peer[r_sorted]) and np.array_equal(dst, rank[r_sorted])
+            and np.array_equal(tag, tags[r_sorted])):  # fmt: skip
         return "its sends and receives do not pair up"
     if not np.array_equal(chunks[s_sorted], chunks[r_sorted]):
         return "a receive and its send differ in size"
     match[r_sorted] = s_sorted
     match[s_sorted] = r_sorted
     if len(s_sorted) > 1:
-        same = (s_chan[:, 1:] == s_chan[:, :-1]).all(axis=0)
+        same = (src[1:] == src[:-1]) & (dst[1:] == dst[:-1]) & (tag[1:] == tag[:-1])
         chan_prev[s_sorted[1:][same]] = s_sorted[:-1][same]
         chan_prev[r_sorted[1:][same]] = r_sorted[:-1][same]
     order, level_ptr = _levels(total, deps_ptr, deps_idx, match, kinds)

@@ -142,13 +142,14 @@ def _ramp(counts: Any, np: Any) -> Any:
 
 def _direct_deps(union: UnionGraph, nodes: Any, needed: Any, np: Any) -> bool:
     """Whether each ``needed[i]`` is a dependency of ``nodes[i]``."""
-    total = union.num_nodes
-    owner = np.repeat(np.arange(total, dtype=np.int64), np.diff(union.deps_ptr))
-    have = np.sort(owner * total + union.deps_idx)
-    keys = nodes * total + needed
-    at = np.searchsorted(have, keys)
-    at[at == len(have)] = 0
-    return bool((have[at] == keys).all()) if len(have) else False
+    lengths = union.deps_ptr[nodes + 1] - union.deps_ptr[nodes]
+    if not bool((lengths > 0).all()):
+        return False
+    owner = np.repeat(np.arange(len(nodes)), lengths)
+    at = np.repeat(union.deps_ptr[nodes], lengths) + _ramp(lengths, np)
+    found = np.zeros(len(nodes), dtype=bool)
+    found[owner[union.deps_idx[at] == needed[owner]]] = True
+    return bool(found.all())
 
 
 def _operands(graphs: Sequence[AlgoGraph], union: UnionGraph, n: int, k: int, total: int, np: Any) -> Any:

@@ -9,17 +9,20 @@ arguments and returns an exit code. Errors of type :class:`~etsim.errors.EtsimEr
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import importlib
+import os
 import signal
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from etsim import __version__, progress
 from etsim.errors import EtsimError, EtsimWarning
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "console", "main"]
 
 #: Sub-command name → the module that registers it, in the order of ``etsim --help``. Only the module of
 #: the command being run is imported, so a run does not pay for every other command's imports.
@@ -73,6 +76,22 @@ def _show_warning(
 def _clear_progress() -> None:
     """Erase a progress line on a terminal before a message, so the two do not share a line."""
     progress.clear()
+
+
+def console() -> NoReturn:
+    """The ``etsim`` command (and ``python -m etsim``): :func:`main`, then exit without tearing the interpreter down.
+
+    A large run leaves millions of objects behind (a family's graphs, the caches that keep them) that the
+    interpreter would free one by one as it exits: 0.6 s for a family of two million nodes. Once the output is
+    flushed and the exit handlers have run (``atexit``: logging, multiprocessing, coverage), the process ends
+    instead. Every file etsim writes is closed by then (``with`` blocks).
+    """
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # (a closed pipe: what could be written was)
+            stream.flush()
+    atexit._run_exitfuncs()
+    os._exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
