@@ -165,7 +165,13 @@ def _operands(graphs: Sequence[AlgoGraph], union: UnionGraph, n: int, k: int, to
         itertools.chain.from_iterable(g.data if len(g.data) == g.num_nodes else [None] * g.num_nodes for g in graphs)
     )
     ids = np.fromiter(map(id, flat), dtype=np.int64, count=len(flat))
-    _, first, codes = np.unique(ids, return_index=True, return_inverse=True)
+    ordered = np.sort(ids)  # (a sort and a search: np.unique's inverse costs twice as much here)
+    keep = np.ones(len(ordered), dtype=bool)
+    keep[1:] = ordered[1:] != ordered[:-1]
+    unique = ordered[keep]
+    codes = np.searchsorted(unique, ids)
+    first = np.empty(len(unique), dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # (the last write wins: each object's first node)
     distinct: list[NodeData | None] = [flat[i] for i in first.tolist()]
     del flat
     # Per distinct annotation: its op and segments, in flat columns.
@@ -194,25 +200,32 @@ def _operands(graphs: Sequence[AlgoGraph], union: UnionGraph, n: int, k: int, to
     shift = k
     for per_annotation in sides:
         seg_count = np.array([len(r) for r in per_annotation], dtype=np.int64)
-        flat = np.array([s for r in per_annotation for s in r], dtype=np.int64).reshape(-1, 5)
+        table = np.array([s for r in per_annotation for s in r], dtype=np.int64).reshape(-1, 5)
         seg_ptr = np.zeros(len(per_annotation) + 1, dtype=np.int64)
         np.cumsum(seg_count, out=seg_ptr[1:])
-        per_node = seg_count[codes]
-        segs = np.repeat(seg_ptr[codes], per_node) + _ramp(per_node, np)
-        seg_rank = np.repeat(union.rank, per_node)
-        buf, off, cnt, stride, rel = (flat[segs, c] for c in range(5))
-        chunk_count = np.zeros(union.num_nodes, dtype=np.int64)
-        np.add.at(chunk_count, np.repeat(np.arange(union.num_nodes), per_node), cnt)
+        chunks_of = np.array([sum(s[2] for s in r) for r in per_annotation], dtype=np.int64)
         ptr = np.zeros(union.num_nodes + 1, dtype=np.int64)
-        np.cumsum(chunk_count, out=ptr[1:])
-        j = _ramp(cnt, np)
-        base = np.repeat(np.where(rel == 1, off + seg_rank * shift, off), cnt) + j * np.repeat(stride, cnt)
-        moved = np.repeat(rel == 1, cnt)
+        np.cumsum(chunks_of[codes], out=ptr[1:])
+        per_node = seg_count[codes]
+        if bool((seg_count <= 1).all()):  # (one segment per operand at most: no expansion by segment)
+            has = per_node == 1
+            segs = seg_ptr[codes[has]]
+            seg_rank = union.rank[has]
+        else:
+            segs = np.repeat(seg_ptr[codes], per_node) + _ramp(per_node, np)
+            seg_rank = np.repeat(union.rank, per_node)
+        buf, off, cnt, stride, rel = (table[:, c][segs] for c in range(5))
+        start = np.where(rel == 1, off + seg_rank * shift, off)
+        if bool((cnt == 1).all()):  # one chunk per segment: no expansion by chunk
+            base, moved, bufs = start, rel == 1, buf
+        else:
+            base = np.repeat(start, cnt) + _ramp(cnt, np) * np.repeat(stride, cnt)
+            moved, bufs = np.repeat(rel == 1, cnt), np.repeat(buf, cnt)
         idx = np.where(moved, base % max(total, 1), base)
-        bufs = np.repeat(buf, cnt)
-        for b in np.unique(bufs).tolist():
-            if b > 1:
-                scratch_max[b] = max(scratch_max.get(b, 0), int(idx[bufs == b].max()) + 1)
+        for b in range(2, len(buf_names)):
+            used = bufs == b
+            if used.any():
+                scratch_max[b] = max(scratch_max.get(b, 0), int(idx[used].max()) + 1)
         out.extend((ptr, bufs, idx))
     # Scratch buffers by code (codes 2, 3, …): the chunks each needs per rank.
     return (*out, [scratch_max.get(b, 0) for b in range(2, len(buf_names))])
