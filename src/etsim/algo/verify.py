@@ -61,7 +61,7 @@ from dataclasses import dataclass
 
 from etsim import progress
 from etsim.algo.dataflow import OUT_OF_PLACE
-from etsim.algo.execution import Execution, Wrong, prepare, ranks_text
+from etsim.algo.execution import Execution, Prep, Wrong, prepare, ranks_text
 from etsim.algo.graph import RECV, SEND, AlgoGraph
 from etsim.algo.semantics import LAYOUTS
 from etsim.algo.union import union_of
@@ -168,31 +168,35 @@ def verify_graphs(graphs: Sequence[AlgoGraph], collective: CollectiveType | int,
     ambiguity = ""
     shared = distinct[0] if len(distinct) == 1 and not lockstep else None
     notes = ""
+    preps: dict[int, Prep] = {}
+
+    def prep_of(some: Sequence[AlgoGraph]) -> dict[int, Prep]:
+        """The execution's preparation of *some* graphs, made once for every placement."""
+        missing = [g for g in some if id(g) not in preps]
+        if missing:
+            preps.update(prepare(missing))
+        return preps
+
     for place in places:
-        note = (
-            None
-            if shared is None
-            else shared_verdict(shared, n, collective, layout, place, total, prepare([shared])[id(shared)])
-        )
-        if note is not None:  # every rank's outcome is rank 0's rotated (etsim.algo.verify_shared)
+        note = None
+        if shared is not None:  # every rank's outcome is rank 0's rotated (etsim.algo.verify_shared)
+            note = shared_verdict(shared, n, collective, layout, place, total, prep_of([shared])[id(shared)])
+        elif not lockstep:  # copies over the union of the graphs (etsim.algo.verify_union)
+            watch = progress.stage(f"verifying {name} over {n} ranks in bulk", 2, "steps")
+            union = union_of(graphs)
+            watch.advance()
+            if not isinstance(union, str) and union_verdict(graphs, union, layout, place, total):
+                note = ""
+            watch.advance()
+        if note is not None:
             out_size = total // n if layout.piece_output else total
             checked = max(checked, out_size * (1 if layout.root_only else n))
             notes = notes or note
             continue
-        if shared is None and not lockstep:  # copies over the union of the graphs (etsim.algo.verify_union)
-            watch = progress.stage(f"verifying {name} over {n} ranks in bulk", 2, "steps")
-            union = union_of(graphs)
-            watch.advance()
-            proven = not isinstance(union, str) and union_verdict(graphs, union, layout, place, total)
-            watch.advance()
-            if proven:
-                out_size = total // n if layout.piece_output else total
-                checked = max(checked, out_size * (1 if layout.root_only else n))
-                continue
         run = Execution(graphs, collective, layout, place, total)
         tag = f" ({place.replace('_', ' ')})" if len(places) > 1 else ""
         try:
-            run.run(prepare(graphs), causal=False, turn=int(lockstep))
+            run.run(prep_of(graphs), causal=False, turn=int(lockstep))
         except Wrong as exc:
             return Verdict(False, f"{exc}{tag}")
         found = run.check()
