@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+import etsim.workers as workers
 from etsim.errors import SimulationError
-from etsim.workers import STOP, RemoteTraceback, _remote_error, probe_workers, run_in_workers
+from etsim.workers import STOP, BackgroundLost, RemoteTraceback, _remote_error, fork_call, probe_workers, run_in_workers
 
 # Tasks are stdlib callables (picklable by reference; test modules are not importable in workers), run by
 # `operator.call`.
@@ -134,3 +135,39 @@ def test_what_cannot_travel_back_is_a_clear_error() -> None:
 def test_no_workers_is_refused() -> None:
     with pytest.raises(ValueError, match="workers must be >= 1"):
         run_in_workers(call, [partial(pow, 2, 1)], 0, lambda t, r: None)
+
+
+@pytest.fixture
+def can_fork(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forking allowed whatever this machine's CPUs (pytest's own threads aside)."""
+    monkeypatch.setattr(workers, "fork_jobs", lambda cap=None: 2)
+
+
+def test_fork_call_answers_with_what_the_call_returns_from_memory_it_shares(can_fork: None) -> None:
+    shared = list(range(100_000))  # not sent: the copy has it
+    job = fork_call(lambda: (sum(shared), os.getpid()))
+    assert job is not None
+    total, pid = job.result()
+    assert total == sum(shared) and pid != os.getpid()
+    with pytest.raises(BackgroundLost, match="read already"):
+        job.result()
+
+
+def test_fork_call_says_when_the_call_raised_or_its_process_died(can_fork: None) -> None:
+    raised = fork_call(int, "not a number")
+    assert raised is not None
+    with pytest.raises(BackgroundLost, match="ValueError: invalid literal"):
+        raised.result()
+    died = fork_call(os._exit, 3)
+    assert died is not None
+    with pytest.raises(BackgroundLost, match="died before it answered"):
+        died.result()
+    unpicklable = fork_call(lambda: threading.Lock())
+    assert unpicklable is not None
+    with pytest.raises(BackgroundLost, match="TypeError"):
+        unpicklable.result()
+
+
+def test_fork_call_declines_where_forking_is_not_safe(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workers, "fork_jobs", lambda cap=None: 1)
+    assert fork_call(sum, [1]) is None

@@ -265,6 +265,7 @@ def _simulate(
     check_workload(Workload(traces), config)
     dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
     sys_layer = System(config, groups, dims=dims, topology=topo)
+    sys_layer.deferred_checks = []  # large families are verified beside the run, settled before any result
     if folded is not None:
         sys_layer.simulated = frozenset(folded.simulated)
     expected = sys_layer.message_estimate(traces)
@@ -294,11 +295,18 @@ def _simulate(
     try:
         engine.start()
         env.run()
+    except Exception:
+        try:
+            sys_layer.settle_checks()  # an algorithm that is wrong is the error to report, as if verified first
+        except ConfigError as wrong:
+            raise wrong from None
+        raise
     finally:
         if gc_was_enabled:
             gc.enable()
         if display is not None:
             display.clear()
+    sys_layer.settle_checks()
     wall = time.perf_counter() - wall0
     if engine.ranks_done < n:
         if engine.fast is not None and (engine.fast.parts or engine.fast.pending):

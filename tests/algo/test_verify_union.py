@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import pytest
 
 import etsim.algo.verify as verify
+import etsim.workers as workers
 from etsim.algo.dataflow import IN_PLACE, NodeData, Segment
 from etsim.algo.family_io import written_tags
 from etsim.algo.graph import RECV, SEND, AlgoGraph, AlgorithmBuilder
@@ -24,7 +25,7 @@ from etsim.algo.verify_union import union_verdict
 from etsim.chakra.graph import CollectiveType
 from etsim.network import mesh, ring, torus
 from etsim.producers.tacos import algo_graphs, synthesize
-from etsim.system.algorithms import HalvingDoublingAlgorithm
+from etsim.system.algorithms import HalvingDoublingAlgorithm, RingAlgorithm
 
 AG, AR, RS = CollectiveType.ALL_GATHER, CollectiveType.ALL_REDUCE, CollectiveType.REDUCE_SCATTER
 
@@ -185,3 +186,49 @@ def test_a_send_that_copies_over_what_it_sends_is_left_to_the_execution() -> Non
     graphs = [b0.build(), b1.build()]
     fast, full, proved = verdicts(graphs, CollectiveType.SCATTER)
     assert fast == full and fast.ok is False and proved == 0
+
+
+@pytest.fixture
+def beside(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every family of distinct graphs verified in a forked copy (whatever its size and this machine's CPUs)."""
+    monkeypatch.setattr(verify, "BACKGROUND_NODES", 0)
+    monkeypatch.setattr(workers, "fork_jobs", lambda cap=None: 2)
+
+
+def test_a_verification_beside_the_caller_gives_the_verdict_made_here(beside: None) -> None:
+    """TACOS and seeded mutants: the forked copy's verdict is the one ``verify_graphs`` gives, right or wrong."""
+    rng = random.Random(7)
+    graphs, collective = FAMILIES["tacos-torus2x4-ag-k2"]()[:2]
+    seen = set()
+    for i in range(24):
+        family = graphs if i == 0 else _mutate(list(graphs), rng)
+        pending = verify.verify_graphs_later(family, collective)
+        expected = verify_graphs(family, collective)
+        if isinstance(union_graph(family), str):
+            assert pending is None  # (no union: verified here, now)
+            continue
+        assert pending is not None
+        assert pending() == expected
+        assert pending() == expected  # (asked again: the same verdict, not a second wait)
+        seen.add(expected.ok)
+    assert seen == {True, False}
+
+
+def test_shared_or_small_families_are_verified_here_and_a_lost_copy_is_redone_here(
+    beside: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = [RingAlgorithm().graph(AG, 8, 0)] * 8
+    assert verify.verify_graphs_later(shared, AG) is None  # one graph: the shared shortcut, here
+    graphs, collective = FAMILIES["tacos-mesh3x3-ag"]()[:2]
+    monkeypatch.setattr(verify, "BACKGROUND_NODES", sum(g.num_nodes for g in graphs) + 1)
+    assert verify.verify_graphs_later(graphs, collective) is None  # too small to be worth a fork
+    monkeypatch.setattr(verify, "BACKGROUND_NODES", 0)
+
+    class Lost:
+        def result(self) -> None:
+            raise workers.BackgroundLost("the process died before it answered")
+
+    monkeypatch.setattr(workers, "fork_call", lambda *args: Lost())
+    pending = verify.verify_graphs_later(graphs, collective)
+    assert pending is not None
+    assert pending() == verify_graphs(graphs, collective)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from etsim.chakra import CollectiveType as C
 from etsim.chakra import Workload, load_workload, write_workload
 from etsim.cli.algo import export_algorithm, make_algorithm
 from etsim.errors import ConfigError, EtsimWarning
-from etsim.network import fully_connected
+from etsim.network import fully_connected, mesh
 from etsim.producers import collective_workload
 from etsim.simulation import simulate
 from etsim.system.algorithms import RingAlgorithm
@@ -163,3 +164,79 @@ def test_an_unverifiable_algorithm_that_moves_too_little_is_refused(tmp_path: Pa
     )
     with pytest.warns(EtsimWarning, match="records no collective type"), pytest.raises(ConfigError, match=expected):
         simulate(workload, topology=ring(8, 50.0, 500.0), system=system)
+
+
+def tacos_family(tmp_path: Path, broken: bool) -> Path:
+    """A TACOS all-gather family on a 3×3 mesh; *broken*: rank 1's first send sends chunk 0 instead of its own."""
+    from etsim.producers.tacos import synthesize, write_synthesis
+
+    prefix = tmp_path / "ag"
+    write_synthesis(synthesize(mesh([3, 3], 50.0, 500.0), "all_gather", size=MiB), prefix, jobs=1)
+    if not broken:
+        return prefix
+    workload = load_workload(prefix)
+    send = next(n for n in workload.traces[1].nodes if any(a.name == "data_src" for a in n.attr))
+    for attr in send.attr:
+        if attr.name == "data_src":
+            assert attr.string_val != "o@0x1"
+            attr.string_val = "o@0x1"
+    write_workload(workload.traces, str(tmp_path / "broken"))
+    return tmp_path / "broken"
+
+
+def run_tacos(prefix: Path) -> object:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EtsimWarning)
+        return simulate(
+            Workload(collective_workload(C.ALL_GATHER, MiB, 9)),
+            topology=mesh([3, 3], 50.0, 500.0),
+            system=SystemConfig(algorithms={"default": str(prefix)}),
+        )
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_a_family_verified_beside_the_run_gives_what_verifying_it_first_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: bool
+) -> None:
+    """Result or refusal, word for word, whether the family is verified in a forked copy or before the run."""
+    import etsim.algo.verify as verify
+    import etsim.workers as workers
+
+    prefix = tacos_family(tmp_path, broken)
+    outcomes = []
+    forks: list[object] = []
+    real_fork = workers.fork_call
+    monkeypatch.setattr(workers, "fork_call", lambda *args: forks.append(args) or real_fork(*args))
+    monkeypatch.setattr(workers, "fork_jobs", lambda cap=None: 2)
+    for threshold in (0, 1 << 60):  # beside the run, then before it
+        monkeypatch.setattr(verify, "BACKGROUND_NODES", threshold)
+        try:
+            data = json.loads(run_tacos(prefix).to_json())  # type: ignore[attr-defined]
+            data["sim"].pop("wall_s")  # (how long it took)
+            outcomes.append(json.dumps(data))
+        except ConfigError as exc:
+            outcomes.append(str(exc))
+    assert len(forks) == 1
+    assert outcomes[0] == outcomes[1]
+    assert ("does not compute all_gather over 9 ranks" in outcomes[0]) == broken
+
+
+def test_a_wrong_family_verified_beside_the_run_is_the_error_reported_when_the_run_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import etsim.algo.verify as verify
+    import etsim.simulation as simulation
+    import etsim.workers as workers
+    from etsim.errors import SimulationError
+
+    monkeypatch.setattr(verify, "BACKGROUND_NODES", 0)
+    monkeypatch.setattr(workers, "fork_jobs", lambda cap=None: 2)
+
+    def fails(self: object, until: object = None) -> None:
+        raise SimulationError("the run failed")
+
+    monkeypatch.setattr(simulation.CountingEnvironment, "run", fails)
+    with pytest.raises(SimulationError, match="the run failed"):
+        run_tacos(tacos_family(tmp_path / "good", broken=False))
+    with pytest.raises(ConfigError, match="does not compute all_gather over 9 ranks"):
+        run_tacos(tacos_family(tmp_path / "bad", broken=True))

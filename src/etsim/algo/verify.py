@@ -56,7 +56,7 @@ rank shares is executed for rank 0 alone where that gives the same verdict (:mod
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from etsim import progress
@@ -69,7 +69,7 @@ from etsim.algo.verify_shared import shared_verdict
 from etsim.algo.verify_union import union_verdict
 from etsim.chakra.graph import CollectiveType
 
-__all__ = ["Verdict", "verify_graphs"]
+__all__ = ["BACKGROUND_NODES", "Verdict", "verify_graphs", "verify_graphs_later"]
 
 C = CollectiveType
 
@@ -210,3 +210,46 @@ def verify_graphs(graphs: Sequence[AlgoGraph], collective: CollectiveType | int,
     note = f" (with {setup} untimed local cop{'y' if setup == 1 else 'ies'} the graphs declare)" if setup else ""
     message = f"{name} over {n} ranks, {where}: all {checked:,} output chunks hold what they should{note}{notes}"
     return Verdict(True, message, ambiguity)
+
+
+#: Families of ranks' graphs of at least this many nodes in all are verified by :func:`verify_graphs_later` in a
+#: copy of the process (below, a fork costs more than it saves).
+BACKGROUND_NODES = 200_000
+
+
+def verify_graphs_later(graphs: Sequence[AlgoGraph], collective: CollectiveType | int) -> Callable[[], Verdict] | None:
+    """:func:`verify_graphs` of *graphs* running beside the caller; the function returned waits for its verdict.
+
+    Only a large family verified over the union of its ranks' graphs is: the union is made here, before the copy
+    of the process is forked, so that the copy and the caller (whose fast path evaluates the same union) share it.
+    None means the caller verifies now: the graphs are one shared graph or small, there is no union, or the
+    process cannot fork (:func:`~etsim.workers.fork_call`). A copy that dies, or raises, has its verification
+    redone in this process when the verdict is asked for: the verdict never depends on where it was made.
+    """
+    from etsim.workers import BackgroundLost, fork_call
+
+    distinct = {id(g): g for g in graphs}
+    if len(distinct) < 2 or sum(g.num_nodes for g in distinct.values()) < BACKGROUND_NODES:
+        return None
+    if isinstance(union_of(graphs), str):
+        return None
+    job = fork_call(_verify_quietly, graphs, int(collective))
+    if job is None:
+        return None
+    found: list[Verdict] = []
+
+    def verdict() -> Verdict:
+        if not found:
+            try:
+                found.append(job.result())
+            except BackgroundLost:
+                found.append(verify_graphs(graphs, collective))
+        return found[0]
+
+    return verdict
+
+
+def _verify_quietly(graphs: Sequence[AlgoGraph], collective: int) -> Verdict:
+    """:func:`verify_graphs` with no progress shown (the process that waits for it shows its own)."""
+    with progress.shown_on(None):
+        return verify_graphs(graphs, collective)

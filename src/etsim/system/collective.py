@@ -146,6 +146,19 @@ class System:
         #: The ranks that run when others mirror them (replica folding, ``workload/fold.py``), or None: all run.
         self.simulated: frozenset[int] | None = None
         self._members_run: dict[tuple[int, ...], int] = {}
+        #: Where verifications running beside the simulation leave their checks (None: every algorithm is verified
+        #: when a collective first uses it); :meth:`settle_checks` makes them.
+        self.deferred_checks: list[Callable[[], None]] | None = None
+
+    def settle_checks(self) -> None:
+        """Make the checks verifications running beside the simulation left (:attr:`deferred_checks`), in order.
+
+        Raises:
+            ConfigError: an algorithm does not compute its collective (as verifying it first would have).
+        """
+        checks = self.deferred_checks or []
+        while checks:
+            checks.pop(0)()
 
     def _warn_once(self, key: tuple[str, ...], message: str) -> None:
         if key not in self._warned:
@@ -246,7 +259,9 @@ class System:
                 raise ConfigError(f"{where}: {reason}")
             if n > 1:  # refuse an algorithm that does not compute its collective (verified once, cached)
                 as_written = self.config.families_as_written  # (the files' own sizes, not the call's)
-                algo.check_correct(lookup, n, where=where, label=label, size=None if as_written else size)
+                algo.check_correct(
+                    lookup, n, where=where, label=label, size=None if as_written else size, later=self.deferred_checks
+                )
             inst = _Instance(collective, size, where, label, algo, self._next_namespace, key, rule)
             if self.config.families_as_written and algo.source == "chakra-et":
                 self._written_labels.add(label)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from etsim import progress
 from etsim.algo.graph import RECV, SEND, AlgoGraph
 from etsim.algo.semantics import minimum_bytes
-from etsim.algo.verify import Verdict, verify_graphs
+from etsim.algo.verify import Verdict, verify_graphs, verify_graphs_later
 from etsim.chakra.graph import CollectiveType, collective_buffer_bytes
 from etsim.errors import ConfigError
 from etsim.registry import Registry
@@ -116,22 +116,49 @@ class CollectiveAlgorithm:
         algorithm object, collective and group size (cached). A collective or size the
         algorithm does not support gives a cannot-verify verdict with the reason.
         """
-        cache: dict[tuple[int, int], Verdict] | None = getattr(self, "_verdicts", None)
-        if cache is None:
-            cache = {}
-            self._verdicts = cache
+        cache = self._verdict_cache()
         key = (int(collective), group_size)
         verdict = cache.get(key)
         if verdict is None:
-            reason = self.supports(collective, group_size)
-            if reason is not None:
-                verdict = Verdict(None, reason)
-            elif type(self).phases is not CollectiveAlgorithm.phases:
-                verdict = Verdict(None, f"algorithm {self.name!r} runs as phases; phased algorithms are not verified")
-            else:
-                graphs = [self.graph(collective, group_size, r) for r in range(group_size)]
-                verdict = verify_graphs(graphs, collective)
+            graphs = self._graphs_to_verify(collective, group_size)
+            verdict = verify_graphs(graphs, collective) if isinstance(graphs, list) else graphs
             cache[key] = verdict
+        return verdict
+
+    def _verdict_cache(self) -> dict[tuple[int, int], Verdict]:
+        cache: dict[tuple[int, int], Verdict] | None = getattr(self, "_verdicts", None)
+        if cache is None:
+            cache = self._verdicts = {}
+        return cache
+
+    def _graphs_to_verify(self, collective: CollectiveType, group_size: int) -> list[AlgoGraph] | Verdict:
+        """Every position's graph, or the cannot-verify verdict of an algorithm whose graphs are not verified."""
+        reason = self.supports(collective, group_size)
+        if reason is not None:
+            return Verdict(None, reason)
+        if type(self).phases is not CollectiveAlgorithm.phases:
+            return Verdict(None, f"algorithm {self.name!r} runs as phases; phased algorithms are not verified")
+        return [self.graph(collective, group_size, r) for r in range(group_size)]
+
+    def _verify_later(self, collective: CollectiveType, group_size: int) -> Callable[[], Verdict] | None:
+        """:meth:`verify` running beside the caller (:func:`~etsim.algo.verify.verify_graphs_later`), or None."""
+        cache = self._verdict_cache()
+        key = (int(collective), group_size)
+        if key in cache:
+            return None
+        running: dict[tuple[int, int], Callable[[], Verdict]] = self.__dict__.setdefault("_verdicts_running", {})
+        if key not in running:
+            graphs = self._graphs_to_verify(collective, group_size)
+            pending = verify_graphs_later(graphs, collective) if isinstance(graphs, list) else None
+            if pending is None:
+                return None
+            running[key] = pending
+
+        def verdict() -> Verdict:
+            if key not in cache:
+                cache[key] = running.pop(key)()
+            return cache[key]
+
         return verdict
 
     def check_correct(
@@ -142,6 +169,7 @@ class CollectiveAlgorithm:
         where: str = "",
         label: str = "",
         size: float | None = None,
+        later: list[Callable[[], None]] | None = None,
     ) -> None:
         """Raise :class:`~etsim.errors.ConfigError` if :meth:`verify` finds the algorithm wrong.
 
@@ -151,10 +179,25 @@ class CollectiveAlgorithm:
         collective must (:func:`~etsim.algo.semantics.minimum_bytes`, for a call of *size* bytes; graphs of absolute
         sizes are not compared when *size* is None, as when families run as written): fewer is an error, never a
         time faster than the collective allows.
+
+        *later*: a caller that can go on before the verdict is known (a simulation) passes a list. A verification
+        that runs beside it (:func:`~etsim.algo.verify.verify_graphs_later`) then leaves there the check to make,
+        which raises as this method would; the caller makes every such check before it trusts what it computed,
+        and before it reports any other error.
         """
         if type(self).__dict__.get("verified_by_tests", False):
             return
-        verdict = self.verify(collective, group_size)
+        pending = self._verify_later(collective, group_size) if later is not None else None
+        if pending is None:
+            self._judge(self.verify(collective, group_size), collective, group_size, where, label, size)
+        else:
+            assert later is not None
+            later.append(lambda: self._judge(pending(), collective, group_size, where, label, size))
+
+    def _judge(
+        self, verdict: Verdict, collective: CollectiveType, group_size: int, where: str, label: str, size: float | None
+    ) -> None:
+        """Raise what :meth:`check_correct` raises for *verdict*."""
         prefix = f"{where}: " if where else ""
         name = label or self.name
         if verdict.ok is False:
