@@ -155,3 +155,45 @@ def test_a_peer_outside_the_family_is_named(tmp_path: Path) -> None:
     read = read_rank(tmp_path / "f.1.et", 1, 2)  # read as if the family had two ranks
     assert read.graph is None and read.kind == "graph"
     assert "peer 2 is outside the 2-rank group" in (read.problem or "")
+
+
+def test_a_read_travels_between_processes_whole(tmp_path: Path) -> None:
+    """Pickled (as reader processes send them), reads come back field for field, names holding NUL included."""
+    import pickle
+
+    from etsim.algo.family_read import RankRead
+
+    algo = ALGORITHMS.get("halving_doubling")()
+    write_family(algorithm_traces([algo.graph(C.ALL_GATHER, 8, r) for r in range(8)]), tmp_path / "hd")
+    reads = [read_rank(path, r, 8) for r, path in enumerate(resolve_family(tmp_path / "hd"))]
+    odd = dataclasses.replace(reads[0].graph, names=["a\0b", "", "c", *reads[0].graph.names[3:]])  # type: ignore[arg-type]
+    reads += [RankRead(odd, "any"), RankRead(AlgoGraph()), RankRead(None, problem="why", kind="graph")]
+    for read in reads:
+        back = pickle.loads(pickle.dumps(read))
+        assert _fields(back.graph) == _fields(read.graph)
+        assert (back.recorded, back.problem, back.kind, back.fast, back.same) == (
+            read.recorded, read.problem, read.kind, read.fast, read.same
+        )  # fmt: skip
+    assert pickle.loads(pickle.dumps(reads[0])).graph.names[:2] == reads[0].graph.names[:2]  # type: ignore[union-attr]
+
+
+def test_the_tables_of_distinct_attributes_and_annotations_start_again_when_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import etsim.algo.family_graph as family_graph
+    import etsim.algo.family_read as family_read
+    from etsim.network import mesh
+    from etsim.producers.tacos import synthesize, write_synthesis
+
+    monkeypatch.setattr(family_graph, "_DATA_KEYS_MAX", 5)
+    monkeypatch.setattr(family_read, "_DECODED_MAX", 40)
+    family_graph._DATA_BY_KEY.clear()
+    resets = []
+    real_reset = family_read._CODES.reset
+    monkeypatch.setattr(family_read._CODES, "reset", lambda: resets.append(1) or real_reset())
+    syn = synthesize(mesh([2, 3], 50.0, 500.0), "all_gather", size=6 * MiB, chunks_per_npu=2)
+    write_synthesis(syn, tmp_path / "tacos", size=6 * MiB, jobs=1)
+    assert _same_as_ordinary(tmp_path / "tacos") == 6
+    assert len(family_graph._DATA_BY_KEY) <= 5
+    assert len(resets) > 1
+    family_graph._DATA_BY_KEY.clear()

@@ -12,7 +12,9 @@ etsim's writers use; anything else is read the ordinary way (:func:`~etsim.chakr
 
 from __future__ import annotations
 
+import copy
 import gc
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +54,30 @@ class RankRead:
     kind: str | None = None
     fast: bool = False
     same: bool = False
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        """The fields, the graph's node names joined into one string (a reader process sends a million of them).
+
+        Pickling a million short strings one by one is most of what sending a family's graphs between processes
+        costs; one string is copied whole. Names that hold the separator themselves are sent as they are.
+        """
+        graph, joined = self.graph, None
+        if graph is not None and graph.names:
+            text = _NAME_SEP.join(graph.names)
+            if text.count(_NAME_SEP) == len(graph.names) - 1:
+                graph, joined = copy.copy(graph), text
+                graph.names = []
+        return (graph, joined, self.recorded, self.problem, self.kind, self.fast, self.same)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        graph, joined, self.recorded, self.problem, self.kind, self.fast, self.same = state
+        if graph is not None and joined is not None:
+            graph.names = joined.split(_NAME_SEP)
+        self.graph = graph
+
+
+#: What separates node names in a pickled :class:`RankRead`.
+_NAME_SEP = "\0"
 
 
 def read_rank(
@@ -231,9 +257,9 @@ class _Codes:
         self.slots: list[int] = []
         self.values: list[Any] = []
         self._arrays: tuple[Any, Any] | None = None
-        self._reset()
+        self.reset()
 
-    def _reset(self) -> None:
+    def reset(self) -> None:
         """Only the sentinel, code 0 (the table is bounded: a process reading many families starts it again)."""
         self.code_of.clear()
         self.code_of[ATTR_SENTINEL] = 0
@@ -241,10 +267,12 @@ class _Codes:
         self.values[:] = [None]
         self._arrays = None
 
+    def full(self, more: int) -> bool:
+        """Whether *more* entries would take the table past :data:`_DECODED_MAX` (then :meth:`reset` it)."""
+        return len(self.code_of) + more > _DECODED_MAX
+
     def add(self, raws: set[bytes]) -> None:
         """Number and decode each of *raws* (new attributes)."""
-        if len(self.code_of) + len(raws) > _DECODED_MAX:
-            self._reset()
         for raw in raws:
             decoded = _decode(raw)
             self.code_of[raw] = len(self.slots)
@@ -283,11 +311,19 @@ def _attributes(raws: list[bytes], n: int) -> tuple[AlgoAttributes | None, dict[
     import numpy as np
 
     codes_table = _CODES
-    missing = set(raws).difference(codes_table.code_of)
-    if missing:
-        codes_table.add(missing)
+    code_of = codes_table.code_of
+    codes = np.fromiter(map(code_of.get, raws, itertools.repeat(-1)), dtype=np.int64, count=len(raws))
+    new = np.flatnonzero(codes < 0).tolist()
+    if new:  # attributes not seen before: numbered, then looked up again
+        fresh = {raws[i] for i in new}
+        if codes_table.full(len(fresh)):  # the table starts again, with this file's attributes
+            codes_table.reset()
+            codes_table.add(set(raws).difference(code_of))
+            codes = np.fromiter(map(code_of.__getitem__, raws), dtype=np.int64, count=len(raws))
+        else:
+            codes_table.add(fresh)
+            codes[new] = [code_of[raws[i]] for i in new]
     slots_by_code, values_by_code = codes_table.arrays()
-    codes = np.fromiter(map(codes_table.code_of.__getitem__, raws), dtype=np.int64, count=len(raws))
     slots = slots_by_code[codes]
     if (slots == _ORDINARY).any():
         return None, {}
