@@ -11,7 +11,10 @@ copies. :func:`assemble_algo_graph` is its second half, shared with the columnar
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 from dataclasses import dataclass, field
+from typing import Any
 
 from etsim.algo.dataflow import NodeData, Segment, parse_placement, parse_segments, segments
 from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph
@@ -94,12 +97,17 @@ def assemble_algo_graph(
 
     n = trace.num_nodes
     chunk_cnt, total = attrs.chunk_cnt, set(attrs.total)
-    comm_positions = [p for p, t in enumerate(trace.types) if t in (SEND, RECV)]
-    symbolic = bool(comm_positions) and all(chunk_cnt[p] is not None for p in comm_positions) and len(total) == 1
+    # (Columns picked and combined by map, compress and itemgetter, in C: a family has millions of nodes.)
+    comm_positions = list(itertools.compress(range(n), map(_COMM_KINDS.__contains__, trace.types)))
+    counts = _picked(chunk_cnt, comm_positions)
+    symbolic = bool(comm_positions) and None not in counts and len(total) == 1
     g = AlgoGraph(total_chunks=total.pop() if symbolic else None, exits=tuple(attrs.exits))
-    if symbolic and all(trace.comm_size[p] is not None for p in comm_positions):
-        # comm_size beside the counts (written with --size): both must describe one buffer.
-        sizes = {trace.comm_size[p] * g.total_chunks / chunk_cnt[p] for p in comm_positions if chunk_cnt[p]}  # type: ignore[operator]
+    comm_sizes = _picked(trace.comm_size, comm_positions) if symbolic else (None,)
+    if None not in comm_sizes:
+        # comm_size beside the counts (written with --size): both must describe one buffer (size * total / count).
+        some = list(map(bool, counts))
+        times_total = map(operator.mul, itertools.compress(comm_sizes, some), itertools.repeat(g.total_chunks))
+        sizes = set(map(operator.truediv, times_total, itertools.compress(counts, some)))
         if len(sizes) > 1:
             p = next(p for p in comm_positions if chunk_cnt[p])
             raise ValueError(
@@ -132,7 +140,7 @@ def _assemble_columns(g: AlgoGraph, trace: Trace, attrs: AlgoAttributes, symboli
     """
     types = trace.types
     comm_size = trace.comm_size
-    if not all(t in _GRAPH_KINDS for t in types):
+    if not _GRAPH_KINDS.issuperset(types):
         return False
     peers = [
         d if t == SEND else (s if t == RECV else -1)
@@ -151,23 +159,28 @@ def _assemble_columns(g: AlgoGraph, trace: Trace, attrs: AlgoAttributes, symboli
             if types[dep] in (SEND, RECV):
                 amounts[pos] = attrs.chunk_cnt[dep] if symbolic else comm_size[dep]
                 break
-    chunks = [float(a or 0) for a in amounts]
-    ops, srcs, dsts = attrs.data_op, attrs.data_src, attrs.data_dst
+    chunks = list(map(float, amounts)) if None not in amounts else [float(a or 0) for a in amounts]  # type: ignore[arg-type]  # (no None)
     try:
-        data = [
-            None if op is None and src is None and dst is None else _checked_data(op, src, dst, t, c)
-            for op, src, dst, t, c in zip(ops, srcs, dsts, types, chunks, strict=True)
-        ]
+        data = _data_column(attrs.data_op, attrs.data_src, attrs.data_dst, types, chunks)
     except ValueError:
         return False
     g.kinds = list(types)
     g.peers = peers  # type: ignore[assignment]  # (None is ruled out above)
-    g.tags = [(tag or 0) if t != COMP else 0 for t, tag in zip(types, trace.comm_tag, strict=True)]
+    no_comp = COMP not in types  # (an algorithm without COMP nodes: columns copied whole)
+    if no_comp and None not in trace.comm_tag:
+        g.tags = list(trace.comm_tag)  # type: ignore[arg-type]
+    else:
+        g.tags = [(tag or 0) if t != COMP else 0 for t, tag in zip(types, trace.comm_tag, strict=True)]
     g.chunks = chunks
     durations = trace.duration_micros
-    g.durations_ns = [None if t != COMP or not d else d * 1000.0 for t, d in zip(types, durations, strict=True)]
+    if no_comp:
+        g.durations_ns = [None] * len(types)
+    else:
+        g.durations_ns = [None if t != COMP or not d else d * 1000.0 for t, d in zip(types, durations, strict=True)]
     if g.written_bytes is not None:
-        g.written_bytes = [float(size or 0) for size in comm_size]
+        g.written_bytes = (
+            list(map(float, comm_size)) if None not in comm_size else [float(size or 0) for size in comm_size]  # type: ignore[arg-type]
+        )
     g.names = list(trace.names)
     g.data = data
     if ignore_ctrl or not trace.ctrl_idx:
@@ -179,6 +192,15 @@ def _assemble_columns(g: AlgoGraph, trace: Trace, attrs: AlgoAttributes, symboli
     return True
 
 
+def _picked(column: list[Any], positions: list[int]) -> tuple[Any, ...]:
+    """``column[p]`` for each of *positions*."""
+    if len(positions) > 1:
+        return operator.itemgetter(*positions)(column)  # type: ignore[no-any-return]
+    return tuple(column[p] for p in positions)
+
+
+#: Node types that send or receive.
+_COMM_KINDS = frozenset({SEND, RECV})
 #: Node types whose graph node :func:`_assemble_columns` makes (others: :func:`_assemble_nodes`).
 _GRAPH_KINDS = frozenset({SEND, RECV, COMP})
 
@@ -257,6 +279,32 @@ _DATA_ATTRS = frozenset({"data_op", "data_src", "data_dst"})
 _KIND_OPS = {SEND: ("send",), RECV: ("store", "reduce"), COMP: ("copy", "reduce")}
 #: The node attributes the reader looks at (the rest come from the trace's columns).
 _READ_ATTRS = frozenset({"msg_chunk_cnt", "total_chunk_cnt", "etsim_exit", *_DATA_ATTRS})
+
+
+#: Checked annotations by ``(op, src, dst, kind, chunks)``: a family's ranks repeat the same few thousand.
+_DATA_BY_KEY: dict[tuple[str | None, str | None, str | None, int, float], NodeData | None] = {}
+#: Entries :data:`_DATA_BY_KEY` may hold (then it starts again: a process may read many families).
+_DATA_KEYS_MAX = 1 << 16
+
+
+def _data_column(
+    ops: list[str | None], srcs: list[str | None], dsts: list[str | None], kinds: list[int], chunks: list[float]
+) -> list[NodeData | None]:
+    """Each node's checked annotation (None without one), looked up per distinct key (ValueError: see below).
+
+    The look-ups run in C (``map`` over ``dict.get``); only the nodes found None are looked at one by one. A bad
+    annotation raises ValueError, as :func:`_checked_data` does.
+    """
+    keys = list(zip(ops, srcs, dsts, kinds, chunks, strict=True))
+    found = list(map(_DATA_BY_KEY.get, keys))
+    for i in [i for i, value in enumerate(found) if value is None]:
+        op, src, dst, kind, amount = key = keys[i]
+        if op is None and src is None and dst is None:
+            continue  # no annotation
+        if len(_DATA_BY_KEY) >= _DATA_KEYS_MAX:
+            _DATA_BY_KEY.clear()
+        found[i] = _DATA_BY_KEY[key] = _checked_data(op, src, dst, kind, amount)
+    return found
 
 
 def _checked_data(op: str | None, src: str | None, dst: str | None, kind: int, chunks: float) -> NodeData:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -108,7 +109,7 @@ class AlgoGraph:
         if self._succ is not None:
             return self._succ[2]
         ptr = self.deps_ptr
-        return [b - a for a, b in itertools.pairwise(ptr)]
+        return list(map(operator.sub, itertools.islice(ptr, 1, None), ptr))  # (in C: a million nodes' worth)
 
     def successor_lists(self) -> list[tuple[int, ...]]:
         """Successors of each node as a tuple (the walker's form), computed once and cached."""

@@ -124,7 +124,7 @@ def decode_columns(data: bytes, starts: Sequence[int], ends: Sequence[int]) -> F
 
     n = len(ends) - 1
     view = memoryview(data)
-    frames = [view[start:end] for start, end in zip(starts[1:], ends[1:], strict=True)]
+    frames = list(map(view.__getitem__, map(slice, starts[1:], ends[1:])))  # (in C: one slice per node)
     joined = _SENTINEL + _SENTINEL.join(frames) if frames else b""
     del frames
     message = FlatNodes()
@@ -139,7 +139,7 @@ def decode_columns(data: bytes, starts: Sequence[int], ends: Sequence[int]) -> F
         ("type", -1, np.int64, 0),
         ("duration_micros", _MAX_U64, np.uint64, 0),
     ):
-        runs = _runs(np, list(getattr(message, field)), sentinel, dtype, n)
+        runs = _runs(np, getattr(message, field), sentinel, dtype, n)
         if runs is None:
             return None
         counts, flat = runs
@@ -161,7 +161,7 @@ def decode_columns(data: bytes, starts: Sequence[int], ends: Sequence[int]) -> F
     csrs = []
     deps_precede = True
     for field in ("data_deps", "ctrl_deps"):
-        runs = _runs(np, list(getattr(message, field)), _MAX_U64, np.uint64, n)
+        runs = _runs(np, getattr(message, field), _MAX_U64, np.uint64, n)
         if runs is None:
             return None
         counts, flat = runs
@@ -175,8 +175,12 @@ def decode_columns(data: bytes, starts: Sequence[int], ends: Sequence[int]) -> F
     return FlatColumns(ids, names, types, durations, data_ptr, data_deps, ctrl_ptr, ctrl_deps, attrs, deps_precede)
 
 
-def _runs(np: Any, values: list[int], sentinel: int, dtype: Any, n: int) -> tuple[Any, Any] | None:
-    """How many values each node wrote after its sentinel, and the values without sentinels; None if not *n* runs."""
+def _runs(np: Any, values: Sequence[int], sentinel: int, dtype: Any, n: int) -> tuple[Any, Any] | None:
+    """How many values each node wrote after its sentinel, and the values without sentinels; None if not *n* runs.
+
+    *values* is a repeated field as parsed: numpy copies it whole (upb's containers offer ``__array__``), where a
+    list of it would make an int object per value.
+    """
     array = np.array(values, dtype=dtype)
     mark = array == dtype(sentinel)
     at = np.flatnonzero(mark)
