@@ -140,8 +140,8 @@ class System:
         #: Of those, the messages of collectives that run as one stream (a model with link state takes only
         #: these in bulk: streams of one collective share links at the same time).
         self.shared_single_stream_messages = 0
-        # The smallest SEND of each graph, in chunks (the graph kept with its id).
-        self._smallest_send: dict[int, tuple[AlgoGraph, float | None]] = {}
+        # The smallest SEND of each graph, in chunks, or a lower bound of it (the graph kept with its id; exact?).
+        self._smallest_send: dict[int, tuple[AlgoGraph, float | None, bool]] = {}
         self._sends: dict[int, tuple[AlgoGraph, int]] = {}
         #: The ranks that run when others mirror them (replica folding, ``workload/fold.py``), or None: all run.
         self.simulated: frozenset[int] | None = None
@@ -478,11 +478,16 @@ class System:
         """Refuse a split that makes messages smaller than one byte."""
         found = self._smallest_send.get(id(graph))
         if found is None or found[0] is not graph:
+            # The smallest size of any node bounds the smallest send's from below, in a tenth of the time.
+            bound = min(graph.chunks, default=0.0)
+            found = self._smallest_send[id(graph)] = (graph, bound if bound > 0 else None, False)
+        smallest = found[1]
+        if not found[2] and (smallest is None or smallest * unit < 1.0):  # the bound does not settle it
             # (in C: compress, map and filter; a family of a million sends is checked graph by graph)
             sends = itertools.compress(graph.chunks, map(SEND.__eq__, graph.kinds))
             positive = filter(functools.partial(operator.lt, 0), sends)
-            found = self._smallest_send[id(graph)] = (graph, min(positive, default=None))
-        smallest = found[1]
+            smallest = min(positive, default=None)
+            self._smallest_send[id(graph)] = (graph, smallest, True)
         if smallest is not None and smallest * unit < 1.0:
             raise ConfigError(
                 f"{where}: {collective.name.lower()} of {size} bytes over {n} ranks in {self.config.chunks} chunk(s) "
