@@ -138,7 +138,7 @@ class AlgoGraph:
         Computed once, like the successor lists: a graph is not changed once it is in use.
         """
         if self._priced is None:
-            self._priced = any(
+            self._priced = COMP in self.kinds and any(
                 kind == COMP and dur is None for kind, dur in zip(self.kinds, self.durations_ns, strict=True)
             )
         return self._priced

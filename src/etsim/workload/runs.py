@@ -204,8 +204,9 @@ class AlgoRun(GraphRun):
         self, engine: Engine, rank: int, part: CollectivePart, chans: dict[Any, Channel], call: CollectiveCall
     ) -> None:
         g = part.graph
-        # In-degrees only until the part starts; successors when it does (a part the fast path evaluates never does).
-        super().__init__(engine, rank, [], g.in_degrees())
+        # Successors and in-degrees when the part starts (a part the fast path evaluates never does).
+        super().__init__(engine, rank, [], [])
+        self.remaining = g.num_nodes
         self.kinds = g.kinds
         self.peers = g.peers
         self.tags = g.tags
@@ -227,9 +228,14 @@ class AlgoRun(GraphRun):
 
     def start(self) -> None:
         """Take the graph's successors and a copy of its in-degrees, then walk."""
-        self.succs = self.part.graph.successor_lists()
-        self.indeg = self.indeg.copy()
+        self._take_graph()
         GraphRun.start(self)
+
+    def _take_graph(self) -> None:
+        """The graph's successors, and its in-degrees as this run's own list."""
+        graph = self.part.graph
+        self.succs = graph.successor_lists()
+        self.indeg = list(graph.in_degrees())
 
     def execute(self, j: int) -> None:
         """SEND/RECV through the engine's mailbox; COMP as a reduction."""
@@ -341,8 +347,7 @@ class GatedAlgoRun(ExitAlgoRun):
 
     def start(self) -> None:
         """Take the successors, copy the in-degrees, make gated nodes unreachable by counting, then walk."""
-        self.succs = self.part.graph.successor_lists()
-        self.indeg = self.indeg.copy()
+        self._take_graph()
         for x in self.part.graph.gates:
             self.indeg[x] = 1 << 40  # counting never makes it ready
         GraphRun.start(self)
