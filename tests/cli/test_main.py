@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import subprocess
 import sys
+
+import pytest
 
 from etsim.cli import COMMAND_MODULES, COMMANDS, build_parser
 
@@ -77,3 +80,26 @@ def test_the_command_exits_without_teardown_but_with_everything_written(tmp_path
     bad = subprocess.run([sys.executable, "-m", "etsim", "run", str(tmp_path / "missing")], capture_output=True,
                          text=True, check=False)  # fmt: skip
     assert bad.returncode == 1 and "no such file" in bad.stderr
+
+
+@pytest.mark.parametrize(("environment", "advised"), [(None, "False"), ("1", "True")])
+def test_the_command_turns_numpys_huge_page_advice_off_unless_told(tmp_path, environment, advised):
+    """Large temporaries stall in the kernel's on-demand compaction when numpy advises huge pages (see console)."""
+    hook = tmp_path / "hook.py"
+    hook.write_text(
+        "import atexit, pathlib, runpy, sys\n"
+        "def state():\n"
+        "    from numpy._core.multiarray import _set_madvise_hugepage\n"
+        f"    pathlib.Path({str(tmp_path / 'state')!r}).write_text(str(_set_madvise_hugepage(False)))\n"
+        "atexit.register(state)\n"
+        "sys.argv = ['etsim', 'run', 'workloads/allreduce_8npus_1MiB.et', '-q']\n"
+        "runpy.run_module('etsim', run_name='__main__')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    if environment is not None:
+        env["NUMPY_MADVISE_HUGEPAGE"] = environment
+    done = subprocess.run(
+        [sys.executable, str(hook)], capture_output=True, text=True, check=False, cwd=_root(), env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "state").read_text() == advised
