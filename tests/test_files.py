@@ -60,3 +60,29 @@ def test_json_booleans_are_not_ranks(tmp_path: Path) -> None:
     groups.write_text('{"1": [true, false]}')
     with pytest.raises(ConfigError, match=r"group '1': ranks \[True, False\] are not in 0..3"):
         load_comm_groups(groups, 4)
+
+
+def test_read_into_fills_a_reused_buffer_and_declines_what_read_bytes_must_handle(tmp_path, monkeypatch):
+    import gzip as gz
+    import os as _os
+
+    from etsim.files import read_bytes as read_all
+    from etsim.files import read_into
+
+    small, large = tmp_path / "small", tmp_path / "large"
+    small.write_bytes(b"abc")
+    large.write_bytes(bytes(range(256)) * 100)
+    buffer = bytearray(4)
+    got = read_into(small, buffer)
+    assert got is not None and got[0] is buffer and bytes(got[0][: got[1]]) == b"abc"
+    got = read_into(large, buffer)  # too small: a larger buffer comes back
+    assert got is not None and got[1] == 25_600 and bytes(got[0][: got[1]]) == read_all(large)
+    again = read_into(small, got[0])  # reused, with the older file's bytes beyond the count
+    assert again is not None and again[0] is got[0] and bytes(again[0][: again[1]]) == b"abc"
+    packed = tmp_path / "packed.gz"
+    packed.write_bytes(gz.compress(b"abc"))
+    assert read_into(packed, buffer) is None  # (read_bytes decompresses it)
+    assert read_into(tmp_path / "missing", buffer) is None
+    real_fstat = _os.fstat
+    monkeypatch.setattr(_os, "fstat", lambda fd: type("S", (), {"st_size": real_fstat(fd).st_size - 1})())
+    assert read_into(large, bytearray(1 << 16)) is None  # it has more bytes than it said: not trusted

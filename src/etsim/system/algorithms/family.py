@@ -18,6 +18,7 @@ from etsim.chakra.graph import CollectiveType, Trace
 from etsim.chakra.io import frame_spans, read_bytes, resolve_family
 from etsim.chakra.schema import et_def_pb2 as pb
 from etsim.errors import ConfigError, TraceError, warn
+from etsim.files import read_into
 from etsim.system.algorithms.base import CollectiveAlgorithm
 
 __all__ = ["ChakraAlgorithm", "relative", "same_graph"]
@@ -437,13 +438,21 @@ def _read_part(ranks: range) -> dict[int, RankRead]:
     assert _FAMILY_READ is not None
     algo, first, columns, encoder = _FAMILY_READ
     out = {}
+    buffer = bytearray()
     for rank in ranks:
         if encoder is not None:
             recorded, encode = encoder
             expected = encode.encode_runs(rank)
-            if expected is not None and read_bytes(algo.paths[rank]) == expected:
-                out[rank] = RankRead(None, recorded, fast=True, same=True)
-                continue
+            if expected is not None:
+                got = read_into(algo.paths[rank], buffer)
+                if got is not None:
+                    buffer, count = got
+                    same = count == len(expected) and buffer.startswith(expected)
+                else:
+                    same = read_bytes(algo.paths[rank]) == expected
+                if same:
+                    out[rank] = RankRead(None, recorded, fast=True, same=True)
+                    continue
         read = algo._read(rank, columns)
         if first is not None and read.graph is not None and _matches(first, read.graph, rank, algo.num_ranks):
             read.graph = None
