@@ -220,18 +220,18 @@ BACKGROUND_NODES = 200_000
 def verify_graphs_later(graphs: Sequence[AlgoGraph], collective: CollectiveType | int) -> Callable[[], Verdict] | None:
     """:func:`verify_graphs` of *graphs* running beside the caller; the function returned waits for its verdict.
 
-    Only a large family verified over the union of its ranks' graphs is: the union is made here, before the copy
+    Only a large family is (:data:`BACKGROUND_NODES` nodes over its ranks), verified by rank 0's execution when
+    every rank shares its graph, else over the union of the ranks' graphs. That union is made here, before the copy
     of the process is forked, so that the copy and the caller (whose fast path evaluates the same union) share it.
-    None means the caller verifies now: the graphs are one shared graph or small, there is no union, or the
-    process cannot fork (:func:`~etsim.workers.fork_call`). A copy that dies, or raises, has its verification
-    redone in this process when the verdict is asked for: the verdict never depends on where it was made.
+    None means the caller verifies now: the family is small, there is no union, or the process cannot fork
+    (:func:`~etsim.workers.fork_call`). A copy that dies, or raises, has its verification redone in this process
+    when the verdict is asked for: the verdict never depends on where it was made.
     """
     from etsim.workers import BackgroundLost, fork_call
 
-    distinct = {id(g): g for g in graphs}
-    if len(distinct) < 2 or sum(g.num_nodes for g in distinct.values()) < BACKGROUND_NODES:
+    if sum(g.num_nodes for g in graphs) < BACKGROUND_NODES:
         return None
-    if isinstance(union_of(graphs), str):
+    if len({id(g) for g in graphs}) > 1 and isinstance(union_of(graphs), str):
         return None
     job = fork_call(_verify_quietly, graphs, int(collective))
     if job is None:
