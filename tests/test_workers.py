@@ -171,3 +171,40 @@ def test_fork_call_says_when_the_call_raised_or_its_process_died(can_fork: None)
 def test_fork_call_declines_where_forking_is_not_safe(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(workers, "fork_jobs", lambda cap=None: 1)
     assert fork_call(sum, [1]) is None
+
+
+def test_fork_call_declines_when_the_fork_fails_and_a_cut_answer_is_lost_not_raised(
+    can_fork: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import signal
+
+    made: list[int] = []
+    real_pipe = os.pipe
+
+    def no_fork() -> int:
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "fork", no_fork)
+        m.setattr(os, "pipe", lambda: made.extend(real_pipe()) or tuple(made[-2:]))
+        assert fork_call(sum, [1]) is None  # (the caller does the work)
+    assert len(made) == 2
+    for fd in made:  # the pipe is closed
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    job = fork_call(lambda: b"x" * (8 << 20))  # more than a pipe holds: the copy waits to write the rest
+    assert job is not None
+    time.sleep(0.3)
+    os.kill(job._pid, signal.SIGKILL)
+    with pytest.raises(BackgroundLost, match="cannot be read"):
+        job.result()
+
+
+def test_a_cancelled_call_leaves_no_process_behind(can_fork: None) -> None:
+    job = fork_call(time.sleep, 30)
+    assert job is not None
+    job.cancel()
+    with pytest.raises(ProcessLookupError):
+        os.kill(job._pid, 0)
+    job.cancel()  # (twice: nothing more to do)

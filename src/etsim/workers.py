@@ -416,7 +416,7 @@ class Background:
         """The call's return value, once it is there (it is read once: call this once).
 
         Raises:
-            BackgroundLost: the copy died before it answered, or the call raised there.
+            BackgroundLost: the copy died before it answered (or while it did), or the call raised there.
         """
         if self._done:
             raise BackgroundLost("the answer was read already")
@@ -433,33 +433,61 @@ class Background:
                 os.waitpid(self._pid, 0)
         if not payload:
             raise BackgroundLost("the process died before it answered")
-        status, value = pickle.loads(payload)
+        try:
+            status, value = pickle.loads(payload)
+        except Exception as exc:  # (cut short: the copy died while it wrote)
+            raise BackgroundLost(f"the answer cannot be read: {type(exc).__name__}: {exc}") from None
         if status != "ok":
             raise BackgroundLost(value)
         return value
 
+    def cancel(self) -> None:
+        """End the copy now, if its answer was not read (nothing is left behind: it is killed and reaped)."""
+        if self._done:
+            return
+        self._done = True
+        with contextlib.suppress(OSError):
+            os.kill(self._pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self._pid, 0)
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
 
 def fork_call(function: Callable[..., R], *args: Any) -> Background | None:
-    """Start ``function(*args)`` in a forked copy of this process; None where forking is not safe (:func:`fork_jobs`).
+    """Start ``function(*args)`` in a forked copy of this process; None where forking is not safe or fails.
 
     - The copy shares this process's memory as it is (copy on write): *function* and *args* are not pickled,
       only the return value is, sent back through a pipe.
     - The copy ends with ``os._exit`` once it has answered: no ``atexit`` handler, no buffer of this process is
-      flushed twice. A Ctrl-C reaches both processes; the copy then ends without an answer.
+      flushed twice. Ctrl-C and SIGTERM end it at once (their default actions, set before they can arrive), so
+      it never unwinds into this process's own code; this process then finds no answer.
+    - None also when the fork itself fails (no memory, a limit on processes): the caller does the work.
     - Worth it for calls of a second or so, on a machine with a CPU to spare: a fork of a large process costs
       tens of milliseconds.
     """
     if fork_jobs() <= 1:
         return None
-    read_end, write_end = os.pipe()
-    with _signals_held():  # (a Ctrl-C between the fork and the handlers below: delivered on leaving)
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - the copy (its coverage is not collected)
+    try:
+        read_end, write_end = os.pipe()
+    except OSError:
+        return None
+    with _signals_held():  # (delivered on leaving: in the copy, to the default actions set here)
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read_end)
+            os.close(write_end)
+            return None
+        if pid == 0:  # pragma: no cover - the copy (its coverage is not collected)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if pid == 0:  # pragma: no cover - the copy
         try:
             os.close(read_end)
             try:
                 payload = pickle.dumps(("ok", function(*args)), protocol=pickle.HIGHEST_PROTOCOL)
-            except BaseException as exc:  # (KeyboardInterrupt included: the copy answers that it stopped)
+            except BaseException as exc:
                 payload = pickle.dumps(("error", f"{type(exc).__name__}: {exc}"))
             with os.fdopen(write_end, "wb") as pipe:
                 pipe.write(payload)
