@@ -166,6 +166,7 @@ def simulate(
                         observer,
                         fast_excluded=excluded if reruns < MAX_FAST_RERUNS else None,
                         fold=fold,
+                        recorded=caught,
                     )
                     break
                 except FoldConflict:
@@ -218,6 +219,7 @@ def _simulate(
     *,
     fast_excluded: set[Hashable] | None = None,
     fold: bool = True,
+    recorded: list[warnings.WarningMessage] | None = None,
 ) -> Result:
     config = system or SystemConfig()
     if fast_excluded is None:
@@ -274,6 +276,7 @@ def _simulate(
     dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
     sys_layer = System(config, groups, dims=dims, topology=topo)
     sys_layer.deferred_checks = []  # large families are verified beside the run, settled before any result
+    sys_layer.recorded_warnings = recorded
     if folded is not None:
         sys_layer.simulated = frozenset(folded.simulated)
     expected = sys_layer.message_estimate(traces)
@@ -306,6 +309,9 @@ def _simulate(
             sys_layer.settle_checks()  # an algorithm that is wrong is the error to report, as if verified first
         except ConfigError as wrong:
             raise wrong from None
+        raise
+    except BaseException:  # (an interrupt: nothing is left verifying)
+        sys_layer.cancel_checks()
         raise
     finally:
         if display is not None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 import warnings
 from pathlib import Path
 
@@ -240,3 +242,102 @@ def test_a_wrong_family_verified_beside_the_run_is_the_error_reported_when_the_r
         run_tacos(tacos_family(tmp_path / "good", broken=False))
     with pytest.raises(ConfigError, match="does not compute all_gather over 9 ranks"):
         run_tacos(tacos_family(tmp_path / "bad", broken=True))
+
+
+def _children(jobs: list[object]) -> list[int]:
+    """The forked copies of *jobs* that still exist (running, or finished and not reaped)."""
+    alive = []
+    for job in jobs:
+        pid = job._pid  # type: ignore[attr-defined]
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        alive.append(pid)
+    return alive
+
+
+@pytest.fixture
+def beside(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every large-enough family verified in a forked copy; the copies started, for the test to inspect."""
+    import etsim.algo.verify as verify
+    import etsim.workers as workers
+
+    jobs: list[object] = []
+    real_fork = workers.fork_call
+    monkeypatch.setattr(verify, "BACKGROUND_NODES", 0)
+    monkeypatch.setattr(workers, "fork_jobs", lambda cap=None: 2)
+    monkeypatch.setattr(workers, "fork_call", lambda *args: jobs.append(real_fork(*args)) or jobs[-1])
+    return jobs
+
+
+def _solo_groups_after(tmp_path: Path, family: Path) -> tuple[str, list[str]]:
+    """An all-gather with *family*, then on every rank an all-reduce over a group of its own (which warns)."""
+    from etsim.chakra import TraceBuilder
+    from etsim.chakra.schema import et_def_pb2 as pb
+
+    groups = json.dumps({f"solo{r}": [r] for r in range(9)})
+    traces = []
+    for r in range(9):
+        b = TraceBuilder()
+        first = b.collective(C.ALL_GATHER, MiB)
+        b.collective(C.ALL_REDUCE, MiB, deps=[first], pg_name=f"solo{r}")
+        b.metadata.attr.append(pb.AttributeProto(name="etsim_comm_groups", string_val=groups))
+        traces.append(b.build(rank=r))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ConfigError) as info:
+            simulate(
+                Workload(traces),
+                topology=mesh([3, 3], 50.0, 500.0),
+                system=SystemConfig(algorithms={"all_gather": str(family)}),
+            )
+    return str(info.value), [str(w.message) for w in caught]
+
+
+def test_a_late_refusal_drops_what_the_run_warned_after_the_point_where_it_would_have_stopped(
+    tmp_path: Path, beside: list[object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import etsim.algo.verify as verify
+
+    broken = tacos_family(tmp_path, broken=True)
+    late = _solo_groups_after(tmp_path, broken)
+    assert len(beside) == 1
+    monkeypatch.setattr(verify, "BACKGROUND_NODES", 1 << 60)
+    first = _solo_groups_after(tmp_path, broken)
+    assert late == first
+    assert "does not compute all_gather" in first[0] and not any("1-rank group" in w for w in first[1])
+
+
+def test_no_verifying_copy_is_left_behind_by_a_refusal_or_an_interrupt(
+    tmp_path: Path, beside: list[object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import etsim.algo.verify as verify
+    import etsim.simulation as simulation
+    from etsim.chakra import TraceBuilder
+
+    broken, good = tacos_family(tmp_path / "b", broken=True), tacos_family(tmp_path / "g", broken=False)
+    traces = []
+    for r in range(9):  # two families verified beside the run: the first refuses, the second is cancelled
+        b = TraceBuilder()
+        b.collective(C.ALL_REDUCE, MiB, deps=[b.collective(C.ALL_GATHER, MiB)])
+        traces.append(b.build(rank=r))
+    ar = tmp_path / "ar"
+    export_algorithm(make_algorithm("ring"), C.ALL_REDUCE, 9, ar)
+    system = SystemConfig(algorithms={"all_gather": str(broken), "all_reduce": str(ar)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EtsimWarning)
+        with pytest.raises(ConfigError, match="does not compute all_gather"):
+            simulate(Workload(traces), topology=mesh([3, 3], 50.0, 500.0), system=system)
+        assert len(beside) == 2 and _children(beside) == []
+        beside.clear()
+        real_verify = verify._verify_quietly
+        monkeypatch.setattr(verify, "_verify_quietly", lambda *a: time.sleep(30) or real_verify(*a))
+
+        def interrupted(self: object, until: object = None) -> None:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(simulation.CountingEnvironment, "run", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            run_tacos(good)
+        assert len(beside) == 1 and _children(beside) == []

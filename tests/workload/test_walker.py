@@ -96,6 +96,22 @@ def test_collective_never_issued_by_a_peer_is_a_deadlock() -> None:
     assert "rank 0:" in text and "its collective never completes" in text and "rank 3" in text
 
 
+def test_a_part_that_never_started_is_reported_as_such() -> None:
+    """With one stream at a time, a collective's second chunk waits behind its first: never issued, never waiting."""
+    from etsim.chakra import CollectiveType
+
+    builders = [TraceBuilder() for _ in range(4)]
+    builders[1].recv(0, 100, tag=99)  # rank 1 never joins
+    for r, b in enumerate(builders):
+        b.collective(CollectiveType.ALL_REDUCE, 1 << 20, deps=[0] if r == 1 else [])
+    system = SystemConfig(algorithms={"default": "ring"}, chunks=2, active_streams=1, fast_path=False)
+    with pytest.raises(DeadlockError) as info:
+        simulate(wl(*builders), system=system)
+    text = str(info.value)
+    assert "rank 0: chunk 2, phase 1 of a collective has not started" in text
+    assert "(rs0_send) of a collective was issued and waits: completion" not in text
+
+
 def test_dangling_dependency_is_rejected_up_front() -> None:
     b = TraceBuilder()
     b.comp(deps=[42])

@@ -56,8 +56,9 @@ rank shares is executed for rank 0 alone where that gives the same verdict (:mod
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from etsim import progress
 from etsim.algo.dataflow import OUT_OF_PLACE
@@ -69,7 +70,10 @@ from etsim.algo.verify_shared import shared_verdict
 from etsim.algo.verify_union import union_verdict
 from etsim.chakra.graph import CollectiveType
 
-__all__ = ["BACKGROUND_NODES", "Verdict", "verify_graphs", "verify_graphs_later"]
+if TYPE_CHECKING:
+    from etsim.workers import Background
+
+__all__ = ["BACKGROUND_NODES", "PendingVerdict", "Verdict", "verify_graphs", "verify_graphs_later"]
 
 C = CollectiveType
 
@@ -217,8 +221,35 @@ def verify_graphs(graphs: Sequence[AlgoGraph], collective: CollectiveType | int,
 BACKGROUND_NODES = 200_000
 
 
-def verify_graphs_later(graphs: Sequence[AlgoGraph], collective: CollectiveType | int) -> Callable[[], Verdict] | None:
-    """:func:`verify_graphs` of *graphs* running beside the caller; the function returned waits for its verdict.
+class PendingVerdict:
+    """A verification running in a forked copy of the process (:func:`verify_graphs_later`).
+
+    Calling it waits for the verdict (made once; a copy that died or raised is redone here); :meth:`cancel` ends the
+    copy when the verdict is no longer wanted.
+    """
+
+    def __init__(self, job: Background, graphs: Sequence[AlgoGraph], collective: CollectiveType | int) -> None:
+        self._job, self._graphs, self._collective = job, graphs, collective
+        self._verdict: Verdict | None = None
+
+    def __call__(self) -> Verdict:
+        """The verdict, waited for once."""
+        if self._verdict is None:
+            from etsim.workers import BackgroundLost
+
+            try:
+                self._verdict = self._job.result()
+            except BackgroundLost:
+                self._verdict = verify_graphs(self._graphs, self._collective)
+        return self._verdict
+
+    def cancel(self) -> None:
+        """End the copy (killed and reaped) unless its verdict was taken."""
+        self._job.cancel()
+
+
+def verify_graphs_later(graphs: Sequence[AlgoGraph], collective: CollectiveType | int) -> PendingVerdict | None:
+    """:func:`verify_graphs` of *graphs* running beside the caller, which asks for the verdict when it needs it.
 
     Only a large family is (:data:`BACKGROUND_NODES` nodes over its ranks), verified by rank 0's execution when
     every rank shares its graph, else over the union of the ranks' graphs. That union is made here, before the copy
@@ -227,26 +258,14 @@ def verify_graphs_later(graphs: Sequence[AlgoGraph], collective: CollectiveType 
     (:func:`~etsim.workers.fork_call`). A copy that dies, or raises, has its verification redone in this process
     when the verdict is asked for: the verdict never depends on where it was made.
     """
-    from etsim.workers import BackgroundLost, fork_call
+    from etsim.workers import fork_call
 
     if sum(g.num_nodes for g in graphs) < BACKGROUND_NODES:
         return None
     if len({id(g) for g in graphs}) > 1 and isinstance(union_of(graphs), str):
         return None
     job = fork_call(_verify_quietly, graphs, int(collective))
-    if job is None:
-        return None
-    found: list[Verdict] = []
-
-    def verdict() -> Verdict:
-        if not found:
-            try:
-                found.append(job.result())
-            except BackgroundLost:
-                found.append(verify_graphs(graphs, collective))
-        return found[0]
-
-    return verdict
+    return PendingVerdict(job, graphs, collective) if job is not None else None
 
 
 def _verify_quietly(graphs: Sequence[AlgoGraph], collective: int) -> Verdict:

@@ -21,7 +21,7 @@ from etsim import progress
 from etsim.algo.graph import SEND, AlgoGraph
 from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Trace, collective_buffer_bytes
 from etsim.errors import ConfigError, EtsimError, FoldConflict, SimulationError, warn
-from etsim.system.algorithms import CollectiveAlgorithm, Phase
+from etsim.system.algorithms import CollectiveAlgorithm, DeferredCheck, Phase
 from etsim.system.config import SystemConfig, chunk_sizes
 from etsim.system.groups import CommGroups
 from etsim.system.rules import CallInfo
@@ -147,18 +147,42 @@ class System:
         self.simulated: frozenset[int] | None = None
         self._members_run: dict[tuple[int, ...], int] = {}
         #: Where verifications running beside the simulation leave their checks (None: every algorithm is verified
-        #: when a collective first uses it); :meth:`settle_checks` makes them.
-        self.deferred_checks: list[Callable[[], None]] | None = None
+        #: when a collective first uses it); :meth:`settle_checks` makes them, :meth:`cancel_checks` ends them.
+        self.deferred_checks: list[DeferredCheck] | None = None
+        #: The warnings the run has recorded so far (the caller's list, or None): a check that refuses late drops
+        #: those recorded after the point where it was left, as a refusal made there would have stopped the run.
+        self.recorded_warnings: list[Any] | None = None
+        self._check_marks: list[int] = []  # per deferred check, how many warnings were recorded when it was left
 
     def settle_checks(self) -> None:
         """Make the checks verifications running beside the simulation left (:attr:`deferred_checks`), in order.
 
         Raises:
-            ConfigError: an algorithm does not compute its collective (as verifying it first would have).
+            ConfigError: an algorithm does not compute its collective, as verifying it first would have said; the
+                warnings recorded after that check was left are dropped, and the other checks cancelled.
         """
         checks = self.deferred_checks or []
-        while checks:
-            checks.pop(0)()
+        try:
+            while checks:
+                checks[0].settle()
+                checks.pop(0)
+                self._check_marks.pop(0)
+        except ConfigError:
+            if self.recorded_warnings is not None and self._check_marks:
+                del self.recorded_warnings[self._check_marks[0] :]
+            self.cancel_checks()
+            raise
+        except BaseException:
+            self.cancel_checks()
+            raise
+
+    def cancel_checks(self) -> None:
+        """End every verification still running beside the simulation (an interrupt, a refusal)."""
+        for check in self.deferred_checks or []:
+            check.cancel()
+        if self.deferred_checks:
+            self.deferred_checks.clear()
+        self._check_marks.clear()
 
     def _warn_once(self, key: tuple[str, ...], message: str) -> None:
         if key not in self._warned:
@@ -259,9 +283,14 @@ class System:
                 raise ConfigError(f"{where}: {reason}")
             if n > 1:  # refuse an algorithm that does not compute its collective (verified once, cached)
                 as_written = self.config.families_as_written  # (the files' own sizes, not the call's)
+                deferred = self.deferred_checks
+                before = len(deferred) if deferred is not None else 0
                 algo.check_correct(
-                    lookup, n, where=where, label=label, size=None if as_written else size, later=self.deferred_checks
+                    lookup, n, where=where, label=label, size=None if as_written else size, later=deferred
                 )
+                if deferred is not None and len(deferred) > before:
+                    mark = len(self.recorded_warnings) if self.recorded_warnings is not None else 0
+                    self._check_marks += [mark] * (len(deferred) - before)
             inst = _Instance(collective, size, where, label, algo, self._next_namespace, key, rule)
             if self.config.families_as_written and algo.source == "chakra-et":
                 self._written_labels.add(label)

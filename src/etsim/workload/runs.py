@@ -237,6 +237,13 @@ class AlgoRun(GraphRun):
         self.succs = graph.successor_lists()
         self.indeg = list(graph.in_degrees())
 
+    def waiting(self) -> list[str]:
+        """:meth:`GraphRun.waiting`, or that the part has not started (its nodes were never issued)."""
+        if self.remaining and not self.indeg:
+            chunk, phase = self.part.stream + 1, self.part.phase + 1
+            return [f"rank {self.rank}: chunk {chunk}, phase {phase} of a collective has not started"]
+        return GraphRun.waiting(self)
+
     def execute(self, j: int) -> None:
         """SEND/RECV through the engine's mailbox; COMP as a reduction."""
         kind = self.kinds[j]

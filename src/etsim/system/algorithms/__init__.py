@@ -6,7 +6,7 @@ Importing this package registers the native algorithms in :data:`ALGORITHMS` (``
 Chakra ET families).
 """
 
-from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm, CollectiveAlgorithm, Phase
+from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm, CollectiveAlgorithm, DeferredCheck, Phase
 from etsim.system.algorithms.direct import DirectAlgorithm
 from etsim.system.algorithms.family import ChakraAlgorithm
 from etsim.system.algorithms.halving_doubling import HalvingDoublingAlgorithm
@@ -23,6 +23,7 @@ __all__ = [
     "BuiltAlgorithm",
     "ChakraAlgorithm",
     "CollectiveAlgorithm",
+    "DeferredCheck",
     "DirectAlgorithm",
     "HalvingDoublingAlgorithm",
     "HierarchicalAlgorithm",

@@ -9,12 +9,25 @@ from typing import Any, ClassVar
 from etsim import progress
 from etsim.algo.graph import RECV, SEND, AlgoGraph
 from etsim.algo.semantics import minimum_bytes
-from etsim.algo.verify import Verdict, verify_graphs, verify_graphs_later
+from etsim.algo.verify import PendingVerdict, Verdict, verify_graphs, verify_graphs_later
 from etsim.chakra.graph import CollectiveType, collective_buffer_bytes
 from etsim.errors import ConfigError
 from etsim.registry import Registry
 
-__all__ = ["ALGORITHMS", "BuiltAlgorithm", "CollectiveAlgorithm", "Phase"]
+__all__ = ["ALGORITHMS", "BuiltAlgorithm", "CollectiveAlgorithm", "DeferredCheck", "Phase"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeferredCheck:
+    """What :meth:`CollectiveAlgorithm.check_correct` leaves when the verification runs beside its caller.
+
+    Attributes:
+        settle: waits for the verdict; raises what ``check_correct`` would have raised.
+        cancel: ends the verification, whose verdict is no longer wanted (nothing is left running).
+    """
+
+    settle: Callable[[], None]
+    cancel: Callable[[], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,26 +153,39 @@ class CollectiveAlgorithm:
             return Verdict(None, f"algorithm {self.name!r} runs as phases; phased algorithms are not verified")
         return [self.graph(collective, group_size, r) for r in range(group_size)]
 
-    def _verify_later(self, collective: CollectiveType, group_size: int) -> Callable[[], Verdict] | None:
-        """:meth:`verify` running beside the caller (:func:`~etsim.algo.verify.verify_graphs_later`), or None."""
+    def _verify_later(
+        self, collective: CollectiveType, group_size: int
+    ) -> tuple[Callable[[], Verdict], Callable[[], None]] | None:
+        """:meth:`verify` running beside the caller (:func:`~etsim.algo.verify.verify_graphs_later`), or None.
+
+        The verdict (cached as :meth:`verify` caches it), and what ends the verification when it is not wanted.
+        """
         cache = self._verdict_cache()
         key = (int(collective), group_size)
         if key in cache:
             return None
-        running: dict[tuple[int, int], Callable[[], Verdict]] = self.__dict__.setdefault("_verdicts_running", {})
-        if key not in running:
+        running: dict[tuple[int, int], PendingVerdict] = self.__dict__.setdefault("_verdicts_running", {})
+        pending = running.get(key)
+        if pending is None:
             graphs = self._graphs_to_verify(collective, group_size)
             pending = verify_graphs_later(graphs, collective) if isinstance(graphs, list) else None
             if pending is None:
                 return None
             running[key] = pending
+        started = pending
 
         def verdict() -> Verdict:
             if key not in cache:
-                cache[key] = running.pop(key)()
+                cache[key] = started()
+                running.pop(key, None)
             return cache[key]
 
-        return verdict
+        def cancel() -> None:
+            if key not in cache:
+                started.cancel()
+                running.pop(key, None)
+
+        return verdict, cancel
 
     def check_correct(
         self,
@@ -169,7 +195,7 @@ class CollectiveAlgorithm:
         where: str = "",
         label: str = "",
         size: float | None = None,
-        later: list[Callable[[], None]] | None = None,
+        later: list[DeferredCheck] | None = None,
     ) -> None:
         """Raise :class:`~etsim.errors.ConfigError` if :meth:`verify` finds the algorithm wrong.
 
@@ -181,18 +207,19 @@ class CollectiveAlgorithm:
         time faster than the collective allows.
 
         *later*: a caller that can go on before the verdict is known (a simulation) passes a list. A verification
-        that runs beside it (:func:`~etsim.algo.verify.verify_graphs_later`) then leaves there the check to make,
-        which raises as this method would; the caller makes every such check before it trusts what it computed,
-        and before it reports any other error.
+        that runs beside it (:func:`~etsim.algo.verify.verify_graphs_later`) then leaves there a
+        :class:`DeferredCheck`; the caller settles every such check before it trusts what it computed, and before
+        it reports any other error, or cancels them.
         """
         if type(self).__dict__.get("verified_by_tests", False):
             return
-        pending = self._verify_later(collective, group_size) if later is not None else None
-        if pending is None:
+        found = self._verify_later(collective, group_size) if later is not None else None
+        if found is None:
             self._judge(self.verify(collective, group_size), collective, group_size, where, label, size)
-        else:
-            assert later is not None
-            later.append(lambda: self._judge(pending(), collective, group_size, where, label, size))
+            return
+        assert later is not None
+        verdict, cancel = found
+        later.append(DeferredCheck(lambda: self._judge(verdict(), collective, group_size, where, label, size), cancel))
 
     def _judge(
         self, verdict: Verdict, collective: CollectiveType, group_size: int, where: str, label: str, size: float | None
