@@ -208,3 +208,38 @@ def test_a_cancelled_call_leaves_no_process_behind(can_fork: None) -> None:
     with pytest.raises(ProcessLookupError):
         os.kill(job._pid, 0)
     job.cancel()  # (twice: nothing more to do)
+
+
+def test_the_copy_ends_with_a_parent_killed_outright(tmp_path: Path) -> None:
+    """SIGKILL leaves a parent no chance to cancel its copies: the kernel ends them (Linux's parent-death signal)."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys, time\n"
+        "import etsim.workers as workers\n"
+        "workers.fork_jobs = lambda cap=None: 2\n"
+        "job = workers.fork_call(time.sleep, 60)\n"
+        "print(job._pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    parent.stdout.close()
+
+    def gone() -> bool:
+        try:
+            with open(f"/proc/{child}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] == "Z"  # (ended; its new parent reaps it)
+        except FileNotFoundError:
+            return True
+
+    deadline = time.monotonic() + 10
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone()

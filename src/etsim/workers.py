@@ -461,7 +461,8 @@ def fork_call(function: Callable[..., R], *args: Any) -> Background | None:
       only the return value is, sent back through a pipe.
     - The copy ends with ``os._exit`` once it has answered: no ``atexit`` handler, no buffer of this process is
       flushed twice. Ctrl-C and SIGTERM end it at once (their default actions, set before they can arrive), so
-      it never unwinds into this process's own code; this process then finds no answer.
+      it never unwinds into this process's own code; this process then finds no answer. On Linux the copy also
+      ends when this process does, however it ends.
     - None also when the fork itself fails (no memory, a limit on processes): the caller does the work.
     - Worth it for calls of a second or so, on a machine with a CPU to spare: a fork of a large process costs
       tens of milliseconds.
@@ -472,6 +473,7 @@ def fork_call(function: Callable[..., R], *args: Any) -> Background | None:
         read_end, write_end = os.pipe()
     except OSError:
         return None
+    parent = os.getpid()
     with _signals_held():  # (delivered on leaving: in the copy, to the default actions set here)
         try:
             pid = os.fork()
@@ -482,6 +484,7 @@ def fork_call(function: Callable[..., R], *args: Any) -> Background | None:
         if pid == 0:  # pragma: no cover - the copy (its coverage is not collected)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _end_with(parent)
     if pid == 0:  # pragma: no cover - the copy
         try:
             os.close(read_end)
@@ -495,3 +498,19 @@ def fork_call(function: Callable[..., R], *args: Any) -> Background | None:
             os._exit(0)
     os.close(write_end)
     return Background(pid, read_end)
+
+
+def _end_with(parent: int) -> None:  # pragma: no cover - runs in the copy
+    """Have the kernel end this process when *parent* ends (Linux's ``PR_SET_PDEATHSIG``); if it has, end now.
+
+    A parent killed outright (SIGKILL, or SIGTERM where no handler is installed) cannot cancel its copies; without
+    this they would run on, orphaned, to the end of their call.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # (not Linux)
+        return
+    if os.getppid() != parent:
+        os._exit(0)
