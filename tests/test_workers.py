@@ -243,3 +243,11 @@ def test_the_copy_ends_with_a_parent_killed_outright(tmp_path: Path) -> None:
     while not gone() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert gone()
+
+
+def test_waiting_for_an_answer_can_show_progress(can_fork: None) -> None:
+    calls: list[float] = []
+    job = fork_call(lambda: time.sleep(0.5) or "done")
+    assert job is not None
+    assert job.result(lambda: calls.append(time.monotonic())) == "done"
+    assert len(calls) >= 2  # (every POLL seconds until the answer came)

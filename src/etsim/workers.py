@@ -412,8 +412,10 @@ class Background:
         self._pid, self._fd = pid, fd
         self._done = False
 
-    def result(self) -> Any:
+    def result(self, waiting: Callable[[], None] | None = None) -> Any:
         """The call's return value, once it is there (it is read once: call this once).
+
+        *waiting* is called every :data:`POLL` seconds until the answer starts to arrive (to show progress).
 
         Raises:
             BackgroundLost: the copy died before it answered (or while it did), or the call raised there.
@@ -423,6 +425,9 @@ class Background:
         self._done = True
         try:
             with os.fdopen(self._fd, "rb") as pipe:
+                if waiting is not None:
+                    while not wait_ready([self._fd], timeout=POLL):
+                        waiting()
                 payload = pipe.read()
         except BaseException:
             with contextlib.suppress(OSError):

@@ -226,10 +226,26 @@ def test_small_families_are_verified_here_and_a_lost_copy_is_redone_here(
     monkeypatch.setattr(verify, "BACKGROUND_NODES", 0)
 
     class Lost:
-        def result(self) -> None:
+        def result(self, waiting: object = None) -> None:
             raise workers.BackgroundLost("the process died before it answered")
 
     monkeypatch.setattr(workers, "fork_call", lambda *args: Lost())
     pending = verify.verify_graphs_later(graphs, collective)
     assert pending is not None
     assert pending() == verify_graphs(graphs, collective)
+
+
+def test_waiting_for_a_verdict_beside_the_caller_shows_progress(beside: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import time
+
+    from etsim import progress
+
+    real = verify._verify_quietly
+    monkeypatch.setattr(verify, "_verify_quietly", lambda *args: time.sleep(1.3) or real(*args))
+    graphs, collective = FAMILIES["tacos-mesh3x3-ag"]()[:2]
+    stream = io.StringIO()
+    with progress.shown_on(stream, delay=0):
+        pending = verify.verify_graphs_later(graphs, collective)
+        assert pending is not None and pending().ok is True
+    assert "verifying all_gather over 9 ranks beside the run: 1 s" in stream.getvalue()

@@ -233,12 +233,23 @@ class PendingVerdict:
         self._verdict: Verdict | None = None
 
     def __call__(self) -> Verdict:
-        """The verdict, waited for once."""
+        """The verdict, waited for once (the seconds waited shown as progress)."""
         if self._verdict is None:
+            import time
+
             from etsim.workers import BackgroundLost
 
+            name = CollectiveType(int(self._collective)).name.lower()
+            watch = progress.stage(f"verifying {name} over {len(self._graphs):,} ranks beside the run", None, "s")
+            start = time.perf_counter()
+
+            def waiting() -> None:
+                waited = int(time.perf_counter() - start)
+                if waited > watch.done:
+                    watch.advance(waited - watch.done)
+
             try:
-                self._verdict = self._job.result()
+                self._verdict = self._job.result(waiting)
             except BackgroundLost:
                 self._verdict = verify_graphs(self._graphs, self._collective)
         return self._verdict
