@@ -251,3 +251,18 @@ def test_waiting_for_an_answer_can_show_progress(can_fork: None) -> None:
     assert job is not None
     assert job.result(lambda: calls.append(time.monotonic())) == "done"
     assert len(calls) >= 2  # (every POLL seconds until the answer came)
+
+
+def test_the_copy_ignores_what_this_process_ignores(can_fork: None) -> None:
+    """Ctrl-C and SIGTERM end the copy at once, unless this process ignores them (a background job, nohup)."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        ignoring = fork_call(lambda: (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)))
+        assert ignoring is not None
+        assert ignoring.result() == (signal.SIG_IGN, signal.SIG_DFL)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    default = fork_call(lambda: signal.getsignal(signal.SIGINT))
+    assert default is not None and default.result() == signal.SIG_DFL

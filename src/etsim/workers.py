@@ -465,8 +465,9 @@ def fork_call(function: Callable[..., R], *args: Any) -> Background | None:
     - The copy shares this process's memory as it is (copy on write): *function* and *args* are not pickled,
       only the return value is, sent back through a pipe.
     - The copy ends with ``os._exit`` once it has answered: no ``atexit`` handler, no buffer of this process is
-      flushed twice. Ctrl-C and SIGTERM end it at once (their default actions, set before they can arrive), so
-      it never unwinds into this process's own code; this process then finds no answer. On Linux the copy also
+      flushed twice. Ctrl-C and SIGTERM end it at once (their default actions, set before they can arrive, unless
+      this process ignores them), so it never unwinds into this process's own code; this process then finds no
+      answer. On Linux the copy also
       ends when this process does, however it ends.
     - None also when the fork itself fails (no memory, a limit on processes): the caller does the work.
     - Worth it for calls of a second or so, on a machine with a CPU to spare: a fork of a large process costs
@@ -487,8 +488,9 @@ def fork_call(function: Callable[..., R], *args: Any) -> Background | None:
             os.close(write_end)
             return None
         if pid == 0:  # pragma: no cover - the copy (its coverage is not collected)
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                if signal.getsignal(signum) is not signal.SIG_IGN:  # (what this process ignores, the copy does too)
+                    signal.signal(signum, signal.SIG_DFL)
             _end_with(parent)
     if pid == 0:  # pragma: no cover - the copy
         try:

@@ -248,4 +248,4 @@ def test_waiting_for_a_verdict_beside_the_caller_shows_progress(beside: None, mo
     with progress.shown_on(stream, delay=0):
         pending = verify.verify_graphs_later(graphs, collective)
         assert pending is not None and pending().ok is True
-    assert "verifying all_gather over 9 ranks beside the run: 1 s" in stream.getvalue()
+    assert "verifying all_gather over 9 ranks beside the run: 1 s waited" in stream.getvalue()

@@ -286,13 +286,13 @@ def _solo_groups_after(tmp_path: Path, family: Path) -> tuple[str, list[str]]:
         traces.append(b.build(rank=r))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with pytest.raises(ConfigError) as info:
+        with pytest.raises(Exception) as info:
             simulate(
                 Workload(traces),
                 topology=mesh([3, 3], 50.0, 500.0),
                 system=SystemConfig(algorithms={"all_gather": str(family)}),
             )
-    return str(info.value), [str(w.message) for w in caught]
+    return f"{type(info.value).__name__}: {info.value}", [str(w.message) for w in caught]
 
 
 def test_a_late_refusal_drops_what_the_run_warned_after_the_point_where_it_would_have_stopped(
@@ -306,7 +306,26 @@ def test_a_late_refusal_drops_what_the_run_warned_after_the_point_where_it_would
     monkeypatch.setattr(verify, "BACKGROUND_NODES", 1 << 60)
     first = _solo_groups_after(tmp_path, broken)
     assert late == first
-    assert "does not compute all_gather" in first[0] and not any("1-rank group" in w for w in first[1])
+    assert first[0].startswith("ConfigError") and "does not compute all_gather" in first[0]
+    assert not any("1-rank group" in w for w in first[1])
+
+
+def test_a_verifier_that_fails_beside_the_run_fails_as_it_would_have_first(
+    tmp_path: Path, beside: list[object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any error a late check raises drops what the run warned after its point, not only a refusal."""
+    import etsim.algo.verify as verify
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the verifier crashed")
+
+    monkeypatch.setattr(verify, "verify_graphs", crash)
+    monkeypatch.setattr(base, "verify_graphs", crash)
+    good = tacos_family(tmp_path, broken=False)
+    late = _solo_groups_after(tmp_path, good)
+    assert len(beside) == 1
+    monkeypatch.setattr(verify, "BACKGROUND_NODES", 1 << 60)
+    assert late == _solo_groups_after(tmp_path, good) == ("RuntimeError: the verifier crashed", [])
 
 
 def test_no_verifying_copy_is_left_behind_by_a_refusal_or_an_interrupt(

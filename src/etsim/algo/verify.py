@@ -240,7 +240,8 @@ class PendingVerdict:
             from etsim.workers import BackgroundLost
 
             name = CollectiveType(int(self._collective)).name.lower()
-            watch = progress.stage(f"verifying {name} over {len(self._graphs):,} ranks beside the run", None, "s")
+            label = f"verifying {name} over {len(self._graphs):,} ranks beside the run"
+            watch = progress.stage(label, None, "s waited")
             start = time.perf_counter()
 
             def waiting() -> None:

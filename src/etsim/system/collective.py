@@ -158,8 +158,9 @@ class System:
         """Make the checks verifications running beside the simulation left (:attr:`deferred_checks`), in order.
 
         Raises:
-            ConfigError: an algorithm does not compute its collective, as verifying it first would have said; the
-                warnings recorded after that check was left are dropped, and the other checks cancelled.
+            ConfigError: an algorithm does not compute its collective, as verifying it first would have said. Then,
+                as with any error a check raises, the warnings recorded after that check was left are dropped (made
+                first, it would have stopped the run there), and the other checks are cancelled.
         """
         checks = self.deferred_checks or []
         try:
@@ -167,7 +168,7 @@ class System:
                 checks[0].settle()
                 checks.pop(0)
                 self._check_marks.pop(0)
-        except ConfigError:
+        except Exception:
             if self.recorded_warnings is not None and self._check_marks:
                 del self.recorded_warnings[self._check_marks[0] :]
             self.cancel_checks()
