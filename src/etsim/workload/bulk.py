@@ -44,6 +44,7 @@ from etsim.workload.bulk_union import UnionPlan, plan_union, union_times
 
 if TYPE_CHECKING:
     from etsim.network.bulk import BulkTiming
+    from etsim.system.collective import CollectivePart
     from etsim.workload.collectives import CollectiveCall
     from etsim.workload.engine import Engine
     from etsim.workload.runs import AlgoRun
@@ -359,9 +360,7 @@ class FastPath:
     ) -> tuple[Any, Any]:
         """Every member's phase end over the union of the positions' graphs, and the sizes sent."""
         part = pending.runs[0].part  # type: ignore[union-attr]
-        after, then = part.endpoint_delay, 0.0
-        if after > 0 and self.engine.config.endpoint_delay_at == "receive":
-            after, then = 0.0, after
+        after, then = self._endpoint_delays(part)
         return union_times(
             namespace,
             union,
@@ -374,6 +373,12 @@ class FastPath:
             comp_ns=part.comp_ns,
             reduction_time=self.engine.costs.reduction_time,
         )
+
+    def _endpoint_delays(self, part: CollectivePart) -> tuple[float, float]:
+        """A part's endpoint delay as (paid before sending, paid after arrival: ``endpoint_delay_at: receive``)."""
+        if part.endpoint_delay > 0 and self.engine.config.endpoint_delay_at == "receive":
+            return 0.0, part.endpoint_delay
+        return part.endpoint_delay, 0.0
 
     @staticmethod
     def _gate_ready(
@@ -419,10 +424,8 @@ class FastPath:
         graph, plan, n = pending.graph, pending.plan, pending.n
         assert plan is not None
         part = pending.runs[0].part  # type: ignore[union-attr]
-        unit, after, comp_ns = part.bytes_per_unit, part.endpoint_delay, part.comp_ns
-        then = 0.0  # paid after arrival instead (endpoint_delay_at: receive)
-        if after > 0 and self.engine.config.endpoint_delay_at == "receive":
-            after, then = 0.0, after
+        unit, comp_ns = part.bytes_per_unit, part.comp_ns
+        after, then = self._endpoint_delays(part)
         reduction_time = self.engine.costs.reduction_time
         kinds, chunks, durs = graph.kinds, graph.chunks, graph.durations_ns
         rel, match, tie_class, tie_pos = plan.rel, plan.match, plan.tie_class, plan.tie_pos
