@@ -146,13 +146,13 @@ class System:
         #: The ranks that run when others mirror them (replica folding, ``workload/fold.py``), or None: all run.
         self.simulated: frozenset[int] | None = None
         self._members_run: dict[tuple[int, ...], int] = {}
-        #: Where verifications running beside the simulation leave their checks (None: every algorithm is verified
-        #: when a collective first uses it); :meth:`settle_checks` makes them, :meth:`cancel_checks` ends them.
-        self.deferred_checks: list[DeferredCheck] | None = None
+        #: The checks verifications running beside the simulation left, each with how many warnings had been
+        #: recorded when it was left (None: every algorithm is verified when a collective first uses it);
+        #: :meth:`settle_checks` makes them, :meth:`cancel_checks` ends them.
+        self.deferred_checks: list[tuple[DeferredCheck, int]] | None = None
         #: The warnings the run has recorded so far (the caller's list, or None): a check that refuses late drops
         #: those recorded after the point where it was left, as a refusal made there would have stopped the run.
         self.recorded_warnings: list[Any] | None = None
-        self._check_marks: list[int] = []  # per deferred check, how many warnings were recorded when it was left
 
     def settle_checks(self) -> None:
         """Make the checks verifications running beside the simulation left (:attr:`deferred_checks`), in order.
@@ -165,12 +165,11 @@ class System:
         checks = self.deferred_checks or []
         try:
             while checks:
-                checks[0].settle()
+                checks[0][0].settle()
                 checks.pop(0)
-                self._check_marks.pop(0)
         except Exception:
-            if self.recorded_warnings is not None and self._check_marks:
-                del self.recorded_warnings[self._check_marks[0] :]
+            if self.recorded_warnings is not None:
+                del self.recorded_warnings[checks[0][1] :]
             self.cancel_checks()
             raise
         except BaseException:
@@ -179,11 +178,10 @@ class System:
 
     def cancel_checks(self) -> None:
         """End every verification still running beside the simulation (an interrupt, a refusal)."""
-        for check in self.deferred_checks or []:
+        for check, _ in self.deferred_checks or []:
             check.cancel()
         if self.deferred_checks:
             self.deferred_checks.clear()
-        self._check_marks.clear()
 
     def _warn_once(self, key: tuple[str, ...], message: str) -> None:
         if key not in self._warned:
@@ -284,14 +282,11 @@ class System:
                 raise ConfigError(f"{where}: {reason}")
             if n > 1:  # refuse an algorithm that does not compute its collective (verified once, cached)
                 as_written = self.config.families_as_written  # (the files' own sizes, not the call's)
-                deferred = self.deferred_checks
-                before = len(deferred) if deferred is not None else 0
-                algo.check_correct(
-                    lookup, n, where=where, label=label, size=None if as_written else size, later=deferred
-                )
-                if deferred is not None and len(deferred) > before:
+                later: list[DeferredCheck] | None = [] if self.deferred_checks is not None else None
+                algo.check_correct(lookup, n, where=where, label=label, size=None if as_written else size, later=later)
+                if later and self.deferred_checks is not None:
                     mark = len(self.recorded_warnings) if self.recorded_warnings is not None else 0
-                    self._check_marks += [mark] * (len(deferred) - before)
+                    self.deferred_checks += [(check, mark) for check in later]
             inst = _Instance(collective, size, where, label, algo, self._next_namespace, key, rule)
             if self.config.families_as_written and algo.source == "chakra-et":
                 self._written_labels.add(label)
