@@ -13,14 +13,39 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-CORPUS = REPO.parent / "shared" / "corpus"
+#: Where the ecosystem corpus (real Chakra traces, MSCCL-IR files) is: $ETSIM_CORPUS, or ../shared/corpus.
+CORPUS_ENV = "ETSIM_CORPUS"
+#: Set to 1 (CI does, in ``.ci/run``) to make a missing corpus an error instead of a skip.
+REQUIRE_ENV = "ETSIM_REQUIRE_CORPUS"
+CORPUS = Path(os.environ.get(CORPUS_ENV) or REPO.parent / "shared" / "corpus")
+CORPUS_FOUND = CORPUS.is_dir()
+CORPUS_REQUIRED = os.environ.get(REQUIRE_ENV, "") not in ("", "0")
+_MISSING = f"the ecosystem corpus is not at {CORPUS} (put ../shared beside the clone, or set {CORPUS_ENV})"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "corpus: reads the ecosystem corpus (skipped without it, an error under CI)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked ``corpus`` run where the corpus is found; elsewhere they skip, or fail when it is required."""
+    if item.get_closest_marker("corpus") is not None:
+        require_corpus()
+
+
+def require_corpus() -> Path:
+    """The corpus directory; a skip naming why when it is missing, a failure when CI requires it."""
+    if not CORPUS_FOUND:
+        if CORPUS_REQUIRED:
+            pytest.fail(f"{_MISSING}; {REQUIRE_ENV} is set, so the corpus tests must run", pytrace=False)
+        pytest.skip(_MISSING)
+    return CORPUS
 
 
 @pytest.fixture(scope="session")
 def corpus() -> Path:
-    """``../shared/corpus`` (CI clones the repository with shared/ beside it)."""
-    assert CORPUS.is_dir(), f"the shared corpus is expected at {CORPUS}"
-    return CORPUS
+    """The ecosystem corpus (:data:`CORPUS`); tests using it skip without it (fail when it is required)."""
+    return require_corpus()
 
 
 @pytest.fixture(scope="session")

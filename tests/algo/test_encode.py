@@ -28,8 +28,6 @@ from etsim.producers.msccl import convert_msccl
 from etsim.producers.tacos import synthesize, write_synthesis
 from etsim.system.algorithms import ALGORITHMS
 
-CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "msccl"
-
 ATTRIBUTES = st.one_of(
     st.tuples(st.sampled_from(["is_cpu_op", "etsim_exit"]), st.booleans(), st.none()),
     st.tuples(st.sampled_from(["comm_src", "comm_dst", "comm_tag"]), st.integers(-(2**31), 2**31 - 1), st.none()),
@@ -86,8 +84,8 @@ def test_native_algorithms_encode_as_the_runtime_writes_them(name: str) -> None:
         _check_family(graphs, {"collective": collective.name.lower()})
 
 
-def test_msccl_corpus_encodes_as_the_runtime_writes_it() -> None:
-    files = sorted(CORPUS.rglob("*.xml"))[:12]
+def test_msccl_corpus_encodes_as_the_runtime_writes_it(corpus: Path) -> None:
+    files = sorted((corpus / "msccl").rglob("*.xml"))[:12]
     assert files, "the MSCCL-IR corpus is missing"
     for path in files:
         _check_family(convert_msccl(path).graphs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ import pytest
 from etsim.algo.family_io import algorithm_traces, write_family, write_family_by_rank
 from etsim.chakra import CollectiveType, Trace
 from etsim.system.algorithms import RingAlgorithm
+
+CORPUS = Path(os.environ.get("ETSIM_CORPUS") or Path(__file__).resolve().parents[3] / "shared" / "corpus")
 
 
 def _ring(n: int) -> list:
@@ -51,6 +54,20 @@ def test_a_forked_writer_that_fails_leaves_no_partial_family(tmp_path: Path) -> 
 MiB = 1 << 20
 
 
+def _msccl_xml(tmp_path: Path) -> Path:
+    """The corpus's first shipped MSCCL-IR file, or (a plain clone) a ring all-reduce our exporter writes."""
+    corpus = CORPUS / "msccl" / "shipped"
+    if corpus.is_dir():
+        return sorted(corpus.rglob("*.xml"))[0]
+    from etsim.producers.msccl import graphs_to_msccl
+
+    ring = RingAlgorithm()
+    xml = tmp_path / "ring8.xml"
+    graphs = [ring.graph(CollectiveType.ALL_REDUCE, 8, p) for p in range(8)]
+    xml.write_text(graphs_to_msccl(graphs, collective=CollectiveType.ALL_REDUCE))
+    return xml
+
+
 def _families(tmp_path: Path) -> dict[str, Path]:
     """One family per writer: a native export, an MSCCL-IR conversion (from the corpus) and a TACOS synthesis."""
     from etsim.network import mesh
@@ -64,8 +81,7 @@ def _families(tmp_path: Path) -> dict[str, Path]:
         graphs = [algo.graph(CollectiveType.ALL_REDUCE, 8, r) for r in range(8)]
         write_family(algorithm_traces(graphs, metadata={"collective": "all_reduce"}, size=8 * MiB), tmp_path / name)
         out[name] = tmp_path / name
-    corpus = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "msccl" / "shipped"
-    xml = sorted(corpus.rglob("*.xml"))[0]
+    xml = _msccl_xml(tmp_path)
     conversion = convert_msccl(xml)
     total = conversion.program.nchunksperloop
     write_msccl_et(conversion, tmp_path / "msccl", size=total * 4096)

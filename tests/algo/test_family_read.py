@@ -18,7 +18,6 @@ from etsim.system.algorithms import ALGORITHMS
 
 C = CollectiveType
 MiB = 1 << 20
-CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "msccl"
 
 
 def _fields(graph: AlgoGraph | None) -> dict[str, object] | None:
@@ -61,13 +60,15 @@ def test_native_exports_read_fast_into_the_ordinary_graphs(
     assert _same_as_ordinary(tmp_path / "f") == 8
 
 
-def test_msccl_conversions_of_the_corpus_and_tacos_read_fast_into_the_ordinary_graphs(tmp_path: Path) -> None:
+def test_msccl_conversions_of_the_corpus_and_tacos_read_fast_into_the_ordinary_graphs(
+    tmp_path: Path, corpus: Path
+) -> None:
     from etsim.network import mesh
     from etsim.producers.msccl import convert_msccl, write_msccl_et
     from etsim.producers.tacos import synthesize, write_synthesis
 
     converted = 0
-    for xml in sorted(CORPUS.rglob("*.xml")):
+    for xml in sorted((corpus / "msccl").rglob("*.xml")):
         try:
             conversion = convert_msccl(xml)
         except Exception:
@@ -185,7 +186,7 @@ def test_the_tables_of_distinct_attributes_and_annotations_start_again_when_full
     from etsim.network import mesh
     from etsim.producers.tacos import synthesize, write_synthesis
 
-    monkeypatch.setattr(family_graph, "_DATA_KEYS_MAX", 5)
+    monkeypatch.setattr(family_graph._DATA_BY_KEY, "size", 5)
     monkeypatch.setattr(family_read, "_DECODED_MAX", 40)
     family_graph._DATA_BY_KEY.clear()
     resets = []

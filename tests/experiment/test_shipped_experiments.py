@@ -17,7 +17,6 @@ from etsim.producers.workloads import generate as build_generated
 from .conftest import REPO, rows
 
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
-CORPUS = REPO.parent / "shared" / "corpus" / "msccl" / "generated"
 
 
 def test_the_experiments_are_shipped() -> None:
@@ -90,14 +89,14 @@ def test_ring_xmls_are_up_to_date() -> None:
     assert result.returncode == 0, result.stderr.decode()
 
 
-def test_ring_xml_generator_reproduces_the_corpus_byte_for_byte() -> None:
-    assert CORPUS.is_dir(), f"the MSCCL-IR corpus is expected at {CORPUS} (../shared beside the repository)"
+def test_ring_xml_generator_reproduces_the_corpus_byte_for_byte(corpus: Path) -> None:
+    generated = corpus / "msccl" / "generated"
     sys.path.insert(0, str(REPO / "scripts"))
     try:
         import gen_msccl_ring
     finally:
         sys.path.pop(0)
-    assert gen_msccl_ring.allreduce_ring(8) == (CORPUS / "allreduce_ring_n8_c1_i1_LL128.xml").read_text()
+    assert gen_msccl_ring.allreduce_ring(8) == (generated / "allreduce_ring_n8_c1_i1_LL128.xml").read_text()
 
 
 def test_the_moe_experiment_runs_reduced_with_the_step_report_columns(tmp_path: Path) -> None:

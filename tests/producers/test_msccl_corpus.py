@@ -38,6 +38,7 @@ def run(algo, collective, size, n, topology=None, **system):
         )
 
 
+@pytest.mark.corpus
 def test_corpus_is_discovered_by_glob():
     assert len(FILES) >= 50
     assert {p.parent.name for p in FILES} >= {"generated", "ndv4", "msccl-algorithms", "teccl"}
@@ -49,6 +50,7 @@ def test_corpus_is_discovered_by_glob():
 WRONG: dict[str, str] = {}
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.relative_to(CORPUS).as_posix())
 def test_every_corpus_file_converts_and_simulates(path):
     algo = load_msccl_algorithm(path)
@@ -81,6 +83,7 @@ def test_every_corpus_file_converts_and_simulates(path):
     assert result.network["bytes"] == pytest.approx(expected)
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("variant", ["allreduce_ring_n8_c1_i1_LL128.xml", "allreduce_ring_n8_c1_i1_LL128_nofusion.xml"])
 @pytest.mark.parametrize("size", [1000, MiB, 64 * MiB])
 @pytest.mark.parametrize("reduction_bandwidth", [None, 100.0])
@@ -93,6 +96,7 @@ def test_mscclang_ring_allreduce_matches_native_ring(variant, size, reduction_ba
     assert msccl.network["bytes"] == pytest.approx(native.network["bytes"])
 
 
+@pytest.mark.corpus
 def test_fused_and_unfused_ring_differ_only_in_step_count():
     fused = convert_msccl(GENERATED / "allreduce_ring_n8_c1_i1_LL128.xml")
     plain = convert_msccl(GENERATED / "allreduce_ring_n8_c1_i1_LL128_nofusion.xml")
@@ -101,6 +105,7 @@ def test_fused_and_unfused_ring_differ_only_in_step_count():
         assert sorted(a.kinds) == sorted(b.kinds) and a.num_nodes == b.num_nodes == 35
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("size", [MiB, 1 << 30])
 def test_recursive_doubling_allgather_matches_closed_form(size):
     p = 8
@@ -125,6 +130,7 @@ def test_halving_doubling_allreduce_through_msccl_matches_closed_form(tmp_path, 
     assert run("halving_doubling", CollectiveType.ALL_REDUCE, size, p).finish_ns == pytest.approx(result.finish_ns)
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize(
     "rel",
     [p.relative_to(CORPUS).as_posix() for p in FILES if "alltoall" in p.name or "a2a" in p.name],
@@ -140,6 +146,7 @@ def test_allpairs_alltoall_moves_n_minus_1_over_n_of_the_buffer_per_rank(rel):
     assert result.network["bytes"] == pytest.approx(n * (n - 1) / n * size)
 
 
+@pytest.mark.corpus
 def test_hierarchical_allreduce_sends_the_same_bytes_as_ring_in_fewer_steps():
     hier = run(GENERATED / "hier_allreduce_g4_n2_i1.xml", CollectiveType.ALL_REDUCE, 64 * MiB, 8)
     flat = run(GENERATED / "allreduce_ring_n8_c1_i1_LL128.xml", CollectiveType.ALL_REDUCE, 64 * MiB, 8)
@@ -179,6 +186,7 @@ def test_native_export_round_trips_through_msccl_with_identical_time(tmp_path, n
         assert len(g.deps_idx) == len(h.deps_idx)
 
 
+@pytest.mark.corpus
 def test_shipped_conversions_are_regenerated_identically(tmp_path):
     written = GEN.generate(tmp_path, CORPUS)
     shipped = REPO / "algorithms"
@@ -191,6 +199,7 @@ def test_shipped_conversions_are_regenerated_identically(tmp_path):
         assert run(shipped / name, coll, MiB, 8).finish_ns == run(CORPUS / GEN.SHIPPED[name], coll, MiB, 8).finish_ns
 
 
+@pytest.mark.corpus
 def test_coverage_helper_reports_every_file(tmp_path, monkeypatch):
     sub = tmp_path / "corpus"
     sub.mkdir()
