@@ -21,7 +21,10 @@ from __future__ import annotations
 from etsim.network.irregular import graph, with_failures
 from etsim.network.loader import NetworkConfig, load_network, load_topology, topology_from_dict
 from etsim.network.model import NETWORK_MODELS, LinkStats, NetworkModel, build_model, option
-from etsim.network.models import AnalyticalNetwork, IdealNetwork, LinkNetwork
+from etsim.network.models.analytical import AnalyticalNetwork
+from etsim.network.models.flow import FlowNetwork
+from etsim.network.models.ideal import IdealNetwork
+from etsim.network.models.link import LinkNetwork
 from etsim.network.routing import ROUTERS, DimensionOrderRouter, Router, ShortestPathRouter, make_router
 from etsim.network.topology import (
     Dim,
@@ -42,6 +45,7 @@ __all__ = [
     "AnalyticalNetwork",
     "Dim",
     "DimensionOrderRouter",
+    "FlowNetwork",
     "IdealNetwork",
     "LinkNetwork",
     "LinkStats",

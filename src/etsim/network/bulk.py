@@ -24,10 +24,48 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from etsim.errors import FastPathConflict
+
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["BulkTiming", "repeats"]
+__all__ = ["BulkTiming", "LinkClaims", "repeats"]
+
+
+class LinkClaims:
+    """Until when, and for which collective part, the fast path has claimed each link of a model with link state.
+
+    - A timing's :meth:`BulkTiming.commit` claims the links its messages used (:meth:`claim`), up to the last time
+      they were queued or drained there.
+    - The model's event path reads :attr:`until` before it puts a message on a link (a list, so that the check
+      stays one index and one comparison in its hottest loop); a message that reaches a claimed link by then gets
+      :meth:`conflict`: the exception the simulation turns into a new plan, with that part on the event path.
+
+    Args:
+        links: the topology's directed links.
+    """
+
+    __slots__ = ("owner", "until")
+
+    def __init__(self, links: int) -> None:
+        #: Per link: the last instant a part evaluated ahead uses it (-1: never claimed).
+        self.until = [-1.0] * links
+        #: Per link: the part (namespace) and graph signature that claimed it.
+        self.owner: list[tuple[object, int | None]] = [(None, None)] * links
+
+    def claim(self, link: int, until: float, owner: tuple[object, int | None]) -> None:
+        """Claim *link* up to *until* for *owner*."""
+        self.until[link] = until
+        self.owner[link] = owner
+
+    def conflict(self, link: int, now: float) -> FastPathConflict:
+        """The conflict of event-path traffic on claimed *link* at *now* (to raise)."""
+        namespace, signature = self.owner[link]
+        return FastPathConflict(
+            f"link {link} carries a message at {now} ns while a collective evaluated ahead ({namespace}) uses it",
+            namespace,
+            signature,
+        )
 
 
 class BulkTiming:

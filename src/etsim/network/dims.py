@@ -12,6 +12,7 @@ switch node in :meth:`DimensionKind.links` and :meth:`DimensionKind.path`.
 
 from __future__ import annotations
 
+import functools
 from typing import ClassVar
 
 from etsim.registry import Registry
@@ -78,19 +79,15 @@ class DimensionKind:
 #: Dimension kinds by name: built-ins, the ``etsim.dimension_kinds`` entry points, ``module:Class``.
 DIMENSION_KINDS: Registry[DimensionKind] = Registry("dimension kind", "etsim.dimension_kinds", DimensionKind)
 
-_INSTANCES: dict[str, DimensionKind] = {}
 
-
+@functools.lru_cache(maxsize=64)
 def dimension_kind(name: str) -> DimensionKind:
-    """The (shared) instance of the kind registered as *name*.
+    """The (shared) instance of the kind registered as *name* (kinds hold no state; the last 64 are kept).
 
     Raises:
         RegistryError: unknown name, listing the registered ones.
     """
-    kind = _INSTANCES.get(name)
-    if kind is None:
-        kind = _INSTANCES[name] = DIMENSION_KINDS.get(name)()
-    return kind
+    return DIMENSION_KINDS.get(name)()
 
 
 def _steps(a: int, b: int, n: int, step: int) -> list[int]:

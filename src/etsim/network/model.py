@@ -12,7 +12,7 @@ from etsim.errors import SimulationError
 from etsim.network.routing import Router, make_router
 from etsim.network.scheduling import LATE, CountingEnvironment, SharedDeliveries, schedule_at, succeed_at
 from etsim.network.topology import Topology
-from etsim.options import Boolean, Integer, Text, option, option_help, parse_options
+from etsim.options import Integer, Text, option, option_help, parse_options
 from etsim.registry import Registry
 
 if TYPE_CHECKING:
@@ -28,18 +28,9 @@ __all__ = [
     "SharedDeliveries",
     "build_model",
     "option",
-    "parse_bool_option",
-    "parse_int_option",
-    "parse_str_option",
     "schedule_at",
     "succeed_at",
 ]
-
-
-#: Option parsers of the first models, kept as names for plug-ins written against them (:mod:`etsim.options`).
-parse_str_option = Text()
-parse_bool_option = Boolean()
-parse_int_option = Integer()
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +82,14 @@ class NetworkModel:
       link: bytes carried, busy time, messages) for reporting, and :meth:`bulk_timing` (exact delivery
       times of many messages at once, for the fast path).
     - Routes come from :attr:`router` (option ``router``), cached per ``(src, dst)``; :meth:`route`
-      returns them as link ids.
+      returns them as link ids. The simulation may hand the model its router instead (keyword ``routing``, which
+      a subclass passes on to this constructor with its options): replica folding routes over the links of the
+      simulated ranks that way.
 
     Args:
         env: the SimPy environment messages are scheduled in.
         topology: the network.
+        routing: the router to use instead of the one option ``router`` names (None: that one).
         **options: values for the fields of the model's ``Options``.
     """
 
@@ -112,17 +106,17 @@ class NetworkModel:
         """Options every model accepts."""
 
         router: str = option(
-            "default", "routing: 'default' (dimension order), 'shortest' or 'package.module:Class'", parse_str_option
+            "default", "routing: 'default' (dimension order), 'shortest' or 'package.module:Class'", Text()
         )
-        seed: int = option(
-            0, "seed for models with random choices (the built-in ones are deterministic)", parse_int_option
-        )
+        seed: int = option(0, "seed for models with random choices (the built-in ones are deterministic)", Integer())
 
-    def __init__(self, env: simpy.Environment, topology: Topology, **options: Any) -> None:
+    def __init__(
+        self, env: simpy.Environment, topology: Topology, *, routing: Router | None = None, **options: Any
+    ) -> None:
         self.env = env
         self.topology = topology
         self.options = self.parse_options(options)
-        self.router: Router = make_router(self.options.router, topology)
+        self.router: Router = routing if routing is not None else make_router(self.options.router, topology)
 
     @classmethod
     def option_help(cls) -> dict[str, str]:
@@ -226,6 +220,8 @@ def build_model(
     topology: Topology,
     name: str = DEFAULT_MODEL,
     options: Mapping[str, Any] | None = None,
+    *,
+    routing: Router | None = None,
 ) -> NetworkModel:
     """Resolve the model *name* in :data:`NETWORK_MODELS`, construct it and call its :meth:`~NetworkModel.setup`.
 
@@ -234,12 +230,14 @@ def build_model(
         topology: the network.
         name: a registered name (``link``, ``analytical``, ``ideal``, an entry point) or ``module:Class``.
         options: the model's options as written in configuration (unit strings allowed).
+        routing: a router the model uses instead of the one its options name (replica folding's), or None.
 
     Raises:
         RegistryError: unknown name (the message lists the available ones).
         ConfigError: unknown or invalid option.
     """
     cls = NETWORK_MODELS.get(name)
-    model = cls(env, topology, **dict(options or {}))
+    extra = {} if routing is None else {"routing": routing}
+    model = cls(env, topology, **dict(options or {}), **extra)
     model.setup()
     return model

@@ -49,15 +49,22 @@ class Router:
         raise NotImplementedError
 
     def lookup(self, src: int, dst: int) -> list[int]:
-        """Cached, validated :meth:`route`.
+        """Cached :meth:`checked_route`.
 
         Raises:
             SimulationError: *src* or *dst* is not a live NPU, or the router returned a broken route.
         """
         key = (src, dst)
         cached = self._cache.get(key)
-        if cached is not None:
-            return cached
+        if cached is None:
+            cached = self._cache[key] = self.checked_route(src, dst)
+        return cached
+
+    def checked_route(self, src: int, dst: int) -> list[int]:
+        """:meth:`route`, validated: live endpoints, and links that join up from *src* to *dst*.
+
+        A router whose routes are another's, transformed (replica folding's), overrides this to skip the checks.
+        """
         topo = self.topology
         try:
             topo.check_npu(src, "source")
@@ -72,7 +79,6 @@ class Router:
             node = topo.links[link][1]
         if node != dst:
             raise SimulationError(f"{type(self).__name__} returned a route {src} -> {dst} ending at {node!r}")
-        self._cache[key] = route
         return route
 
     def nodes_to_links(self, nodes: list[Node]) -> list[int]:

@@ -1,9 +1,3 @@
-"""Built-in network models; importing this package registers them in ``NETWORK_MODELS``."""
+"""The built-in network models, one module each; :data:`~etsim.network.model.NETWORK_MODELS` imports them all."""
 
-from __future__ import annotations
-
-from etsim.network.models.analytical import AnalyticalNetwork
-from etsim.network.models.ideal import IdealNetwork
-from etsim.network.models.link import LinkNetwork
-
-__all__ = ["AnalyticalNetwork", "IdealNetwork", "LinkNetwork"]
+__all__: list[str] = []

@@ -15,10 +15,9 @@ from etsim.network.model import (
     NetworkModel,
     SharedDeliveries,
     option,
-    parse_bool_option,
 )
 from etsim.network.topology import Topology
-from etsim.options import Choice
+from etsim.options import Boolean, Choice
 
 if TYPE_CHECKING:
     import numpy as np
@@ -61,7 +60,7 @@ class AnalyticalNetwork(NetworkModel):
     class Options(NetworkModel.Options):
         """Options of the analytical model."""
 
-        integer_ns: bool = option(False, "truncate every delivery delay to whole ns", parse_bool_option)
+        integer_ns: bool = option(False, "truncate every delivery delay to whole ns", Boolean())
         dimension_charge: str = option(
             "route",
             "multi-dimensional messages: 'route' (every link of the route) or 'first_differing' (only the "

@@ -35,8 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from etsim.errors import FastPathConflict
-from etsim.network.bulk import BulkTiming, repeats
+from etsim.network.bulk import BulkTiming, LinkClaims, repeats
 from etsim.network.model import NETWORK_MODELS, LinkStats, NetworkModel
 from etsim.network.scheduling import LATE, event_at, succeed_at
 from etsim.network.topology import Topology
@@ -98,10 +97,10 @@ class FlowNetwork(NetworkModel):
         self._due: list[tuple[float, int, int, int]] = []
         self._seq = 0
         self._armed: set[float] = set()
-        # The fast path's claims: until when (and by whom) a collective evaluated ahead uses each link; and when
-        # each link's last flow (either path's) finished draining.
-        self._claim = [-1.0] * n
-        self._claim_owner: list[tuple[object, int | None]] = [(None, None)] * n
+        #: The fast path's claims: until when (and by whom) a collective evaluated ahead uses each link.
+        self.claims = LinkClaims(n)
+        self._claim = self.claims.until
+        # When each link's last flow (either path's) finished draining.
         self._busy_until = [0.0] * n
         #: The routes the fast path has asked for, in arrays (made when it first asks).
         self._route_table: _RouteTable | None = None
@@ -132,7 +131,7 @@ class FlowNetwork(NetworkModel):
         now = env.now
         for link in links:
             if now < self._claim[link]:
-                raise self._conflict(link, now)
+                raise self.claims.conflict(link, now)
             self._bytes[link] += size
             self._msgs[link] += 1
         if size == 0:
@@ -172,14 +171,6 @@ class FlowNetwork(NetworkModel):
         self._f_version.append(0)
         self._fixed.append(-1.0)
         return len(self._f_route) - 1
-
-    def _conflict(self, link: int, now: float) -> FastPathConflict:
-        namespace, signature = self._claim_owner[link]
-        return FastPathConflict(
-            f"link {link} carries a flow at {now} ns while a collective evaluated ahead ({namespace}) uses it",
-            namespace,
-            signature,
-        )
 
     # -- time: completions and reallocation ----------------------------------------------------------------------
 
@@ -307,6 +298,21 @@ class FlowNetwork(NetworkModel):
 
     # -- reporting and the fast path ------------------------------------------------------------------------------
 
+    def route_table(self) -> _RouteTable:
+        """The routes the fast path has asked for, as arrays (made when it first asks)."""
+        if self._route_table is None:
+            self._route_table = _RouteTable(self)
+        return self._route_table
+
+    def take_bulk(self, nbytes: list[float], msgs: list[int], ends: dict[int, float]) -> None:
+        """Continue from a bulk timing's statistics and its links' flow ends.
+
+        *nbytes* and *msgs* are per link; *ends* maps a link to when its last flow finished draining.
+        """
+        self._bytes, self._msgs = nbytes, msgs
+        for link, end in ends.items():
+            self._busy_until[link] = end
+
     def link_stats(self) -> list[LinkStats]:
         """Bytes, the time they need at the link's bandwidth, and messages, per directed link so far."""
         topo = self.topology
@@ -354,10 +360,7 @@ class FlowTiming(BulkTiming):
         key = (id(src), id(dst))
         found = self._routes.get(key)
         if found is None:
-            table = self.model._route_table
-            if table is None:
-                table = self.model._route_table = _RouteTable(self.model)
-            matrix, latency, bottleneck = table.rows(src, dst)
+            matrix, latency, bottleneck = self.model.route_table().rows(src, dst)
             found = self._routes[key] = (matrix, matrix >= 0, latency, bottleneck, src, dst)
         return found[0], found[1], found[2], found[3]
 
@@ -412,13 +415,10 @@ class FlowTiming(BulkTiming):
     def commit(self, owner: tuple[object, int]) -> None:
         """Add the statistics, and claim every link used up to the end of its last flow."""
         model = self.model
-        model._bytes = self.bytes.tolist()
-        model._msgs = self.msgs.tolist()
-        for link in self.touched.nonzero()[0].tolist():
-            end = float(self.busy_until[link])
-            model._busy_until[link] = end
-            model._claim[link] = end
-            model._claim_owner[link] = owner
+        ends = {link: float(self.busy_until[link]) for link in self.touched.nonzero()[0].tolist()}
+        model.take_bulk(self.bytes.tolist(), self.msgs.tolist(), ends)
+        for link, end in ends.items():
+            model.claims.claim(link, end, owner)
         self._routes.clear()
 
     def abort(self) -> None:

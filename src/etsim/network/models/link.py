@@ -9,19 +9,17 @@ from typing import TYPE_CHECKING, Any
 import simpy
 from simpy.events import Timeout
 
-from etsim.errors import FastPathConflict
-from etsim.network.bulk import BulkTiming, repeats
+from etsim.network.bulk import BulkTiming, LinkClaims, repeats
 from etsim.network.model import (
     NETWORK_MODELS,
     LinkStats,
     NetworkModel,
     SharedDeliveries,
     option,
-    parse_bool_option,
     succeed_at,
 )
 from etsim.network.topology import Topology
-from etsim.options import Optional, Size
+from etsim.options import Boolean, Optional, Size
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,7 +52,7 @@ class _Hop:
             arrival = model._reserve(link, now, size, self.count)
         else:  # _reserve, inlined: this is the hottest path of the model
             if now <= model._claim[link]:
-                raise model._conflict(link, now)
+                raise model.claims.conflict(link, now)
             model._last[link] = now
             ser = size / model._bw[link]
             free = model._free
@@ -119,7 +117,7 @@ class LinkNetwork(NetworkModel):
             "split messages into packets of this size (e.g. '4 KiB'; bare numbers are bytes)",
             Optional(Size(minimum=1)),
         )
-        integer_ns: bool = option(False, "truncate busy and hop times to whole ns, per hop", parse_bool_option)
+        integer_ns: bool = option(False, "truncate busy and hop times to whole ns, per hop", Boolean())
 
     def __init__(self, env: simpy.Environment, topology: Topology, **options: Any) -> None:
         super().__init__(env, topology, **options)
@@ -134,20 +132,12 @@ class LinkNetwork(NetworkModel):
         self._packet = self.options.packet_size
         self._integer = self.options.integer_ns
         self._shared = SharedDeliveries(env)
-        # When each link last queued a message, and until when (and by whom) the fast path claimed it.
+        # When each link last queued a message.
         self._last = [-1.0] * n
-        self._claim = [-1.0] * n
-        self._claim_owner: list[tuple[object, int | None]] = [(None, None)] * n
+        #: The fast path's claims: until when (and by whom) a collective evaluated ahead uses each link.
+        self.claims = LinkClaims(n)
+        self._claim = self.claims.until
         self._route_matrices: dict[tuple[bytes, bytes], tuple[Any, Any, int]] = {}
-
-    def _conflict(self, link: int, now: float) -> FastPathConflict:
-        namespace, signature = self._claim_owner[link]
-        return FastPathConflict(
-            f"link {link} carries a message at {now} ns that a collective evaluated ahead ({namespace}) did not "
-            "foresee",
-            namespace,
-            signature,
-        )
 
     def route_matrix(self, src: Any, dst: Any) -> tuple[Any, Any, int]:
         """Routes from ``src[i]`` to ``dst[i]`` (numpy vectors of NPUs) as a link-id matrix padded with -1.
@@ -186,7 +176,7 @@ class LinkNetwork(NetworkModel):
             ser = size / bw
             travel = ser + self._lat[link]
         if now <= self._claim[link]:
-            raise self._conflict(link, now)
+            raise self.claims.conflict(link, now)
         self._last[link] = now
         start = self._free[link]
         if start < now:
@@ -243,6 +233,15 @@ class LinkNetwork(NetworkModel):
     def link_free_at(self, link: int) -> float:
         """Time (ns) at which *link* finishes serialising everything queued on it so far."""
         return self._free[link]
+
+    def take_state(
+        self, free: list[float], busy: list[float], nbytes: list[float], msgs: list[int], last: list[float]
+    ) -> None:
+        """Continue from the link state a bulk timing computed.
+
+        Per link: when it is free, its busy time, bytes and messages, and when it last queued a message.
+        """
+        self._free, self._busy, self._bytes, self._msgs, self._last = free, busy, nbytes, msgs, last
 
     def link_stats(self) -> list[LinkStats]:
         """Bytes, busy time and messages per directed link so far."""
@@ -373,14 +372,10 @@ class LinkTiming(BulkTiming):
     def commit(self, owner: tuple[object, int]) -> None:
         """Write the link state back and claim every touched link up to its last queueing time."""
         model = self.model
-        model._free = self.free.tolist()
-        model._busy = self.busy.tolist()
-        model._bytes = self.bytes.tolist()
-        model._msgs = self.msgs.tolist()
-        model._last = self.last.tolist()
+        last = self.last.tolist()
+        model.take_state(self.free.tolist(), self.busy.tolist(), self.bytes.tolist(), self.msgs.tolist(), last)
         for link in self.touched.nonzero()[0].tolist():
-            model._claim[link] = model._last[link]
-            model._claim_owner[link] = owner
+            model.claims.claim(link, last[link], owner)
         self._routes.clear()
 
     def abort(self) -> None:
