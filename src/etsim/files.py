@@ -8,10 +8,14 @@ that cannot be created is named, and a path component that is a file is called t
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import io
 import json
 import os
+import shutil
+import tempfile
+import threading
 import zlib
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,7 @@ from etsim.errors import ConfigError, EtsimError
 __all__ = [
     "MAX_NESTING",
     "MAX_VALUES",
+    "ProcessDirectory",
     "check_size",
     "make_parent",
     "parse_json",
@@ -283,3 +288,31 @@ def read_yaml_mapping(path: str | os.PathLike[str], what: str = "experiment") ->
         kind = "empty" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{p}: expected a mapping of {what} keys at the top level, got {kind}")
     return data, text
+
+
+class ProcessDirectory:
+    """A temporary directory of this process: made on first use, removed when the process exits (or on request).
+
+    Args:
+        prefix: the start of its name.
+    """
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self._path: str | None = None
+        self._lock = threading.Lock()  # a worker's lifeline thread and its own exit may both remove it
+
+    def path(self) -> str:
+        """The directory (made now if it is not there yet)."""
+        with self._lock:
+            if self._path is None:
+                self._path = tempfile.mkdtemp(prefix=self.prefix)
+                atexit.register(self.remove)
+            return self._path
+
+    def remove(self) -> None:
+        """Remove the directory and what it holds (if made); the next :meth:`path` makes another."""
+        with self._lock:
+            path, self._path = self._path, None
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)

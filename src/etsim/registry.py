@@ -15,6 +15,7 @@ algorithms, …). A name is resolved in this order:
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import os
@@ -33,22 +34,21 @@ __all__ = ["Registry"]
 T = TypeVar("T")
 
 
-_FILE_MODULES: dict[str, ModuleType] = {}
-
 #: Names with this prefix resolve like any other but are not listed to users (tests publish plug-ins
 #: under them to prove the entry-point path works).
 HIDDEN_PREFIX = "etsim-test-"
 
 
 def _load_file(path: str, kind: str, name: str) -> ModuleType:
-    """Import a plug-in from a Python file (once per absolute path)."""
+    """Import a plug-in from a Python file (once per absolute path: its module is named after the path)."""
     full = os.path.abspath(path)
-    module = _FILE_MODULES.get(full)
+    module_name = "etsim_plugin_" + hashlib.sha1(full.encode(), usedforsecurity=False).hexdigest()[:16]
+    module = sys.modules.get(module_name)
     if module is not None:
         return module
     if not os.path.isfile(full):
         raise RegistryError(f"{kind} {name!r}: no such file {full}")
-    spec = importlib.util.spec_from_file_location(f"etsim_plugin_{len(_FILE_MODULES)}", full)
+    spec = importlib.util.spec_from_file_location(module_name, full)
     if spec is None or spec.loader is None:
         raise RegistryError(f"{kind} {name!r}: cannot load {full} as a Python module")
     module = importlib.util.module_from_spec(spec)
@@ -58,7 +58,6 @@ def _load_file(path: str, kind: str, name: str) -> ModuleType:
     except Exception as exc:  # the user's file: report, don't crash
         del sys.modules[spec.name]
         raise RegistryError(f"{kind} {name!r}: {full} failed to import: {type(exc).__name__}: {exc}") from None
-    _FILE_MODULES[full] = module
     return module
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from etsim.algo.dataflow import NodeData, Segment, parse_placement, parse_segments, segments
 from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph
+from etsim.cache import CappedTable
 from etsim.chakra.graph import CollectiveType, Trace, parse_collective
 
 __all__ = ["AlgoAttributes", "algo_graph_from_trace", "assemble_algo_graph", "operand_segments", "recorded_collective"]
@@ -281,10 +282,9 @@ _KIND_OPS = {SEND: ("send",), RECV: ("store", "reduce"), COMP: ("copy", "reduce"
 _READ_ATTRS = frozenset({"msg_chunk_cnt", "total_chunk_cnt", "etsim_exit", *_DATA_ATTRS})
 
 
-#: Checked annotations by ``(op, src, dst, kind, chunks)``: a family's ranks repeat the same few thousand.
-_DATA_BY_KEY: dict[tuple[str | None, str | None, str | None, int, float], NodeData | None] = {}
-#: Entries :data:`_DATA_BY_KEY` may hold (then it starts again: a process may read many families).
-_DATA_KEYS_MAX = 1 << 16
+#: Checked annotations by ``(op, src, dst, kind, chunks)``: a family's ranks repeat the same few thousand. At most
+#: 2^16 entries (then it starts again: a process may read many families).
+_DATA_BY_KEY = CappedTable(1 << 16)
 
 
 def _data_column(
@@ -301,9 +301,8 @@ def _data_column(
         op, src, dst, kind, amount = key = keys[i]
         if op is None and src is None and dst is None:
             continue  # no annotation
-        if len(_DATA_BY_KEY) >= _DATA_KEYS_MAX:
-            _DATA_BY_KEY.clear()
-        found[i] = _DATA_BY_KEY[key] = _checked_data(op, src, dst, kind, amount)
+        found[i] = data = _checked_data(op, src, dst, kind, amount)
+        _DATA_BY_KEY.put(key, data)
     return found
 
 

@@ -9,6 +9,7 @@ a rank back into its graph (the rules), :mod:`etsim.algo.family_read` reads rank
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -359,15 +360,12 @@ def write_family_by_rank(
         return write_family((make(rank) for rank in range(count)), text)
     from etsim.workers import run_in_workers
 
-    global _FAMILY_JOB
     with _staged(text) as stage:
-        _FAMILY_JOB = (make, stage)  # inherited by the forked workers (a closure cannot be pickled)
-        try:
-            parts = [range(w, count, jobs) for w in range(jobs)]
-            watch = progress.stage(f"writing {text}.*.et", jobs, "writers done")
-            lost = run_in_workers(_write_ranks, parts, jobs, lambda part, result: watch.advance(), start="fork")
-        finally:
-            _FAMILY_JOB = None
+        parts = [range(w, count, jobs) for w in range(jobs)]
+        watch = progress.stage(f"writing {text}.*.et", jobs, "writers done")
+        # The forked writers get this bound function as it is (fork copies it; nothing is pickled).
+        write = functools.partial(_write_ranks, make, stage)
+        lost = run_in_workers(write, parts, jobs, lambda part, result: watch.advance(), start="fork")
         if lost:
             ranks = sorted(rank for part in lost for rank in part)
             shown = ", ".join(str(rank) for rank in ranks[:8]) + (", …" if len(ranks) > 8 else "")
@@ -375,12 +373,7 @@ def write_family_by_rank(
     return [Path(f"{text}.{rank}.et") for rank in range(count)]
 
 
-_FAMILY_JOB: tuple[Callable[[int], Trace | bytes], str] | None = None
-
-
-def _write_ranks(ranks: range) -> None:
-    """In a forked worker: make and write these ranks' files."""
-    assert _FAMILY_JOB is not None
-    make, text = _FAMILY_JOB
+def _write_ranks(make: Callable[[int], Trace | bytes], text: str, ranks: range) -> None:
+    """In a forked worker: make these ranks' files with *make* and write them under the prefix *text*."""
     for rank in ranks:
         _write_family_file(make(rank), f"{text}.{rank}.et")

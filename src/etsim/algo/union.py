@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph
+from etsim.cache import BoundedCache
 
 if TYPE_CHECKING:
     import numpy as np
@@ -76,8 +77,8 @@ class UnionGraph:
         return len(self.level_ptr) - 1
 
 
-#: The last union made by :func:`union_of`: the graphs (kept alive with their ids) and the union.
-_LAST: tuple[tuple[AlgoGraph, ...], UnionGraph | str] | None = None
+#: The last union made by :func:`union_of` (the graphs kept with it, so that their ids are not reused).
+_RECENT: BoundedCache[UnionGraph | str] = BoundedCache(1)
 
 
 def union_of(graphs: Sequence[AlgoGraph]) -> UnionGraph | str:
@@ -85,16 +86,7 @@ def union_of(graphs: Sequence[AlgoGraph]) -> UnionGraph | str:
 
     The verifier and the simulator's fast path ask about the same family one after the other.
     """
-    global _LAST
-    if (
-        _LAST is not None
-        and len(_LAST[0]) == len(graphs)
-        and all(a is b for a, b in zip(_LAST[0], graphs, strict=True))
-    ):
-        return _LAST[1]
-    union = union_graph(graphs)
-    _LAST = (tuple(graphs), union)
-    return union
+    return _RECENT.get(tuple(map(id, graphs)), lambda: union_graph(graphs), keep=graphs)
 
 
 def _column(graphs: Sequence[AlgoGraph], name: str, dtype: type, count: int) -> np.ndarray:

@@ -12,6 +12,7 @@ or a single file (a one-rank workload).
 
 from __future__ import annotations
 
+import functools
 import gzip
 import itertools
 import os
@@ -262,13 +263,10 @@ def _nodes(data: bytes, path: Path, starts: array[int], ends: array[int], first:
 
 
 #: What forked readers read (set just before they start; a fork inherits it as it is, without a copy).
-_READ_JOB: tuple[bytes, Path, array[int], array[int]] | None = None
-
-
-def _gather_frames(span: tuple[int, int]) -> NodeColumns | TraceError:
-    """The columns of the nodes in frames ``span[0] .. span[1]-1`` of the file being read, or what is wrong."""
-    assert _READ_JOB is not None
-    data, path, starts, ends = _READ_JOB
+def _gather_frames(
+    data: bytes, path: Path, starts: array[int], ends: array[int], span: tuple[int, int]
+) -> NodeColumns | TraceError:
+    """The columns of the nodes in frames ``span[0] .. span[1]-1`` of the file *data*, or what is wrong."""
     try:
         return gather_columns(_nodes(data, path, starts, ends, *span), span[0] - 1)
     except TraceError as exc:  # returned: the first bad frame of the file is named, whichever run finds one first
@@ -279,22 +277,20 @@ def _gather_in_workers(data: bytes, path: Path, starts: array[int], ends: array[
     """The columns of every node, gathered in *jobs* processes (this one and forked ones), a run of frames each."""
     from etsim.workers import run_in_workers
 
-    global _READ_JOB
     frames = len(ends)
     bounds = [1 + (frames - 1) * k // jobs for k in range(jobs + 1)]
     spans = list(itertools.pairwise(bounds))
     parts: dict[tuple[int, int], NodeColumns | TraceError] = {}
 
-    def own_share() -> None:
-        parts[spans[0]] = _gather_frames(spans[0])
+    # The forked readers get this bound function as it is (fork copies it and the file's bytes; nothing is pickled).
+    gather = functools.partial(_gather_frames, data, path, starts, ends)
 
-    _READ_JOB = (data, path, starts, ends)
-    try:
-        lost = run_in_workers(_gather_frames, spans[1:], jobs - 1, parts.__setitem__, start="fork", meanwhile=own_share)
-        for span in lost:  # a reader that died (out of memory?): its share is read here
-            parts[span] = _gather_frames(span)
-    finally:
-        _READ_JOB = None
+    def own_share() -> None:
+        parts[spans[0]] = gather(spans[0])
+
+    lost = run_in_workers(gather, spans[1:], jobs - 1, parts.__setitem__, start="fork", meanwhile=own_share)
+    for span in lost:  # a reader that died (out of memory?): its share is read here
+        parts[span] = gather(span)
     gathered = []
     for span in spans:
         part = parts.pop(span)

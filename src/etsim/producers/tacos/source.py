@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 from etsim.algo.graph import AlgoGraph
+from etsim.cache import BoundedCache
 from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError
 from etsim.options import Integer, Size, option, parse_options
@@ -68,9 +69,9 @@ def parse_tacos_spec(spec: str) -> TacosParams:
     return TacosParams(**parse_options(TacosParams, values, key=lambda name: f"algorithm {spec!r}: {name}", text=True))
 
 
-#: (id(topology), collective, sorted group, params) → (topology, graphs by sorted position); the topology
-#: is kept so that its id is not reused while the entry lives.
-_CACHE: dict[tuple[int, int, tuple[int, ...], TacosParams], tuple[Topology, list[AlgoGraph]]] = {}
+#: (id(topology), collective, sorted group, params) → graphs by sorted position: the synthesis of the last few
+#: groups (a tuning session or a sweep asks again for the same ones; the topology is kept with its entry).
+_CACHE: BoundedCache[list[AlgoGraph]] = BoundedCache(32)
 
 
 def _synthesised(
@@ -78,22 +79,19 @@ def _synthesised(
 ) -> list[AlgoGraph]:
     from etsim.producers.tacos.synthesis import algo_graphs, synthesize  # numpy and networkx: only when used
 
-    key = (id(topology), int(collective), group, params)
-    hit = _CACHE.get(key)
-    if hit is not None and hit[0] is topology:
-        return hit[1]
-    syn = synthesize(
-        topology,
-        collective,
-        size=params.size,
-        chunks_per_npu=params.chunks_per_npu,
-        seed=params.seed,
-        runs=params.runs,
-        group=list(group),
-    )
-    graphs = algo_graphs(syn.schedule)
-    _CACHE[key] = (topology, graphs)
-    return graphs
+    def make() -> list[AlgoGraph]:
+        syn = synthesize(
+            topology,
+            collective,
+            size=params.size,
+            chunks_per_npu=params.chunks_per_npu,
+            seed=params.seed,
+            runs=params.runs,
+            group=list(group),
+        )
+        return algo_graphs(syn.schedule)
+
+    return _CACHE.get((id(topology), int(collective), group, params), make, keep=(topology,))
 
 
 class TacosAlgorithm(CollectiveAlgorithm):
@@ -185,6 +183,10 @@ class TacosSource(AlgorithmSource):
     def claims(self, spec: str) -> bool:
         """``tacos`` and ``tacos:…``."""
         return spec == "tacos" or spec.startswith("tacos:")
+
+    def collectives(self, spec: str) -> frozenset[CollectiveType]:
+        """All-gather, reduce-scatter and all-reduce: what synthesis makes."""
+        return _COLLECTIVES
 
     def load(self, spec: str, context: AlgorithmContext) -> CollectiveAlgorithm:
         """A :class:`TacosAlgorithm`, synthesised per group when first used."""

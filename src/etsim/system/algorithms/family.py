@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+from collections.abc import Callable
 
 from google.protobuf.message import DecodeError
 
@@ -223,22 +224,19 @@ class ChakraAlgorithm(CollectiveAlgorithm):
         rest = range(2, n)
         if rest:
             parts = _parts(self, rest)
-            global _FAMILY_READ
             columns = encoder = None
             if first is not None:
                 encoder = _shared_encoder(self, first, reads[0].recorded)
                 # Matching on columns, when matching on bytes is not possible (rank 0's columns are read again).
                 rank0 = read_rank_columns(self.paths[0], 0) if encoder is None else None
                 columns = _SharedColumns(*rank0, first, n) if rank0 is not None else None
-            _FAMILY_READ = (self, first, columns, encoder)  # inherited by forked readers
-            try:
-                if len(parts) == 1:
-                    reads.update(_read_part(parts[0]))
-                    watch.advance(len(rest))
-                else:
-                    _read_in_workers(parts, reads, watch)
-            finally:
-                _FAMILY_READ = None
+            # Forked readers get this bound function as it is (fork copies it; nothing is pickled).
+            read_part = functools.partial(_read_part, self, first, columns, encoder)
+            if len(parts) == 1:
+                reads.update(read_part(parts[0]))
+                watch.advance(len(rest))
+            else:
+                _read_in_workers(parts, reads, watch, read_part)
         recorded = set()
         for rank in range(n):  # messages in rank order, whatever read the ranks
             read = reads[rank]
@@ -402,14 +400,6 @@ def _shared_encoder(
     return recorded, encoder
 
 
-#: What forked readers read: the algorithm, the shared graph so far, its column test and its encoder (set before
-#: they start).
-_FAMILY_READ: (
-    tuple[
-        ChakraAlgorithm, AlgoGraph | None, _SharedColumns | None, tuple[CollectiveType | str | None, RankEncoder] | None
-    ]
-    | None
-) = None
 #: Families of at least this many bytes are read by several processes (below, starting them costs what they save).
 PARALLEL_BYTES = 16 << 20
 
@@ -433,10 +423,17 @@ def _parts(algo: ChakraAlgorithm, ranks: range) -> list[range]:
     return [range(lo, hi) for lo, hi in itertools.pairwise(bounds)]
 
 
-def _read_part(ranks: range) -> dict[int, RankRead]:
-    """Read *ranks* of the family being read; a rank matching the shared graph keeps no graph."""
-    assert _FAMILY_READ is not None
-    algo, first, columns, encoder = _FAMILY_READ
+def _read_part(
+    algo: ChakraAlgorithm,
+    first: AlgoGraph | None,
+    columns: _SharedColumns | None,
+    encoder: tuple[CollectiveType | str | None, RankEncoder] | None,
+    ranks: range,
+) -> dict[int, RankRead]:
+    """Read *ranks* of *algo*'s family; a rank matching the shared graph keeps no graph.
+
+    *first* is the shared graph so far, *columns* and *encoder* the ways a rank is compared with it.
+    """
     out = {}
     buffer = bytearray()
     for rank in ranks:
@@ -460,15 +457,20 @@ def _read_part(ranks: range) -> dict[int, RankRead]:
     return out
 
 
-def _read_in_workers(parts: list[range], reads: dict[int, RankRead], watch: progress.Stage) -> None:
-    """Read *parts* in this process (the first) and in forked ones (the others) into *reads*."""
+def _read_in_workers(
+    parts: list[range],
+    reads: dict[int, RankRead],
+    watch: progress.Stage,
+    read_part: Callable[[range], dict[int, RankRead]],
+) -> None:
+    """Read *parts* with *read_part* in this process (the first) and in forked ones (the others) into *reads*."""
     from etsim.workers import run_in_workers
 
     def done(part: range, result: dict[int, RankRead]) -> None:
         reads.update(result)
         watch.advance(len(part))
 
-    lost = run_in_workers(_read_part, parts[1:], len(parts) - 1, done, start="fork",
-                          meanwhile=lambda: done(parts[0], _read_part(parts[0])))  # fmt: skip
+    lost = run_in_workers(read_part, parts[1:], len(parts) - 1, done, start="fork",
+                          meanwhile=lambda: done(parts[0], read_part(parts[0])))  # fmt: skip
     for part in lost:  # a reader that died (out of memory?): its share is read here
-        done(part, _read_part(part))
+        done(part, read_part(part))
