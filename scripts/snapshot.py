@@ -43,25 +43,26 @@ def _result_dict(result: Any) -> dict[str, Any]:
 
 def _set_fast_path(mode: str) -> None:
     """``off``: every collective on the event path; ``always``: the fast path for parts of any size."""
+    import dataclasses
+
     import etsim.simulation
     import etsim.workload.bulk
 
     if mode == "always":
         etsim.workload.bulk.MIN_WORK = 0
     elif mode == "off":
-        inner = etsim.simulation._simulate
+        make_plan = etsim.simulation.Simulation.make_plan
 
-        def event_path_only(*args: Any, **kwargs: Any) -> Any:
-            kwargs["fast_excluded"] = None
-            return inner(*args, **kwargs)
+        def event_path_only(self: Any, build: Any) -> Any:
+            return dataclasses.replace(make_plan(self, build), fast_excluded=None)
 
-        etsim.simulation._simulate = event_path_only  # type: ignore[assignment]
+        etsim.simulation.Simulation.make_plan = event_path_only  # type: ignore[method-assign]
 
 
 def _run_cases(tmp: Path) -> Iterator[Case]:
     from etsim.chakra import CollectiveType, load_workload, write_workload
     from etsim.producers import collective_workload
-    from etsim.simulation import simulate
+    from etsim.simulation import NO_REPORTS, simulate
     from etsim.system.config import SystemConfig
 
     wl8 = [
@@ -109,7 +110,9 @@ def _run_cases(tmp: Path) -> Iterator[Case]:
         def go() -> Any:
             config = SystemConfig(algorithms=dict(algos), base_dir=str(ROOT), **sys_kw)
             topology = None if topo is None else ROOT / "topologies" / f"{topo}.yaml"
-            return simulate(workload(wl), topology=topology, model=model, model_options=options, system=config)
+            return simulate(
+                workload(wl), topology=topology, model=model, model_options=options, system=config, reports=NO_REPORTS
+            )
 
         return label, go
 
@@ -158,7 +161,7 @@ def _tacos_cases(tmp: Path) -> Iterator[Case]:
     from etsim.chakra import CollectiveType, load_workload, write_workload
     from etsim.network import load_topology
     from etsim.producers import collective_workload
-    from etsim.simulation import simulate
+    from etsim.simulation import NO_REPORTS, simulate
     from etsim.system.config import SystemConfig
 
     for topo, npus in (("mesh4x4", 16), ("torus4x4", 16), ("switch8", 8)):
@@ -178,6 +181,7 @@ def _tacos_cases(tmp: Path) -> Iterator[Case]:
                     topology=ROOT / "topologies" / f"{topo}.yaml",
                     model="link",
                     system=SystemConfig(algorithms={"default": str(prefix)}),
+                    reports=NO_REPORTS,
                 )
                 data = _result_dict(result)
                 data["synthesised_ns"] = syn.time_ns

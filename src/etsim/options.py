@@ -17,7 +17,8 @@ read command-line text (``from_text``) and check a finite range: a value that wo
 (plug-ins declare theirs that way); it receives command-line values as strings.
 
 Used by :class:`~etsim.system.config.SystemConfig`, the network models' ``Options``, the workload generators, the
-experiment engines, TACOS parameters, experiment files and plot specs.
+experiment engines, TACOS parameters, experiment files and plot specs, and the command line's own flags
+(``etsim tune``'s and ``etsim optimise``'s requests, ``--trace-limit``, ``--top``, ``--max-ranks``, ``--jobs``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from etsim.errors import ConfigError
 from etsim.units import parse_bandwidth, parse_size, parse_time
@@ -56,8 +57,11 @@ __all__ = [
     "option",
     "option_fields",
     "option_help",
+    "parse_arguments",
     "parse_options",
 ]
+
+T = TypeVar("T")
 
 #: The longest time etsim accepts as a setting (about 31.7 years): sums of such times stay exact enough and finite.
 MAX_TIME = 1e18
@@ -217,6 +221,11 @@ def _shown_default(f: dataclasses.Field[Any]) -> str:
     shown = f.metadata.get("parse")
     described = getattr(shown, "show", None)
     return described(f.default) if described is not None else str(f.default)
+
+
+def parse_arguments(args: Any, cls: type[T]) -> T:
+    """The options of *cls* from the command line (flags of :func:`add_arguments`, defaults for the others)."""
+    return cls(**parse_options(cls, arguments_given(args, cls), key=flag_name, text=True))
 
 
 def arguments_given(args: Any, cls: type, *, prefix: str = "", only: Iterable[str] | None = None) -> dict[str, Any]:

@@ -45,7 +45,7 @@ def test_inputs_are_built_once_per_process(write, tmp_path: Path, monkeypatch) -
 
         monkeypatch.setattr(worker_module, name, counted)
     for cache in (worker_module._WORKLOADS, worker_module._NETWORKS, worker_module._SYNTHESES):
-        monkeypatch.setattr(cache, "items", type(cache.items)())
+        cache.clear()
     outcomes = run_batch(_tasks(path))
     assert [o.status for o in outcomes] == ["ok"] * 6, [o.error for o in outcomes]
     # Six points, one workload, one topology, one TACOS synthesis (same topology, collective, size, parameters).

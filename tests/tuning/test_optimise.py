@@ -285,3 +285,29 @@ def test_candidates_run_on_the_ray_engine_with_the_same_search(tmp_path: Path) -
     ray = opt.optimise(spec, budget=6, engine="ray", jobs=2)
     assert [c.key for c in ray.evaluated] == [c.key for c in local.evaluated]
     assert [c.iteration_ns for c in ray.evaluated] == [c.iteration_ns for c in local.evaluated]
+
+
+def test_a_moe_job_and_a_plain_workload_are_searched_with_the_moves_they_declare(tmp_path: Path) -> None:
+    moe = {"generate": "moe", "npus": 8, "ep_size": 4, "layers": 2, "token_size": "1 MiB",
+           "dense_grad_sizes": ["64 KiB", "4 MiB"]}  # fmt: skip
+    data = {"workload": moe, "topology": {"kind": "switch", "npus": 8, "bandwidth": "50 GB/s", "latency": "500 ns"},
+            "model": "analytical"}  # fmt: skip
+    path = tmp_path / "moe.yaml"
+    path.write_text(yaml.safe_dump(data))
+    spec = baseline(path)
+    workload_moves = [m for m in opt.moves(spec, ["all_to_all"]) if m.where == "workload"]
+    assert {m.values for m in workload_moves} == {(("ep_size", 8),), (("ep_size", 2),)}  # the moe generator's
+    assert opt.memory_moves(spec) == []
+    result = opt.optimise(spec, budget=8, kinds=frozenset({"ep_size", "algorithm"}))
+    tried = {m.describe() for c in result.evaluated for m in c.path}
+    assert {"ep_size = 8", "ep_size = 2"} <= tried
+    assert result.best.iteration_ns <= result.baseline.iteration_ns
+    # A workload read from files: no workload moves, the system's only.
+    prefix = tmp_path / "wl" / "ar"
+    prefix.parent.mkdir()
+    write_workload(collective_workload(CollectiveType.ALL_REDUCE, 1 << 20, 8), prefix)
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump({**data, "workload": str(prefix)}))
+    spec = baseline(plain)
+    assert {m.where for m in opt.moves(spec, ["all_reduce"])} == {"system"}
+    assert opt.optimise(spec, budget=4).best.status == "ok"

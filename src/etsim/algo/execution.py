@@ -213,7 +213,8 @@ class Execution:
     def run(self, prep: dict[int, Prep], causal: bool, turn: int = 0) -> list[int] | None:
         """Execute every node; return the ranks each rank has heard from (with *causal*), else None.
 
-        Ranks take turns; in its turn a rank runs up to *turn* ready nodes (0: until it must wait).
+        Ranks take turns; in its turn a rank runs up to *turn* ready nodes (0: until it must wait). Kept long on
+        purpose: it is the verifier's loop over every node of every rank, its state bound to locals once.
         """
         graphs, n = self.graphs, self.n
         if not causal:

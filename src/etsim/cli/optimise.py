@@ -14,8 +14,10 @@ from etsim.errors import ConfigError, warn
 from etsim.experiment.engines import ENGINES
 from etsim.experiment.spec import load_experiment
 from etsim.files import write_text
-from etsim.tuning.optimise import MOVE_KINDS, Candidate, optimise, write_outputs
-from etsim.units import format_time, parse_time
+from etsim.options import add_arguments, arguments_given, flag_name, parse_options
+from etsim.tuning.optimise import Candidate, OptimiseRequest, move_kinds, optimise
+from etsim.tuning.optimise_outputs import write_outputs
+from etsim.units import format_time
 
 __all__ = ["register"]
 
@@ -35,13 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--topology", help="topology YAML (with a workload)")
     p.add_argument("--system", help="system YAML (with a workload)")
     p.add_argument("--model", help="network model (with a workload; default: the topology's, else flow)")
-    p.add_argument("--budget", type=int, default=40, help="candidates to simulate at most (default 40)")
-    p.add_argument("--time", help="stop starting new rounds after this long (e.g. '5 min')")
-    p.add_argument("--jobs", type=int, default=1, help="candidates simulated at once (default 1)")
-    p.add_argument(
-        "--moves", help=f"only these kinds of moves, comma-separated: {', '.join(MOVE_KINDS)} (default: all)"
-    )
-    p.add_argument("--engine", default="local", help=f"experiment engine ({', '.join(ENGINES.names())})")
+    # --budget, --time, --jobs, --moves, --engine: declared once, on OptimiseRequest.
+    add_arguments(p, OptimiseRequest)
     p.add_argument("-o", "--output", required=True, help="output directory")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the best time")
     p.set_defaults(handler=cmd_optimise)
@@ -68,25 +65,19 @@ def _job_file(args: argparse.Namespace, tmp: str) -> Path:
 
 def cmd_optimise(args: argparse.Namespace) -> int:
     """Search, write the outputs, print the gain."""
-    if args.budget < 1:
-        raise ConfigError(f"--budget must be >= 1, got {args.budget}")
-    if args.jobs < 1:
-        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
-    seconds = parse_time(args.time, key="--time") / 1e9 if args.time else None
-    kinds = None
-    if args.moves:
-        kinds = frozenset(k.strip() for k in args.moves.split(",") if k.strip())
-        unknown = sorted(kinds - set(MOVE_KINDS))
-        if unknown or not kinds:
-            raise ConfigError(
-                f"--moves: unknown kind {unknown[0] if unknown else '(none)'!r}; valid: {', '.join(MOVE_KINDS)}"
-            )
+    request = OptimiseRequest(**parse_options(OptimiseRequest, arguments_given(args, OptimiseRequest), key=flag_name,
+                                              text=True))  # fmt: skip
+    ENGINES.get(request.engine)  # (an unknown engine is named before anything runs)
     with tempfile.TemporaryDirectory() as tmp:
         experiment = load_experiment(_job_file(args, tmp))
         if len(experiment.points) != 1:
             raise ConfigError(
                 f"{args.job}: optimise starts from one configuration; the file sweeps {len(experiment.points)} points"
             )
+        valid = move_kinds(experiment.points[0].spec)
+        unknown = sorted((request.moves or frozenset()) - set(valid))
+        if unknown:
+            raise ConfigError(f"--moves: unknown kind {unknown[0]!r}; valid: {', '.join(valid)}")
         out = Path(args.output)
         out.mkdir(parents=True, exist_ok=True)
 
@@ -99,13 +90,13 @@ def cmd_optimise(args: argparse.Namespace) -> int:
 
         result = optimise(
             experiment.points[0].spec,
-            budget=args.budget,
-            seconds=seconds,
-            engine=args.engine,
-            jobs=args.jobs,
+            budget=request.budget,
+            seconds=request.seconds,
+            engine=request.engine,
+            jobs=request.jobs,
             cache=out / "candidates.jsonl",
             on_candidate=show,
-            kinds=kinds,
+            kinds=request.moves,
         )
         report = write_outputs(result, out)
     if args.quiet:

@@ -6,15 +6,31 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from etsim.errors import ConfigError
 from etsim.files import read_text, write_text
+from etsim.options import Integer, add_arguments, option, parse_arguments
 from etsim.report.result import Result
 from etsim.report.tables import TABLES, critical_path_lines, render
 
 __all__ = ["load_result", "register"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimelinePlot:
+    """``etsim plot timeline``'s settings."""
+
+    max_ranks: int = option(16, "draw the first N ranks", Integer(1), metavar="N")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinksPlot:
+    """``etsim plot links``'s settings."""
+
+    top: int = option(30, "bars for the K busiest links", Integer(1), metavar="K")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -50,13 +66,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     tl = kinds.add_parser("timeline", help="Gantt chart of a Chrome trace (.json or .json.gz)")
     tl.add_argument("trace", help="a trace written by `etsim run … --trace OUT`")
     tl.add_argument("-o", "--output", required=True, metavar="OUT", help="picture file (.png, .pdf, .svg, …)")
-    tl.add_argument("--max-ranks", type=int, default=16, metavar="N", help="draw the first N ranks (default 16)")
+    add_arguments(tl, TimelinePlot)
     tl.add_argument("--title", help="figure title")
     tl.set_defaults(handler=cmd_plot_timeline)
     lk = kinds.add_parser("links", help="link utilisation of a result JSON")
     lk.add_argument("result", help="a result JSON written by `etsim run … --json OUT`")
     lk.add_argument("-o", "--output", required=True, metavar="OUT", help="picture file (.png, .pdf, .svg, …)")
-    lk.add_argument("--top", type=int, default=30, metavar="K", help="bars for the K busiest links (default 30)")
+    add_arguments(lk, LinksPlot)
     lk.set_defaults(handler=cmd_plot_links)
 
 
@@ -122,10 +138,9 @@ def cmd_plot_timeline(args: argparse.Namespace) -> int:
     """Draw a trace as a Gantt chart."""
     from etsim.report.plots import load_trace_events, plot_timeline
 
-    if args.max_ranks < 1:
-        raise ConfigError(f"--max-ranks must be >= 1, got {args.max_ranks}")
+    max_ranks = parse_arguments(args, TimelinePlot).max_ranks
     args.output = _picture(args.output, "timeline")
-    drawn = plot_timeline(load_trace_events(args.trace), args.output, max_ranks=args.max_ranks, title=args.title)
+    drawn = plot_timeline(load_trace_events(args.trace), args.output, max_ranks=max_ranks, title=args.title)
     note = ""
     if drawn["processes_drawn"] < drawn["processes"]:
         note = f" (first {drawn['processes_drawn']} of {drawn['processes']} processes; --max-ranks to change)"
@@ -137,10 +152,9 @@ def cmd_plot_links(args: argparse.Namespace) -> int:
     """Draw the link utilisation of a saved result."""
     from etsim.report.plots import plot_links
 
-    if args.top < 1:
-        raise ConfigError(f"--top must be >= 1, got {args.top}")
+    top = parse_arguments(args, LinksPlot).top
     result = load_result(args.result)
     args.output = _picture(args.output, "links")
-    layout = plot_links(result.to_dict(), args.output, top=args.top)
+    layout = plot_links(result.to_dict(), args.output, top=top)
     print(f"{args.output}: link utilisation ({layout})")
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from etsim.chakra.graph import COLLECTIVE_NAMES
@@ -11,14 +12,11 @@ from etsim.chakra.io import load_workload
 from etsim.errors import ConfigError
 from etsim.files import write_text
 from etsim.network.model import DEFAULT_MODEL, NETWORK_MODELS
-from etsim.options import add_arguments, arguments_given, flag_name, parse_options
-from etsim.report.groups import exposure_by_group, exposure_from_ranks, single_group
-from etsim.report.record import RunRecorder
+from etsim.options import Integer, add_arguments, arguments_given, flag_name, option, parse_arguments, parse_options
 from etsim.report.result import Result
 from etsim.report.tables import critical_path_lines
-from etsim.report.training import training_info, training_report
-from etsim.simulation import simulate
-from etsim.system.algorithms import ALGORITHMS
+from etsim.simulation import Reports, Simulation
+from etsim.system.algorithms.sources import claiming_source
 from etsim.system.config import SystemConfig, load_system_config
 from etsim.system.rules import SelectionRule
 from etsim.units import format_size
@@ -38,6 +36,15 @@ SYSTEM_FLAGS = (
     "fast_path",
     "fold_replicas",
 )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceSettings:
+    """How much of a run ``--trace`` writes."""
+
+    trace_limit: int = option(
+        DEFAULT_LIMIT, "with --trace: write at most N events; a cut trace says so", Integer(1), metavar="N"
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -86,13 +93,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "--trace-messages", action="store_true", help="with --trace: every message as slices joined by flow arrows"
     )
-    p.add_argument(
-        "--trace-limit",
-        type=int,
-        default=DEFAULT_LIMIT,
-        metavar="N",
-        help=f"with --trace: write at most N events; a cut trace says so (default {DEFAULT_LIMIT:,})",
-    )
+    add_arguments(p, TraceSettings)  # --trace-limit
     p.add_argument(
         "--critical-path", action="store_true", help="print the critical path (the JSON holds it as critical_path)"
     )
@@ -153,11 +154,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     origins = {k: v for k, v in config.algorithm_origins.items() if k not in cli_algorithms}
     changes: dict[str, object] = {"algorithms": algorithms, "algorithm_origins": origins}
     # --algo paths are relative to the working directory (a system file's are relative to the file).
-    names = set(ALGORITHMS.names())
     for key, value in cli_algorithms.items():
         if not value:
             raise ConfigError(f"--algo {key}=: no algorithm given")
-        if args.system and value not in names and ":" not in value and value != "tacos":
+        if args.system and claiming_source(value).reads_files:
             algorithms[key] = str(Path(value).resolve())
     if config.algorithm_rules and cli_algorithms:
         changes["algorithm_rules"] = _with_cli_rules(config.algorithm_rules, algorithms, cli_algorithms)
@@ -166,40 +166,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     if flags.get("comm_groups"):
         flags["comm_groups"] = str(Path(flags["comm_groups"]).resolve())  # flags are relative to the working directory
     config = config.with_overrides(**changes, **flags)
-    if args.trace_limit < 1:
-        raise ConfigError(f"--trace-limit must be >= 1, got {args.trace_limit}")
+    trace_limit = parse_arguments(args, TraceSettings).trace_limit
     workload = load_workload(args.workload)
-    # Node times are recorded for a trace, a critical path, or exposure per group when there are several
-    # groups (one group's exposure is each rank's own); messages only for a trace or a critical path.
-    group = single_group(workload.traces)
-    training = training_info(workload.traces)
-    recorder = None
-    if args.trace or args.critical_path or group is None or training is not None:
-        recorder = RunRecorder(
-            messages=bool(args.trace or args.critical_path),
-            message_limit=None if args.critical_path else args.trace_limit,
-        )
-    result = simulate(
-        workload,
-        topology=args.topology,
-        model=args.model,
-        system=config,
-        observer=recorder,
+    # A timeline records node times and every message (up to --trace-limit); the critical path every message.
+    reports = Reports(
+        critical_path=args.critical_path,
+        messages=bool(args.trace),
+        message_limit=trace_limit,
+        timeline=bool(args.trace),
     )
-    if recorder is None:
-        result.groups = exposure_from_ranks(result, workload.traces, group or "")
-    else:
-        result.groups = exposure_by_group(recorder)
-    if training is not None:
-        result.training = training_report(training, result, recorder, comm_streams=config.resources.comm_streams)
-    if args.critical_path and recorder is not None:
-        from etsim.report.critical_path import critical_path
-
-        result.critical_path = critical_path(recorder)
+    simulation = Simulation(workload, topology=args.topology, model=args.model, system=config, reports=reports)
+    result = simulation.run()
+    recorder = simulation.recorder
     if args.trace and recorder is not None:
         from etsim.report.trace import write_chrome_trace
 
-        written = write_chrome_trace(recorder, args.trace, messages=args.trace_messages, limit=args.trace_limit)
+        written = write_chrome_trace(recorder, args.trace, messages=args.trace_messages, limit=trace_limit)
         if not args.quiet:
             print(
                 f"etsim: trace: {written.events:,} events, {format_size(written.size)} in {written.path} "

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from etsim.errors import ConfigError, warn
 from etsim.files import write_text
-from etsim.options import add_arguments, arguments_given, flag_name, parse_options
+from etsim.options import (
+    Integer,
+    Optional,
+    add_arguments,
+    arguments_given,
+    flag_name,
+    option,
+    parse_arguments,
+    parse_options,
+)
 from etsim.system.config import SystemConfig, load_system_config
 from etsim.tuning import csv_text, msccl_files, nccl_tuner_csv, plot
 from etsim.tuning.tune import TuneRequest, base_settings, compare_workload, tune
@@ -19,6 +29,15 @@ __all__ = ["register"]
 _EXPORTS = ("nccl-tuner", "msccl")
 #: Plot files etsim tune writes (matplotlib's formats, by suffix).
 PLOT_FORMATS = (".png", ".svg", ".pdf")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneWorkers:
+    """Where ``etsim tune`` measures."""
+
+    jobs: int | None = option(
+        None, "worker processes (default: the CPU count; 1 runs in this process)", Optional(Integer(1)), metavar="N"
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -33,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     add_arguments(p, TuneRequest)  # --topology, --candidates, --collective, --sizes, … (declared on TuneRequest)
     p.add_argument("--system", help="base system YAML (chunks, costs, …); its algorithms are not used")
-    p.add_argument("--jobs", type=int, help="worker processes (default: the CPU count; 1 runs in this process)")
+    add_arguments(p, TuneWorkers)  # --jobs
     p.add_argument("-o", "--output", required=True, help="the selection table (system YAML) to write")
     p.add_argument("--csv", help="CSV of every measured time (default: OUTPUT with .csv)")
     p.add_argument("--plot", help="plot (PNG) of time vs size per candidate (default: OUTPUT with .png; 'none')")
@@ -57,8 +76,7 @@ def _flag(name: str) -> str:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     """Tune, write the table, CSV, plot and exports; in workload mode, compare the whole workload."""
-    if args.jobs is not None and args.jobs < 1:
-        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    jobs = parse_arguments(args, TuneWorkers).jobs
     if args.plot and args.plot != "none" and Path(args.plot).suffix.lower() not in PLOT_FORMATS:
         formats = ", ".join(PLOT_FORMATS)
         raise ConfigError(f"--plot {args.plot}: the file's suffix says its format; use one of {formats} (or 'none')")
@@ -71,7 +89,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ConfigError("--workload tunes the calls the workload makes; do not give --collective or --group-sizes")
     options = parse_options(TuneRequest, given, key=_flag, text=True)
     request = TuneRequest(**options, system=system, settings=base_settings(args.system), output=args.output)
-    result = tune(request, jobs=args.jobs)
+    result = tune(request, jobs=jobs)
     out = Path(args.output)
     write_text(out, result.table_text)
     csv_path = Path(args.csv) if args.csv else out.with_suffix(".csv")
@@ -108,7 +126,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         size, time = format_size(t.size), format_time(t.time_ns)
         print(f"{t.series[0]:<15} {t.series[1]:>5} {size:>10}  {t.candidate:<20} {time:>12}")
     if request.workload:
-        comparison = compare_workload(request, table, jobs=args.jobs)
+        comparison = compare_workload(request, table, jobs=jobs)
         tuned = comparison[0].time_ns
         print(f"\nworkload {request.workload}: finish time with the tuned table vs each candidate alone")
         for m in comparison:

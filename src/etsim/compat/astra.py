@@ -29,7 +29,7 @@ from etsim.errors import ConfigError, warn
 from etsim.files import parse_json, read_text
 from etsim.network import load_network
 from etsim.report.result import Result
-from etsim.simulation import simulate
+from etsim.simulation import NO_REPORTS, simulate
 from etsim.system.config import SystemConfig
 from etsim.workload.observe import RunObserver
 
@@ -320,7 +320,10 @@ def run_astra(
         config = config.with_overrides(fast_path=False)
     customs = any(os.path.isabs(v) for v in config.algorithms.values()) or bool(config.node_algorithms)
     watch = _SimultaneousSends() if model == "aware" and customs else None
-    return simulate(wl, topology=net, model=name, model_options=options, system=config, observer=watch)
+    # ASTRA-sim reports times only: no recording for reports (which would keep the fast path off).
+    return simulate(
+        wl, topology=net, model=name, model_options=options, system=config, observer=watch, reports=NO_REPORTS
+    )
 
 
 class _SimultaneousSends(RunObserver):

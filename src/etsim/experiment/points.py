@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from etsim.errors import ConfigError
+from etsim.producers.workloads.base import WORKLOAD_GENERATORS
 
 __all__ = [
     "METRIC_COLUMNS",
@@ -132,10 +133,7 @@ class Experiment:
     @property
     def training(self) -> bool:
         """Whether some point's workload is a generated training job (the step-report columns are added)."""
-        return any(
-            isinstance(p.spec.workload, Mapping) and p.spec.workload.get("generate") == "transformer"
-            for p in self.points
-        )
+        return any(_training_generator(p.spec.workload) for p in self.points)
 
     @property
     def columns(self) -> list[str]:
@@ -152,6 +150,13 @@ class Experiment:
         """Result columns holding numbers (what a plot's ``y`` may name)."""
         training = TRAINING_COLUMNS if self.training else ()
         return [*METRIC_COLUMNS, *(f"{c}_ns" for c in self.collectives), *training, "messages", "bytes", "wall_s"]
+
+
+def _training_generator(workload: Any) -> bool:
+    """Whether *workload* (a point's resolved spec) is made by a generator of training jobs (step reports)."""
+    if not isinstance(workload, Mapping) or "generate" not in workload:
+        return False
+    return WORKLOAD_GENERATORS.get(workload["generate"]).training_job
 
 
 def label(value: Any) -> str:

@@ -1,40 +1,36 @@
-"""Run points: build each point's inputs (cached per process) and call :func:`~etsim.simulation.simulate`.
+"""Run points: build each point's inputs (cached per process) and run a :class:`~etsim.simulation.Simulation`.
 
 Workers of a sweep run many points; a point's workload, topology, system configuration and
 synthesised algorithms are built once per process and reused by every later point that names the
-same resolved value (caches keyed by the value's canonical JSON). :func:`simulate_point` is the one
-place a :class:`~etsim.experiment.spec.PointSpec` becomes a ``simulate()`` call, used alike by the
-sweep workers and by ``etsim run --config``.
+same resolved value (bounded caches keyed by the value's canonical JSON). :func:`simulate_point` is the one
+place a :class:`~etsim.experiment.spec.PointSpec` becomes a simulation, used alike by the
+sweep workers and by ``etsim run --config``; its result is the one ``etsim run`` gives for the same inputs.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import json
 import os
-import shutil
-import tempfile
 import time
 import traceback
 import warnings
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any
 
 from etsim import progress
+from etsim.cache import BoundedCache
 from etsim.chakra import COLLECTIVE_NAMES, NodeType, Workload, load_workload
 from etsim.chakra.graph import collective_buffer_bytes
 from etsim.errors import ConfigError, EtsimError
 from etsim.experiment.spec import PointSpec
+from etsim.files import ProcessDirectory
 from etsim.network import NetworkConfig, load_network
 from etsim.producers.workloads.base import generate
-from etsim.report.groups import exposure_by_group
 from etsim.report.record import RunRecorder
 from etsim.report.result import Result
-from etsim.report.training import training_columns, training_info, training_report
-from etsim.simulation import simulate
+from etsim.report.training import training_columns
+from etsim.simulation import Simulation
 from etsim.system.config import SystemConfig, load_system_config
 
 # The synthesiser's public functions, imported here only (they may move; this is the one line to change).
@@ -51,33 +47,13 @@ __all__ = [
     "simulate_point",
 ]
 
-T = TypeVar("T")
-
-
-class _Lru:
-    """A small least-recently-used cache (a sweep revisits few distinct inputs, some of them large)."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.items: OrderedDict[Hashable, Any] = OrderedDict()
-
-    def get(self, key: Hashable, build: Callable[[], T]) -> T:
-        if key in self.items:
-            self.items.move_to_end(key)
-            value: T = self.items[key]
-            return value
-        value = build()
-        self.items[key] = value
-        if len(self.items) > self.size:
-            self.items.popitem(last=False)
-        return value
-
-
-_WORKLOADS = _Lru(16)
-_NETWORKS = _Lru(32)
-_SYSTEMS = _Lru(64)
-_SYNTHESES = _Lru(64)
-_TMP: list[str] = []
+# A sweep revisits few distinct inputs, some of them large: each process keeps the last ones it built.
+_WORKLOADS: BoundedCache[Workload] = BoundedCache(16)
+_NETWORKS: BoundedCache[NetworkConfig] = BoundedCache(32)
+_SYSTEMS: BoundedCache[SystemConfig] = BoundedCache(64)
+_SYNTHESES: BoundedCache[str] = BoundedCache(64)
+# Where this process writes the algorithm families it synthesises (removed when it ends).
+_SYNTHESIS_DIR = ProcessDirectory("etsim-synth-")
 
 
 def _key(value: Any) -> str:
@@ -108,23 +84,13 @@ def _system(spec: dict[str, Any]) -> SystemConfig:
     return _SYSTEMS.get(_key(spec), lambda: load_system_config(dict(spec)))
 
 
-def _synthesis_dir() -> str:
-    """A directory of this process for synthesised algorithm families (removed at exit)."""
-    if not _TMP:
-        _TMP.append(tempfile.mkdtemp(prefix="etsim-synth-"))
-        atexit.register(remove_synthesis_dir)
-    return _TMP[0]
-
-
 def remove_synthesis_dir() -> None:
     """Remove this process's directory of synthesised families (at exit, and as a pool worker ends).
 
     A pool worker calls it itself: multiprocessing ends its children with ``os._exit``, which runs no
     ``atexit`` handler.
     """
-    with contextlib.suppress(IndexError):  # the lifeline thread and the worker's own exit may race here
-        while _TMP:
-            shutil.rmtree(_TMP.pop(), ignore_errors=True)
+    _SYNTHESIS_DIR.remove()
 
 
 def _workload_collectives(workload: Workload) -> dict[str, int]:
@@ -158,7 +124,7 @@ def _tacos(spec: dict[str, Any], collective: str, size: int, net: NetworkConfig 
             runs=params["runs"],
             group=group,
         )
-        prefix = os.path.join(_synthesis_dir(), f"tacos_{time.monotonic_ns()}")
+        prefix = os.path.join(_SYNTHESIS_DIR.path(), f"tacos_{time.monotonic_ns()}")
         write_synthesis(syn, prefix)
         return prefix
 
@@ -209,14 +175,10 @@ def simulate_point(spec: PointSpec, recorder: RunRecorder | None = None) -> Resu
     algorithms = {**system.algorithms, **_algorithms(spec, workload, net, labels)}
     system = system.with_overrides(algorithms=algorithms)
     options = spec.model_options or None
-    training = training_info(workload.traces)
-    if recorder is None and training is not None:
-        recorder = RunRecorder(messages=False)
-    result = simulate(workload, topology=net, model=spec.model, model_options=options, system=system, observer=recorder)
-    if training is not None and recorder is not None:
-        result.groups = exposure_by_group(recorder)
-        streams = system.resources.comm_streams
-        result.training = training_report(training, result, recorder, comm_streams=streams)
+    # The reports etsim run gives (groups, the training step report): the same inputs give the same result.
+    result = Simulation(
+        workload, topology=net, model=spec.model, model_options=options, system=system, observer=recorder
+    ).run()
     if labels:  # a synthesised family lives in a temporary directory: name it by its parameters instead
         result.collectives = [replace(c, algorithm=labels.get(c.algorithm, c.algorithm)) for c in result.collectives]
     return result
@@ -245,6 +207,8 @@ class PointOutcome:
     wall_s: float
     warnings: tuple[str, ...] = ()
     """Warnings the simulation raised (a model ignoring contention it met, a fallback algorithm, …)."""
+    fits_in_memory: bool | None = None
+    """A generated training job's memory estimate against its GPU's capacity (None: no estimate, or not such a job)."""
 
 
 def metrics(result: Result) -> dict[str, Any]:
@@ -291,7 +255,8 @@ def run_point(task: PointTask) -> PointOutcome:
             message = f"internal error: {type(exc).__name__}: {exc}{at}"
             return PointOutcome(task.id, "failed", failed, None, message, _since(t0), _messages(caught))
     report = result.to_json(indent=None)
-    return PointOutcome(task.id, "ok", metrics(result), report, "", _since(t0), _messages(caught))
+    fits = result.training.get("fits_in_memory") if result.training is not None else None
+    return PointOutcome(task.id, "ok", metrics(result), report, "", _since(t0), _messages(caught), fits)
 
 
 def _messages(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 
 from etsim.chakra.graph import collective_buffer_bytes, parse_collective
 from etsim.network.bounds import CollectiveBounds, TimeBound
+from etsim.network.model import LinkStats
 from etsim.network.topology import Topology
 from etsim.report.result import CollectiveRecord
-from etsim.units import format_size, format_time
+from etsim.units import format_bandwidth, format_size, format_time
 
-__all__ = ["BoundViolation", "collective_bound_violations", "describe_violations"]
+__all__ = ["BoundViolation", "collective_bound_violations", "describe_violations", "link_bound_warning"]
 
 #: Relative slack for float rounding: a window shorter than the bound by less than this is not a violation.
 TOLERANCE = 1e-9
@@ -103,3 +104,18 @@ def describe_violations(
     if aware:
         return text + f"network model {model!r} should never allow this (a bug in the model: please report it)"
     return text + f"network model {model!r} ignores contention; use --model flow (the default) for a physical bound"
+
+
+def link_bound_warning(stats: Sequence[LinkStats], finish: float, model: str) -> str | None:
+    """The warning of a congestion-unaware run that finished before its busiest link could carry its bytes, or None."""
+    over = [s for s in stats if s.busy > finish * (1 + 1e-9) and s.busy > 0]
+    if not over:
+        return None
+    worst = max(over, key=lambda s: s.busy)
+    return (
+        f"network model {model!r} ignores contention, and this result is faster than the links can carry: "
+        f"link {worst.link} ({worst.src} -> {worst.dst}) carried {format_size(worst.bytes)}, which takes "
+        f"{format_time(worst.busy)} at {format_bandwidth(worst.bandwidth)}, but the run finished at "
+        f"{format_time(finish)} ({len(over)} link(s) like this); use --model flow (congestion-aware, the default) "
+        "for a physical bound"
+    )

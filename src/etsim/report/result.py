@@ -228,7 +228,7 @@ _DIM_FIELDS = {"kind": "str", "npus": "int"}
 _TRAINING_FIELDS = {
     "iteration_ns": "num", "tokens_per_s": "num", "model_tflops_per_gpu": "num", "hardware_tflops_per_gpu": "num",
     "mfu": "num", "hfu": "num", "bubble_fraction": "num", "exposed_comm_ns": "dict", "peak_activation_bytes": "list?",
-    "memory_bytes_per_gpu": "list?", "job": "dict?",
+    "memory_bytes_per_gpu": "list?", "fits_in_memory": "bool|null?", "job": "dict?",
 }  # fmt: skip
 
 _EXPECTED = {
@@ -240,6 +240,7 @@ _EXPECTED = {
     "num|null": "a finite number or null",
     "list": "a list",
     "dict": "an object",
+    "bool|null": "true, false or null",
 }
 
 
@@ -266,6 +267,8 @@ def _valid(kind: str, value: Any) -> bool:
         return isinstance(value, list) and all(_valid("int", v) for v in value)
     if kind == "dict":
         return isinstance(value, dict)
+    if kind == "bool|null":
+        return value is None or isinstance(value, bool)
     return isinstance(value, list)  # "list"
 
 

@@ -15,17 +15,18 @@ layout, which ``pg_name`` is which parallelism). From it and a recorded run:
   communication and idle is the rest of the iteration: with free communication and equal stages it is the
   reference's ``(p − 1) / (v · m)``;
 - ``peak_activation_bytes`` per stage (micro-batches in flight under the schedule × per-layer activations of
-  Korthikanti et al.) and the estimated ``memory_bytes_per_gpu`` per stage.
+  Korthikanti et al.) and the estimated ``memory_bytes_per_gpu`` per stage;
+- ``fits_in_memory``: whether the largest stage's estimate fits in the GPU's memory (None when either is unknown);
+  a job that does not fit is also warned about.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from etsim.errors import warn
-from etsim.producers.training.job import TRAINING_ATTR
+from etsim.producers.training.describe import TRAINING_ATTR, training_job
 from etsim.report.groups import exposure_by_role
 from etsim.units import format_size, format_time
 
@@ -42,16 +43,7 @@ ROLES = ("tp", "pp", "dp", "ep", "cp")
 
 def training_info(traces: Sequence[Trace]) -> dict[str, Any] | None:
     """The job description of a generated training workload, or None for any other workload."""
-    if not traces:
-        return None
-    for attr in traces[0].metadata.attr:
-        if attr.name == TRAINING_ATTR and attr.WhichOneof("value") == "string_val":
-            try:
-                info = json.loads(attr.string_val)
-            except json.JSONDecodeError:
-                return None
-            return info if isinstance(info, dict) and "model_flops" in info else None
-    return None
+    return training_job(traces)
 
 
 def training_report(
@@ -92,7 +84,8 @@ def training_report(
         )
     memory = info.get("memory_bytes_per_gpu", [])
     capacity = info.get("gpu_memory_bytes")
-    if memory and capacity and max(memory) > capacity:
+    fits = max(memory) <= capacity if memory and capacity else None
+    if memory and capacity and not fits:
         stage = max(range(len(memory)), key=lambda s: memory[s])
         notes.append(
             f"training job: stage {stage} needs about {format_size(max(memory))} per GPU (weights, gradients, "
@@ -113,6 +106,7 @@ def training_report(
         "exposed_comm_ns": exposed,
         "peak_activation_bytes": info.get("activation_bytes_in_flight", []),
         "memory_bytes_per_gpu": memory,
+        "fits_in_memory": fits,
         "job": {k: info[k] for k in ("model", "gpus", "gpu", "tp", "pp", "dp", "cp", "ep", "sp", "schedule",
                                       "virtual_stages", "micro_batches", "global_batch", "zero", "recompute")
                 if k in info},

@@ -1,22 +1,35 @@
-"""Build the layers from a resolved configuration, run SimPy, return a :class:`~etsim.report.Result`.
+"""One run of a workload on a network: a :class:`Simulation` owns it from its inputs to its :class:`Result`.
 
 Typical use::
 
-    from etsim.chakra import load_workload
-    from etsim.simulation import simulate
+    from etsim import load_workload, simulate
 
     result = simulate(load_workload("workloads/allreduce_8npus_1MiB"), topology="topologies/ring8.yaml")
     print(result.finish_ns)
+
+A run goes through fixed phases, each a method of :class:`Simulation` (``docs/design.md``, "A run's lifecycle"):
+
+1. **build**: the network, the system settings, the communicator groups, checked against the workload;
+2. **plan**: what the run may shorten: replica folding (one rank of each set of symmetric replicas simulated) and
+   the fast path (collectives evaluated in bulk), as a :class:`Plan`;
+3. **run**: one attempt of the event loop under the plan. A plan that does not hold (a fast-path part that cannot
+   be proven exact, a fold the mirrors cannot reproduce) is a *conflict*: the attempt ends with a new plan, which
+   rules that shortcut out, and the run phase starts again; the build is kept;
+4. **settle**: the checks verifications running beside the run left are made (a wrong algorithm is the error to
+   report, as if it had been verified first);
+5. **collect**: one :class:`Result`: ranks, collectives, links, warnings, and the reports :class:`Reports` asks for
+   (exposure per communicator group, the step report of a generated training job, the critical path).
+
+Each phase's state belongs to the Simulation: the plan, the deferred checks, the warnings recorded, the recorder;
+no other layer's object is changed after it is built.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import gc
 import os
 import time
-import warnings
 from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from etsim.chakra.graph import Workload
@@ -24,22 +37,27 @@ from etsim.chakra.validate import preflight
 from etsim.errors import (
     ConfigError,
     DeadlockError,
-    EtsimWarning,
     FastPathConflict,
     FoldConflict,
     SimulationError,
     warn,
 )
 from etsim.network import NetworkConfig, Topology, build_model, load_network, ring
-from etsim.network.model import DEFAULT_MODEL, CountingEnvironment, LinkStats
+from etsim.network.model import DEFAULT_MODEL, NETWORK_MODELS, CountingEnvironment, NetworkModel
 from etsim.progress import Display
 from etsim.progress import current as current_display
-from etsim.report.bounds import collective_bound_violations, describe_violations
+from etsim.report.bounds import collective_bound_violations, describe_violations, link_bound_warning
+from etsim.report.groups import exposure_by_group, exposure_from_ranks, single_group
+from etsim.report.record import RunRecorder
 from etsim.report.result import CollectiveRecord, RankResult, Result
+from etsim.report.training import training_info, training_report
+from etsim.simulation.collect import instance_records, link_entries, mirror_results, network_info
+from etsim.simulation.phases import DEFAULT_REPORTS, NO_REPORTS, Plan, Reports, WarningLog, collector_paused
+from etsim.system.algorithms import DeferredChecks
 from etsim.system.collective import System
 from etsim.system.config import SystemConfig
 from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
-from etsim.units import format_bandwidth, format_size, format_time
+from etsim.units import format_bandwidth, format_time
 from etsim.workload.engine import Engine
 from etsim.workload.fold import FoldedRouter, ReplicaFold, find_fold, mirrored_trace
 from etsim.workload.observe import RunObserver
@@ -48,16 +66,19 @@ __all__ = [
     "DEFAULT_BANDWIDTH",
     "DEFAULT_LATENCY",
     "DEFAULT_MODEL",
+    "DEFAULT_REPORTS",
     "MAX_MESSAGES",
     "MAX_WALKED_NODES",
     "MESSAGE_WARNING",
+    "NO_REPORTS",
+    "Plan",
+    "Reports",
+    "Simulation",
     "check_workload",
     "default_topology",
     "simulate",
 ]
 
-#: Attempts with the fast path before a run falls back to the event path for every collective.
-MAX_FAST_RERUNS = 3
 #: A run expected to send more messages than this is announced with a warning before it starts.
 MESSAGE_WARNING = 20_000_000
 #: Runs that would walk more messages than this are refused (at ~3 µs a message, more than ten minutes).
@@ -83,7 +104,393 @@ def check_workload(workload: Workload, config: SystemConfig) -> None:
         raise SimulationError("the workload cannot be simulated:\n" + "\n".join(problems[:10]) + more)
 
 
-def _attach_progress(engine: Engine, display: Display, wall0: float, expected: int) -> None:
+@dataclass(frozen=True)
+class _Build:
+    """What the build phase made: the inputs resolved once for every attempt."""
+
+    config: SystemConfig
+    network: NetworkConfig
+    label: str
+    model: str
+    options: dict[str, Any]
+    groups: CommGroups
+
+
+@dataclass
+class _Attempt:
+    """One completed attempt of the run phase: the layers it built and ran."""
+
+    network: NetworkModel
+    system: System
+    engine: Engine
+    fold: ReplicaFold | None
+    wall: float
+
+
+class Simulation:
+    """One run of *workload* on a network, in the phases the module docstring lists; :meth:`run` makes them all.
+
+    Args:
+        workload: one trace per rank.
+        topology: a topology YAML path, a built :class:`~etsim.network.Topology`, a loaded
+            :class:`~etsim.network.NetworkConfig`, or None for :func:`default_topology`.
+        model: network model name (overrides the topology file's ``network.model``; default :data:`DEFAULT_MODEL`).
+        model_options: the model's options (override the file's).
+        system: system parameters (default :class:`~etsim.system.config.SystemConfig`).
+        reports: what the result reports beyond the run's own figures (default: groups and the training report).
+        observer: a :class:`~etsim.workload.observe.RunObserver` that watches the run (timelines, critical path), or
+            None. A :class:`~etsim.report.record.RunRecorder` given here also serves the reports; with another
+            observer, the reports that need a recorded run are left out.
+        progress: a stream to show the run's progress on (e.g. ``sys.stderr``; a line redrawn on a terminal, plain
+            lines elsewhere), or None: the display of :func:`etsim.progress.shown_on`, if any.
+        progress_interval: seconds before the first update (with *progress*).
+
+    Attributes:
+        recorder: the run's record once :meth:`run` has returned (a trace can be written from it), or None.
+        plan: the plan of the last attempt.
+    """
+
+    def __init__(
+        self,
+        workload: Workload,
+        *,
+        topology: str | os.PathLike[str] | Topology | NetworkConfig | None = None,
+        model: str | None = None,
+        model_options: Mapping[str, Any] | None = None,
+        system: SystemConfig | None = None,
+        reports: Reports = DEFAULT_REPORTS,
+        observer: RunObserver | None = None,
+        progress: TextIO | None = None,
+        progress_interval: float = 0.5,
+    ) -> None:
+        self.workload = workload
+        self.topology = topology
+        self.model = model
+        self.model_options = dict(model_options or {})
+        self.system = system
+        self.reports = reports
+        self.progress = progress
+        self.progress_interval = progress_interval
+        self.training = training_info(workload.traces) if reports.training else None
+        self.recorder = self._recorder(observer)
+        self.observer = observer if observer is not None else self.recorder
+        self.plan: Plan | None = None
+        self._log = WarningLog()
+        self._build: _Build | None = None
+
+    def _recorder(self, observer: RunObserver | None) -> RunRecorder | None:
+        """The recorder the reports need: the observer if it is one, a new one if they need it, else None."""
+        if isinstance(observer, RunRecorder):
+            return observer
+        reports = self.reports
+        several_groups = reports.groups and single_group(self.workload.traces) is None
+        needed = reports.timeline or reports.critical_path or reports.messages or several_groups
+        if not needed and self.training is None:
+            return None
+        if observer is not None:
+            if reports.critical_path:
+                raise ConfigError("the critical path needs the run recorded: pass a RunRecorder as the observer")
+            return None
+        messages = reports.messages or reports.critical_path
+        return RunRecorder(messages=messages, message_limit=None if reports.critical_path else reports.message_limit)
+
+    # -- the lifecycle ---------------------------------------------------------------------------------------------
+
+    def run(self) -> Result:
+        """Build, plan, run (again under a new plan after a conflict), settle and collect: the run's :class:`Result`.
+
+        Everything that may make the result misleading is issued as an :class:`~etsim.errors.EtsimWarning` and
+        listed in ``Result.warnings``.
+
+        Raises:
+            DeadlockError: the run cannot progress, or messages were sent that nothing received; the message names
+                stuck ranks and nodes.
+            SimulationError, ConfigError: inconsistent inputs, named precisely.
+        """
+        log = self._log
+        with log.recording(), collector_paused():
+            build = self.build()
+            built = log.mark()  # the build's warnings stay, whichever attempt completes
+            plan = self.plan = self.make_plan(build)
+            while True:
+                log.truncate(built)
+                outcome = self.run_attempt(build, plan)
+                if isinstance(outcome, _Attempt):
+                    break
+                plan = self.plan = plan.after(outcome)
+            result = self.collect(build, outcome)
+            result.warnings = log.messages()
+        result.sim["reruns"] = plan.reruns
+        self.report(build, result)
+        return result
+
+    def build(self) -> _Build:
+        """Phase 1: the network, the settings and the communicator groups, checked against the workload."""
+        config = self.system or SystemConfig()
+        n = self.workload.num_ranks
+        if n == 0:
+            raise ConfigError("the workload has no ranks")
+        net, label, default = self._network(n)
+        topo = net.topology
+        if topo.npus < n:
+            raise ConfigError(f"the workload has {n} ranks but topology {label} has only {topo.npus} NPUs")
+        idle = [r for r in topo.live_npus if r >= n]
+        if idle and not default:
+            which = f"NPU {idle[0]}" if len(idle) == 1 else f"NPUs {idle[0]}..{idle[-1]}"
+            warn(
+                f"topology {label} has {len(topo.live_npus)} NPUs but the workload has only {n} rank files; "
+                f"{which} stay idle (a missing rank file? rank r runs on NPU r)"
+            )
+        failed = sorted(r for r in getattr(topo, "failed_npus", ()) if r < n)
+        if failed:
+            raise ConfigError(f"workload ranks {failed} sit on failed NPUs of topology {label}")
+        model = self.model or net.model
+        options = dict(net.options) if self.model is None or self.model == net.model else {}
+        options.update(self.model_options)
+        groups = CommGroups(n)
+        if config.comm_groups:
+            for name, members in load_comm_groups(config.resolve_path(config.comm_groups), n).groups.items():
+                groups.add(name, members)
+        groups_from_metadata(self.workload, groups)
+        self._build = _Build(config, net, label, model, options, groups)
+        return self._build
+
+    def _network(self, n: int) -> tuple[NetworkConfig, str, bool]:
+        """The network to run on, its label, and whether it is the default one."""
+        topology = self.topology
+        if topology is None:
+            net = NetworkConfig(default_topology(n), DEFAULT_MODEL)
+            npus = net.topology.npus
+            bandwidth, latency = format_bandwidth(DEFAULT_BANDWIDTH), format_time(DEFAULT_LATENCY)
+            return net, f"default ring of {npus} NPUs ({bandwidth}, {latency})", True
+        if isinstance(topology, NetworkConfig):  # one loaded from a file is named by it, as the file itself is
+            return topology, topology.topology.source or topology.topology.name, False
+        if isinstance(topology, Topology):
+            return NetworkConfig(topology, DEFAULT_MODEL), topology.name, False
+        return load_network(os.fspath(topology)), os.fspath(topology), False
+
+    def make_plan(self, build: _Build) -> Plan:
+        """Phase 2: the first plan: replica folding where the run is symmetric, the fast path where it is allowed."""
+        config = build.config
+        fast: frozenset[Hashable] | None = frozenset() if config.fast_path else None
+        if not config.fold_replicas:
+            return Plan(None, "replica folding is off", fast)
+        router = NETWORK_MODELS.get(build.model).parse_options(build.options).router
+        topo = build.network.topology
+        fold, note = find_fold(self.workload.traces, build.groups, topo, router, config.node_priorities)
+        return Plan(fold, note, fast)
+
+    def run_attempt(self, build: _Build, plan: Plan) -> _Attempt | FoldConflict | FastPathConflict:
+        """Phase 3 (and 4): one attempt of the event loop under *plan*, its deferred checks settled.
+
+        Returns the attempt, or the conflict that makes the plan not hold (the caller plans again).
+        """
+        checks = DeferredChecks(self._log.mark)
+        try:
+            try:
+                attempt = self._attempt(build, plan, checks)
+            except Exception:
+                try:
+                    self._settle(checks)  # a wrong algorithm is the error to report, as if it had been verified first
+                except ConfigError as wrong:
+                    raise wrong from None
+                raise
+            except BaseException:  # (an interrupt: nothing is left verifying)
+                checks.cancel()
+                raise
+            self._settle(checks)
+        except (FoldConflict, FastPathConflict) as conflict:
+            return conflict
+        return attempt
+
+    def _attempt(self, build: _Build, plan: Plan, checks: DeferredChecks) -> _Attempt:
+        """Build the layers of one attempt and run its event loop (the checks it leaves are settled by the caller)."""
+        config = build.config if plan.fast_excluded is not None else build.config.with_overrides(fast_path=False)
+        topo = build.network.topology
+        traces = list(self.workload.traces)
+        fold = plan.fold
+        wall0 = time.perf_counter()
+        # Time is a float from the start, so whole-ns runs report 1034.0 on every path (the fast path's times come
+        # from float arrays; SimPy would keep int + int as an int).
+        env = CountingEnvironment(0.0)
+        routing = None
+        if fold is not None:
+            # A mirrored rank's trace is its representative's relabelled, parse problems included: check the latter.
+            traces = [t if fold.rep[r] == r else mirrored_trace(t) for r, t in enumerate(traces)]
+            router = NETWORK_MODELS.get(build.model).parse_options(build.options).router
+            from etsim.network.routing import make_router
+
+            routing = FoldedRouter(make_router(router, topo), fold)
+        network = build_model(env, topo, build.model, build.options, routing=routing)
+        walked_nodes = sum(t.num_nodes for t in traces)
+        if walked_nodes > MAX_WALKED_NODES:
+            why = "" if fold is not None else f" (every rank runs: {plan.fold_note})"
+            raise ConfigError(
+                f"this run would walk {walked_nodes:,} workload nodes, more than etsim's limit of {MAX_WALKED_NODES:,}"
+                f"{why}; fewer micro-batches or ranks make it smaller"
+            )
+        check_workload(Workload(traces), config)
+        dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
+        simulated = frozenset(fold.simulated) if fold is not None else None
+        system = System(config, build.groups, dims=dims, topology=topo, simulated=simulated, checks=checks)
+        expected = self._check_message_count(system, traces, network, config)
+        fast_excluded = set(plan.fast_excluded) if plan.fast_excluded is not None else None
+        engine = Engine(env, network, system, traces, config, self.observer, fast_excluded, fold=fold)
+        self._run_loop(engine, expected)
+        if engine.ranks_done < len(traces):
+            if engine.fast is not None and (engine.fast.parts or engine.fast.pending):
+                # Parts evaluated ahead (or still waiting for members) make a poor report: redo on the event path.
+                raise FastPathConflict("the run cannot progress", None)
+            raise DeadlockError(f"the simulation cannot progress at t = {env.now:.1f} ns; " + engine.deadlock_report())
+        return _Attempt(network, system, engine, fold, time.perf_counter() - wall0)
+
+    def _check_message_count(
+        self, system: System, traces: list[Any], network: NetworkModel, config: SystemConfig
+    ) -> int:
+        """The messages the run is expected to send; refuse a run that would walk too many, warn about a long one."""
+        expected = system.message_estimate(traces)
+        walked = expected
+        if expected > min(MESSAGE_WARNING, MAX_MESSAGES) and config.fast_path and network.offers_bulk_timing():
+            timing = network.bulk_timing()
+            stateful = timing is not None and timing.stateful
+            walked -= system.shared_single_stream_messages if stateful else system.shared_messages
+        if walked > MAX_MESSAGES:
+            raise ConfigError(
+                f"this run would send about {walked:,} messages one by one, more than etsim's limit of "
+                f"{MAX_MESSAGES:,} (about ten minutes); use fewer chunks or smaller groups"
+            )
+        if walked > MESSAGE_WARNING:
+            warn(
+                f"this run will send about {expected:,} messages (more than {MESSAGE_WARNING:,}); it may take a long "
+                "time — fewer chunks or a smaller group make it cheaper"
+            )
+        return expected
+
+    def _run_loop(self, engine: Engine, expected: int) -> None:
+        """The event loop, its progress shown on the display."""
+        progress = self.progress
+        display = Display(progress, delay=self.progress_interval) if progress is not None else current_display()
+        if display is not None:
+            _attach_progress(engine, display, expected)
+        try:
+            engine.start()
+            engine.env.run()
+        finally:
+            if display is not None:
+                display.clear()
+
+    def _settle(self, checks: DeferredChecks) -> None:
+        """Phase 4: make the deferred checks; a late refusal drops the warnings said after its point."""
+        try:
+            checks.settle()
+        except Exception:
+            if checks.raised_at is not None:
+                self._log.truncate(checks.raised_at)
+            raise
+
+    def collect(self, build: _Build, attempt: _Attempt) -> Result:
+        """Phase 5: the run's own figures as a :class:`Result` (mirrored ranks and links filled in), bounds checked."""
+        engine, network, fold = attempt.engine, attempt.network, attempt.fold
+        engine.check_all_received()
+        if self.observer is not None:
+            self.observer.finished(engine)
+        topo = build.network.topology
+        ranks = [RankResult(r.rank, r.finish_ns, r.compute_ns, r.comm_ns, r.exposed_ns) for r in engine.runs]
+        collectives = [
+            CollectiveRecord(
+                c.rank, c.node_id, c.type, c.bytes, list(c.group), c.algorithm, c.start_ns, c.end_ns, c.rule
+            )
+            for c in engine.collectives
+        ]
+        stats = network.link_stats()
+        messages, nbytes = engine.messages, engine.bytes
+        if fold is not None:
+            ranks, stats = mirror_results(fold, topo, ranks, stats)
+            messages, nbytes = messages * fold.replicas, nbytes * fold.replicas
+        finish = max((r.finish_ns for r in ranks), default=0.0)
+        aware = getattr(network, "congestion_aware", True)
+        if not aware:
+            found = link_bound_warning(stats, finish, build.model)
+            if found is not None:
+                warn(found)
+        # A family run with its files' own sizes moves what the files say, not what the call's comm_size says.
+        as_is = attempt.system.written_as_is()
+        checked = collectives if fold is None else instance_records(fold, collectives)
+        violations = collective_bound_violations([c for c in checked if c.algorithm not in as_is], topo)
+        if violations:
+            # A folded run checked one instance of each orbit of instances: say how many the whole run has.
+            count = None if fold is None else sum(fold.group_orbit(v.group) for v in violations)
+            warn(describe_violations(violations, build.model, aware, count=count))
+        return Result(
+            finish_ns=finish,
+            ranks=ranks,
+            collectives=collectives,
+            network=network_info(topo, build.label, build.model, messages, nbytes),
+            sim={
+                "events": engine.events,
+                "wall_s": attempt.wall,
+                "bulk_parts": engine.fast.parts if engine.fast else 0,
+                **({"folded": fold.description} if fold is not None else {}),
+            },
+            links=link_entries(stats, finish),
+        )
+
+    def report(self, build: _Build, result: Result) -> None:
+        """The reports :attr:`reports` asks for, added to *result* (after the run's warnings are collected)."""
+        reports, recorder, traces = self.reports, self.recorder, self.workload.traces
+        if reports.groups:
+            if recorder is not None:
+                result.groups = exposure_by_group(recorder)
+            else:
+                group = single_group(traces)
+                if group is not None:
+                    result.groups = exposure_from_ranks(result, traces, group)
+        if self.training is not None:
+            streams = build.config.resources.comm_streams
+            result.training = training_report(self.training, result, recorder, comm_streams=streams)
+        if reports.critical_path and recorder is not None:
+            from etsim.report.critical_path import critical_path
+
+            result.critical_path = critical_path(recorder)
+
+
+def simulate(
+    workload: Workload,
+    *,
+    topology: str | os.PathLike[str] | Topology | NetworkConfig | None = None,
+    model: str | None = None,
+    model_options: Mapping[str, Any] | None = None,
+    system: SystemConfig | None = None,
+    progress: TextIO | None = None,
+    progress_interval: float = 0.5,
+    observer: RunObserver | None = None,
+    reports: Reports = NO_REPORTS,
+) -> Result:
+    """Simulate *workload* and return its :class:`~etsim.report.Result`: ``Simulation(...).run()`` in one call.
+
+    The arguments are :class:`Simulation`'s, but by default the result holds the run's own figures only
+    (:data:`NO_REPORTS`: no recording, so nothing keeps the fast path off); ``reports=Reports()`` adds what
+    ``etsim run`` reports (exposure per communicator group, a training job's step report).
+
+    Raises:
+        DeadlockError: the run cannot progress, or messages were sent that nothing received; the
+            message names stuck ranks and nodes.
+        SimulationError, ConfigError: inconsistent inputs, named precisely.
+    """
+    return Simulation(
+        workload,
+        topology=topology,
+        model=model,
+        model_options=model_options,
+        system=system,
+        reports=reports,
+        observer=observer,
+        progress=progress,
+        progress_interval=progress_interval,
+    ).run()
+
+
+def _attach_progress(engine: Engine, display: Display, expected: int) -> None:
     """Show the run's progress on *display*, checked every few thousand messages."""
     total = sum(len(run.indeg) for run in engine.runs)
 
@@ -103,337 +510,3 @@ def _attach_progress(engine: Engine, display: Display, wall0: float, expected: i
         )
 
     engine.on_progress(report, every=4096)
-
-
-def simulate(
-    workload: Workload,
-    *,
-    topology: str | os.PathLike[str] | Topology | NetworkConfig | None = None,
-    model: str | None = None,
-    model_options: Mapping[str, Any] | None = None,
-    system: SystemConfig | None = None,
-    progress: TextIO | None = None,
-    progress_interval: float = 0.5,
-    observer: RunObserver | None = None,
-) -> Result:
-    """Simulate *workload* and return its :class:`~etsim.report.Result`.
-
-    Args:
-        workload: one trace per rank.
-        topology: a topology YAML path, a built :class:`~etsim.network.Topology`, a loaded
-            :class:`~etsim.network.NetworkConfig`, or None for :func:`default_topology`.
-        model: network model name (overrides the topology file's ``network.model``; default
-            :data:`DEFAULT_MODEL`).
-        model_options: the model's options (override the file's).
-        system: system parameters (default :class:`~etsim.system.config.SystemConfig`).
-        progress: a stream to show the run's progress on (e.g. ``sys.stderr``; a line redrawn on a
-            terminal, plain lines elsewhere), or None: the display of :func:`etsim.progress.shown_on`, if any.
-        progress_interval: seconds before the first update (with *progress*).
-        observer: a :class:`~etsim.workload.observe.RunObserver` that watches the run (timelines,
-            critical path), or None.
-
-    Everything that may make the result misleading is issued as an
-    :class:`~etsim.errors.EtsimWarning` and listed in ``Result.warnings``.
-
-    Raises:
-        DeadlockError: the run cannot progress, or messages were sent that nothing received; the
-            message names stuck ranks and nodes.
-        SimulationError, ConfigError: inconsistent inputs, named precisely.
-    """
-    caught: list[warnings.WarningMessage] = []
-    excluded: set[Hashable] = set()
-    reruns = 0
-    fold = True
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", EtsimWarning)
-            while True:
-                del caught[:]  # only the attempt that completes speaks
-                # An attempt makes millions of objects that live until it ends (a family's graphs, the union, the
-                # caches) or die young (events), none in cycles worth collecting: the cyclic collector would only
-                # traverse them again and again (0.3 s of the TACOS 32×32 family's run). It runs after the attempt.
-                gc_was_enabled = gc.isenabled()
-                gc.disable()
-                try:
-                    result = _simulate(
-                        workload,
-                        topology,
-                        model,
-                        model_options,
-                        system,
-                        progress,
-                        progress_interval,
-                        observer,
-                        fast_excluded=excluded if reruns < MAX_FAST_RERUNS else None,
-                        fold=fold,
-                        recorded=caught,
-                    )
-                    break
-                except FoldConflict:
-                    fold = False  # something the mirrors cannot reproduce: simulate every rank
-                except FastPathConflict as conflict:
-                    # A part evaluated ahead could not be proven exact: run again with it on the event path.
-                    reruns += 1
-                    if conflict.namespace is None:
-                        reruns = MAX_FAST_RERUNS
-                    excluded.add(("part", conflict.namespace))
-                    if conflict.signature is not None:
-                        excluded.add(("graph", conflict.signature))
-                finally:
-                    if gc_was_enabled:
-                        gc.enable()
-    finally:
-        # Hand every warning on to the caller's filters (the CLI prints them; pytest may raise them).
-        for w in caught:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
-    result.warnings = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, EtsimWarning)))
-    result.sim["reruns"] = reruns
-    return result
-
-
-def _network(
-    topology: str | os.PathLike[str] | Topology | NetworkConfig | None, n: int
-) -> tuple[NetworkConfig, str, bool]:
-    """The network to run on, its label, and whether it is the default one."""
-    if topology is None:
-        net = NetworkConfig(default_topology(n), DEFAULT_MODEL)
-        npus = net.topology.npus
-        label = f"default ring of {npus} NPUs ({format_bandwidth(DEFAULT_BANDWIDTH)}, {format_time(DEFAULT_LATENCY)})"
-        return net, label, True
-    if isinstance(topology, NetworkConfig):
-        return topology, topology.topology.name, False
-    if isinstance(topology, Topology):
-        return NetworkConfig(topology, DEFAULT_MODEL), topology.name, False
-    return load_network(os.fspath(topology)), os.fspath(topology), False
-
-
-def _simulate(
-    workload: Workload,
-    topology: str | os.PathLike[str] | Topology | NetworkConfig | None,
-    model: str | None,
-    model_options: Mapping[str, Any] | None,
-    system: SystemConfig | None,
-    progress: TextIO | None,
-    progress_interval: float,
-    observer: RunObserver | None = None,
-    *,
-    fast_excluded: set[Hashable] | None = None,
-    fold: bool = True,
-    recorded: list[warnings.WarningMessage] | None = None,
-) -> Result:
-    config = system or SystemConfig()
-    if fast_excluded is None:
-        config = config.with_overrides(fast_path=False)
-    n = workload.num_ranks
-    if n == 0:
-        raise ConfigError("the workload has no ranks")
-    net, topo_label, default = _network(topology, n)
-    topo = net.topology
-    if topo.npus < n:
-        raise ConfigError(f"the workload has {n} ranks but topology {topo_label} has only {topo.npus} NPUs")
-    idle = [r for r in topo.live_npus if r >= n]
-    if idle and not default:
-        which = f"NPU {idle[0]}" if len(idle) == 1 else f"NPUs {idle[0]}..{idle[-1]}"
-        warn(
-            f"topology {topo_label} has {len(topo.live_npus)} NPUs but the workload has only {n} rank files; "
-            f"{which} stay idle (a missing rank file? rank r runs on NPU r)"
-        )
-    failed = sorted(r for r in getattr(topo, "failed_npus", ()) if r < n)
-    if failed:
-        raise ConfigError(f"workload ranks {failed} sit on failed NPUs of topology {topo_label}")
-    model_name = model or net.model
-    options = dict(net.options) if model is None or model == net.model else {}
-    options.update(model_options or {})
-
-    groups = CommGroups(n)
-    if config.comm_groups:
-        for name, members in load_comm_groups(config.resolve_path(config.comm_groups), n).groups.items():
-            groups.add(name, members)
-    groups_from_metadata(workload, groups)
-
-    wall0 = time.perf_counter()
-    # Time is a float from the start, so whole-ns runs report 1034.0 on every path (the fast path's times
-    # come from float arrays; SimPy would keep int + int as an int).
-    env = CountingEnvironment(0.0)
-    network = build_model(env, topo, model_name, options)
-    traces = list(workload.traces)
-    folded: ReplicaFold | None = None
-    fold_note = "replica folding is off"
-    if fold and config.fold_replicas:
-        folded, fold_note = find_fold(traces, groups, topo, network.options.router, config.node_priorities)
-    if folded is not None:
-        # A mirrored rank's trace is its representative's relabelled, parse problems included: check the latter.
-        traces = [t if folded.rep[r] == r else mirrored_trace(t) for r, t in enumerate(traces)]
-        network.router = FoldedRouter(network.router, folded)
-    walked_nodes = sum(t.num_nodes for t in traces)
-    if walked_nodes > MAX_WALKED_NODES:
-        why = "" if folded is not None else f" (every rank runs: {fold_note})"
-        raise ConfigError(
-            f"this run would walk {walked_nodes:,} workload nodes, more than etsim's limit of {MAX_WALKED_NODES:,}"
-            f"{why}; fewer micro-batches or ranks make it smaller"
-        )
-    check_workload(Workload(traces), config)
-    dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
-    sys_layer = System(config, groups, dims=dims, topology=topo)
-    sys_layer.deferred_checks = []  # large families are verified beside the run, settled before any result
-    sys_layer.recorded_warnings = recorded
-    if folded is not None:
-        sys_layer.simulated = frozenset(folded.simulated)
-    expected = sys_layer.message_estimate(traces)
-    walked = expected
-    if expected > min(MESSAGE_WARNING, MAX_MESSAGES) and config.fast_path and network.offers_bulk_timing():
-        timing = network.bulk_timing()
-        stateful = timing is not None and timing.stateful
-        walked -= sys_layer.shared_single_stream_messages if stateful else sys_layer.shared_messages
-    if walked > MAX_MESSAGES:
-        raise ConfigError(
-            f"this run would send about {walked:,} messages one by one, more than etsim's limit of {MAX_MESSAGES:,} "
-            "(about ten minutes); use fewer chunks or smaller groups"
-        )
-    if walked > MESSAGE_WARNING:
-        warn(
-            f"this run will send about {expected:,} messages (more than {MESSAGE_WARNING:,}); it may take a long "
-            "time — fewer chunks or a smaller group make it cheaper"
-        )
-    engine = Engine(env, network, sys_layer, traces, config, observer, fast_excluded)
-    if folded is not None:
-        engine.mirror(folded)
-    display = Display(progress, delay=progress_interval) if progress is not None else current_display()
-    if display is not None:
-        _attach_progress(engine, display, wall0, expected)
-    try:
-        engine.start()
-        env.run()
-    except Exception:
-        try:
-            sys_layer.settle_checks()  # an algorithm that is wrong is the error to report, as if verified first
-        except ConfigError as wrong:
-            raise wrong from None
-        raise
-    except BaseException:  # (an interrupt: nothing is left verifying)
-        sys_layer.cancel_checks()
-        raise
-    finally:
-        if display is not None:
-            display.clear()
-    sys_layer.settle_checks()
-    wall = time.perf_counter() - wall0
-    if engine.ranks_done < n:
-        if engine.fast is not None and (engine.fast.parts or engine.fast.pending):
-            # Parts evaluated ahead (or still waiting for members) make a poor report: redo on the event path.
-            raise FastPathConflict("the run cannot progress", None)
-        raise DeadlockError(f"the simulation cannot progress at t = {env.now:.1f} ns; " + engine.deadlock_report())
-    engine.check_all_received()
-    if observer is not None:
-        observer.finished(engine)
-    ranks = [RankResult(r.rank, r.finish_ns, r.compute_ns, r.comm_ns, r.exposed_ns) for r in engine.runs]
-    collectives = [
-        CollectiveRecord(c.rank, c.node_id, c.type, c.bytes, list(c.group), c.algorithm, c.start_ns, c.end_ns, c.rule)
-        for c in engine.collectives
-    ]
-    stats = network.link_stats()
-    messages, nbytes = engine.messages, engine.bytes
-    if folded is not None:
-        ranks, stats = _mirror_results(folded, topo, ranks, stats)
-        messages, nbytes = messages * folded.replicas, nbytes * folded.replicas
-    finish = max((r.finish_ns for r in ranks), default=0.0)
-    aware = getattr(network, "congestion_aware", True)
-    if not aware:
-        _check_physical(stats, finish, model_name, topo)
-    # A family run with its files' own sizes moves what the files say, not what the call's comm_size says.
-    as_is = sys_layer.written_as_is()
-    checked = collectives if folded is None else _instance_records(folded, collectives)
-    violations = collective_bound_violations([c for c in checked if c.algorithm not in as_is], topo)
-    if violations:
-        # A folded run checked one instance of each orbit of instances: say how many the whole run has.
-        count = None if folded is None else sum(folded.group_orbit(v.group) for v in violations)
-        warn(describe_violations(violations, model_name, aware, count=count))
-    # utilisation: the share of the run the link spent serialising (None for a run that took no time).
-    links = [
-        {
-            "link": s.link,
-            "src": s.src,
-            "dst": s.dst,
-            "bytes": s.bytes,
-            "busy_ns": s.busy,
-            "messages": s.messages,
-            "bandwidth_GBps": s.bandwidth,
-            "utilisation": s.busy / finish if finish > 0 else None,
-        }
-        for s in stats
-        if s.messages
-    ]
-    network_info: dict[str, Any] = {
-        "model": model_name,
-        "topology": topo_label,
-        "messages": messages,
-        "bytes": nbytes,
-    }
-    if topo.dims:  # lets plots lay links out on the grid of a mesh or torus
-        network_info["dims"] = [{"kind": d.kind, "npus": d.npus} for d in topo.dims]
-    return Result(
-        finish_ns=finish,
-        ranks=ranks,
-        collectives=collectives,
-        network=network_info,
-        sim={
-            "events": engine.events,
-            "wall_s": wall,
-            "bulk_parts": engine.fast.parts if engine.fast else 0,
-            **({"folded": folded.description} if folded is not None else {}),
-        },
-        links=links,
-    )
-
-
-def _mirror_results(
-    fold: ReplicaFold, topo: Topology, ranks: list[RankResult], stats: list[LinkStats]
-) -> tuple[list[RankResult], list[LinkStats]]:
-    """A folded run's ranks and links, every one: each mirror takes its representative's (exact by symmetry)."""
-    by_rank = {r.rank: r for r in ranks}
-    ranks = [dataclasses.replace(by_rank[fold.rep[r]], rank=r) for r in range(len(fold.rep))]
-    used = {s.link: s for s in stats}
-    links = []
-    for rep, orbit in fold.link_orbits().items():
-        s = used.get(rep)
-        if s is not None:
-            links += [dataclasses.replace(s, link=x, src=topo.links[x][0], dst=topo.links[x][1]) for x in orbit]
-    links.sort(key=lambda s: s.link)
-    return ranks, links
-
-
-def _instance_records(fold: ReplicaFold, records: list[CollectiveRecord]) -> list[CollectiveRecord]:
-    """The simulated ranks' collective records and, for the bound check, their mirrors in the same instances.
-
-    A record's instance is complete once every member has one: the mirrors are the images of the record under
-    the elements that map its group onto itself (the data-parallel shifts for a data-parallel group).
-    """
-    elements = fold.elements()[1:]
-    fixing: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-    out = []
-    for c in records:
-        out.append(c)
-        group = tuple(c.group)
-        found = fixing.get(group)
-        if found is None:
-            members = frozenset(group)
-            found = fixing[group] = [g for g in elements if frozenset(fold.apply(g, m) for m in group) == members]
-        for g in found:
-            rank = fold.apply(g, c.rank)
-            out.append(CollectiveRecord(rank, c.node_id, c.type, c.bytes, c.group, c.algorithm, c.start_ns, c.end_ns))
-    return out
-
-
-def _check_physical(stats: list[LinkStats], finish: float, model_name: str, topo: Topology) -> None:
-    """Warn when a congestion-unaware run finished before its busiest link could carry its bytes."""
-    over = [s for s in stats if s.busy > finish * (1 + 1e-9) and s.busy > 0]
-    if not over:
-        return
-    worst = max(over, key=lambda s: s.busy)
-    warn(
-        f"network model {model_name!r} ignores contention, and this result is faster than the links can carry: "
-        f"link {worst.link} ({worst.src} -> {worst.dst}) carried {format_size(worst.bytes)}, which takes "
-        f"{format_time(worst.busy)} at {format_bandwidth(worst.bandwidth)}, but the run finished at "
-        f"{format_time(finish)} ({len(over)} link(s) like this); use --model flow (congestion-aware, the default) "
-        "for a physical bound"
-    )

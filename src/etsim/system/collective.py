@@ -21,7 +21,7 @@ from etsim import progress
 from etsim.algo.graph import SEND, AlgoGraph
 from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Trace, collective_buffer_bytes
 from etsim.errors import ConfigError, EtsimError, FoldConflict, SimulationError, warn
-from etsim.system.algorithms import CollectiveAlgorithm, DeferredCheck, Phase
+from etsim.system.algorithms import CollectiveAlgorithm, DeferredCheck, DeferredChecks, Phase
 from etsim.system.config import SystemConfig, chunk_sizes
 from etsim.system.groups import CommGroups
 from etsim.system.rules import CallInfo
@@ -113,6 +113,9 @@ class System:
         groups: communicator groups.
         dims: dimension sizes of the topology (for hierarchical algorithms), or None.
         topology: the run's topology (the dimension a group spans; algorithms synthesised for it), or None.
+        simulated: the ranks that run when others mirror them (replica folding, ``workload/fold.py``), or None: all.
+        checks: where verifications running beside the simulation leave their checks (the simulation settles them
+            before it reports anything), or None: every algorithm is verified when a collective first uses it.
     """
 
     def __init__(
@@ -121,6 +124,9 @@ class System:
         groups: CommGroups,
         dims: Sequence[int] | None = None,
         topology: Topology | None = None,
+        *,
+        simulated: frozenset[int] | None = None,
+        checks: DeferredChecks | None = None,
     ) -> None:
         self.config = config
         self.groups = groups
@@ -144,54 +150,14 @@ class System:
         self._smallest_send: dict[int, tuple[AlgoGraph, float | None, bool]] = {}
         self._sends: dict[int, tuple[AlgoGraph, int]] = {}
         #: The ranks that run when others mirror them (replica folding, ``workload/fold.py``), or None: all run.
-        self.simulated: frozenset[int] | None = None
+        self.simulated = simulated
         self._members_run: dict[tuple[int, ...], int] = {}
-        #: The checks verifications running beside the simulation left, each with how many warnings had been
-        #: recorded when it was left (None: every algorithm is verified when a collective first uses it);
-        #: :meth:`settle_checks` makes them, :meth:`cancel_checks` ends them.
-        self.deferred_checks: list[tuple[DeferredCheck, int]] | None = None
-        #: The warnings the run has recorded so far (the caller's list, or None): a check that refuses late drops
-        #: those recorded after the point where it was left, as a refusal made there would have stopped the run.
-        self.recorded_warnings: list[Any] | None = None
-
-    def settle_checks(self) -> None:
-        """Make the checks verifications running beside the simulation left (:attr:`deferred_checks`), in order.
-
-        Raises:
-            ConfigError: an algorithm does not compute its collective, as verifying it first would have said. Then,
-                as with any error a check raises, the warnings recorded after that check was left are dropped (made
-                first, it would have stopped the run there), and the other checks are cancelled.
-        """
-        checks = self.deferred_checks or []
-        try:
-            while checks:
-                checks[0][0].settle()
-                checks.pop(0)
-        except Exception:
-            if self.recorded_warnings is not None:
-                del self.recorded_warnings[checks[0][1] :]
-            self.cancel_checks()
-            raise
-        except BaseException:
-            self.cancel_checks()
-            raise
-
-    def cancel_checks(self) -> None:
-        """End every verification still running beside the simulation (an interrupt, a refusal)."""
-        for check, _ in self.deferred_checks or []:
-            check.cancel()
-        if self.deferred_checks:
-            self.deferred_checks.clear()
+        self._checks = checks
 
     def _warn_once(self, key: tuple[str, ...], message: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
             warn(message)
-
-    def algorithm_for(self, collective: CollectiveType) -> tuple[str, CollectiveAlgorithm]:
-        """The algorithm configured for *collective* by a mapping (see :class:`AlgorithmSelection`)."""
-        choice = self.selection.choose(collective)
-        return choice.label, choice.algorithm
 
     def group_dimension(self, group: tuple[int, ...]) -> int | None:
         """The topology dimension *group* spans (its members differ in that coordinate only), else None."""
@@ -267,35 +233,7 @@ class System:
         n = len(group)
         lookup = _lookup(collective)
         if inst is None:
-            node_spec = self.config.node_algorithms.get(node_id) if node_id is not None else None
-            if node_spec:
-                label, algo = self.selection.resolve(node_spec, "per-node algorithm")
-                rule = "per-node algorithm"
-            else:
-                try:
-                    choice = self.choose(collective, size, group, group_key)
-                except NoRuleError as exc:
-                    raise NoRuleError(f"{where}: {exc}") from None
-                rule, label, algo = choice.rule, choice.label, choice.algorithm
-            reason = algo.supports(lookup, n)
-            if reason is not None and n > 1:
-                raise ConfigError(f"{where}: {reason}")
-            if n > 1:  # refuse an algorithm that does not compute its collective (verified once, cached)
-                as_written = self.config.families_as_written  # (the files' own sizes, not the call's)
-                later: list[DeferredCheck] | None = [] if self.deferred_checks is not None else None
-                algo.check_correct(lookup, n, where=where, label=label, size=None if as_written else size, later=later)
-                if later and self.deferred_checks is not None:
-                    mark = len(self.recorded_warnings) if self.recorded_warnings is not None else 0
-                    self.deferred_checks += [(check, mark) for check in later]
-            inst = _Instance(collective, size, where, label, algo, self._next_namespace, key, rule)
-            if self.config.families_as_written and algo.source == "chakra-et":
-                self._written_labels.add(label)
-            try:
-                self._next_namespace += len(self._stream_sizes(collective, size, n))
-            except ConfigError as exc:
-                raise ConfigError(f"{where}: {exc}") from None
-            self._instances[key] = inst
-            self._check_instance(inst, lookup, n)
+            inst = self._new_instance(key, collective, size, group, where, node_id)
         elif inst.collective != collective or inst.size != size:
             raise SimulationError(
                 f"collective #{seq} of group {group_key!r} differs between ranks: {where} issues "
@@ -322,39 +260,109 @@ class System:
                 f"{where}: a {collective.name.lower()} over a 1-rank group moves no data and costs nothing",
             )
             return share
-        graph_key = (id(inst.algorithm), int(lookup), n, position)
         phased = type(inst.algorithm).phases is not CollectiveAlgorithm.phases
         graph = None if phased else self._graph_at(inst.algorithm, lookup, n, position)
         if self.simulated is not None:
             self._check_mirrored(graph, group, inst.label, where)
-        config = self.config
-        if config.families_as_written and inst.algorithm.source == "chakra-et" and graph is not None:
-            # One stream of the files' own sizes, no endpoint delay or reduction model; COMP nodes
-            # without a duration take the minimum compute time.
-            if graph.total_chunks is not None:
-                if graph.written_bytes is None:
-                    raise ConfigError(
-                        f"{where}: algorithm family {inst.label!r} gives sizes as chunk counts "
-                        "(msg_chunk_cnt/total_chunk_cnt) only, but families are run as written here, with the "
-                        "absolute comm_size of each node — write it with --size BYTES (comm_size beside the counts), "
-                        "or simulate it with `etsim run`, which scales chunk counts"
-                    )
-                written_key = (*graph_key, -1)
-                graph = self._graphs.get(written_key) or self._graphs.setdefault(written_key, graph.as_written())
-            part = CollectivePart(graph, position, group, (inst.namespace, 0, 0), 1.0, comp_ns=config.min_compute_ns)
-            share.parts.append(part)
+        if self.config.families_as_written and inst.algorithm.source == "chakra-et" and graph is not None:
+            share.parts.append(self._part_as_written(inst, lookup, graph, position, group, where))
             return share
+        share.parts += self._parts(inst, lookup, rank, position, group, group_key, graph, where)
+        return share
+
+    def _new_instance(
+        self,
+        key: tuple[str, int],
+        collective: CollectiveType,
+        size: int,
+        group: tuple[int, ...],
+        where: str,
+        node_id: int | None,
+    ) -> _Instance:
+        """The instance *key* of a collective its group's first member issues: its algorithm chosen and checked."""
+        n = len(group)
+        lookup = _lookup(collective)
+        node_spec = self.config.node_algorithms.get(node_id) if node_id is not None else None
+        if node_spec:
+            label, algo = self.selection.resolve(node_spec, "per-node algorithm")
+            rule = "per-node algorithm"
+        else:
+            try:
+                choice = self.choose(collective, size, group, key[0])
+            except NoRuleError as exc:
+                raise NoRuleError(f"{where}: {exc}") from None
+            rule, label, algo = choice.rule, choice.label, choice.algorithm
+        reason = algo.supports(lookup, n)
+        if reason is not None and n > 1:
+            raise ConfigError(f"{where}: {reason}")
+        if n > 1:  # refuse an algorithm that does not compute its collective (verified once, cached)
+            as_written = self.config.families_as_written  # (the files' own sizes, not the call's)
+            later: list[DeferredCheck] | None = [] if self._checks is not None else None
+            algo.check_correct(lookup, n, where=where, label=label, size=None if as_written else size, later=later)
+            if later and self._checks is not None:
+                for check in later:
+                    self._checks.add(check)
+        inst = _Instance(collective, size, where, label, algo, self._next_namespace, key, rule)
+        if self.config.families_as_written and algo.source == "chakra-et":
+            self._written_labels.add(label)
+        try:
+            self._next_namespace += len(self._stream_sizes(collective, size, n))
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        self._instances[key] = inst
+        self._check_instance(inst, lookup, n)
+        return inst
+
+    def _part_as_written(
+        self,
+        inst: _Instance,
+        lookup: CollectiveType,
+        graph: AlgoGraph,
+        position: int,
+        group: tuple[int, ...],
+        where: str,
+    ) -> CollectivePart:
+        """The one part of a family run with its files' own sizes.
+
+        One stream, no endpoint delay or reduction model; COMP nodes without a duration take the minimum compute time.
+        """
+        if graph.total_chunks is not None:
+            if graph.written_bytes is None:
+                raise ConfigError(
+                    f"{where}: algorithm family {inst.label!r} gives sizes as chunk counts "
+                    "(msg_chunk_cnt/total_chunk_cnt) only, but families are run as written here, with the "
+                    "absolute comm_size of each node — write it with --size BYTES (comm_size beside the counts), "
+                    "or simulate it with `etsim run`, which scales chunk counts"
+                )
+            written_key = (id(inst.algorithm), int(lookup), len(group), position, -1)
+            graph = self._graphs.get(written_key) or self._graphs.setdefault(written_key, graph.as_written())
+        return CollectivePart(graph, position, group, (inst.namespace, 0, 0), 1.0, comp_ns=self.config.min_compute_ns)
+
+    def _parts(
+        self,
+        inst: _Instance,
+        lookup: CollectiveType,
+        rank: int,
+        position: int,
+        group: tuple[int, ...],
+        group_key: str,
+        graph: AlgoGraph | None,
+        where: str,
+    ) -> list[CollectivePart]:
+        """The rank's parts: per chunk (stream), each phase of the algorithm (*graph* when it has one phase)."""
+        config, algorithm = self.config, inst.algorithm
+        collective, size, n = inst.collective, inst.size, len(group)
+        phased = graph is None
         graph_of = None
-        if graph is not None and not phased and not graph.relative_peers:
-            graph_of = functools.partial(self._graph_at, inst.algorithm, lookup, n)
+        if graph is not None and not graph.relative_peers:
+            graph_of = functools.partial(self._graph_at, algorithm, lookup, n)
         start, endpoint = config.stream_delay, config.endpoint_delay
         if group_key != "0" and config.group_endpoint_delay is not None:
             start = endpoint = config.group_endpoint_delay
-        state = self._algorithm_state.setdefault((rank, id(inst.algorithm)), {}) if phased else {}
+        state = self._algorithm_state.setdefault((rank, id(algorithm)), {}) if phased else {}
+        parts = []
         for c, stream in enumerate(self._stream_sizes(collective, size, n)):
-            phases = (
-                inst.algorithm.phases(lookup, n, position, stream=c, state=state) if phased else [Phase(graph)]  # type: ignore[arg-type]  # built above
-            )
+            phases = algorithm.phases(lookup, n, position, stream=c, state=state) if phased else [Phase(graph)]  # type: ignore[arg-type]  # built
             for p, phase in enumerate(phases):
                 g = phase.graph
                 if g.total_chunks is not None:
@@ -377,8 +385,8 @@ class System:
                     queue=phase.queue,
                     graph_of=graph_of,
                 )
-                share.parts.append(part)
-        return share
+                parts.append(part)
+        return parts
 
     def _graph_at(self, algorithm: CollectiveAlgorithm, lookup: CollectiveType, n: int, position: int) -> AlgoGraph:
         """*algorithm*'s graph of *position* in a group of *n* (made once, as :meth:`join` makes it)."""

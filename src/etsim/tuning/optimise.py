@@ -2,10 +2,12 @@
 
 A *move* is one documented, reversible rewrite that keeps the job's work and data dependencies:
 
-- of a generated training job (``generate: transformer``), one generator parameter for the same model, global
-  batch and GPU count: the micro-batch (×2, ÷2), the pipeline schedule (``1f1b``, ``gpipe``, ``interleaved`` with
-  v = 2, 3, 4 chunks), the tensor/pipeline/data split (a factor 2 moved between two degrees), activation
-  recomputation, the ZeRO stage, sequence parallelism, the data-parallel gradient bucket (×2, ÷2);
+- of a generated workload, one change of its generator's parameters that the generator declares keeps the job's
+  work (:meth:`~etsim.producers.workloads.base.WorkloadGenerator.rewrites`): for ``generate: transformer``, for
+  the same model, global batch and GPU count, the micro-batch (×2, ÷2), the pipeline schedule (``1f1b``,
+  ``gpipe``, ``interleaved`` with v = 2, 3, 4 chunks), the tensor/pipeline/data split (a factor 2 moved between
+  two degrees), activation recomputation, the ZeRO stage, sequence parallelism, the data-parallel gradient bucket
+  (×2, ÷2); for ``generate: moe``, the expert-parallel size (×2, ÷2); a workload read from files has none;
 - of any workload, one system setting: the algorithm of one collective type (``algorithms.<collective>``: the
   natives that implement it and TACOS), the chunks per collective (1, 2, 4), the communication streams per NPU
   (``resources.comm_streams`` 0, 1, 2), or the issue order of a node on the critical path that waited for its
@@ -21,7 +23,7 @@ exposed data-parallel communication makes bucket, ZeRO and algorithm moves first
 bounds the search; every evaluated candidate is kept in ``OUT/candidates.jsonl``, so a second run with the same
 inputs resumes without simulating them again, and the same inputs give the same search.
 
-Outputs (:func:`write_outputs`): the best job as an experiment-style file (``best.yaml``), its traces
+Outputs (``optimise_outputs.write_outputs``): the best job as an experiment-style file (``best.yaml``), its traces
 (``workload.<rank>.et``, ``workload.comm_groups.json``) and ``system.yaml`` (``etsim run OUT/workload --system
 OUT/system.yaml --topology T`` reproduces ``best_ns``), ``report.json`` and ``report.md`` (baseline, best, each
 accepted move with its gain, the critical path's split before and after), ``convergence.csv`` (best time after each
@@ -44,22 +46,22 @@ from etsim.errors import ConfigError
 from etsim.experiment.engines import ENGINES
 from etsim.experiment.points import PointSpec
 from etsim.experiment.worker import PointOutcome, PointTask, point_workload
-from etsim.files import write_text
-from etsim.producers.tacos import COLLECTIVES as TACOS_COLLECTIVES
-from etsim.producers.workloads.base import normalize
-from etsim.system.algorithms import ALGORITHMS
+from etsim.options import Integer, ListOf, Optional, Parser, Text, Time, option
+from etsim.producers.workloads.base import generator_of, normalize
+from etsim.system.algorithms.sources import claiming_source
 
 __all__ = [
     "MOVE_KINDS",
     "Candidate",
     "Move",
+    "OptimiseRequest",
     "OptimiseResult",
     "apply",
     "memory_moves",
+    "move_kinds",
     "moves",
     "optimise",
     "reorder_moves",
-    "write_outputs",
 ]
 
 #: Algorithms tried per collective type: the natives that implement it, and TACOS synthesised for the topology.
@@ -75,6 +77,50 @@ _KIND_OF = {"tp": "split", "pp": "split", "dp": "split", "bucket_size": "bucket"
 REPAIRED = 3
 #: Roles a move addresses, for ordering by where the step's time goes (issue-order moves come first).
 ROLES = ("pp", "tp", "dp", "compute", "order")
+
+
+class MoveKinds(Parser):
+    """Kinds of moves (comma-separated on the command line); which exist depends on the job (:func:`move_kinds`)."""
+
+    metavar = "KIND,…"
+
+    def __call__(self, value: Any, *, key: str) -> frozenset[str]:
+        """The kinds named."""
+        return frozenset(ListOf(Text(empty=False), what="kinds")(value, key=key))
+
+
+def move_kinds(spec: PointSpec) -> list[str]:
+    """The kinds of moves there are for *spec*: :data:`MOVE_KINDS`, and those its generator declares."""
+    found = generator_of(spec.workload)
+    kinds = dict.fromkeys(MOVE_KINDS)
+    if found is not None:
+        generator, options = found
+        for r in [*generator.rewrites(options), *generator.memory_rewrites(options)]:
+            kinds[Move("workload", r.values, r.role).kind] = None
+    return list(kinds)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimiseRequest:
+    """How to search: the ``etsim optimise`` settings (each declared once; the command line's flags come from here)."""
+
+    budget: int = option(40, "candidates to simulate at most", Integer(1))
+    time: float | None = option(
+        None, "stop starting new rounds after this long (e.g. '5 min')", Optional(Time()), metavar="TIME"
+    )
+    jobs: int = option(1, "candidates simulated at once", Integer(1))
+    moves: frozenset[str] | None = option(
+        None,
+        f"only these kinds of moves, comma-separated: {', '.join(MOVE_KINDS)}, or a parameter a generator declares "
+        "moves of (default: all)",
+        Optional(MoveKinds()),
+    )
+    engine: str = option("local", "experiment engine that simulates the candidates", Text(empty=False))
+
+    @property
+    def seconds(self) -> float | None:
+        """:attr:`time` in seconds (None: no limit)."""
+        return None if self.time is None else self.time / 1e9
 
 
 @dataclass(frozen=True)
@@ -128,43 +174,21 @@ class OptimiseResult:
     """Best time after each evaluated candidate."""
 
 
-def _factor_moves(values: dict[str, Any]) -> Iterator[Move]:
-    """A factor 2 moved between two of tp, pp and dp (the GPU count stays)."""
-    for a, b in (("tp", "pp"), ("pp", "tp"), ("pp", "dp"), ("dp", "pp"), ("tp", "dp"), ("dp", "tp")):
-        if values[b] % 2 == 0:
-            new = {a: values[a] * 2, b: values[b] // 2}
-            role = "pp" if "pp" in (a, b) else "tp"
-            yield Move("workload", tuple(sorted(new.items())), role)
-
-
 def moves(spec: PointSpec, collectives: list[str]) -> list[Move]:
-    """Every move from *spec*, in a fixed order (the search orders them by promise)."""
+    """Every move from *spec*, in a fixed order (the search orders them by promise).
+
+    The workload's moves are those its generator declares (:meth:`WorkloadGenerator.rewrites`; none for a workload
+    read from files); the system's are the same for every workload.
+    """
     out: list[Move] = []
-    workload = spec.workload
-    if isinstance(workload, dict) and workload.get("generate") == "transformer":
-        v = workload
-        for b in (v["micro_batch"] * 2, v["micro_batch"] // 2):
-            if b >= 1:
-                out.append(Move("workload", (("micro_batch", b),), "pp"))
-        schedules = [("1f1b", 1), ("gpipe", 1), *(("interleaved", k) for k in (2, 3, 4))]
-        for schedule, chunks in schedules:
-            if (schedule, chunks) != (v["schedule"], v["virtual_stages"]) and v["pp"] > 1:
-                out.append(Move("workload", (("schedule", schedule), ("virtual_stages", chunks)), "pp"))
-        out.extend(_factor_moves(v))
-        for recompute in ("none", "selective", "full"):
-            if recompute != v["recompute"]:
-                out.append(Move("workload", (("recompute", recompute),), "compute"))
-        if v["dp"] > 1:
-            out += [Move("workload", (("zero", z),), "dp") for z in range(4) if z != v["zero"]]
-            for size in (v["bucket_size"] * 2, v["bucket_size"] // 2):
-                if size >= 1 << 20:
-                    out.append(Move("workload", (("bucket_size", size),), "dp"))
-        if v["tp"] > 1:
-            out.append(Move("workload", (("sp", not v["sp"]),), "tp"))
+    found = generator_of(spec.workload)
+    if found is not None:
+        generator, options = found
+        out += [Move("workload", r.values, r.role) for r in generator.rewrites(options)]
     current = spec.system.get("algorithms", {}) or {}
     for collective in collectives:
         for name in CANDIDATES:
-            implemented = set(TACOS_COLLECTIVES.values()) if name == "tacos" else ALGORITHMS.get(name).collectives
+            implemented = claiming_source(name).collectives(name) or frozenset()
             if current.get(collective, "") != name and parse_collective(collective) in implemented:
                 out.append(Move("system", ((f"algorithms.{collective}", name),), "dp"))
     chunks = spec.system.get("chunks", 1)
@@ -175,26 +199,16 @@ def moves(spec: PointSpec, collectives: list[str]) -> list[Move]:
 
 
 def memory_moves(spec: PointSpec) -> list[Move]:
-    """The moves of a generated training job that lower its memory per GPU, tried with a faster one that does not fit.
+    """The moves that lower the job's memory per GPU.
 
-    In the order they are added (each keeps the ones before): sequence parallelism, selective recomputation, the
-    next ZeRO stage, full recomputation, half the micro-batch.
+    Tried with a faster one that does not fit (its generator's, :meth:`WorkloadGenerator.memory_rewrites`, in
+    their order: each keeps the ones before).
     """
-    v = spec.workload
-    if not (isinstance(v, dict) and v.get("generate") == "transformer"):
+    found = generator_of(spec.workload)
+    if found is None:
         return []
-    out = []
-    if v["tp"] > 1 and not v["sp"]:
-        out.append(Move("workload", (("sp", True),), "memory"))
-    if v["recompute"] == "none":
-        out.append(Move("workload", (("recompute", "selective"),), "memory"))
-    if v["dp"] > 1 and v["zero"] < 3:
-        out.append(Move("workload", (("zero", v["zero"] + 1),), "memory"))
-    if v["recompute"] != "full":
-        out.append(Move("workload", (("recompute", "full"),), "memory"))
-    if v["micro_batch"] > 1:
-        out.append(Move("workload", (("micro_batch", v["micro_batch"] // 2),), "memory"))
-    return out
+    generator, options = found
+    return [Move("workload", r.values, "memory") for r in generator.memory_rewrites(options)]
 
 
 def reorder_moves(spec: PointSpec) -> list[Move]:
@@ -286,8 +300,8 @@ def _slots_limited(spec: PointSpec) -> bool:
 
 
 def _fits(outcome: PointOutcome) -> bool:
-    """Whether the candidate fits in its GPUs' memory (the generator's estimate, warned about by the report)."""
-    return not any("the job would not fit" in w for w in outcome.warnings)
+    """Whether the candidate fits in its GPUs' memory (the generator's estimate; no estimate: it does)."""
+    return outcome.fits_in_memory is not False
 
 
 def _collectives(spec: PointSpec) -> list[str]:
@@ -318,81 +332,124 @@ def optimise(
     Raises:
         ConfigError: the baseline itself cannot be simulated (its message).
     """
+    search = _Search(budget, ENGINES.get(engine)(jobs=jobs), _cached(cache), cache, on_candidate, kinds)
+    t0 = time.monotonic()
+    base = Candidate(baseline, ())
+    search.evaluate([base])
+    if base.status != "ok":
+        raise ConfigError(f"the job as given cannot be simulated: {base.error}")
+    best = base
+    accepted: list[tuple[tuple[Move, ...], float, float]] = []
+    collectives = _collectives(baseline)
+    search.begin(base)
+    while len(search.evaluated) < budget and (seconds is None or time.monotonic() - t0 < seconds):
+        winner = search.round(best, collectives)
+        if winner is None or (best.fits and not winner.iteration_ns < best.iteration_ns):
+            break  # a local optimum: no move from the best helps (a best that does not fit takes any that does)
+        accepted.append((winner.path[len(best.path) :], best.iteration_ns, winner.iteration_ns))
+        best = winner
+    return OptimiseResult(base, best, search.evaluated, accepted, search.history)
+
+
+def _cached(cache: Path | None) -> dict[str, dict[str, Any]]:
+    """The candidates an earlier search with the same inputs evaluated (``candidates.jsonl``), by key."""
     done: dict[str, dict[str, Any]] = {}
     if cache is not None and cache.exists():
         for line in cache.read_text().splitlines():
             if line.strip():
                 entry = json.loads(line)
                 done[entry["key"]] = entry
-    runner = ENGINES.get(engine)(jobs=jobs)
-    t0 = time.monotonic()
-    evaluated: list[Candidate] = []
-    history: list[float] = []
+    return done
 
-    def evaluate(batch: list[Candidate]) -> None:
+
+class _Search:
+    """The state of one search: the candidates evaluated, tried and cached, and how each round goes."""
+
+    def __init__(
+        self,
+        budget: int,
+        runner: Any,
+        done: dict[str, dict[str, Any]],
+        cache: Path | None,
+        on_candidate: Callable[[Candidate], None] | None,
+        kinds: frozenset[str] | None,
+    ) -> None:
+        self.budget = budget
+        self.runner = runner
+        self.done = done
+        self.cache = cache
+        self.on_candidate = on_candidate
+        self.kinds = kinds
+        self.evaluated: list[Candidate] = []
+        self.history: list[float] = []
+        self.tried: set[str] = set()
+        self.watch: progress.Stage | None = None
+
+    def begin(self, base: Candidate) -> None:
+        """The rounds start from *base* (evaluated): it counts as tried, and progress is shown from now on."""
+        self.tried.add(base.key)
+        self.watch = progress.stage("optimising", self.budget, "candidates")
+
+    def evaluate(self, batch: list[Candidate]) -> None:
+        """Simulate the candidates of *batch* not cached yet (cache them), and record every one."""
+        done = self.done
         fresh = [c for c in batch if c.key not in done]
         outcomes: dict[str, PointOutcome] = {}
         if fresh:
             tasks = [PointTask(str(i), c.spec) for i, c in enumerate(fresh)]
-            runner.run(tasks, lambda o: outcomes.__setitem__(o.id, o))
+            self.runner.run(tasks, lambda o: outcomes.__setitem__(o.id, o))
         for i, c in enumerate(fresh):
             o = outcomes.get(str(i))
             entry: dict[str, Any] = {"key": c.key, "status": "failed", "error": "lost", "metrics": {}, "fits": False}
             if o is not None:
                 entry = {"key": c.key, "status": o.status, "error": o.error, "metrics": o.metrics, "fits": _fits(o)}
             done[c.key] = entry
-            if cache is not None:
-                with cache.open("a") as f:
+            if self.cache is not None:
+                with self.cache.open("a") as f:
                     f.write(json.dumps(entry, sort_keys=True) + "\n")
+        history = self.history
         for c in batch:
             entry = done[c.key]
             c.status, c.error, c.metrics, c.fits = entry["status"], entry["error"], entry["metrics"], entry["fits"]
             if c.status == "ok":
                 c.iteration_ns = float(c.metrics.get("iteration_ns", c.metrics.get("finish_ns", float("inf"))))
             counted = c.iteration_ns if c.status == "ok" and c.fits else float("inf")
-            evaluated.append(c)
+            self.evaluated.append(c)
             history.append(min(history[-1], counted) if history else counted)
-            if on_candidate is not None:
-                on_candidate(c)
+            if self.on_candidate is not None:
+                self.on_candidate(c)
 
-    base = Candidate(baseline, ())
-    evaluate([base])
-    if base.status != "ok":
-        raise ConfigError(f"the job as given cannot be simulated: {base.error}")
-    best = base
-    accepted: list[tuple[tuple[Move, ...], float, float]] = []
-    collectives = _collectives(baseline)
-    tried = {base.key}
-    watch = progress.stage("optimising", budget, "candidates")
+    def _advance(self, count: int) -> None:
+        if self.watch is not None:
+            self.watch.advance(count)
 
-    def fresh(candidates: Iterator[Candidate]) -> list[Candidate]:
+    def fresh(self, candidates: Iterator[Candidate]) -> list[Candidate]:
         """The candidates not tried yet, up to the budget."""
         out: list[Candidate] = []
         for cand in candidates:
-            if len(evaluated) + len(out) >= budget:
+            if len(self.evaluated) + len(out) >= self.budget:
                 break
-            if cand.key not in tried:
-                tried.add(cand.key)
+            if cand.key not in self.tried:
+                self.tried.add(cand.key)
                 out.append(cand)
         return out
 
-    def step(spec: PointSpec, path: tuple[Move, ...], options: list[Move]) -> Iterator[Candidate]:
-        for move in options:
-            new = apply(spec, move)
-            if new is not None:
-                yield Candidate(new, (*path, move))
+    def round(self, best: Candidate, collectives: list[str]) -> Candidate | None:
+        """One round from *best*: its fastest candidate that fits, or None.
 
-    while len(evaluated) < budget and (seconds is None or time.monotonic() - t0 < seconds):
+        Every untried move is simulated, most promising first, then memory repairs of the fastest that do not fit.
+        """
+        kinds = self.kinds
         order = _promise(best.metrics)
         options = sorted(moves(best.spec, collectives), key=lambda m: order.index(m.role))
         if _slots_limited(best.spec) and (kinds is None or "order" in kinds):
             options = reorder_moves(best.spec) + options
         options = [m for m in options if kinds is None or m.kind in kinds]
-        batch = fresh(step(best.spec, best.path, options))
+        batch = self.fresh(_step(best.spec, best.path, options))
         if not batch:
-            break
-        evaluate(batch)
-        watch.advance(len(batch))
+            return None
+        self.evaluate(batch)
+        self._advance(len(batch))
         # The fastest moves that do not fit in memory, each with one, two, three … moves that save memory.
         unfit = sorted(
             (
@@ -402,18 +459,21 @@ def optimise(
             ),
             key=lambda c: c.iteration_ns,
         )[:REPAIRED]
-        repairs = fresh(r for c in unfit for r in _repaired(c, kinds))
+        repairs = self.fresh(r for c in unfit for r in _repaired(c, kinds))
         if repairs:
-            evaluate(repairs)
-            watch.advance(len(repairs))
-        winner = min(
+            self.evaluate(repairs)
+            self._advance(len(repairs))
+        return min(
             (c for c in batch + repairs if c.status == "ok" and c.fits), key=lambda c: c.iteration_ns, default=None
         )
-        if winner is None or (best.fits and not winner.iteration_ns < best.iteration_ns):
-            break  # a local optimum: no move from the best helps (a best that does not fit takes any that does)
-        accepted.append((winner.path[len(best.path) :], best.iteration_ns, winner.iteration_ns))
-        best = winner
-    return OptimiseResult(base, best, evaluated, accepted, history)
+
+
+def _step(spec: PointSpec, path: tuple[Move, ...], options: list[Move]) -> Iterator[Candidate]:
+    """The candidates one of *options* makes from *spec* (reached by *path*)."""
+    for move in options:
+        new = apply(spec, move)
+        if new is not None:
+            yield Candidate(new, (*path, move))
 
 
 def _recorded_run(spec: PointSpec) -> tuple[Any, dict[str, Any]]:
@@ -427,124 +487,3 @@ def _recorded_run(spec: PointSpec) -> tuple[Any, dict[str, Any]]:
         warnings.simplefilter("ignore")
         simulate_point(spec, recorder)
     return recorder, critical_path(recorder)
-
-
-def _recorded(spec: PointSpec, trace: Path | None) -> dict[str, Any]:
-    """Simulate *spec* once more with a recorder: its critical path's split (and a timeline at *trace*)."""
-    from etsim.report.trace import write_chrome_trace
-
-    recorder, path = _recorded_run(spec)
-    if trace is not None:
-        write_chrome_trace(recorder, trace, links=False)
-    nodes = sorted(path["nodes"], key=lambda n: -(n["end_ns"] - n["start_ns"]))[:5]
-    longest = [{k: n[k] for k in ("rank", "node_id", "name", "type", "start_ns", "end_ns")} for n in nodes]
-    return {"finish_ns": path["finish_ns"], "totals": path["totals"], "longest": longest}
-
-
-def write_outputs(result: OptimiseResult, out: Path) -> dict[str, Any]:
-    """Write the best job, its traces and system, the reports and the convergence (module docstring)."""
-    import yaml
-
-    from etsim.chakra.io import write_workload
-    from etsim.producers.workloads.base import parse
-
-    best, base = result.best, result.baseline
-    spec = best.spec
-    out.mkdir(parents=True, exist_ok=True)
-    workload = point_workload(spec.workload)
-    write_workload(workload.traces, out / "workload")
-    if isinstance(spec.workload, dict):
-        values = {k: v for k, v in spec.workload.items() if k != "generate"}
-        generator, options = parse(str(spec.workload["generate"]), values)
-        groups = generator.comm_groups(options)
-        if groups:
-            write_text(out / "workload.comm_groups.json", json.dumps(groups) + "\n")
-    system = json.loads(json.dumps(spec.system))
-    named = {k: v for k, v in spec.algo.items() if isinstance(v, str)}
-    if named:
-        system["algorithms"] = {**named, **system.get("algorithms", {})}
-    write_text(out / "system.yaml", yaml.safe_dump(system, sort_keys=True))
-    topology: dict[str, Any] = {}
-    if isinstance(spec.topology, dict):
-        topology = json.loads(json.dumps(spec.topology))
-    elif isinstance(spec.topology, str):
-        topology = yaml.safe_load(Path(spec.topology).read_text())
-    network = dict(topology.get("network", {}) or {})
-    network.update({"model": spec.model, **spec.model_options})
-    topology["network"] = network
-    write_text(out / "topology.yaml", yaml.safe_dump(topology, sort_keys=True))
-    job = {"workload": spec.workload, "topology": topology, "model": spec.model, "system": system}
-    write_text(out / "best.yaml", yaml.safe_dump(job, sort_keys=True))
-    before = _recorded(base.spec, out / "baseline.trace.json.gz")
-    after = _recorded(spec, out / "best.trace.json.gz")
-    report = {
-        "baseline_ns": base.iteration_ns,
-        "best_ns": best.iteration_ns,
-        "gain": 1 - best.iteration_ns / base.iteration_ns,
-        "baseline_fits": base.fits,
-        "best_fits": best.fits,
-        "candidates": len(result.evaluated),
-        "accepted": [
-            {"move": " + ".join(m.describe() for m in ms), "before_ns": b, "after_ns": a, "gain": 1 - a / b}
-            for ms, b, a in result.accepted
-        ],
-        "critical_path": {"before": before, "after": after},
-        "reproduce": "etsim run OUT/workload --system OUT/system.yaml --topology OUT/topology.yaml",
-    }
-    write_text(out / "report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
-    write_text(out / "report.md", _markdown(report))
-    rows = ["candidate,iteration_ns,status,best_ns,moves"]
-    for i, (c, h) in enumerate(zip(result.evaluated, result.history, strict=True)):
-        moves_text = "; ".join(m.describe() for m in c.path)
-        rows.append(f'{i},{c.iteration_ns if c.status == "ok" else ""},{c.status},{h},"{moves_text}"')
-    write_text(out / "convergence.csv", "\n".join(rows) + "\n")
-    _plot(result.history, out / "convergence.png")
-    return report
-
-
-def _markdown(report: dict[str, Any]) -> str:
-    """The report for people."""
-    from etsim.units import format_time
-
-    lines = [
-        "# etsim optimise",
-        "",
-        f"- baseline: {format_time(report['baseline_ns'])}",
-        f"- best: {format_time(report['best_ns'])} ({100 * report['gain']:.1f}% faster), "
-        f"after {report['candidates']} simulated candidates",
-        f"- reproduce: `{report['reproduce']}`",
-        "",
-        "| accepted move | before | after | gain |",
-        "|---|---|---|---|",
-    ]
-    for a in report["accepted"]:
-        lines.append(
-            f"| {a['move']} | {format_time(a['before_ns'])} | {format_time(a['after_ns'])} | {100 * a['gain']:.1f}% |"
-        )
-    lines += ["", "Critical path (time on it):", "", "| | compute | exposed communication | other |"]
-    lines.append("|---|---|---|---|")
-    for when in ("before", "after"):
-        t = report["critical_path"][when]["totals"]
-        lines.append(
-            f"| {when} | {format_time(t['compute_ns'])} | {format_time(t['exposed_comm_ns'])} | "
-            f"{format_time(t['memory_ns'] + t['other_ns'])} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def _plot(history: list[float], path: Path) -> None:
-    """Best step time against candidates simulated (skipped without matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    ax.step(range(1, len(history) + 1), [h / 1e6 for h in history], where="post")
-    ax.set_xlabel("candidates simulated")
-    ax.set_ylabel("best step time (ms)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

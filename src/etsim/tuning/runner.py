@@ -19,7 +19,8 @@ from etsim.chakra.graph import Workload, collective_buffer_bytes, parse_collecti
 from etsim.chakra.io import load_workload
 from etsim.errors import EtsimError, EtsimWarning
 from etsim.network import NetworkConfig, Topology, load_network
-from etsim.simulation import DEFAULT_MODEL, simulate
+from etsim.report.result import Result
+from etsim.simulation import DEFAULT_MODEL, NO_REPORTS, Simulation
 from etsim.system.algorithms.sources import AlgorithmContext, resolve_algorithm
 from etsim.system.config import SystemConfig
 from etsim.tuning.points import Point, WorkloadPoint, point_workload
@@ -49,19 +50,75 @@ class Measurement:
     warnings: tuple[str, ...] = ()
 
 
-_STATE: dict[str, Any] = {}
 _DIED = "the worker process died while measuring this point (crash or out of memory)"
 #: What the worker server imports once, before any worker starts.
 _PRELOAD = ("etsim.tuning.runner",)
 
 
-def _init(setup: Setup) -> None:
-    """Build the network once per process (a worker's initialiser, or the in-process run)."""
-    net = setup.topology
-    if not isinstance(net, NetworkConfig):
-        net = NetworkConfig(net, DEFAULT_MODEL) if isinstance(net, Topology) else load_network(os.fspath(net))
-    _STATE.clear()
-    _STATE.update(setup=setup, network=net, workloads={})
+class _Measurer:
+    """Measures points on one setup: a worker's task function (sent to it once), or this process's.
+
+    It builds the network on its first point and keeps it, with the workloads it loaded, for its later points:
+    this state lives in the object, so each worker process has its own (unpickled empty, built on first use).
+    """
+
+    def __init__(self, setup: Setup) -> None:
+        self.setup = setup
+        self._network: NetworkConfig | None = None
+        self._workloads: dict[str, Workload] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"setup": self.setup}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["setup"])  # type: ignore[misc]
+
+    def network(self) -> NetworkConfig:
+        """The setup's network, built once."""
+        if self._network is None:
+            net = self.setup.topology
+            if not isinstance(net, NetworkConfig):
+                net = NetworkConfig(net, DEFAULT_MODEL) if isinstance(net, Topology) else load_network(os.fspath(net))
+            self._network = net
+        return self._network
+
+    def __call__(self, batch: tuple[int, list[Point | WorkloadPoint]]) -> list[Measurement]:
+        """Measure a batch of points (its first index, its points), in order."""
+        return [self.measure(point) for point in batch[1]]
+
+    def measure(self, point: Point | WorkloadPoint) -> Measurement:
+        """Measure one point (see :func:`run_points`)."""
+        setup = self.setup
+        net = self.network()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", EtsimWarning)
+            try:
+                if isinstance(point, WorkloadPoint):
+                    workload = self._workloads.get(point.workload)
+                    if workload is None:
+                        workload = self._workloads[point.workload] = load_workload(point.workload)
+                    result = _simulate(workload, net, setup.model, point.system)
+                else:
+                    config = replace(
+                        setup.system,
+                        algorithms={point.collective: point.candidate},
+                        algorithm_origins={point.collective: "--candidates"},
+                        algorithm_rules=(),
+                    )
+                    reason = _skip_reason(point, config, net)
+                    if reason is not None:
+                        return Measurement(point, None, f"skipped: {reason}")
+                    workload = point_workload(point.collective, point.size, point.group, net.topology.npus)
+                    result = _simulate(workload, net, setup.model, config)
+            except EtsimError as exc:
+                return Measurement(point, None, f"skipped: {exc}")
+        found = tuple(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, EtsimWarning)))
+        return Measurement(point, result.finish_ns, "; ".join(found), found)
+
+
+def _simulate(workload: Workload, net: NetworkConfig, model: str | None, system: SystemConfig) -> Result:
+    """One measurement: a :class:`~etsim.simulation.Simulation` timed without reports (the tuner reads times)."""
+    return Simulation(workload, topology=net, model=model, system=system, reports=NO_REPORTS).run()
 
 
 def _skip_reason(point: Point, config: SystemConfig, net: NetworkConfig) -> str | None:
@@ -91,36 +148,6 @@ def _skip_reason(point: Point, config: SystemConfig, net: NetworkConfig) -> str 
     return None
 
 
-def _measure(point: Point | WorkloadPoint) -> Measurement:
-    setup: Setup = _STATE["setup"]
-    net: NetworkConfig = _STATE["network"]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", EtsimWarning)
-        try:
-            if isinstance(point, WorkloadPoint):
-                cache: dict[str, Workload] = _STATE["workloads"]
-                workload = cache.get(point.workload)
-                if workload is None:
-                    workload = cache[point.workload] = load_workload(point.workload)
-                result = simulate(workload, topology=net, model=setup.model, system=point.system)
-            else:
-                config = replace(
-                    setup.system,
-                    algorithms={point.collective: point.candidate},
-                    algorithm_origins={point.collective: "--candidates"},
-                    algorithm_rules=(),
-                )
-                reason = _skip_reason(point, config, net)
-                if reason is not None:
-                    return Measurement(point, None, f"skipped: {reason}")
-                workload = point_workload(point.collective, point.size, point.group, net.topology.npus)
-                result = simulate(workload, topology=net, model=setup.model, system=config)
-        except EtsimError as exc:
-            return Measurement(point, None, f"skipped: {exc}")
-    found = tuple(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, EtsimWarning)))
-    return Measurement(point, result.finish_ns, "; ".join(found), found)
-
-
 def run_points(points: Sequence[Point | WorkloadPoint], setup: Setup, jobs: int | None = None) -> list[Measurement]:
     """Measure every point (in order); *jobs* worker processes (default: the CPU count; 1: this process).
 
@@ -129,18 +156,13 @@ def run_points(points: Sequence[Point | WorkloadPoint], setup: Setup, jobs: int 
     """
     jobs = jobs or os.cpu_count() or 1
     watch = progress.stage("tuning", len(points), "points measured")
+    measurer = _Measurer(setup)
     if jobs <= 1 or len(points) <= 1:
-        saved = dict(_STATE)
-        try:
-            _init(setup)
-            found = []
-            for p in points:
-                found.append(_measure(p))
-                watch.advance()
-            return found
-        finally:
-            _STATE.clear()
-            _STATE.update(saved)
+        found = []
+        for p in points:
+            found.append(measurer.measure(p))
+            watch.advance()
+        return found
     chunk = max(1, len(points) // (jobs * 4))
     batches = [(i, list(points[i : i + chunk])) for i in range(0, len(points), chunk)]
     measured: dict[int, list[Measurement]] = {}
@@ -149,15 +171,10 @@ def run_points(points: Sequence[Point | WorkloadPoint], setup: Setup, jobs: int 
         measured[batch[0]] = out
         watch.advance(len(out))
 
-    options: dict[str, Any] = {"initializer": _init, "initargs": (setup,), "preload": _PRELOAD}
-    lost = run_in_workers(_measure_batch, batches, jobs, on_result, **options)
+    lost = run_in_workers(measurer, batches, jobs, on_result, preload=_PRELOAD)
     if lost:  # rerun point by point: only a point that kills its worker alone is lost for good
         probe_workers(_PRELOAD)
         singles = [(i, [point]) for start, batch in lost for i, point in enumerate(batch, start)]
-        for i, [point] in run_in_workers(_measure_batch, singles, min(jobs, len(singles)), on_result, **options):
+        for i, [point] in run_in_workers(measurer, singles, min(jobs, len(singles)), on_result, preload=_PRELOAD):
             measured[i] = [Measurement(point, None, f"skipped: {_DIED}")]
     return [m for i in sorted(measured) for m in measured[i]]
-
-
-def _measure_batch(batch: tuple[int, list[Point | WorkloadPoint]]) -> list[Measurement]:
-    return [_measure(point) for point in batch[1]]

@@ -95,6 +95,28 @@ def plan_graph(graph: AlgoGraph, n: int) -> GraphPlan:
     count = graph.num_nodes
     kinds, tags, chunks = graph.kinds, graph.tags, graph.chunks
     rel = [(p % n) if k != COMP else 0 for p, k in zip(graph.peers, kinds, strict=True)]
+    chains, chain_prev, chain_next = _channels(kinds, rel, tags)
+    match = _pairs(chains, chunks, n)
+    if isinstance(match, str):
+        return GraphPlan(match)
+    ordered = _order(graph, match, chain_prev)
+    if isinstance(ordered, str):
+        return GraphPlan(ordered)
+    order, release, releases, uses = ordered
+    tie_class, tie_pos = _ties(graph, order, release, releases)
+    chain_after = [chain_prev[j] >= 0 and chain_prev[j] in graph.deps(j) for j in range(count)]
+    signature = hash(
+        (n, tuple(kinds), tuple(graph.peers), tuple(tags), tuple(chunks), tuple(graph.durations_ns),
+         tuple(graph.deps_ptr), tuple(graph.deps_idx), graph.exits)
+    )  # fmt: skip
+    return GraphPlan(None, order, rel, match, chain_prev, chain_next, chain_after, tie_class, tie_pos, uses, signature)
+
+
+def _channels(
+    kinds: list[int], rel: list[int], tags: list[int]
+) -> tuple[dict[tuple[int, int, int], list[int]], list[int], list[int]]:
+    """The chains of nodes per channel ``(kind, relative peer, tag)``, in index order, and each node's neighbours."""
+    count = len(kinds)
     chains: dict[tuple[int, int, int], list[int]] = {}
     chain_prev = [-1] * count
     chain_next = [-1] * count
@@ -106,21 +128,38 @@ def plan_graph(graph: AlgoGraph, n: int) -> GraphPlan:
             chain_prev[j] = chain[-1]
             chain_next[chain[-1]] = j
         chain.append(j)
-    match = [-1] * count
+    return chains, chain_prev, chain_next
+
+
+def _pairs(chains: dict[tuple[int, int, int], list[int]], chunks: list[float], n: int) -> list[int] | str:
+    """Each receive's send (the k-th of the opposite channel; -1 elsewhere), or why they do not pair up."""
+    match = [-1] * len(chunks)
     for (kind, offset, tag), recvs in chains.items():
         if kind != RECV:
             continue
         sends = chains.get((SEND, (-offset) % n, tag), [])
         if len(sends) != len(recvs):
-            return GraphPlan(f"its sends and receives at offset {offset}, tag {tag} do not pair up")
+            return f"its sends and receives at offset {offset}, tag {tag} do not pair up"
         for r, s in zip(recvs, sends, strict=True):
             if chunks[r] != chunks[s]:
-                return GraphPlan("a receive and its send differ in size")
+                return "a receive and its send differ in size"
             match[r] = s
     for kind, offset, tag in chains:
         if kind == SEND and (RECV, (-offset) % n, tag) not in chains:
-            return GraphPlan(f"its sends at offset {offset}, tag {tag} are never received")
-    # Order: dependencies, send before its receive, channel order; Kahn with the lowest index first.
+            return f"its sends at offset {offset}, tag {tag} are never received"
+    return match
+
+
+def _order(
+    graph: AlgoGraph, match: list[int], chain_prev: list[int]
+) -> tuple[list[int], list[int], int, list[int]] | str:
+    """The evaluation order and what it needs, or why there is none (a cycle across ranks).
+
+    Order: dependencies, a send before its receive, channel order; Kahn's with the lowest index first. Returns the
+    order, each node's release class (nodes released by the same dependencies, or the same gate), the number of
+    classes and how many nodes use each node's finish time.
+    """
+    count = graph.num_nodes
     succ: list[list[int]] = [[] for _ in range(count)]
     indeg = [0] * count
     releases: dict[tuple[Any, ...], int] = {}
@@ -153,19 +192,26 @@ def plan_graph(graph: AlgoGraph, n: int) -> GraphPlan:
             if indeg[c] == 0:
                 heapq.heappush(ready, c)
     if len(order) != count:
-        return GraphPlan("its message edges form a cycle across ranks")
-    # Which nodes the walker issues in a known order when they become ready at one instant: (tie_class,
-    # tie_pos) equal classes, increasing positions. Siblings (same dependencies) are admitted in index
-    # order; gated nodes of one gate set fire in index order (when their k grow with the index); a node
-    # whose only dependency is a fixed-duration COMP follows that COMP's order (the COMPs' timeouts were
-    # scheduled in it and fire in it).
+        return "its message edges form a cycle across ranks"
+    return order, release, len(releases), uses
+
+
+def _ties(graph: AlgoGraph, order: list[int], release: list[int], releases: int) -> tuple[list[int], list[int]]:
+    """Which nodes the walker issues in a known order when they become ready at one instant.
+
+    ``(tie_class, tie_pos)``: equal classes, increasing positions. Siblings (same dependencies) are admitted in index
+    order; gated nodes of one gate set fire in index order (when their k grow with the index); a node whose only
+    dependency is a fixed-duration COMP follows that COMP's order (the COMPs' timeouts were scheduled in it and fire
+    in it).
+    """
+    count, kinds = graph.num_nodes, graph.kinds
     tie_class = release.copy()
     position: list[tuple[int, ...]] = [(j,) for j in range(count)]
     gate_k: dict[int, int] = {}
     for x in sorted(graph.gates):
         k = graph.gates[x][0]
         if k < gate_k.get(release[x], 0):
-            tie_class[x] = len(releases) + count + x  # k does not grow with the index: a class of its own
+            tie_class[x] = releases + count + x  # k does not grow with the index: a class of its own
         gate_k[release[x]] = max(k, gate_k.get(release[x], 0))
     after_class: dict[int, int] = {}
     for j in order:
@@ -174,16 +220,10 @@ def plan_graph(graph: AlgoGraph, n: int) -> GraphPlan:
             d = deps[0]
             dur = graph.durations_ns[d]
             if kinds[d] == COMP and dur is not None and dur > 0:
-                tie_class[j] = after_class.setdefault(tie_class[d], len(releases) + 2 * count + len(after_class))
+                tie_class[j] = after_class.setdefault(tie_class[d], releases + 2 * count + len(after_class))
                 position[j] = (*position[d], j)  # after the COMP's order; one COMP's followers by index
     rank = {p: i for i, p in enumerate(sorted(set(position)))}
-    tie_pos = [rank[p] for p in position]
-    chain_after = [chain_prev[j] >= 0 and chain_prev[j] in graph.deps(j) for j in range(count)]
-    signature = hash(
-        (n, tuple(kinds), tuple(graph.peers), tuple(tags), tuple(chunks), tuple(graph.durations_ns),
-         tuple(graph.deps_ptr), tuple(graph.deps_idx), graph.exits)
-    )  # fmt: skip
-    return GraphPlan(None, order, rel, match, chain_prev, chain_next, chain_after, tie_class, tie_pos, uses, signature)
+    return tie_class, [rank[p] for p in position]
 
 
 class _Pending:
@@ -420,7 +460,11 @@ class FastPath:
         return times[index, np.arange(times.shape[1])]
 
     def _times(self, namespace: Hashable, pending: _Pending, timing: BulkTiming, np: Any) -> tuple[Any, int]:
-        """Every node's finish times over the members; returns (phase end per member, SEND nodes)."""
+        """Every node's finish times over the members; returns (phase end per member, SEND nodes).
+
+        Kept long on purpose: it is the fast path's loop over a graph's nodes (a million vector steps for a large
+        family), with every column and plan list bound to a local once; split into calls, it costs a call per node.
+        """
         graph, plan, n = pending.graph, pending.plan, pending.n
         assert plan is not None
         part = pending.runs[0].part  # type: ignore[union-attr]

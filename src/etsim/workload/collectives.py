@@ -118,8 +118,8 @@ class CollectiveCall:
         self.rule = share.rule
         self.start_ns = self.end_ns = engine.env.now
         # Older collectives first (fifo) or newer ones (lifo) among phases waiting in one queue.
-        engine.calls_issued += 1
-        self.priority = engine.calls_issued if engine.config.stream_order == "fifo" else -engine.calls_issued
+        issued = next(engine.calls_issued)
+        self.priority = issued if engine.config.stream_order == "fifo" else -issued
         self.runs: list[AlgoRun] = []
         #: The part that follows each part of a stream (None after the last phase).
         self.next_phase: dict[AlgoRun, AlgoRun | None] = {}
@@ -177,8 +177,7 @@ class CollectiveCall:
         queue = engine.rank_queues.get(key)
         if queue is None:
             queue = engine.rank_queues[key] = RankQueue(engine.config.active_streams)
-        engine.queue_seq += 1
-        heapq.heappush(queue.waiting, (self.priority, engine.queue_seq, algo_run))
+        heapq.heappush(queue.waiting, (self.priority, next(engine.queue_seq), algo_run))
         return queue
 
     def _fill(self, queue: RankQueue) -> None:

@@ -6,6 +6,7 @@ mailbox of point-to-point messages, the open collective calls, and the deadlock 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Hashable
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
@@ -43,6 +44,8 @@ class Engine:
         config: system parameters.
         observer: watches the run (turns the fast path off).
         fast_excluded: collective parts (namespaces) the fast path must leave to the event path.
+        fold: replica folding (``workload/fold.py``): messages to mirrored ranks are received by their
+            representatives; None: every rank runs.
     """
 
     def __init__(
@@ -54,6 +57,7 @@ class Engine:
         config: SystemConfig,
         observer: RunObserver | None = None,
         fast_excluded: set[Hashable] | None = None,
+        fold: ReplicaFold | None = None,
     ) -> None:
         self.env = env
         #: Watches the run (timelines, critical path); None costs one test per hook site.
@@ -82,8 +86,9 @@ class Engine:
         self.unjoined: dict[tuple[str, int], list[CollectiveCall]] = {}
         # Per (rank, queue id): the phases of collectives waiting for or holding a slot.
         self.rank_queues: dict[tuple[int, Any], RankQueue] = {}
-        self.calls_issued = 0
-        self.queue_seq = 0
+        #: Numbers the collective calls in issue order (1, 2, …), and the phases entering a rank's queue.
+        self.calls_issued = itertools.count(1)
+        self.queue_seq = itertools.count(1)
         self._events = 0
         # Phase ends per instant, handled by one late event each (end_part_at).
         self._ends: dict[float, list[tuple[int, Hashable, CollectiveCall, AlgoRun]]] = {}
@@ -94,17 +99,14 @@ class Engine:
         self.runs = [WorkloadRun(self, trace, rank, config) for rank, trace in enumerate(traces)]
         #: Replica folding (``workload/fold.py``): the fold of a folded run (``fold.rep[r]``: the rank whose results
         #: rank r takes), or None.
-        self.fold: ReplicaFold | None = None
+        self.fold = fold
+        if fold is not None:
+            self.mailbox.mirror(fold.channel)
         #: Bulk evaluation of collectives (None: every message takes the event path). An observer sees
         #: every node and message, so it turns the fast path off.
         self.fast: FastPath | None = None
         if config.fast_path and observer is None and network.offers_bulk_timing():
             self.fast = FastPath(self, fast_excluded if fast_excluded is not None else set())
-
-    def mirror(self, fold: ReplicaFold) -> None:
-        """Run folded: messages to mirrored ranks are received by their representatives (*fold*)."""
-        self.fold = fold
-        self.mailbox.mirror(fold.channel)
 
     # -- counters --
 

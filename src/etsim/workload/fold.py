@@ -28,23 +28,19 @@ priorities are the same on a rank and its image. Anything else runs in full: fol
 from __future__ import annotations
 
 import itertools
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from etsim.chakra.graph import NodeType, Trace
 from etsim.errors import FoldConflict
 from etsim.network.routing import Router
+from etsim.network.symmetry import link_images, symmetry_violation
 from etsim.network.topology import Topology
-from etsim.producers.training.job import TRAINING_ATTR
+from etsim.producers.training.describe import parallel_layout
 from etsim.system.groups import CommGroups
 
 __all__ = ["FoldedRouter", "ReplicaFold", "Shift", "find_fold", "mirrored_trace", "replica_shifts"]
 
-# Dimension kinds every permutation of their coordinates leaves unchanged.
-_ANY_PERMUTATION = frozenset({"switch", "fully_connected"})
-# Dimension kinds a rotation of their coordinates leaves unchanged.
-_ROTATIONS = frozenset({"ring", "uni_ring"})
 # Trace columns a replica's image must hold unchanged (peers and groups are compared relabelled).
 _SAME_COLUMNS = (
     "ids", "names", "types", "duration_micros", "data_ptr", "data_idx", "ctrl_ptr", "ctrl_idx",
@@ -162,27 +158,17 @@ class ReplicaFold:
 
     def bind_links(self, topology: Topology) -> None:
         """Compute each link's orbit representative (the link of its orbit attached to a simulated rank)."""
+
+        def to_representative(npu: int) -> Callable[[int], int]:
+            g = self.elem[npu]
+            return lambda rank: self.back(rank, g)
+
         reps: list[int] = []
-        ids = topology.link_ids
-        switch_of: dict[tuple[int, int], str] = {}
-        dim_of = topology.switch_dimensions()
-        for u, v in topology.links:
-            if isinstance(u, int) and isinstance(v, int):
-                g = self.elem[u]
-                reps.append(ids[self.back(u, g), self.back(v, g)])
-                continue
-            rank, sw = (u, v) if isinstance(u, int) else (v, u)
-            if not isinstance(rank, int) or isinstance(sw, int):
+        for link, rep in enumerate(link_images(topology, to_representative)):
+            if rep is None:
+                u, v = topology.links[link]
                 raise FoldConflict(f"link {u} -> {v} joins two switches: not a product topology's link")
-            dim = dim_of[sw]
-            rep = self.rep[rank]
-            key = (dim, rep)
-            found = switch_of.get(key)
-            if found is None:
-                stride = topology.strides[dim]
-                base = rep - ((rep // stride) % topology.dims[dim].npus) * stride
-                found = switch_of[key] = topology.dim_switch(dim, base)
-            reps.append(ids[(rep, found) if isinstance(u, int) else (found, rep)])
+            reps.append(rep)
         self._link_rep = reps
 
     def fold_route(self, route: Sequence[int]) -> list[int] | None:
@@ -206,25 +192,16 @@ def replica_shifts(traces: Sequence[Trace]) -> list[list[Shift]]:
     tensor-parallel rank, ``dp`` by ``s`` data-parallel replicas (whole expert-parallel blocks: ``ep`` divides
     ``s``). Empty for a workload that does not describe its layout (the ``etsim_training`` metadata).
     """
-    if not traces:
+    layout = parallel_layout(traces)
+    if layout is None:
         return []
-    for attr in traces[0].metadata.attr:
-        if attr.name == TRAINING_ATTR and attr.WhichOneof("value") == "string_val":
-            try:
-                info = json.loads(attr.string_val)
-                tp, cp, dp, pp = (int(info[k]) for k in ("tp", "cp", "dp", "pp"))
-                ep = int(info.get("ep", 1))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                return []
-            if min(tp, cp, dp, pp, ep) < 1 or tp * cp * dp * pp != len(traces) or dp % ep:
-                return []
-            roles = []
-            if tp > 1:
-                roles.append([Shift(1, tp, 1, "tp")])
-            if dp > 1:
-                roles.append([Shift(tp * cp, dp, s, "dp") for s in range(ep, dp, ep) if dp % s == 0])
-            return roles
-    return []
+    tp, cp, dp, ep = layout.tp, layout.cp, layout.dp, layout.ep
+    roles = []
+    if tp > 1:
+        roles.append([Shift(1, tp, 1, "tp")])
+    if dp > 1:
+        roles.append([Shift(tp * cp, dp, s, "dp") for s in range(ep, dp, ep) if dp % s == 0])
+    return roles
 
 
 def find_fold(
@@ -256,7 +233,7 @@ def find_fold(
         for shift in options:
             perm = shift.permutation(n)
             reason = (
-                _topology_symmetric(topology, perm)
+                symmetry_violation(topology, perm)
                 or _priorities_symmetric(priorities or {}, perm)
                 or _groups_symmetric(groups, perm, world)
                 or _traces_symmetric(traces, perm, groups)
@@ -275,26 +252,6 @@ def find_fold(
     fold.bind_links(topology)
     fold.bind_groups(groups)
     return fold, ""
-
-
-def _topology_symmetric(topology: Topology, shift: list[int]) -> str | None:
-    """None if τ acts on the topology's coordinates one dimension at a time as a symmetry of each dimension."""
-    maps: list[dict[int, int]] = [{} for _ in topology.dims]
-    for r, image in enumerate(shift):
-        for d, (a, b) in enumerate(zip(topology.coords(r), topology.coords(image), strict=True)):
-            if maps[d].setdefault(a, b) != b:
-                return f"the replica shift is not a per-dimension permutation of topology {topology.name}"
-    for d, (dim, mapping) in enumerate(zip(topology.dims, maps, strict=True)):
-        if all(a == b for a, b in mapping.items()):
-            continue
-        if dim.kind in _ANY_PERMUTATION:
-            continue
-        n = dim.npus
-        turn = mapping[0]
-        if dim.kind in _ROTATIONS and all(b == (a + turn) % n for a, b in mapping.items()):
-            continue
-        return f"the replica shift permutes dimension {d} ({dim.kind}) of topology {topology.name}, not a symmetry"
-    return None
 
 
 def _priorities_symmetric(priorities: Mapping[str, int], shift: list[int]) -> str | None:
@@ -370,13 +327,9 @@ class FoldedRouter(Router):
             raise FoldConflict(f"the route {src} -> {dst} crosses two links of one orbit of mirrored replicas")
         return folded
 
-    def lookup(self, src: int, dst: int) -> list[int]:
-        """Cached :meth:`route` (the wrapped router validated the unfolded route)."""
-        key = (src, dst)
-        found = self._cache.get(key)
-        if found is None:
-            found = self._cache[key] = self.route(src, dst)
-        return found
+    def checked_route(self, src: int, dst: int) -> list[int]:
+        """:meth:`route` as it is: the wrapped router validated the unfolded route."""
+        return self.route(src, dst)
 
 
 def mirrored_trace(trace: Trace) -> Trace:

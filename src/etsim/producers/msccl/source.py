@@ -91,6 +91,7 @@ class MscclSource(AlgorithmSource):
 
     name = "msccl-ir"
     priority = 50
+    reads_files = True
 
     def claims(self, spec: str) -> bool:
         """Paths ending in ``.xml``."""

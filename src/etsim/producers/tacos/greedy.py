@@ -113,7 +113,11 @@ _GETTERS: list[list[itemgetter]] = [[itemgetter(*p) for p in perms] if len(perms
 
 
 def _greedy(sched: Schedule, n: int, k: int, seed: int) -> None:
-    """The event loop of :func:`greedy_all_gather`; appends the transfers to *sched*."""
+    """The event loop of :func:`greedy_all_gather`; appends the transfers to *sched*.
+
+    Kept long on purpose: it runs once per link-chunk match of a synthesis (tens of millions for a 32×32 mesh), with
+    every list bound to a local; helper calls in the loop would cost more than the matching itself.
+    """
     lg = sched.links
     nchunks = n * k
     shuffle = random.Random(seed).shuffle

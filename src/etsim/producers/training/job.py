@@ -14,25 +14,19 @@ Every collective is issued in the same order on every member of its group.
 
 from __future__ import annotations
 
-import copy
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import overload
 
-from etsim.chakra.attributes import make_attribute
-from etsim.chakra.builder import SCHEMA_VERSION, TraceBuilder
+from etsim.chakra.builder import TraceBuilder
 from etsim.chakra.graph import CollectiveType, Trace
-from etsim.chakra.schema import et_def_pb2 as pb
+from etsim.producers.training.describe import TRAINING_ATTR, rank_metadata
 from etsim.producers.training.model import ModelSpec
 from etsim.producers.training.parallel import Layout, Op, in_flight, schedule
+from etsim.producers.training.relabel import relabelled
 from etsim.system.gpus import Efficiency, Gpu
-from etsim.system.groups import GROUPS_ATTR
 
 __all__ = ["ACTIVATION_BYTES", "GRAD_BYTES", "PARAM_BYTES", "TRAINING_ATTR", "JobSpec", "build_job", "job_groups"]
 
-#: The GlobalMetadata attribute that carries the job's description (JSON) for the step report.
-TRAINING_ATTR = "etsim_training"
 #: Bytes per element of activations, parameters and gradients (16-bit mixed precision; FP8 only speeds up GEMMs).
 ACTIVATION_BYTES = PARAM_BYTES = GRAD_BYTES = 2
 #: Bytes per parameter the optimizer step reads and writes (Adam: fp32 master weights and two moments).
@@ -101,6 +95,13 @@ class _Rank:
         self.stage_chunks = [k * lay.pp + self.p for k in range(job.chunks)]
         self.total_chunks = lay.pp * job.chunks
         self.grad_collectives: list[int] = []
+        # Gradient buckets, in the order the last micro-batch's backward makes them: their sizes (parameters), and
+        # the parameters waiting in the one being filled.
+        self.bucket_sizes: list[float] = []
+        self.pending_bytes = 0.0
+        self.grad_role = "dp" if "dp" in self.groups else None
+        #: What the next pass waits for: the previous pass's last compute and tensor-parallel collectives.
+        self.prev: list[int] = []
 
     # -- kernels
     def _kernel(self, cost: _Cost, kind: str, flops: float, nbytes: float, dim: float = 0.0) -> None:
@@ -264,6 +265,140 @@ class _Rank:
     def _tag(self, op: Op, model_chunk: int, backward: bool) -> int:
         return (op.micro_batch * self.total_chunks + model_chunk) * 2 + int(backward)
 
+    # -- the whole rank
+    def build(self, members: dict[str, list[int]], info: str, group_ids: dict[str, dict[int, str]]) -> Trace:
+        """The rank's trace: the passes of its pipeline schedule in order, then the optimizer step."""
+        job = self.job
+        self.b.metadata = rank_metadata(self.rank, info, group_ids, members)
+        lpc = job.layers_per_chunk
+        for op in schedule(job.schedule, job.layout.pp, self.p, job.micro_batches, job.chunks):
+            model_chunk = self.stage_chunks[op.chunk]
+            first_layer = model_chunk * lpc
+            layers = range(first_layer, first_layer + lpc)
+            if op.kind == "F":
+                self._forward_pass(op, model_chunk, layers)
+            else:
+                self._backward_pass(op, model_chunk, layers)
+        self._optimizer_step()
+        return self.b.build(rank=self.rank)
+
+    def _forward_pass(self, op: Op, model_chunk: int, layers: range) -> None:
+        """One micro-batch's forward pass through one model chunk (receive, embedding, layers, head or send)."""
+        lay, model, b = self.job.layout, self.job.model, self.b
+        tag = f"mb{op.micro_batch}_c{model_chunk}"
+        prev = self.prev
+        deps = list(prev)
+        if model_chunk > 0:
+            recv = b.recv(self._peer(model_chunk - 1), self._p2p_size(), self._tag(op, model_chunk, False),
+                          deps=prev[-1:], name=f"{tag}_recv_act")  # fmt: skip
+            deps.append(recv)
+        elif model.vocab:
+            emb = _Cost()
+            self._kernel(emb, "memory", 0, 2 * self.n * model.hidden * ACTIVATION_BYTES)
+            deps = [self._comp(f"{tag}_embedding", emb, deps)]
+        start = deps
+        for layer in layers:
+            deps, start = self._zero3_gather(layer, deps, start, f"{tag}_l{layer}_param_ag")
+            deps = self.layer_forward(layer, deps, f"F_{tag}")
+        if model_chunk == self.total_chunks - 1:
+            if model.vocab:
+                logits = _Cost()
+                self._gemm(logits, self.n, model.vocab / lay.tp, model.hidden)
+                self._kernel(logits, "memory", 0, 3 * self.n * model.vocab / lay.tp * 4)  # softmax and loss, fp32
+                deps = [self._comp(f"{tag}_logits", logits, deps)]
+        else:
+            b.send(self._peer(model_chunk + 1), self._p2p_size(), self._tag(op, model_chunk + 1, False),
+                   deps=deps, name=f"{tag}_send_act")  # fmt: skip
+        self.prev = deps  # the next pass starts once this one's compute and tensor-parallel collectives are done
+
+    def _backward_pass(self, op: Op, model_chunk: int, layers: range) -> None:
+        """One micro-batch's backward pass through one model chunk; the last micro-batch's reduces the gradients."""
+        job, lay, model, b = self.job, self.job.layout, self.job.model, self.b
+        tag = f"mb{op.micro_batch}_c{model_chunk}"
+        last_mb = job.micro_batches - 1
+        prev = self.prev
+        deps = list(prev)
+        if model_chunk < self.total_chunks - 1:
+            recv = b.recv(self._peer(model_chunk + 1), self._p2p_size(), self._tag(op, model_chunk, True),
+                          deps=prev[-1:], name=f"{tag}_recv_grad")  # fmt: skip
+            deps.append(recv)
+        elif model.vocab:
+            logits = _Cost()
+            self._gemm(logits, self.n, model.vocab / lay.tp, model.hidden, 2.0)
+            deps = [self._comp(f"{tag}_logits_bwd", logits, deps)]
+        if job.recompute == "full":
+            start = deps
+            for layer in layers:
+                deps, start = self._zero3_gather(layer, deps, start, f"{tag}_l{layer}_param_ag_re")
+                deps = self.layer_forward(layer, deps, f"R_{tag}")
+        start = deps
+        for layer in reversed(layers):
+            deps, start = self._zero3_gather(layer, deps, start, f"{tag}_l{layer}_param_ag_bwd")
+            deps, made = self.layer_backward(layer, deps, f"B_{tag}")
+            if op.micro_batch == last_mb:
+                self._layer_gradients(layer, made, tag)
+        if model_chunk == 0 and model.vocab:
+            emb_bwd = _Cost()
+            self._kernel(emb_bwd, "memory", 0, 2 * self.n * model.hidden * ACTIVATION_BYTES)
+            deps = [self._comp(f"{tag}_embedding_bwd", emb_bwd, deps)]
+            if op.micro_batch == last_mb:
+                self.pending_bytes += model.embedding_parameters() / lay.tp
+        if op.micro_batch == last_mb:
+            self._flush([self.last_compute], f"{tag}_grad_bucket{len(self.bucket_sizes)}")  # type: ignore[list-item]
+        if model_chunk > 0:
+            b.send(self._peer(model_chunk - 1), self._p2p_size(), self._tag(op, model_chunk - 1, True),
+                   deps=deps, name=f"{tag}_send_grad")  # fmt: skip
+        self.prev = deps
+
+    # -- gradients and the optimizer step
+    def _layer_gradients(self, layer: int, made: int, tag: str) -> None:
+        """*layer*'s gradients (made by node *made*) into a bucket, or reduced at once (ZeRO-3, experts)."""
+        job, grad_role = self.job, self.grad_role
+        dense, expert = _layer_parameters(job.model, layer, job.layout)
+        if job.zero == 3 and grad_role:
+            self.grad_collectives.append(
+                self._coll(RS, dense * GRAD_BYTES, [made], f"{tag}_l{layer}_grad_rs", grad_role)
+            )
+        else:
+            self.pending_bytes += dense
+            if self.pending_bytes * GRAD_BYTES >= job.bucket_bytes:
+                self._flush([made], f"{tag}_l{layer}_grad_bucket{len(self.bucket_sizes)}")
+        if expert and "edp" in self.groups:
+            name = f"{tag}_l{layer}_expert_grad"
+            self.grad_collectives.append(self._coll(AR, expert * GRAD_BYTES, [made], name, "edp"))
+
+    def _flush(self, deps: list[int], name: str) -> None:
+        """Reduce the gradient bucket filled so far (all-reduce, or reduce-scatter under ZeRO), and start another."""
+        if self.grad_role and self.pending_bytes > 0:
+            kind = AR if self.job.zero == 0 else RS
+            self.grad_collectives.append(self._coll(kind, self.pending_bytes * GRAD_BYTES, deps, name, self.grad_role))
+            self.bucket_sizes.append(self.pending_bytes)
+        self.pending_bytes = 0.0
+
+    def _optimizer_step(self) -> None:
+        """The optimizer step, once this rank's gradients are reduced; ZeRO-1/2 then gather the updated parameters."""
+        job, lay = self.job, self.job.layout
+        params = rank_parameters(job, self.p)
+        shard = params / lay.dp if job.zero >= 1 else params
+        step = _Cost()
+        self._kernel(step, "memory", 0, OPTIMIZER_BYTES * shard)
+        done = self._comp("optimizer_step", step, self.prev + self.grad_collectives)
+        if job.zero in (1, 2) and self.grad_role:
+            for k, size in enumerate(self.bucket_sizes):
+                self._coll(AG, size * PARAM_BYTES / lay.dp, [done], f"param_ag_bucket{k}", self.grad_role)
+
+    def _zero3_gather(self, layer: int, deps: list[int], start: list[int], name: str) -> tuple[list[int], list[int]]:
+        """ZeRO-3: gather *layer*'s parameters, issued when the previous layer could start (*start*: one layer ahead).
+
+        Returns what the layer waits for and what the next layer's gather waits for (this layer's inputs).
+        """
+        job = self.job
+        if job.zero != 3 or "dp" not in self.groups:
+            return deps, deps
+        dense, _ = _layer_parameters(job.model, layer, job.layout)
+        gather = self._coll(AG, dense * PARAM_BYTES / job.layout.dp, start, name, "dp")
+        return [*deps, gather], deps
+
 
 def _layer_parameters(model: ModelSpec, layer: int, layout: Layout) -> tuple[float, float]:
     """Per-rank (dense, expert) parameters of *layer*: dense weights split by tensor parallelism, experts by ep."""
@@ -272,6 +407,13 @@ def _layer_parameters(model: ModelSpec, layer: int, layout: Layout) -> tuple[flo
         return total / layout.tp, 0.0
     experts = (model.experts + model.shared_experts) * model.mlp_weights(model.expert_ffn)
     return (total - experts) / layout.tp, experts / layout.ep
+
+
+def _build_rank(
+    job: JobSpec, rank: int, group_ids: dict[str, dict[int, str]], members: dict[str, list[int]], info: str
+) -> Trace:
+    """*rank*'s trace, built from scratch."""
+    return _Rank(job, rank, group_ids).build(members, info, group_ids)
 
 
 def job_groups(layout: Layout) -> tuple[dict[str, dict[int, str]], dict[str, str], dict[str, list[int]]]:
@@ -302,222 +444,14 @@ def build_job(job: JobSpec) -> list[Trace]:
     # Every rank of a pipeline stage runs the same graph: build the stage's first rank, relabel it for the others.
     for stage in range(lay.pp):
         first = lay.rank(0, 0, 0, stage)
-        template = traces[first] = _build_rank(job, first, group_ids, members, info)
+        template = traces[first] = _Rank(job, first, group_ids).build(members, info, group_ids)
         for t in range(lay.tp):
             for c in range(lay.cp):
                 for d in range(lay.dp):
                     rank = lay.rank(t, c, d, stage)
                     if rank != first:
-                        traces[rank] = _relabel(template, rank, info, group_ids, roles, members)
+                        traces[rank] = relabelled(template, rank, info, group_ids, roles, members)
     return traces  # type: ignore[return-value]
-
-
-def _metadata(
-    rank: int, info: str, group_ids: dict[str, dict[int, str]], members: dict[str, list[int]]
-) -> pb.GlobalMetadata:
-    """*rank*'s GlobalMetadata: the job's description and the groups the rank belongs to (:data:`GROUPS_ATTR`).
-
-    Groups are not a ``process_group:init`` METADATA node: the reference Chakra consumer aborts on METADATA nodes.
-    """
-    mine = {ids[rank]: members[ids[rank]] for ids in group_ids.values() if rank in ids}
-    metadata = pb.GlobalMetadata(version=SCHEMA_VERSION)
-    metadata.attr.append(make_attribute(TRAINING_ATTR, info))
-    metadata.attr.append(make_attribute(GROUPS_ATTR, json.dumps(mine)))
-    return metadata
-
-
-def _relabel(
-    template: Trace,
-    rank: int,
-    info: str,
-    group_ids: dict[str, dict[int, str]],
-    roles: dict[str, str],
-    members: dict[str, list[int]],
-) -> Trace:
-    """*template*'s trace for *rank* of the same stage: peers shifted, groups renamed, every other column shared.
-
-    Peers move by ``rank - template.rank`` (ranks are linear in the coordinates); the columns and protobuf nodes
-    that do not change are the template's own objects, never modified afterwards.
-    """
-    delta = rank - (template.rank or 0)
-    rename = {name: group_ids[role][rank] for name, role in roles.items() if rank in group_ids[role]}
-    clone = copy.copy(template)
-    clone.rank = rank
-    clone.pg_name = [None if v is None else rename.get(v, v) for v in template.pg_name]
-    clone.comm_src = [None if v is None else v + delta for v in template.comm_src]
-    clone.comm_dst = [None if v is None else v + delta for v in template.comm_dst]
-    clone.metadata = _metadata(rank, info, group_ids, members)
-    clone.nodes = _RelabelledNodes(template, delta, rename)
-    return clone
-
-
-class _RelabelledNodes(Sequence[pb.Node]):
-    """A relabelled rank's protobuf nodes, made from the template's when read (as files are written).
-
-    The simulation reads the columns only, so a job of thousands of ranks holds no copied nodes.
-    """
-
-    __slots__ = ("_delta", "_rename", "_template")
-
-    def __init__(self, template: Trace, delta: int, rename: dict[str, str]) -> None:
-        self._template = template
-        self._delta = delta
-        self._rename = rename
-
-    def __len__(self) -> int:
-        return len(self._template.nodes)
-
-    @overload
-    def __getitem__(self, index: int) -> pb.Node: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[pb.Node]: ...
-
-    def __getitem__(self, index: int | slice) -> pb.Node | list[pb.Node]:
-        if isinstance(index, slice):
-            return [self[j] for j in range(*index.indices(len(self)))]
-        t = self._template
-        node = t.nodes[index]
-        if t.pg_name[index] is None and t.comm_src[index] is None and t.comm_dst[index] is None:
-            return node  # (shared: never modified)
-        node = _copy_node(node)
-        for attr in node.attr:
-            if attr.name == "pg_name":
-                attr.string_val = self._rename.get(attr.string_val, attr.string_val)
-            elif attr.name in ("comm_src", "comm_dst"):
-                attr.int32_val += self._delta
-        return node
-
-
-def _copy_node(node: pb.Node) -> pb.Node:
-    copied = pb.Node()
-    copied.CopyFrom(node)
-    return copied
-
-
-def _build_rank(
-    job: JobSpec, rank: int, group_ids: dict[str, dict[int, str]], members: dict[str, list[int]], info: str
-) -> Trace:
-    lay, model = job.layout, job.model
-    r = _Rank(job, rank, group_ids)
-    b = r.b
-    b.metadata = _metadata(rank, info, group_ids, members)
-    ops = schedule(job.schedule, lay.pp, r.p, job.micro_batches, job.chunks)
-    lpc = job.layers_per_chunk
-    last_mb = job.micro_batches - 1
-    # Gradient buckets, in the order the last micro-batch's backward makes them.
-    pending: list[int] = []
-    pending_bytes = 0.0
-    bucket_sizes: list[float] = []
-    grad_role = "dp" if "dp" in r.groups else None
-    prev: list[int] = []
-
-    def flush(deps: list[int], name: str) -> None:
-        nonlocal pending_bytes
-        if grad_role and pending_bytes > 0:
-            kind = AR if job.zero == 0 else RS
-            r.grad_collectives.append(r._coll(kind, pending_bytes * GRAD_BYTES, deps, name, grad_role))
-            bucket_sizes.append(pending_bytes)
-        pending.clear()
-        pending_bytes = 0.0
-
-    for op in ops:
-        model_chunk = r.stage_chunks[op.chunk]
-        first_layer = model_chunk * lpc
-        layers = range(first_layer, first_layer + lpc)
-        tag = f"mb{op.micro_batch}_c{model_chunk}"
-        if op.kind == "F":
-            deps = list(prev)
-            if model_chunk > 0:
-                recv = b.recv(r._peer(model_chunk - 1), r._p2p_size(), r._tag(op, model_chunk, False),
-                              deps=prev[-1:], name=f"{tag}_recv_act")  # fmt: skip
-                deps.append(recv)
-            elif model.vocab:
-                emb = _Cost()
-                r._kernel(emb, "memory", 0, 2 * r.n * model.hidden * ACTIVATION_BYTES)
-                deps = [r._comp(f"{tag}_embedding", emb, deps)]
-            start = deps
-            for layer in layers:
-                deps, start = _zero3_gather(r, job, layer, deps, start, f"{tag}_l{layer}_param_ag")
-                deps = r.layer_forward(layer, deps, f"F_{tag}")
-            if model_chunk == r.total_chunks - 1:
-                if model.vocab:
-                    logits = _Cost()
-                    r._gemm(logits, r.n, model.vocab / lay.tp, model.hidden)
-                    r._kernel(logits, "memory", 0, 3 * r.n * model.vocab / lay.tp * 4)  # softmax and loss, fp32
-                    deps = [r._comp(f"{tag}_logits", logits, deps)]
-            else:
-                b.send(r._peer(model_chunk + 1), r._p2p_size(), r._tag(op, model_chunk + 1, False),
-                       deps=deps, name=f"{tag}_send_act")  # fmt: skip
-            prev = deps  # the next pass starts once this one's compute and tensor-parallel collectives are done
-            continue
-        # backward
-        deps = list(prev)
-        if model_chunk < r.total_chunks - 1:
-            recv = b.recv(r._peer(model_chunk + 1), r._p2p_size(), r._tag(op, model_chunk, True),
-                          deps=prev[-1:], name=f"{tag}_recv_grad")  # fmt: skip
-            deps.append(recv)
-        elif model.vocab:
-            logits = _Cost()
-            r._gemm(logits, r.n, model.vocab / lay.tp, model.hidden, 2.0)
-            deps = [r._comp(f"{tag}_logits_bwd", logits, deps)]
-        if job.recompute == "full":
-            start = deps
-            for layer in layers:
-                deps, start = _zero3_gather(r, job, layer, deps, start, f"{tag}_l{layer}_param_ag_re")
-                deps = r.layer_forward(layer, deps, f"R_{tag}")
-        start = deps
-        for layer in reversed(layers):
-            deps, start = _zero3_gather(r, job, layer, deps, start, f"{tag}_l{layer}_param_ag_bwd")
-            deps, made = r.layer_backward(layer, deps, f"B_{tag}")
-            if op.micro_batch != last_mb:
-                continue
-            dense, expert = _layer_parameters(model, layer, lay)
-            if job.zero == 3 and grad_role:
-                r.grad_collectives.append(r._coll(RS, dense * GRAD_BYTES, [made], f"{tag}_l{layer}_grad_rs", grad_role))
-            else:
-                pending_bytes += dense
-                if pending_bytes * GRAD_BYTES >= job.bucket_bytes:
-                    flush([made], f"{tag}_l{layer}_grad_bucket{len(bucket_sizes)}")
-            if expert and "edp" in r.groups:
-                name = f"{tag}_l{layer}_expert_grad"
-                r.grad_collectives.append(r._coll(AR, expert * GRAD_BYTES, [made], name, "edp"))
-        if model_chunk == 0 and model.vocab:
-            emb_bwd = _Cost()
-            r._kernel(emb_bwd, "memory", 0, 2 * r.n * model.hidden * ACTIVATION_BYTES)
-            deps = [r._comp(f"{tag}_embedding_bwd", emb_bwd, deps)]
-            if op.micro_batch == last_mb:
-                pending_bytes += model.embedding_parameters() / lay.tp
-        if op.micro_batch == last_mb:
-            flush([r.last_compute], f"{tag}_grad_bucket{len(bucket_sizes)}")  # type: ignore[list-item]
-        if model_chunk > 0:
-            b.send(r._peer(model_chunk - 1), r._p2p_size(), r._tag(op, model_chunk - 1, True),
-                   deps=deps, name=f"{tag}_send_grad")  # fmt: skip
-        prev = deps
-    # The optimizer step, once this rank's gradients are reduced; ZeRO-1/2 then gather the updated parameters.
-    params = rank_parameters(job, r.p)
-    shard = params / lay.dp if job.zero >= 1 else params
-    step = _Cost()
-    r._kernel(step, "memory", 0, OPTIMIZER_BYTES * shard)
-    done = r._comp("optimizer_step", step, prev + r.grad_collectives)
-    if job.zero in (1, 2) and grad_role:
-        for k, size in enumerate(bucket_sizes):
-            r._coll(AG, size * PARAM_BYTES / lay.dp, [done], f"param_ag_bucket{k}", grad_role)
-    return b.build(rank=rank)
-
-
-def _zero3_gather(
-    r: _Rank, job: JobSpec, layer: int, deps: list[int], start: list[int], name: str
-) -> tuple[list[int], list[int]]:
-    """ZeRO-3: gather *layer*'s parameters, issued when the previous layer could start (*start*: one layer ahead).
-
-    Returns what the layer waits for and what the next layer's gather waits for (this layer's inputs).
-    """
-    if job.zero != 3 or "dp" not in r.groups:
-        return deps, deps
-    dense, _ = _layer_parameters(job.model, layer, job.layout)
-    gather = r._coll(AG, dense * PARAM_BYTES / job.layout.dp, start, name, "dp")
-    return [*deps, gather], deps
 
 
 def rank_parameters(job: JobSpec, stage: int) -> float:

@@ -25,10 +25,12 @@ __all__ = [
     "CollectiveName",
     "GroupName",
     "Npus",
+    "Rewrite",
     "WorkloadGenerator",
     "check_npus",
     "generate",
     "generated_collectives",
+    "generator_of",
     "normalize",
     "parse",
 ]
@@ -70,6 +72,21 @@ class GroupName(Parser):
         return str(value)
 
 
+@dataclass(frozen=True)
+class Rewrite:
+    """A change of a generator's parameters that keeps the job's work and data dependencies (an optimiser move).
+
+    Attributes:
+        values: the parameters changed, with their new values.
+        role: the part of the step it addresses, for ordering by where the time goes: ``pp`` (the pipeline),
+            ``tp`` (tensor-parallel communication), ``dp`` (data-parallel communication), ``compute``, or
+            ``memory`` (memory per GPU).
+    """
+
+    values: tuple[tuple[str, Any], ...]
+    role: str
+
+
 class WorkloadGenerator:
     """Base class of workload generators: parameters in, one trace per rank out.
 
@@ -93,12 +110,19 @@ class WorkloadGenerator:
     - :meth:`comm_groups` gives the communicator groups the traces' ``pg_name`` values stand for, which
       ``etsim workload gen`` writes beside the traces as ``PREFIX.comm_groups.json`` (the reference consumer's
       format) for consumers that read neither etsim's metadata nor ``process_group:init`` nodes; None: none.
+    - ``training_job`` (class attribute) says that its workloads describe themselves as training jobs (the step
+      report's metadata, ``producers/training/describe.py``), so experiments add the step report's columns.
+    - :meth:`rewrites` declares the changes of its parameters that keep the job's work and data dependencies
+      (``etsim optimise`` tries them); :meth:`memory_rewrites` those that lower its memory per GPU, in the order
+      they are worth trying. Both default to none.
     """
 
     #: Registry name (informational; the registry key is what selects it).
     name: ClassVar[str] = ""
     #: What the generator writes, in a few words.
     summary: ClassVar[str] = ""
+    #: Its workloads are training jobs with a step report.
+    training_job: ClassVar[bool] = False
 
     @dataclass(frozen=True, kw_only=True)
     class Options:
@@ -119,6 +143,14 @@ class WorkloadGenerator:
     def comm_groups(self, options: Any) -> dict[str, list[int]] | None:
         """The ranks of each ``pg_name`` the traces use, or None (the traces name no groups, or define them)."""
         return None
+
+    def rewrites(self, options: Any) -> list[Rewrite]:
+        """Changes of the parameters that keep the job's work (the optimiser's moves); default: none."""
+        return []
+
+    def memory_rewrites(self, options: Any) -> list[Rewrite]:
+        """Changes of the parameters that lower the job's memory per GPU, in the order to try them; default: none."""
+        return []
 
     def collectives(self, options: Any) -> list[str]:
         """The collective types the traces use, in order of first use."""
@@ -187,6 +219,14 @@ def generate(spec: Mapping[str, Any]) -> list[Trace]:
     generator = WORKLOAD_GENERATORS.get(spec["generate"])()
     options = type(generator).Options(**{k: v for k, v in spec.items() if k != "generate"})
     return generator.generate(options)
+
+
+def generator_of(spec: Any) -> tuple[WorkloadGenerator, Any] | None:
+    """The generator and options of a normalized ``{generate: KIND, …}`` mapping; None for anything else (a path)."""
+    if not isinstance(spec, Mapping) or "generate" not in spec:
+        return None
+    generator = WORKLOAD_GENERATORS.get(spec["generate"])()
+    return generator, type(generator).Options(**{k: v for k, v in spec.items() if k != "generate"})
 
 
 def generated_collectives(spec: Mapping[str, Any]) -> list[str]:

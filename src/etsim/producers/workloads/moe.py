@@ -11,7 +11,7 @@ from etsim.chakra.builder import TraceBuilder
 from etsim.chakra.graph import CollectiveType, NodeType, Trace
 from etsim.errors import ConfigError
 from etsim.options import Integer, ListOf, Size, option
-from etsim.producers.workloads.base import WORKLOAD_GENERATORS, Npus, WorkloadGenerator, check_npus
+from etsim.producers.workloads.base import WORKLOAD_GENERATORS, Npus, Rewrite, WorkloadGenerator, check_npus
 
 __all__ = ["MoeGenerator", "moe_groups", "moe_workload"]
 
@@ -165,3 +165,13 @@ class MoeGenerator(WorkloadGenerator):
     def collectives(self, options: Any) -> list[str]:
         """All-to-alls, then all-reduces."""
         return ["all_to_all", "all_reduce"]
+
+    def rewrites(self, options: Any) -> list[Rewrite]:
+        """The expert-parallel size ×2 or ÷2 (dividing the NPUs).
+
+        The same experts, tokens and compute per rank, exchanged among more or fewer ranks, with their
+        gradients reduced among fewer or more copies.
+        """
+        o = options
+        sizes = [s for s in (o.ep_size * 2, o.ep_size // 2) if s >= 1 and o.npus % s == 0 and s != o.ep_size]
+        return [Rewrite((("ep_size", s),), "dp") for s in sizes]

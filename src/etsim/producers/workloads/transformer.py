@@ -16,7 +16,7 @@ from etsim.options import Boolean, Choice, Integer, Parser, Size, option
 from etsim.producers.training.job import JobSpec, build_job, job_groups
 from etsim.producers.training.model import MODELS, ModelSpec, load_model
 from etsim.producers.training.parallel import SCHEDULES, Layout
-from etsim.producers.workloads.base import WORKLOAD_GENERATORS, WorkloadGenerator
+from etsim.producers.workloads.base import WORKLOAD_GENERATORS, Rewrite, WorkloadGenerator
 from etsim.system.gpus import GPUS, gpu_preset, parse_efficiency
 
 __all__ = ["TransformerGenerator", "job_spec"]
@@ -102,6 +102,7 @@ class TransformerGenerator(WorkloadGenerator):
 
     name = "transformer"
     summary = "a transformer training iteration: TP/SP/PP/DP/EP/CP, ZeRO, recomputation, GPU compute times"
+    training_job = True
 
     @dataclass(frozen=True, kw_only=True)
     class Options(WorkloadGenerator.Options):
@@ -178,6 +179,52 @@ class TransformerGenerator(WorkloadGenerator):
     def generate(self, options: Any) -> list[Trace]:
         """One trace per rank."""
         return build_job(job_spec(options))
+
+    def rewrites(self, options: Any) -> list[Rewrite]:
+        """The changes that keep the model, the global batch and the GPU count.
+
+        The micro-batch (×2, ÷2), the pipeline schedule (``1f1b``, ``gpipe``, ``interleaved`` with v = 2, 3,
+        4 chunks), a factor 2 moved between two of tp, pp and dp, activation recomputation, the ZeRO stage,
+        sequence parallelism, the gradient bucket (×2, ÷2).
+        """
+        o = options
+        out = [Rewrite((("micro_batch", b),), "pp") for b in (o.micro_batch * 2, o.micro_batch // 2) if b >= 1]
+        schedules = [("1f1b", 1), ("gpipe", 1), *(("interleaved", k) for k in (2, 3, 4))]
+        for schedule, chunks in schedules:
+            if (schedule, chunks) != (o.schedule, o.virtual_stages) and o.pp > 1:
+                out.append(Rewrite((("schedule", schedule), ("virtual_stages", chunks)), "pp"))
+        degrees = {"tp": o.tp, "pp": o.pp, "dp": o.dp}
+        for a, b in (("tp", "pp"), ("pp", "tp"), ("pp", "dp"), ("dp", "pp"), ("tp", "dp"), ("dp", "tp")):
+            if degrees[b] % 2 == 0:
+                new = {a: degrees[a] * 2, b: degrees[b] // 2}
+                out.append(Rewrite(tuple(sorted(new.items())), "pp" if "pp" in (a, b) else "tp"))
+        out += [Rewrite((("recompute", r),), "compute") for r in ("none", "selective", "full") if r != o.recompute]
+        if o.dp > 1:
+            out += [Rewrite((("zero", z),), "dp") for z in range(4) if z != o.zero]
+            sizes = (o.bucket_size * 2, o.bucket_size // 2)
+            out += [Rewrite((("bucket_size", size),), "dp") for size in sizes if size >= 1 << 20]
+        if o.tp > 1:
+            out.append(Rewrite((("sp", not o.sp),), "tp"))
+        return out
+
+    def memory_rewrites(self, options: Any) -> list[Rewrite]:
+        """The changes that lower the memory per GPU, in the order to try them (each kept with the ones before).
+
+        Sequence parallelism, selective recomputation, the next ZeRO stage, full recomputation, half the micro-batch.
+        """
+        o = options
+        out = []
+        if o.tp > 1 and not o.sp:
+            out.append(Rewrite((("sp", True),), "memory"))
+        if o.recompute == "none":
+            out.append(Rewrite((("recompute", "selective"),), "memory"))
+        if o.dp > 1 and o.zero < 3:
+            out.append(Rewrite((("zero", o.zero + 1),), "memory"))
+        if o.recompute != "full":
+            out.append(Rewrite((("recompute", "full"),), "memory"))
+        if o.micro_batch > 1:
+            out.append(Rewrite((("micro_batch", o.micro_batch // 2),), "memory"))
+        return out
 
     def comm_groups(self, options: Any) -> dict[str, list[int]]:
         """Every tensor-, context-, data-, expert- and expert-data-parallel group, by ``pg_name``."""

@@ -6,7 +6,14 @@ Importing this package registers the native algorithms in :data:`ALGORITHMS` (``
 Chakra ET families).
 """
 
-from etsim.system.algorithms.base import ALGORITHMS, BuiltAlgorithm, CollectiveAlgorithm, DeferredCheck, Phase
+from etsim.system.algorithms.base import (
+    ALGORITHMS,
+    BuiltAlgorithm,
+    CollectiveAlgorithm,
+    DeferredCheck,
+    DeferredChecks,
+    Phase,
+)
 from etsim.system.algorithms.direct import DirectAlgorithm
 from etsim.system.algorithms.family import ChakraAlgorithm
 from etsim.system.algorithms.halving_doubling import HalvingDoublingAlgorithm
@@ -24,6 +31,7 @@ __all__ = [
     "ChakraAlgorithm",
     "CollectiveAlgorithm",
     "DeferredCheck",
+    "DeferredChecks",
     "DirectAlgorithm",
     "HalvingDoublingAlgorithm",
     "HierarchicalAlgorithm",

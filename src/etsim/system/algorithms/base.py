@@ -14,7 +14,7 @@ from etsim.chakra.graph import CollectiveType, collective_buffer_bytes
 from etsim.errors import ConfigError
 from etsim.registry import Registry
 
-__all__ = ["ALGORITHMS", "BuiltAlgorithm", "CollectiveAlgorithm", "DeferredCheck", "Phase"]
+__all__ = ["ALGORITHMS", "BuiltAlgorithm", "CollectiveAlgorithm", "DeferredCheck", "DeferredChecks", "Phase"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,56 @@ class DeferredCheck:
 
     settle: Callable[[], None]
     cancel: Callable[[], None]
+
+
+class DeferredChecks:
+    """The checks verifications running beside a simulation left, settled in the order they were left.
+
+    The simulation owns it and hands it to its :class:`~etsim.system.collective.System`, which adds what
+    :meth:`CollectiveAlgorithm.check_correct` leaves (:meth:`add`). Each check is kept with the *mark* of the run's
+    warnings when it was left (``mark()``: how many had been recorded): a check that refuses late stands for a
+    refusal made at that point, so the warnings recorded after it are not the run's.
+
+    Args:
+        mark: how many warnings the run has recorded so far (default: none are tracked).
+    """
+
+    def __init__(self, mark: Callable[[], int] = lambda: 0) -> None:
+        self._mark = mark
+        self._pending: list[tuple[DeferredCheck, int]] = []
+        #: After :meth:`settle` raised: the mark of the check that raised (the warnings to keep), else None.
+        self.raised_at: int | None = None
+
+    def add(self, check: DeferredCheck) -> None:
+        """Keep *check*, marked with the warnings recorded so far."""
+        self._pending.append((check, self._mark()))
+
+    def settle(self) -> None:
+        """Make every check in order (each waits for its verdict).
+
+        Raises:
+            ConfigError: an algorithm does not compute its collective, as verifying it first would have said. Then, as
+                with any error a check raises, :attr:`raised_at` says which warnings to keep and the other checks are
+                cancelled.
+        """
+        pending = self._pending
+        try:
+            while pending:
+                pending[0][0].settle()
+                pending.pop(0)
+        except Exception:
+            self.raised_at = pending[0][1]
+            self.cancel()
+            raise
+        except BaseException:
+            self.cancel()
+            raise
+
+    def cancel(self) -> None:
+        """End every verification still running (an interrupt, a refusal)."""
+        for check, _ in self._pending:
+            check.cancel()
+        self._pending.clear()
 
 
 @dataclass(frozen=True, slots=True)

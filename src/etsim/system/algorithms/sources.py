@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError, RegistryError
 from etsim.registry import Registry
 from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
@@ -48,6 +49,7 @@ __all__ = [
     "AlgorithmSource",
     "FamilySource",
     "NativeSource",
+    "claiming_source",
     "resolve_algorithm",
 ]
 
@@ -80,6 +82,10 @@ class AlgorithmSource:
     - ``priority`` (class attribute): sources are asked in increasing priority, ties by name;
       built-ins use 0 (names), 50 (file suffixes) and 100 (the fallback family reader).
     - :meth:`claims` says, without reading files, whether a spec is this source's (e.g. by suffix).
+    - ``reads_files`` (class attribute) says whether its specs are file paths: relative ones resolve against the
+      directory of the file that names them (a system YAML's), or the working directory on the command line.
+    - :meth:`collectives` says which collectives a spec's algorithm implements when that is known without reading
+      files (None otherwise): what an optimiser may try it for.
     - :meth:`load` returns a :class:`~etsim.system.algorithms.base.CollectiveAlgorithm`, or raises
       :class:`~etsim.errors.ConfigError` (or another :class:`~etsim.errors.EtsimError`) naming the spec.
     - Sources hold no state between calls; caching, if any, is keyed by the file's identity.
@@ -89,10 +95,16 @@ class AlgorithmSource:
     name: ClassVar[str] = ""
     #: Order in which sources are asked.
     priority: ClassVar[int] = 50
+    #: Its specs are file paths (not names or parameters).
+    reads_files: ClassVar[bool] = False
 
     def claims(self, spec: str) -> bool:
         """True if *spec* is for this source."""
         raise NotImplementedError
+
+    def collectives(self, spec: str) -> frozenset[CollectiveType] | None:
+        """The collectives the algorithm *spec* names implements, if known without reading files (default: None)."""
+        return None
 
     def load(self, spec: str, context: AlgorithmContext) -> CollectiveAlgorithm:
         """Load the algorithm *spec* names."""
@@ -122,6 +134,10 @@ class NativeSource(AlgorithmSource):
             return False
         return spec.partition(":")[0] not in SOURCES.names()
 
+    def collectives(self, spec: str) -> frozenset[CollectiveType]:
+        """The class's ``collectives``."""
+        return frozenset(ALGORITHMS.get(spec).collectives)
+
     def load(self, spec: str, context: AlgorithmContext) -> CollectiveAlgorithm:
         """Instantiate the class; multi-dimensional ones get the topology's ``dims``."""
         cls = ALGORITHMS.get(spec)
@@ -136,6 +152,7 @@ class FamilySource(AlgorithmSource):
 
     name = "chakra-et"
     priority = 100
+    reads_files = True
 
     def claims(self, spec: str) -> bool:
         """Everything."""
@@ -149,6 +166,14 @@ class FamilySource(AlgorithmSource):
 def _ordered_sources() -> Sequence[AlgorithmSource]:
     classes = sorted(SOURCES.items(), key=lambda item: (item[1].priority, item[0]))
     return [cls() for _, cls in classes]
+
+
+def claiming_source(spec: str) -> AlgorithmSource:
+    """The source that claims *spec* (the first, in priority order; the Chakra ET family reader claims all)."""
+    for source in _ordered_sources():
+        if source.claims(spec):
+            return source
+    raise ConfigError(f"{spec!r}: no algorithm source claims it")  # pragma: no cover - chakra-et claims all
 
 
 def resolve_algorithm(
