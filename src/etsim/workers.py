@@ -27,7 +27,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_ready
 from multiprocessing.process import BaseProcess
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from etsim.errors import SimulationError
 
@@ -188,65 +188,91 @@ def run_in_workers(
         _start_server()
     job = _Job(function, initializer, initargs, finalizer)
     lifeline, alive = ctx.Pipe(duplex=False)  # workers get the read end; only this process holds `alive`
-    queue = deque(tasks)
-    pool: list[_Worker] = []
-    lost: list[T] = []
+    pool = _Pool(ctx, job, lifeline, alive, tasks)
+    try:
+        pool.start(workers)
+        if meanwhile is not None:
+            meanwhile()
+        while pool.collect(on_result):
+            pass
+    finally:
+        _end(pool.workers)
+        alive.close()
+        lifeline.close()
+    return pool.lost
 
-    def hand_out(worker: _Worker) -> None:
-        worker.task = queue.popleft() if queue else _IDLE
+
+class _Pool(Generic[T]):
+    """The workers of one :func:`run_in_workers` call, the tasks still queued and the tasks lost with a worker."""
+
+    def __init__(self, ctx: Any, job: _Job, lifeline: Connection, alive: Connection, tasks: Sequence[T]) -> None:
+        self.ctx, self.job, self.lifeline, self.alive = ctx, job, lifeline, alive
+        self.queue: deque[T] = deque(tasks)
+        self.workers: list[_Worker] = []
+        self.lost: list[T] = []
+
+    def start(self, workers: int) -> None:
+        """Start up to *workers* workers, one per queued task, then give each its first task."""
+        for _ in range(min(workers, len(self.queue))):  # all started before any task is sent: they start together
+            self.workers.append(self.start_worker())
+        for worker in self.workers:
+            self.hand_out(worker)
+
+    def hand_out(self, worker: _Worker) -> None:
+        """Send *worker* the next queued task, or mark it idle when none is left."""
+        worker.task = self.queue.popleft() if self.queue else _IDLE
         if worker.task is not _IDLE:
-            # A worker that died since its last answer: the loop below reads its end-of-file, loses the task.
+            # A worker that died since its last answer: `collect` reads its end-of-file, loses the task.
             with contextlib.suppress(OSError):
                 worker.conn.send((worker.task,))
 
-    def start_worker() -> _Worker:
+    def start_worker(self) -> _Worker:
+        """A new worker process, started with signals held."""
         try:
             with _signals_held():
-                return _start(ctx, job, lifeline, alive)
+                return _start(self.ctx, self.job, self.lifeline, self.alive)
         except (EOFError, OSError) as exc:  # the worker server is gone: killed with this process's group?
             check_stop()
             raise SimulationError(f"cannot start a worker process: {type(exc).__name__}: {exc}") from None
 
-    try:
-        for _ in range(min(workers, len(queue))):  # all started before any task is sent: they start together
-            pool.append(start_worker())
-        for worker in pool:
-            hand_out(worker)
-        if meanwhile is not None:
-            meanwhile()
-        while True:
-            busy = [worker for worker in pool if worker.task is not _IDLE]
-            if not busy:
-                break
-            check_stop()
-            ready = set(wait_ready([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout=POLL))
-            for worker in busy:
-                if worker.conn not in ready and worker.process.sentinel not in ready:
-                    continue
-                task = worker.task
-                try:
-                    if worker.conn not in ready and not worker.conn.poll(0):
-                        # Dead, yet its pipe is still open (a process it started may hold it): nothing will come.
-                        raise EOFError
-                    ok, result = _receive(worker.conn)
-                except (EOFError, OSError):  # died before or while answering
-                    lost.append(task)
-                    worker.task = _IDLE
-                    pool.remove(worker)
-                    _end([worker])
-                    if queue:
-                        pool.append(start_worker())
-                        hand_out(pool[-1])
-                    continue
-                if not ok:
-                    raise _remote_error(result)
-                hand_out(worker)  # first, so the worker computes while this process handles the result
-                on_result(task, result)
-    finally:
-        _end(pool)
-        alive.close()
-        lifeline.close()
-    return lost
+    def collect(self, on_result: Callable[[T, Any], None]) -> bool:
+        """Wait up to :data:`POLL` seconds and handle every answer or death that came; False once all are idle.
+
+        A worker that answered gets its next task before *on_result* runs; one that died loses its task and
+        is replaced while tasks wait.
+
+        Raises:
+            KeyboardInterrupt: :data:`STOP` is set.
+            BaseException: the exception a task raised in its worker (:func:`_remote_error`).
+        """
+        busy = [worker for worker in self.workers if worker.task is not _IDLE]
+        if not busy:
+            return False
+        check_stop()
+        ready = set(wait_ready([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout=POLL))
+        for worker in busy:
+            if worker.conn not in ready and worker.process.sentinel not in ready:
+                continue
+            task = worker.task
+            try:
+                if worker.conn not in ready and not worker.conn.poll(0):
+                    # Dead, yet its pipe is still open (a process it started may hold it): nothing will come.
+                    raise EOFError
+                ok, result = _receive(worker.conn)
+            except (EOFError, OSError):  # died before or while answering
+                self.lost.append(task)
+                worker.task = _IDLE
+                self.workers.remove(worker)
+                _end([worker])
+                if self.queue:
+                    self.workers.append(self.start_worker())
+                    self.hand_out(self.workers[-1])
+                continue
+            if not ok:
+                raise _remote_error(result)
+            self.hand_out(worker)  # first, so the worker computes while this process handles the result
+            on_result(task, result)
+        return True
 
 
 def _receive(conn: Connection) -> Any:

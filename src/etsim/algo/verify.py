@@ -71,6 +71,7 @@ from etsim.algo.verify_union import union_verdict
 from etsim.chakra.graph import CollectiveType
 
 if TYPE_CHECKING:
+    from etsim.algo.semantics import CollectiveLayout
     from etsim.workers import Background
 
 __all__ = ["BACKGROUND_NODES", "PendingVerdict", "Verdict", "verify_graphs", "verify_graphs_later"]
@@ -127,47 +128,84 @@ def verify_graphs(graphs: Sequence[AlgoGraph], collective: CollectiveType | int,
     if n == 0:
         return Verdict(None, "no ranks")
     if collective == C.BARRIER:
-        try:
-            heard = Execution(graphs, collective, None, OUT_OF_PLACE, 1).run(
-                prepare(graphs), causal=True, turn=int(lockstep)
-            )
-        except Wrong as exc:
-            return Verdict(False, str(exc))
-        assert heard is not None
-        full = (1 << n) - 1
-        for r, bits in enumerate(heard):
-            if bits != full:
-                return Verdict(
-                    False, f"rank {r} can leave the barrier before ranks {ranks_text(full & ~bits)} have entered it"
-                )
-        return Verdict(True, f"barrier over {n} ranks: every rank hears from every rank before it leaves")
+        return _barrier_verdict(graphs, lockstep)
     layout = LAYOUTS.get(collective)
     if layout is None:  # pragma: no cover - every collective has a layout
         return Verdict(None, f"no definition of {name}")
     distinct = list({id(g): g for g in graphs}.values())  # symmetric algorithms share one graph
-    if not all(g.annotated for g in distinct):
-        if not any(any(d is not None for d in g.data) for g in distinct):
-            return Verdict(None, "no data annotations (the graphs say how much each node moves, not which chunks)")
-        r = next(i for i, g in enumerate(graphs) if not g.annotated)
-        g = graphs[r]
-        v = next(i for i, k in enumerate(g.kinds) if k in (SEND, RECV) and g.data_of(i) is None)
-        return Verdict(None, f"rank {r}, node {g.names[v]!r} has no data annotation")
-    if any(g.gates for g in distinct):
-        why = "gated nodes (released in completion order, before all their dependencies) are not verified"
-        return Verdict(None, why)
-    # A rank without messages read from a file has no chunk count; it takes the others'.
-    totals = {g.total_chunks for g in distinct if g.total_chunks is not None or SEND in g.kinds or RECV in g.kinds}
-    if None in totals:
-        return Verdict(None, "sizes are absolute bytes, not chunks of the collective's buffer")
-    if len(totals) > 1:
-        return Verdict(None, f"the ranks disagree on the chunks per buffer ({sorted(t or 0 for t in totals)})")
-    total = int(totals.pop() or 0) if totals else n
-    if layout.needs_pieces and total % n:
-        return Verdict(None, f"{total} chunks cannot be split into equal pieces for {n} ranks")
     try:
+        total = _chunk_total(graphs, distinct, layout)
         places = _placements(graphs)
     except _Unverifiable as exc:
         return Verdict(None, str(exc))
+    return _verify_placements(graphs, distinct, collective, layout, places, total, lockstep)
+
+
+def _barrier_verdict(graphs: Sequence[AlgoGraph], lockstep: bool) -> Verdict:
+    """Whether every rank hears, directly or through others, from every rank before it leaves the barrier."""
+    n = len(graphs)
+    try:
+        heard = Execution(graphs, C.BARRIER, None, OUT_OF_PLACE, 1).run(
+            prepare(graphs), causal=True, turn=int(lockstep)
+        )
+    except Wrong as exc:
+        return Verdict(False, str(exc))
+    assert heard is not None
+    full = (1 << n) - 1
+    for r, bits in enumerate(heard):
+        if bits != full:
+            return Verdict(
+                False, f"rank {r} can leave the barrier before ranks {ranks_text(full & ~bits)} have entered it"
+            )
+    return Verdict(True, f"barrier over {n} ranks: every rank hears from every rank before it leaves")
+
+
+def _chunk_total(graphs: Sequence[AlgoGraph], distinct: list[AlgoGraph], layout: CollectiveLayout) -> int:
+    """The chunks per buffer every rank's graph is written for.
+
+    Raises:
+        _Unverifiable: graphs without data annotations or with gated nodes, absolute sizes, ranks that
+            disagree, or a total that cannot be split into the collective's pieces.
+    """
+    n = len(graphs)
+    if not all(g.annotated for g in distinct):
+        if not any(any(d is not None for d in g.data) for g in distinct):
+            raise _Unverifiable("no data annotations (the graphs say how much each node moves, not which chunks)")
+        r = next(i for i, g in enumerate(graphs) if not g.annotated)
+        g = graphs[r]
+        v = next(i for i, k in enumerate(g.kinds) if k in (SEND, RECV) and g.data_of(i) is None)
+        raise _Unverifiable(f"rank {r}, node {g.names[v]!r} has no data annotation")
+    if any(g.gates for g in distinct):
+        why = "gated nodes (released in completion order, before all their dependencies) are not verified"
+        raise _Unverifiable(why)
+    # A rank without messages read from a file has no chunk count; it takes the others'.
+    totals = {g.total_chunks for g in distinct if g.total_chunks is not None or SEND in g.kinds or RECV in g.kinds}
+    if None in totals:
+        raise _Unverifiable("sizes are absolute bytes, not chunks of the collective's buffer")
+    if len(totals) > 1:
+        raise _Unverifiable(f"the ranks disagree on the chunks per buffer ({sorted(t or 0 for t in totals)})")
+    total = int(totals.pop() or 0) if totals else n
+    if layout.needs_pieces and total % n:
+        raise _Unverifiable(f"{total} chunks cannot be split into equal pieces for {n} ranks")
+    return total
+
+
+def _verify_placements(
+    graphs: Sequence[AlgoGraph],
+    distinct: list[AlgoGraph],
+    collective: CollectiveType,
+    layout: CollectiveLayout,
+    places: tuple[str, ...],
+    total: int,
+    lockstep: bool,
+) -> Verdict:
+    """The verdict over every placement the graphs declare.
+
+    Each placement is settled by rank 0's run when every rank shares one graph, by the union of the graphs when
+    it proves their copies right, and otherwise by executing every rank.
+    """
+    n = len(graphs)
+    name = collective.name.lower()
     checked = 0
     ambiguity = ""
     shared = distinct[0] if len(distinct) == 1 and not lockstep else None

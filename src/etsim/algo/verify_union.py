@@ -22,6 +22,7 @@ execution, which finds and words the problem.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from etsim.algo.dataflow import IN_PLACE, NodeData
@@ -51,38 +52,100 @@ def union_verdict(
     if ops is None:
         return False
     src_ptr, src_buf, src_idx, dst_ptr, dst_buf, dst_idx, scratch = ops
-    # Slots: per rank the input/output store(s), then every scratch buffer at its largest index.
-    in_size = k if layout.piece_input else total
-    out_size = k if layout.piece_output else total
-    in_place = placement == IN_PLACE
-    in_base = k if in_place and layout.alias == "input_in_output" else 0  # times the rank
-    out_base = k if in_place and layout.alias == "output_in_input" else 0
-    io = max(in_size + in_base * (n - 1), out_size + out_base * (n - 1))
-    regions = {"i": 0, "o": 0 if in_place else n * io}
-    limits = {"i": in_size, "o": out_size}
-    bases = {"i": in_base, "o": out_base}
-    end = n * io * (1 if in_place else 2)
-    region, stride = [regions["i"], regions["o"]], [io, io]
-    for size in scratch:  # (by buffer code: 0 is the input, 1 the output, then the scratch buffers)
-        region.append(end)
-        stride.append(size)
-        end += n * size
-    code_region = np.array(region, dtype=np.int64)
-    code_stride = np.array(stride, dtype=np.int64)
-    code_limit = np.array([limits["i"], limits["o"]] + [-1] * len(scratch), dtype=np.int64)
-    code_base = np.array([bases["i"], bases["o"]] + [0] * len(scratch), dtype=np.int64)
-
-    def slots(ptr: Any, buf: Any, idx: Any) -> Any:
-        owner = np.repeat(union.rank, np.diff(ptr))
-        limit = code_limit[buf]
-        if bool(((idx < 0) | ((limit >= 0) & (idx >= limit))).any()):
-            return None  # outside its buffer: the full execution says where
-        return code_region[buf] + owner * code_stride[buf] + owner * code_base[buf] + idx
-
-    reads, writes = slots(src_ptr, src_buf, src_idx), slots(dst_ptr, dst_buf, dst_idx)
+    store = _Store.lay_out(layout, placement, n, k, total, scratch, np)
+    reads, writes = store.slots(union, src_ptr, src_buf, src_idx, np), store.slots(union, dst_ptr, dst_buf, dst_idx, np)
     if reads is None or writes is None:
         return False
-    # One writer per slot; every reader of a written slot depends on its writer directly.
+    if not _writes_ordered(union, reads, writes, src_ptr, dst_ptr, store.end, np):
+        return False
+    copies = _copies(union, reads, src_ptr, dst_ptr, np)
+    if copies is None:
+        return False
+    value = _final_values(union, store, writes, *copies, np)
+    # The outputs against the collective's definition.
+    ranks = np.arange(n, dtype=np.int64)
+    out = np.arange(store.out_size, dtype=np.int64)
+    checked = ranks[:1] if layout.root_only else ranks
+    want_chunk, origin = layout.expect(checked[:, None], out[None, :], k)  # type: ignore[arg-type]
+    if origin is None:
+        return False  # a sum over ranks: made only by reductions
+    want = np.broadcast_to(want_chunk * n + origin, (len(checked), store.out_size))
+    got = value[store.out_region + checked[:, None] * (store.io + store.out_base) + out[None, :]]
+    return bool((got == want).all())
+
+
+@dataclass(frozen=True, slots=True)
+class _Store:
+    """Every rank's chunk slots numbered in one array: per rank the input/output store(s), then each scratch buffer.
+
+    Buffers are known by code: 0 the input, 1 the output, then the scratch buffers.
+
+    Attributes:
+        in_size, out_size: chunks of a rank's input and output.
+        io: slots per rank of an input or output region (in place, one region serves both).
+        in_base, out_base: how far the input (output) lies inside the other buffer per rank, in place (else 0).
+        out_region: the first slot of the output region.
+        end: slots in all.
+        code_region, code_stride, code_limit, code_base: per buffer code, the first slot of its region, its slots
+            per rank, its size (-1: scratch, unbounded) and its base per rank.
+    """
+
+    in_size: int
+    out_size: int
+    io: int
+    in_base: int
+    out_base: int
+    out_region: int
+    end: int
+    code_region: Any
+    code_stride: Any
+    code_limit: Any
+    code_base: Any
+
+    @classmethod
+    def lay_out(
+        cls, layout: CollectiveLayout, placement: str, n: int, k: int, total: int, scratch: list[int], np: Any
+    ) -> _Store:
+        """The slots of *n* ranks running *layout* in *placement*, with *scratch* chunks per scratch buffer."""
+        # Slots: per rank the input/output store(s), then every scratch buffer at its largest index.
+        in_size = k if layout.piece_input else total
+        out_size = k if layout.piece_output else total
+        in_place = placement == IN_PLACE
+        in_base = k if in_place and layout.alias == "input_in_output" else 0  # times the rank
+        out_base = k if in_place and layout.alias == "output_in_input" else 0
+        io = max(in_size + in_base * (n - 1), out_size + out_base * (n - 1))
+        regions = {"i": 0, "o": 0 if in_place else n * io}
+        limits = {"i": in_size, "o": out_size}
+        bases = {"i": in_base, "o": out_base}
+        end = n * io * (1 if in_place else 2)
+        region, stride = [regions["i"], regions["o"]], [io, io]
+        for size in scratch:  # (by buffer code: 0 is the input, 1 the output, then the scratch buffers)
+            region.append(end)
+            stride.append(size)
+            end += n * size
+        code_region = np.array(region, dtype=np.int64)
+        code_stride = np.array(stride, dtype=np.int64)
+        code_limit = np.array([limits["i"], limits["o"]] + [-1] * len(scratch), dtype=np.int64)
+        code_base = np.array([bases["i"], bases["o"]] + [0] * len(scratch), dtype=np.int64)
+        return cls(
+            in_size, out_size, io, in_base, out_base, regions["o"], end, code_region, code_stride, code_limit, code_base
+        )
+
+    def slots(self, union: UnionGraph, ptr: Any, buf: Any, idx: Any, np: Any) -> Any:
+        """The slot of every chunk of one side's operands (``ptr`` per node); None if one lies outside its buffer."""
+        owner = np.repeat(union.rank, np.diff(ptr))
+        limit = self.code_limit[buf]
+        if bool(((idx < 0) | ((limit >= 0) & (idx >= limit))).any()):
+            return None  # outside its buffer: the full execution says where
+        return self.code_region[buf] + owner * self.code_stride[buf] + owner * self.code_base[buf] + idx
+
+
+def _writes_ordered(union: UnionGraph, reads: Any, writes: Any, src_ptr: Any, dst_ptr: Any, end: int, np: Any) -> bool:
+    """Whether no two writes or a read and a write of one slot can race.
+
+    That is: each slot has one writer at most, no node writes what it reads, and every reader of a written slot
+    depends on its writer directly.
+    """
     writer_of = np.full(end, -1, dtype=np.int64)
     writers = np.repeat(np.arange(union.num_nodes, dtype=np.int64), np.diff(dst_ptr))
     ordered = np.sort(writes)
@@ -94,8 +157,15 @@ def union_verdict(
     if bool((w == readers).any()):
         return False  # a node that writes what it reads (a send's copy over its own chunks): the execution's
     check = w >= 0
-    if check.any() and not _direct_deps(union, readers[check], w[check], np):
-        return False
+    return not check.any() or _direct_deps(union, readers[check], w[check], np)
+
+
+def _copies(union: UnionGraph, reads: Any, src_ptr: Any, dst_ptr: Any, np: Any) -> tuple[Any, Any, Any] | None:
+    """The nodes that write, how many chunks each, and the slot every written chunk is copied from.
+
+    None when a receive's message differs in size from what the receive stores, or a writer's payload from what it
+    writes.
+    """
     # Each writer's payload: a receive stores its send's chunks; a send or a copy writes its own.
     kinds = union.kinds
     source = np.where(kinds == RECV, union.match, np.arange(union.num_nodes))
@@ -103,17 +173,27 @@ def union_verdict(
     counts = np.diff(dst_ptr)[wrote]
     payload_from = source[wrote]
     if not np.array_equal(src_ptr[payload_from + 1] - src_ptr[payload_from], counts):
-        return False
+        return None
     recv = np.flatnonzero(kinds == RECV)
     sent = np.diff(src_ptr)[union.match[recv]]
     if not np.array_equal(sent, union.chunks[recv]) or not np.array_equal(sent, np.diff(dst_ptr)[recv]):
-        return False
+        return None
     payload = reads[np.repeat(src_ptr[payload_from], counts) + _ramp(counts, np)]
-    # Initial values (chunk c of rank r as c·n + r; -1: never written), then the copies a level at a time.
-    value = np.full(end, -1, dtype=np.int64)
+    return wrote, counts, payload
+
+
+def _final_values(union: UnionGraph, store: _Store, writes: Any, wrote: Any, counts: Any, payload: Any, np: Any) -> Any:
+    """Every slot's final value, the copies made a level at a time.
+
+    Chunk c of rank r's input is the value c·n + r; -1 is a slot never written.
+    """
+    n = union.n
+    value = np.full(store.end, -1, dtype=np.int64)
     ranks = np.arange(n, dtype=np.int64)
-    chunk = np.arange(in_size, dtype=np.int64)
-    value[(ranks[:, None] * (io + in_base) + chunk[None, :]).ravel()] = (chunk[None, :] * n + ranks[:, None]).ravel()
+    chunk = np.arange(store.in_size, dtype=np.int64)
+    value[(ranks[:, None] * (store.io + store.in_base) + chunk[None, :]).ravel()] = (
+        chunk[None, :] * n + ranks[:, None]
+    ).ravel()
     level_of = np.empty(union.num_nodes, dtype=np.int64)
     level_of[union.order] = np.repeat(np.arange(union.levels), np.diff(union.level_ptr))
     write_level = np.repeat(level_of[wrote], counts)
@@ -123,15 +203,7 @@ def union_verdict(
     for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         if hi > lo:
             value[targets[lo:hi]] = value[sources[lo:hi]]
-    # The outputs against the collective's definition.
-    out = np.arange(out_size, dtype=np.int64)
-    checked = ranks[:1] if layout.root_only else ranks
-    want_chunk, origin = layout.expect(checked[:, None], out[None, :], k)  # type: ignore[arg-type]
-    if origin is None:
-        return False  # a sum over ranks: made only by reductions
-    want = np.broadcast_to(want_chunk * n + origin, (len(checked), out_size))
-    got = value[regions["o"] + checked[:, None] * (io + out_base) + out[None, :]]
-    return bool((got == want).all())
+    return value
 
 
 def _ramp(counts: Any, np: Any) -> Any:

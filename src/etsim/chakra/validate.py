@@ -109,15 +109,34 @@ def validate_trace(
             ``total_chunk_cnt``, as algorithm files are) instead of ``comm_size``.
         cycles: search for a dependency cycle (a walk of the whole graph).
     """
-    issues: list[Issue] = []
+    report = _TraceReport(trace)
+    _check_structure(report, ignore_ctrl_deps=ignore_ctrl_deps, cycles=cycles)
+    _check_comm_nodes(report, num_ranks, symbolic_sizes=symbolic_sizes)
+    return report.issues
+
+
+class _TraceReport:
+    """The issues found in one rank's trace, each message prefixed with where it is."""
+
+    __slots__ = ("issues", "trace")
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.issues: list[Issue] = []
+
+    def error(self, pos: int, text: str, blocking: bool = False) -> None:
+        """An error at node *pos*."""
+        self.issues.append(Issue("error", f"{self.trace.describe(pos)}: {text}", blocking))
+
+    def warning(self, pos: int, text: str) -> None:
+        """A warning at node *pos*."""
+        self.issues.append(Issue("warning", f"{self.trace.describe(pos)}: {text}"))
+
+
+def _check_structure(report: _TraceReport, *, ignore_ctrl_deps: bool, cycles: bool) -> None:
+    """The graph's own issues: no nodes, duplicate ids, missing dependencies, bad attributes, a cycle."""
+    trace, issues, error, warning = report.trace, report.issues, report.error, report.warning
     where = trace.where()
-
-    def error(pos: int, text: str, blocking: bool = False) -> None:
-        issues.append(Issue("error", f"{trace.describe(pos)}: {text}", blocking))
-
-    def warning(pos: int, text: str) -> None:
-        issues.append(Issue("warning", f"{trace.describe(pos)}: {text}"))
-
     if trace.num_nodes == 0:
         issues.append(Issue("warning", f"{where}trace has no nodes"))
     for nid in sorted(set(trace.duplicate_ids)):
@@ -144,6 +163,10 @@ def validate_trace(
         chain = " -> ".join(str(trace.ids[p]) for p in [*cycle, cycle[0]])
         issues.append(Issue("error", f"{where}dependency cycle (each node waits for the next): {chain}"))
 
+
+def _check_comm_nodes(report: _TraceReport, num_ranks: int | None, *, symbolic_sizes: bool) -> None:
+    """Every node's type, and the attributes of every communication node (peers against *num_ranks*)."""
+    trace, error, warning = report.trace, report.error, report.warning
     for pos, node_type in enumerate(trace.types):
         if node_type not in NodeType._value2member_map_:
             error(pos, f"unknown node type {node_type} (Chakra defines 0 to 7): the simulator cannot run it", True)
@@ -192,7 +215,6 @@ def validate_trace(
             error(pos, f"{self_key}={own} on a {kind} of rank {trace.rank} (must be the rank itself)")
         if peer is not None and trace.rank is not None and peer == trace.rank:
             warning(pos, f"{kind} to itself")
-    return issues
 
 
 def _symbolic_size(trace: Trace, pos: int) -> bool:

@@ -25,6 +25,7 @@ import os
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from etsim.errors import ConfigError, EtsimError
 from etsim.experiment.plotspec import parse_plots
@@ -32,6 +33,9 @@ from etsim.experiment.points import Axis, PlotSpec
 from etsim.experiment.results import read_results
 from etsim.files import read_yaml_mapping as read_yaml
 from etsim.units import parse_size, parse_time
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["PlotUnavailable", "draw_plot", "draw_plots", "plots_of_directory"]
 
@@ -71,34 +75,16 @@ def draw_plot(plot: PlotSpec, header: Sequence[str], rows: Sequence[dict[str, st
         PlotUnavailable: matplotlib is not installed.
     """
     _matplotlib()
-    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    for name in (plot.x, plot.y, plot.series, plot.facet, *plot.where):
-        if name is not None and name not in header:
-            raise ConfigError(f"plot {plot.name}: results.csv has no column {name!r}")
-    selected = [
-        r for r in rows if r["status"] == "ok" and all(r[k] == v for k, v in plot.where.items()) and r[plot.y] != ""
-    ]
+    selected = _selected_rows(plot, header, rows)
     facets = list(dict.fromkeys(r[plot.facet] for r in selected)) if plot.facet else [""]
     series = list(dict.fromkeys(r[plot.series] for r in selected)) if plot.series else [""]
     xs = list(dict.fromkeys(r[plot.x] for r in selected))
     positions, kind = _positions(xs)
     at = dict(zip(xs, positions, strict=True))
-    # (facet, series, x) -> mean over repeats
-    sums: dict[tuple[str, str, str], list[float]] = {}
-    for r in selected:
-        key = (r[plot.facet] if plot.facet else "", r[plot.series] if plot.series else "", r[plot.x])
-        try:
-            measured = float(r[plot.y])
-        except ValueError:
-            measured = math.nan
-        if not math.isfinite(measured):
-            point = r.get("point", "?")
-            raise ConfigError(f"plot {plot.name}: results.csv, point {point}: {plot.y} is {r[plot.y]!r}, not a number")
-        sums.setdefault(key, []).append(measured)
-    value = {k: sum(v) / len(v) for k, v in sums.items()}
+    value = _mean_values(plot, selected)
 
     ncols = min(3, len(facets))
     nrows = math.ceil(len(facets) / ncols) if facets else 1
@@ -106,27 +92,14 @@ def draw_plot(plot: PlotSpec, header: Sequence[str], rows: Sequence[dict[str, st
     fig = Figure(figsize=(5.2 * ncols + legend_width, 3.8 * nrows + 0.4), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True)
-    logx = plot.logx
-    if logx is None:
-        pos = [p for p in positions if p > 0]
-        logx = kind in ("size", "time") and len(pos) == len(positions) and bool(pos) and max(pos) / min(pos) > 100
+    logx = plot.logx if plot.logx is not None else _wants_logx(positions, kind)
     ylabel = plot.ylabel or plot.y
     if plot.baseline is not None and plot.ylabel is None:
         ylabel = f"{plot.relative} vs {plot.series} = {plot.baseline} ({plot.y})"
     for i, facet in enumerate(facets):
         ax = axes[i // ncols][i % ncols]
         for s in series:
-            points = []
-            for x in xs:
-                y = value.get((facet, s, x))
-                if y is not None and plot.baseline is not None:
-                    base = value.get((facet, plot.baseline, x))
-                    if base is None or base == 0 or y == 0:
-                        y = None
-                    else:
-                        y = y / base if plot.relative == "slowdown" else base / y
-                if y is not None:
-                    points.append((at[x], y))
+            points = _series_points(plot, value, facet, s, xs, at)
             if points:
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=s or plot.y)
         if logx:
@@ -150,6 +123,78 @@ def draw_plot(plot: PlotSpec, header: Sequence[str], rows: Sequence[dict[str, st
             *axes[0][0].get_legend_handles_labels(), title=plot.series, fontsize="small", loc="outside right upper"
         )
     fig.suptitle("\n".join(textwrap.wrap(plot.title or plot.name, 55 * ncols + 20)), fontsize="medium")
+    return _save_figure(fig, plot, directory)
+
+
+def _selected_rows(plot: PlotSpec, header: Sequence[str], rows: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """The rows the plot draws: points that ran, match its ``where`` and have a *y* value.
+
+    Raises:
+        ConfigError: a column the plot names is not in the CSV.
+    """
+    for name in (plot.x, plot.y, plot.series, plot.facet, *plot.where):
+        if name is not None and name not in header:
+            raise ConfigError(f"plot {plot.name}: results.csv has no column {name!r}")
+    return [
+        r for r in rows if r["status"] == "ok" and all(r[k] == v for k, v in plot.where.items()) and r[plot.y] != ""
+    ]
+
+
+def _mean_values(plot: PlotSpec, selected: Sequence[dict[str, str]]) -> dict[tuple[str, str, str], float]:
+    """Per (facet, series, x), the mean of *y* over the repeats.
+
+    Raises:
+        ConfigError: a *y* value that is not a finite number.
+    """
+    sums: dict[tuple[str, str, str], list[float]] = {}
+    for r in selected:
+        key = (r[plot.facet] if plot.facet else "", r[plot.series] if plot.series else "", r[plot.x])
+        try:
+            measured = float(r[plot.y])
+        except ValueError:
+            measured = math.nan
+        if not math.isfinite(measured):
+            point = r.get("point", "?")
+            raise ConfigError(f"plot {plot.name}: results.csv, point {point}: {plot.y} is {r[plot.y]!r}, not a number")
+        sums.setdefault(key, []).append(measured)
+    return {k: sum(v) / len(v) for k, v in sums.items()}
+
+
+def _wants_logx(positions: Sequence[float], kind: str) -> bool:
+    """Whether x is drawn on a log scale by default: sizes or times, all positive, spanning more than 100x."""
+    pos = [p for p in positions if p > 0]
+    return kind in ("size", "time") and len(pos) == len(positions) and bool(pos) and max(pos) / min(pos) > 100
+
+
+def _series_points(
+    plot: PlotSpec,
+    value: dict[tuple[str, str, str], float],
+    facet: str,
+    series: str,
+    xs: Sequence[str],
+    at: dict[str, float],
+) -> list[tuple[float, float]]:
+    """The ``(x position, y)`` points of one series in one facet (relative to the baseline if the plot has one).
+
+    An x without a value, or without a usable baseline (missing or zero, or a zero value), is left out.
+    """
+    points = []
+    for x in xs:
+        y = value.get((facet, series, x))
+        if y is not None and plot.baseline is not None:
+            base = value.get((facet, plot.baseline, x))
+            if base is None or base == 0 or y == 0:
+                continue
+            y = y / base if plot.relative == "slowdown" else base / y
+        if y is not None:
+            points.append((at[x], y))
+    return points
+
+
+def _save_figure(fig: Figure, plot: PlotSpec, directory: Path) -> list[Path]:
+    """Save *fig* in each of the plot's formats into *directory*; return the files written."""
+    import matplotlib
+
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     # Fixed ids and no dates in the files: identical results give identical plots.

@@ -6,18 +6,22 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from etsim.errors import ConfigError, Interrupted, RegistryError
 from etsim.experiment.engines import STOP, default_jobs, make_engine
 from etsim.experiment.results import ResultsDir
 from etsim.experiment.spec import Experiment, select_points
 from etsim.experiment.worker import PointOutcome, PointTask
+
+if TYPE_CHECKING:
+    from etsim.experiment.engines import ExperimentEngine
+    from etsim.experiment.points import Point
 
 __all__ = ["Progress", "RunSummary", "default_directory", "run_experiment"]
 
@@ -196,6 +200,29 @@ def run_experiment(
         summary.ran += 1
         summary.warned += bool(outcome.warnings)
 
+    _run_points(runner, results, todo, on_outcome, bar)
+    summary.wall_s = time.perf_counter() - t0
+    selected = {p.id for p in points}
+    statuses = [s for pid, s in results.status.items() if pid in selected]
+    summary.ok = statuses.count("ok")
+    summary.failed = len(statuses) - summary.ok
+    if plots and experiment.plots:
+        _draw_plots(experiment, directory, summary)
+    return summary
+
+
+def _run_points(
+    runner: ExperimentEngine,
+    results: ResultsDir,
+    todo: list[Point],
+    on_outcome: Callable[[PointOutcome], None],
+    bar: Progress,
+) -> None:
+    """Run the points *todo* on *runner* while a thread writes their configs; the results files closed after.
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C or SIGTERM (:func:`_stop_on_signals`).
+    """
     tasks = [PointTask(p.id, p.spec) for p in todo]
     # The configs are written while the workers start and simulate (a thousand small files take as long as
     # a thousand small simulations); the thread is mostly in system calls, which release the GIL.
@@ -215,16 +242,13 @@ def run_experiment(
         writer.join()
         bar.close()
         results.close()
-    summary.wall_s = time.perf_counter() - t0
-    selected = {p.id for p in points}
-    statuses = [s for pid, s in results.status.items() if pid in selected]
-    summary.ok = statuses.count("ok")
-    summary.failed = len(statuses) - summary.ok
-    if plots and experiment.plots:
-        from etsim.experiment.plots import PlotUnavailable, draw_plots
 
-        try:
-            summary.plots = draw_plots(experiment.plots, directory)
-        except PlotUnavailable as exc:
-            summary.plot_note = str(exc)
-    return summary
+
+def _draw_plots(experiment: Experiment, directory: Path, summary: RunSummary) -> None:
+    """Draw the experiment's plots into *directory*, noting in *summary* what was drawn or why nothing was."""
+    from etsim.experiment.plots import PlotUnavailable, draw_plots
+
+    try:
+        summary.plots = draw_plots(experiment.plots, directory)
+    except PlotUnavailable as exc:
+        summary.plot_note = str(exc)

@@ -7,7 +7,7 @@ another.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from etsim.errors import TopologyError
@@ -44,18 +44,7 @@ def graph(
     if isinstance(npus, bool) or not isinstance(npus, int) or npus < 1:
         raise TopologyError(f"npus: a graph needs an integer npus >= 1, got {npus!r}")
     check_size(npus)
-    if isinstance(switches, int) and not isinstance(switches, bool):
-        if switches < 0:
-            raise TopologyError(f"switches: expected a count >= 0 or a list of names, got {switches!r}")
-        if switches > MAX_NPUS:
-            raise TopologyError(f"switches: {switches:,} is more than etsim's limit of {MAX_NPUS:,}")
-        names = [f"s{i}" for i in range(switches)]
-    elif isinstance(switches, Sequence) and not isinstance(switches, str) and all(isinstance(s, str) for s in switches):
-        names = list(switches)
-        if len(set(names)) != len(names):
-            raise TopologyError(f"switches: duplicate switch names in {names!r}")
-    else:
-        raise TopologyError(f"switches: expected a count or a list of names, got {switches!r}")
+    names = _switch_names(switches)
     import networkx as nx
 
     g = nx.DiGraph()
@@ -74,40 +63,76 @@ def graph(
         raise TopologyError(f"{key}: no node {value!r} (NPUs are 0..{npus - 1}; switches: {known})")
 
     for i, link in enumerate(links):
-        where = f"links[{i}]"
-        if not isinstance(link, Mapping):
-            raise TopologyError(f"{where}: expected a mapping with src, dst, bandwidth, latency; got {link!r}")
-        unknown = set(link) - {"src", "dst", "bandwidth", "latency", "bidirectional"}
-        if unknown:
-            raise TopologyError(
-                f"{where}: unknown key {sorted(unknown)[0]!r}; expected src, dst, bandwidth, latency, bidirectional"
-            )
-        for required in ("src", "dst"):
-            if required not in link:
-                raise TopologyError(f"{where}.{required}: missing")
-        u, v = node(link["src"], f"{where}.src"), node(link["dst"], f"{where}.dst")
-        if u == v:
-            raise TopologyError(f"{where}: a link from {u!r} to itself")
-        bw_value = link.get("bandwidth", bandwidth)
-        lat_value = link.get("latency", latency)
-        if bw_value is None:
-            raise TopologyError(f"{where}.bandwidth: missing (and no top-level bandwidth default)")
-        if lat_value is None:
-            raise TopologyError(f"{where}.latency: missing (and no top-level latency default)")
-        attrs = {
-            "bandwidth": link_bandwidth(bw_value, f"{where}.bandwidth"),
-            "latency": link_latency(lat_value, f"{where}.latency"),
-        }
-        bidirectional = link.get("bidirectional", True)
-        if not isinstance(bidirectional, bool):
-            raise TopologyError(f"{where}.bidirectional: expected true or false, got {bidirectional!r}")
-        for a, b in ((u, v), (v, u)) if bidirectional else ((u, v),):
-            if g.has_edge(a, b):
-                raise TopologyError(f"{where}: duplicate link {a!r} -> {b!r}")
-            g.add_edge(a, b, **attrs)
+        _add_link(g, f"links[{i}]", link, node, bandwidth, latency)
     topo = Topology(g, npus, kind="graph", name=name)
     _check_connected(topo)
     return topo
+
+
+def _switch_names(switches: int | Sequence[str]) -> list[str]:
+    """The switches' names: ``s0 .. s{k-1}`` for a count *k*, else the names given.
+
+    Raises:
+        TopologyError: a negative or too large count, duplicate names, or neither a count nor a list of names.
+    """
+    if isinstance(switches, int) and not isinstance(switches, bool):
+        if switches < 0:
+            raise TopologyError(f"switches: expected a count >= 0 or a list of names, got {switches!r}")
+        if switches > MAX_NPUS:
+            raise TopologyError(f"switches: {switches:,} is more than etsim's limit of {MAX_NPUS:,}")
+        names = [f"s{i}" for i in range(switches)]
+    elif isinstance(switches, Sequence) and not isinstance(switches, str) and all(isinstance(s, str) for s in switches):
+        names = list(switches)
+        if len(set(names)) != len(names):
+            raise TopologyError(f"switches: duplicate switch names in {names!r}")
+    else:
+        raise TopologyError(f"switches: expected a count or a list of names, got {switches!r}")
+    return names
+
+
+def _add_link(
+    g: Any,
+    where: str,
+    link: object,
+    node: Callable[[object, str], Node],
+    bandwidth: float | str | None,
+    latency: float | str | None,
+) -> None:
+    """Add the directed link(s) of one ``links`` entry (at *where*) to *g*; *node* resolves an end.
+
+    Raises:
+        TopologyError: a malformed entry, a missing end, a link to itself, a bad unit or a duplicate link.
+    """
+    if not isinstance(link, Mapping):
+        raise TopologyError(f"{where}: expected a mapping with src, dst, bandwidth, latency; got {link!r}")
+    unknown = set(link) - {"src", "dst", "bandwidth", "latency", "bidirectional"}
+    if unknown:
+        raise TopologyError(
+            f"{where}: unknown key {sorted(unknown)[0]!r}; expected src, dst, bandwidth, latency, bidirectional"
+        )
+    for required in ("src", "dst"):
+        if required not in link:
+            raise TopologyError(f"{where}.{required}: missing")
+    u, v = node(link["src"], f"{where}.src"), node(link["dst"], f"{where}.dst")
+    if u == v:
+        raise TopologyError(f"{where}: a link from {u!r} to itself")
+    bw_value = link.get("bandwidth", bandwidth)
+    lat_value = link.get("latency", latency)
+    if bw_value is None:
+        raise TopologyError(f"{where}.bandwidth: missing (and no top-level bandwidth default)")
+    if lat_value is None:
+        raise TopologyError(f"{where}.latency: missing (and no top-level latency default)")
+    attrs = {
+        "bandwidth": link_bandwidth(bw_value, f"{where}.bandwidth"),
+        "latency": link_latency(lat_value, f"{where}.latency"),
+    }
+    bidirectional = link.get("bidirectional", True)
+    if not isinstance(bidirectional, bool):
+        raise TopologyError(f"{where}.bidirectional: expected true or false, got {bidirectional!r}")
+    for a, b in ((u, v), (v, u)) if bidirectional else ((u, v),):
+        if g.has_edge(a, b):
+            raise TopologyError(f"{where}: duplicate link {a!r} -> {b!r}")
+        g.add_edge(a, b, **attrs)
 
 
 def with_failures(

@@ -30,6 +30,7 @@ whose message was still on its way).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from etsim.algo.graph import COMP, RECV, SEND
@@ -200,13 +201,21 @@ class _Walk:
         if end is None:
             raise SimulationError("critical path: no node finished at the finish time (an inconsistent record)")
         self.cursor = finish
+        # Each state is (tag, *arguments): the step that handles it, by tag.
+        steps: dict[str, Callable[..., tuple[Any, ...] | None]] = {
+            "W": self._W,
+            "S": self._S,
+            "E": self._E,
+            "A": self._A,
+            "P": self._P,
+        }
         state: tuple[Any, ...] | None = ("W", end_rank, end)
         budget = 4 * (sum(len(f) for f in self.rec.finish) + self.rec.num_messages) + 16
         while state is not None:
             budget -= 1
             if budget < 0:
                 raise SimulationError("critical path: the walk does not end (an inconsistent record)")
-            state = getattr(self, "_" + state[0])(*state[1:])
+            state = steps[state[0]](*state[1:])
         if self.cursor != 0:
             self.trail.append(("seg", 0.0, self.cursor, end_rank, end, "other", "unexplained gap"))
         return end_rank, end

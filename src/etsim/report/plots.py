@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -97,33 +98,11 @@ def plot_timeline(
     Raises:
         ConfigError: no slices to draw, matplotlib missing, or the file cannot be written.
     """
-    pnames: dict[Any, str] = {}
-    psort: dict[Any, float] = {}
-    tnames: dict[tuple[Any, Any], str] = {}
-    tsort: dict[tuple[Any, Any], float] = {}
-    slices: dict[tuple[Any, Any], list[tuple[float, float, str, str]]] = {}
-    for e in events:
-        ph = e.get("ph")
-        pid, tid = e.get("pid", 0), e.get("tid", 0)
-        if ph == "M":
-            args = e.get("args") or {}
-            if e.get("name") == "process_name":
-                pnames[pid] = str(args.get("name", pid))
-            elif e.get("name") == "process_sort_index":
-                psort[pid] = float(args.get("sort_index", 0))
-            elif e.get("name") == "thread_name":
-                tnames[(pid, tid)] = str(args.get("name", tid))
-            elif e.get("name") == "thread_sort_index":
-                tsort[(pid, tid)] = float(args.get("sort_index", 0))
-        elif ph == "X":
-            try:
-                ts, dur = float(e["ts"]), float(e.get("dur", 0))
-            except (KeyError, TypeError, ValueError):
-                continue
-            slices.setdefault((pid, tid), []).append((ts, dur, str(e.get("cat", "other")), str(e.get("name", ""))))
+    tracks = _Tracks.of(events)
+    slices, tsort = tracks.slices, tracks.tsort
     if not slices:
         raise ConfigError("the trace has no slices (complete 'X' events) to draw")
-    pids = sorted({pid for pid, _ in slices}, key=lambda p: (psort.get(p, 0.0), str(p)))
+    pids = sorted({pid for pid, _ in slices}, key=lambda p: (tracks.psort.get(p, 0.0), str(p)))
     drawn = pids[:max_ranks]
     rows = sorted(
         (key for key in slices if key[0] in drawn),
@@ -133,6 +112,76 @@ def plot_timeline(
     unit, scale = _time_unit(end)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(12, 1.2 + 0.28 * len(rows)))
+    count = _draw_slices(ax, rows, slices, end, scale)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([f"{tracks.pnames.get(p, p)} · {tracks.tnames.get((p, t), t)}" for p, t in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, end / scale)
+    ax.set_xlabel(f"time ({unit})")
+    left_out = len(pids) - len(drawn)
+    default = f"{len(drawn)} of {len(pids)} ranks (first {max_ranks})" if left_out else f"{len(pids)} processes"
+    ax.set_title(title or f"timeline: {default}", loc="left", fontsize=10)
+    ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=8, fontsize=8, frameon=False)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    _save(fig, out, plt)
+    return {"rows": len(rows), "slices": count, "processes": len(pids), "processes_drawn": len(drawn)}
+
+
+@dataclass(slots=True)
+class _Tracks:
+    """The processes, threads and complete slices of a trace's events.
+
+    Attributes:
+        pnames, psort: per process id, its name and sort index (from metadata events).
+        tnames, tsort: per (process, thread) id, its name and sort index.
+        slices: per (process, thread) id, its slices as ``(ts, dur, category, name)`` in event order.
+    """
+
+    pnames: dict[Any, str]
+    psort: dict[Any, float]
+    tnames: dict[tuple[Any, Any], str]
+    tsort: dict[tuple[Any, Any], float]
+    slices: dict[tuple[Any, Any], list[tuple[float, float, str, str]]]
+
+    @classmethod
+    def of(cls, events: Sequence[dict[str, Any]]) -> _Tracks:
+        """The tracks of *events*: metadata (``M``) and complete (``X``) events read, slices without times skipped."""
+        pnames: dict[Any, str] = {}
+        psort: dict[Any, float] = {}
+        tnames: dict[tuple[Any, Any], str] = {}
+        tsort: dict[tuple[Any, Any], float] = {}
+        slices: dict[tuple[Any, Any], list[tuple[float, float, str, str]]] = {}
+        for e in events:
+            ph = e.get("ph")
+            pid, tid = e.get("pid", 0), e.get("tid", 0)
+            if ph == "M":
+                args = e.get("args") or {}
+                if e.get("name") == "process_name":
+                    pnames[pid] = str(args.get("name", pid))
+                elif e.get("name") == "process_sort_index":
+                    psort[pid] = float(args.get("sort_index", 0))
+                elif e.get("name") == "thread_name":
+                    tnames[(pid, tid)] = str(args.get("name", tid))
+                elif e.get("name") == "thread_sort_index":
+                    tsort[(pid, tid)] = float(args.get("sort_index", 0))
+            elif ph == "X":
+                try:
+                    ts, dur = float(e["ts"]), float(e.get("dur", 0))
+                except (KeyError, TypeError, ValueError):
+                    continue
+                slices.setdefault((pid, tid), []).append((ts, dur, str(e.get("cat", "other")), str(e.get("name", ""))))
+        return cls(pnames, psort, tnames, tsort, slices)
+
+
+def _draw_slices(
+    ax: Any,
+    rows: Sequence[tuple[Any, Any]],
+    slices: dict[tuple[Any, Any], list[tuple[float, float, str, str]]],
+    end: float,
+    scale: float,
+) -> int:
+    """Draw every row's slices as bars (labelled where the name fits) on *ax*; return the slices drawn."""
     seen: set[str] = set()
     count = 0
     for y, key in enumerate(rows):
@@ -156,19 +205,7 @@ def plot_timeline(
                 bars, (y - height / 2 + offset, height), facecolors=colour, edgecolors="white", linewidth=0.4,
                 label=label, zorder=3,
             )  # fmt: skip
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([f"{pnames.get(p, p)} · {tnames.get((p, t), t)}" for p, t in rows], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlim(0, end / scale)
-    ax.set_xlabel(f"time ({unit})")
-    left_out = len(pids) - len(drawn)
-    default = f"{len(drawn)} of {len(pids)} ranks (first {max_ranks})" if left_out else f"{len(pids)} processes"
-    ax.set_title(title or f"timeline: {default}", loc="left", fontsize=10)
-    ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=8, fontsize=8, frameon=False)
-    ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    _save(fig, out, plt)
-    return {"rows": len(rows), "slices": count, "processes": len(pids), "processes_drawn": len(drawn)}
+    return count
 
 
 def _grid(network: dict[str, Any]) -> tuple[int, int] | None:
@@ -205,69 +242,89 @@ def plot_links(result: dict[str, Any], out: str | os.PathLike[str], *, top: int 
     grid = _grid(network)
     title = f"link utilisation ({network.get('model', '?')} on {network.get('topology', '?')})"
     if grid is not None and all(isinstance(lk["src"], int) and isinstance(lk["dst"], int) for lk in links):
-        nx_, ny_ = grid
-        fig, ax = plt.subplots(figsize=(1.2 + 1.1 * nx_, 0.8 + 1.1 * ny_))
-        for r in range(nx_ * ny_):
-            ax.plot(r % nx_, r // nx_, "o", color="#333333", markersize=10, zorder=3)
-            ax.annotate(str(r), (r % nx_, r // nx_), color="white", fontsize=6, ha="center", va="center", zorder=4)
-        for lk in sorted(links, key=lambda lk: lk["link"]):
-            s, d = lk["src"], lk["dst"]
-            x0, y0, x1, y1 = s % nx_, s // nx_, d % nx_, d // nx_
-            ux, uy = _sign(x1 - x0), _sign(y1 - y0)
-            length = 0.85
-            if abs(x1 - x0) > 1 or abs(y1 - y0) > 1:  # wrap-around: a stub leaving the grid edge
-                ux, uy, length = -ux, -uy, 0.45
-            # The two directions of a link are drawn side by side, each offset to its right.
-            ox, oy = -uy * 0.1, ux * 0.1
-            colour = cmap(norm(_utilisation(lk, finish)))
-            ax.annotate(
-                "",
-                xy=(x0 + length * ux + ox, y0 + length * uy + oy),
-                xytext=(x0 + 0.15 * ux + ox, y0 + 0.15 * uy + oy),
-                arrowprops={"arrowstyle": "-|>", "color": colour, "lw": 2.5, "shrinkA": 0, "shrinkB": 0},
-            )
-        ax.set_xlim(-0.7, nx_ - 0.3)
-        ax.set_ylim(ny_ - 0.3, -0.7)
-        ax.set_aspect("equal")
-        ax.axis("off")
-        fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="utilisation (busy / finish)", shrink=0.8)
-        ax.set_title(title, fontsize=9)
+        fig = _link_grid(plt, links, finish, grid, norm, cmap, title)
         layout = "grid"
     else:
-        ends = sorted({str(lk["src"]) for lk in links} | {str(lk["dst"]) for lk in links}, key=_endpoint_order)
-        heat = len(ends) <= 128
-        fig, axes = plt.subplots(1, 2 if heat else 1, figsize=(14 if heat else 8, 6), squeeze=False)
-        if heat:
-            import numpy as np
-
-            index = {e: i for i, e in enumerate(ends)}
-            matrix = np.full((len(ends), len(ends)), np.nan)
-            for lk in links:
-                matrix[index[str(lk["src"])], index[str(lk["dst"])]] = _utilisation(lk, finish)
-            hm = axes[0][0]
-            image = hm.imshow(matrix, cmap=cmap, norm=norm, interpolation="nearest")
-            step = max(1, len(ends) // 32)
-            hm.set_xticks(range(0, len(ends), step))
-            hm.set_xticklabels(ends[::step], rotation=90, fontsize=6)
-            hm.set_yticks(range(0, len(ends), step))
-            hm.set_yticklabels(ends[::step], fontsize=6)
-            hm.set_xlabel("to")
-            hm.set_ylabel("from")
-            fig.colorbar(image, ax=hm, label="utilisation (busy / finish)", shrink=0.8)
-            hm.set_title(title, fontsize=9)
-        bars = axes[0][-1]
-        busiest = sorted(links, key=lambda lk: (-_utilisation(lk, finish), lk["link"]))[:top]
-        values = [_utilisation(lk, finish) for lk in busiest]
-        bars.barh(range(len(busiest)), values, color=[cmap(norm(v)) for v in values])
-        bars.set_yticks(range(len(busiest)))
-        bars.set_yticklabels([f"{lk['src']} → {lk['dst']}" for lk in busiest], fontsize=7)
-        bars.invert_yaxis()
-        bars.set_xlabel("utilisation (busy / finish)")
-        bars.set_title(f"{len(busiest)} busiest of {len(links)} links", fontsize=9)
-        layout = "heatmap" if heat else "bars"
+        fig, layout = _link_chart(plt, links, finish, top, norm, cmap, title)
     fig.tight_layout()
     _save(fig, out, plt)
     return layout
+
+
+def _link_grid(
+    plt: Any, links: list[dict[str, Any]], finish: float, grid: tuple[int, int], norm: Any, cmap: Any, title: str
+) -> Any:
+    """A figure of the 2-D *grid*: its NPUs, and every link as an arrow coloured by its utilisation."""
+    from matplotlib import cm
+
+    nx_, ny_ = grid
+    fig, ax = plt.subplots(figsize=(1.2 + 1.1 * nx_, 0.8 + 1.1 * ny_))
+    for r in range(nx_ * ny_):
+        ax.plot(r % nx_, r // nx_, "o", color="#333333", markersize=10, zorder=3)
+        ax.annotate(str(r), (r % nx_, r // nx_), color="white", fontsize=6, ha="center", va="center", zorder=4)
+    for lk in sorted(links, key=lambda lk: lk["link"]):
+        s, d = lk["src"], lk["dst"]
+        x0, y0, x1, y1 = s % nx_, s // nx_, d % nx_, d // nx_
+        ux, uy = _sign(x1 - x0), _sign(y1 - y0)
+        length = 0.85
+        if abs(x1 - x0) > 1 or abs(y1 - y0) > 1:  # wrap-around: a stub leaving the grid edge
+            ux, uy, length = -ux, -uy, 0.45
+        # The two directions of a link are drawn side by side, each offset to its right.
+        ox, oy = -uy * 0.1, ux * 0.1
+        colour = cmap(norm(_utilisation(lk, finish)))
+        ax.annotate(
+            "",
+            xy=(x0 + length * ux + ox, y0 + length * uy + oy),
+            xytext=(x0 + 0.15 * ux + ox, y0 + 0.15 * uy + oy),
+            arrowprops={"arrowstyle": "-|>", "color": colour, "lw": 2.5, "shrinkA": 0, "shrinkB": 0},
+        )
+    ax.set_xlim(-0.7, nx_ - 0.3)
+    ax.set_ylim(ny_ - 0.3, -0.7)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="utilisation (busy / finish)", shrink=0.8)
+    ax.set_title(title, fontsize=9)
+    return fig
+
+
+def _link_chart(
+    plt: Any, links: list[dict[str, Any]], finish: float, top: int, norm: Any, cmap: Any, title: str
+) -> tuple[Any, str]:
+    """A figure of the *top* busiest links as bars, and its layout: "heatmap" or "bars".
+
+    With at most 128 endpoints, an endpoint × endpoint heatmap of every link is drawn beside the bars.
+    """
+    ends = sorted({str(lk["src"]) for lk in links} | {str(lk["dst"]) for lk in links}, key=_endpoint_order)
+    heat = len(ends) <= 128
+    fig, axes = plt.subplots(1, 2 if heat else 1, figsize=(14 if heat else 8, 6), squeeze=False)
+    if heat:
+        import numpy as np
+
+        index = {e: i for i, e in enumerate(ends)}
+        matrix = np.full((len(ends), len(ends)), np.nan)
+        for lk in links:
+            matrix[index[str(lk["src"])], index[str(lk["dst"])]] = _utilisation(lk, finish)
+        hm = axes[0][0]
+        image = hm.imshow(matrix, cmap=cmap, norm=norm, interpolation="nearest")
+        step = max(1, len(ends) // 32)
+        hm.set_xticks(range(0, len(ends), step))
+        hm.set_xticklabels(ends[::step], rotation=90, fontsize=6)
+        hm.set_yticks(range(0, len(ends), step))
+        hm.set_yticklabels(ends[::step], fontsize=6)
+        hm.set_xlabel("to")
+        hm.set_ylabel("from")
+        fig.colorbar(image, ax=hm, label="utilisation (busy / finish)", shrink=0.8)
+        hm.set_title(title, fontsize=9)
+    bars = axes[0][-1]
+    busiest = sorted(links, key=lambda lk: (-_utilisation(lk, finish), lk["link"]))[:top]
+    values = [_utilisation(lk, finish) for lk in busiest]
+    bars.barh(range(len(busiest)), values, color=[cmap(norm(v)) for v in values])
+    bars.set_yticks(range(len(busiest)))
+    bars.set_yticklabels([f"{lk['src']} → {lk['dst']}" for lk in busiest], fontsize=7)
+    bars.invert_yaxis()
+    bars.set_xlabel("utilisation (busy / finish)")
+    bars.set_title(f"{len(busiest)} busiest of {len(links)} links", fontsize=9)
+    return fig, "heatmap" if heat else "bars"
 
 
 def _sign(v: int) -> int:

@@ -358,6 +358,17 @@ def write_chrome_trace(
     cut, available = b.cut(limit)
     b.assign_tids()
     truncated = cut != math.inf
+    other, note = _other_data(b, cut, available, limit)
+    p = make_parent(path)
+    count = _write_file(p, b, other, cut, note)
+    if truncated:
+        warn(f"{p}: {note}")
+    return TraceSummary(p, count, available, truncated, cut if truncated else None, p.stat().st_size)
+
+
+def _other_data(b: _Builder, cut: float, available: int, limit: int) -> tuple[dict[str, Any], str]:
+    """The trace's ``otherData``, and the note of a trace cut at *cut* ("" when nothing is cut)."""
+    truncated = cut != math.inf
     other: dict[str, Any] = {
         "generator": "etsim",
         "time_unit": "ts and dur are µs, written as exact decimals of the simulation's ns",
@@ -381,7 +392,16 @@ def write_chrome_trace(
         )
         other["cut_ns"] = cut
         other["note"] = note
-    p = make_parent(path)
+    return other, note
+
+
+def _write_file(p: Path, b: _Builder, other: dict[str, Any], cut: float, note: str) -> int:
+    """Write the trace's JSON to *p* (gzipped if it ends in ``.gz``); the events written, metadata not counted.
+
+    Raises:
+        ConfigError: the file cannot be written (named).
+    """
+    truncated = cut != math.inf
     count = 0
     try:
         with open(p, "wb") as raw:
@@ -415,6 +435,4 @@ def write_chrome_trace(
         raise ConfigError(f"{p}: cannot write the trace: it is a directory") from None
     except OSError as exc:
         raise ConfigError(f"{p}: cannot write the trace: {exc.strerror or exc}") from None
-    if truncated:
-        warn(f"{p}: {note}")
-    return TraceSummary(p, count, available, truncated, cut if truncated else None, p.stat().st_size)
+    return count

@@ -79,20 +79,24 @@ class _Inexpressible(Exception):
     """A graph's data annotation has no MSCCL-IR form (the message says why)."""
 
 
-def _data_plan(graph: AlgoGraph, rank: int, group_size: int, label: str) -> tuple[list[_Data | None], int]:
-    """Per node, the step type and buffers its data annotation becomes; and the scratch chunks used.
+#: A node's operand, contiguous chunks of one buffer: ``(buffer, first chunk)``, the offset absolute (a scratch
+#: buffer by its own name, before the scratch buffers are laid out in ``s``).
+_Ref = tuple[str, int]
+
+
+def _data_refs(
+    graph: AlgoGraph, rank: int, group_size: int, label: str
+) -> tuple[list[tuple[_Ref | None, _Ref | None]], dict[str, int]]:
+    """Per node, where its annotation reads and writes; and how many chunks of each scratch buffer are used.
 
     Raises:
-        _Inexpressible: an annotation MSCCL-IR cannot say (see the module docstring).
+        _Inexpressible: an operand whose chunks are not contiguous.
     """
-    n_nodes = graph.num_nodes
-    if graph.setup:
-        raise _Inexpressible(f"{label} rank {rank}: untimed setup copies have no MSCCL-IR form (a cpy step is timed)")
     total = graph.total_chunks
-    refs: list[tuple[tuple[str, int] | None, tuple[str, int] | None]] = []
+    refs: list[tuple[_Ref | None, _Ref | None]] = []
     extent: dict[str, int] = {}
 
-    def one(segs: tuple[Segment, ...], v: int) -> tuple[str, int] | None:
+    def one(segs: tuple[Segment, ...], v: int) -> _Ref | None:
         if not segs:
             return None
         fixed = absolute_segments(segs, rank, group_size, total)
@@ -106,16 +110,35 @@ def _data_plan(graph: AlgoGraph, rank: int, group_size: int, label: str) -> tupl
             extent[s.buf] = max(extent.get(s.buf, 0), s.off + (s.cnt or 0))
         return (s.buf, s.off)
 
-    for v in range(n_nodes):
+    for v in range(graph.num_nodes):
         d = graph.data_of(v)
         refs.append((None, None) if d is None else (one(d.src, v), one(d.dst, v)))
+    return refs, extent
+
+
+def _scratch_bases(extent: dict[str, int]) -> tuple[dict[str, int], int]:
+    """Where each scratch buffer starts in ``s`` (``s`` itself first, then the others by name); the chunks used."""
     base: dict[str, int] = {}
     used = 0
     for name in sorted(extent, key=lambda b: (b != "s", b)):
         base[name] = used
         used += extent[name]
+    return base, used
 
-    def where(ref: tuple[str, int]) -> tuple[str, int]:
+
+def _data_plan(graph: AlgoGraph, rank: int, group_size: int, label: str) -> tuple[list[_Data | None], int]:
+    """Per node, the step type and buffers its data annotation becomes; and the scratch chunks used.
+
+    Raises:
+        _Inexpressible: an annotation MSCCL-IR cannot say (see the module docstring).
+    """
+    n_nodes = graph.num_nodes
+    if graph.setup:
+        raise _Inexpressible(f"{label} rank {rank}: untimed setup copies have no MSCCL-IR form (a cpy step is timed)")
+    refs, extent = _data_refs(graph, rank, group_size, label)
+    base, used = _scratch_bases(extent)
+
+    def where(ref: _Ref) -> _Ref:
         return ref if ref[0] in ("i", "o") else ("s", base[ref[0]] + ref[1])
 
     plan: list[_Data | None] = [None] * n_nodes
@@ -260,34 +283,12 @@ def graphs_to_msccl(
     n = len(graphs)
     if n < 1:
         raise ConfigError(f"{label}: no ranks")
-    totals = {g.total_chunks for g in graphs}
-    if None in totals:
-        raise ConfigError(
-            f"{label}: sizes are absolute bytes (comm_size); MSCCL-IR needs symbolic sizes "
-            "(msg_chunk_cnt of total_chunk_cnt)"
-        )
-    if len(totals) != 1:
-        raise ConfigError(f"{label}: ranks disagree on total_chunk_cnt ({sorted(t or 0 for t in totals)})")
-    total = int(next(iter(totals)) or 0)
+    total = _total_chunks(graphs, label)
     coll = MSCCL_COLL_NAMES.get(collective, "custom") if collective is not None else "custom"
     buf = "o" if coll == "allgather" else "i"
-    plans: list[list[_Data | None]] = []
-    scratch: list[int] = []
-    why = ""
-    if not any(any(d is not None for d in g.data) for g in graphs):
-        why = f"{label}: the graphs have no data annotations"
-    else:
-        try:
-            for r, g in enumerate(graphs):
-                plan, used = _data_plan(g, r, n, label)
-                plans.append(plan)
-                scratch.append(used)
-        except _Inexpressible as exc:
-            why = str(exc)
-    if why:
-        plans, scratch = [[] for _ in graphs], [0] * n
-        if notes is not None:
-            notes.append(why)
+    plans, scratch, why = _data_plans(graphs, label)
+    if why and notes is not None:
+        notes.append(why)
     per_gpu = [_gpu_tbs(g, r, n, label, plans[r]) for r, g in enumerate(graphs)]
     max_cnt = max((st[1] for tbs in per_gpu for tb in tbs for st in tb.steps), default=0)
     size = max(total, max_cnt)
@@ -307,39 +308,88 @@ def graphs_to_msccl(
         if not why:
             i_chunks = o_chunks = size  # offsets into either may reach the whole buffer
         lines.append(f'  <gpu id="{r}" i_chunks="{i_chunks}" o_chunks="{o_chunks}" s_chunks="{scratch[r]}">')
-        # Map (tb, logical step) to the written step index (nops shift indices).
-        index: list[list[int]] = []
-        for tb in tbs:
-            idx, s = [], 0
-            for st in tb.steps:
-                s += len(st[3])
-                idx.append(s)
-                s += 1
-            index.append(idx)
-        targets = {(t, index[t][s]) for tb in tbs for st in tb.steps for (t, s) in [st[2], *st[3]] if t >= 0}
-        for t, tb in enumerate(tbs):
-            lines.append(f'    <tb id="{t}" send="{tb.send}" recv="{tb.recv}" chan="{max(tb.chan, 0)}">')
-            s = 0
-            for kind, cnt, (dt, ds), extra, data in tb.steps:
-                for et, es in extra:
-                    has = int((t, s) in targets)
-                    lines.append(
-                        f'      <step s="{s}" type="nop" srcbuf="i" srcoff="-1" dstbuf="o" dstoff="-1" cnt="0" '
-                        f'depid="{et}" deps="{index[et][es]}" hasdep="{has}"/>'
-                    )
-                    s += 1
-                depid, deps = (dt, index[dt][ds]) if dt >= 0 else (-1, -1)
-                has = int((t, s) in targets)
-                sbuf, soff, dbuf, doff = data[1:] if data is not None else (buf, 0, buf, 0)
-                lines.append(
-                    f'      <step s="{s}" type="{kind}" srcbuf="{sbuf}" srcoff="{soff}" dstbuf="{dbuf}" '
-                    f'dstoff="{doff}" cnt="{cnt}" depid="{depid}" deps="{deps}" hasdep="{has}"/>'
-                )
-                s += 1
-            lines.append("    </tb>")
+        _append_tbs(lines, tbs, buf)
         lines.append("  </gpu>")
     lines.append("</algo>")
     return "\n".join(lines) + "\n"
+
+
+def _total_chunks(graphs: Sequence[AlgoGraph], label: str) -> int:
+    """The ``total_chunks`` every graph shares (MSCCL-IR's ``nchunksperloop``).
+
+    Raises:
+        ConfigError: a graph sized in absolute bytes, or graphs that disagree.
+    """
+    totals = {g.total_chunks for g in graphs}
+    if None in totals:
+        raise ConfigError(
+            f"{label}: sizes are absolute bytes (comm_size); MSCCL-IR needs symbolic sizes "
+            "(msg_chunk_cnt of total_chunk_cnt)"
+        )
+    if len(totals) != 1:
+        raise ConfigError(f"{label}: ranks disagree on total_chunk_cnt ({sorted(t or 0 for t in totals)})")
+    return int(next(iter(totals)) or 0)
+
+
+def _data_plans(graphs: Sequence[AlgoGraph], label: str) -> tuple[list[list[_Data | None]], list[int], str]:
+    """Per rank, the data plan and the scratch chunks it uses; and why offsets must be placeholders ("" if not).
+
+    With placeholders every plan is empty and no rank uses scratch.
+    """
+    n = len(graphs)
+    plans: list[list[_Data | None]] = []
+    scratch: list[int] = []
+    why = ""
+    if not any(any(d is not None for d in g.data) for g in graphs):
+        why = f"{label}: the graphs have no data annotations"
+    else:
+        try:
+            for r, g in enumerate(graphs):
+                plan, used = _data_plan(g, r, n, label)
+                plans.append(plan)
+                scratch.append(used)
+        except _Inexpressible as exc:
+            why = str(exc)
+    if why:
+        plans, scratch = [[] for _ in graphs], [0] * n
+    return plans, scratch, why
+
+
+def _append_tbs(lines: list[str], tbs: list[_Tb], buf: str) -> None:
+    """Append the ``<tb>`` elements of one GPU to *lines*, each extra wait as a nop before its step.
+
+    Steps without a data plan address chunk 0 of *buf* (placeholder offsets).
+    """
+    # Map (tb, logical step) to the written step index (nops shift indices).
+    index: list[list[int]] = []
+    for tb in tbs:
+        idx, s = [], 0
+        for st in tb.steps:
+            s += len(st[3])
+            idx.append(s)
+            s += 1
+        index.append(idx)
+    targets = {(t, index[t][s]) for tb in tbs for st in tb.steps for (t, s) in [st[2], *st[3]] if t >= 0}
+    for t, tb in enumerate(tbs):
+        lines.append(f'    <tb id="{t}" send="{tb.send}" recv="{tb.recv}" chan="{max(tb.chan, 0)}">')
+        s = 0
+        for kind, cnt, (dt, ds), extra, data in tb.steps:
+            for et, es in extra:
+                has = int((t, s) in targets)
+                lines.append(
+                    f'      <step s="{s}" type="nop" srcbuf="i" srcoff="-1" dstbuf="o" dstoff="-1" cnt="0" '
+                    f'depid="{et}" deps="{index[et][es]}" hasdep="{has}"/>'
+                )
+                s += 1
+            depid, deps = (dt, index[dt][ds]) if dt >= 0 else (-1, -1)
+            has = int((t, s) in targets)
+            sbuf, soff, dbuf, doff = data[1:] if data is not None else (buf, 0, buf, 0)
+            lines.append(
+                f'      <step s="{s}" type="{kind}" srcbuf="{sbuf}" srcoff="{soff}" dstbuf="{dbuf}" '
+                f'dstoff="{doff}" cnt="{cnt}" depid="{depid}" deps="{deps}" hasdep="{has}"/>'
+            )
+            s += 1
+        lines.append("    </tb>")
 
 
 def _collective_of(workload: Workload) -> CollectiveType | None:

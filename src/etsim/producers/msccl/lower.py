@@ -108,8 +108,40 @@ def _step_data(tb: MscclTb, st: MscclStep, part: str) -> NodeData | None:
     return None
 
 
+@dataclass(slots=True)
+class _StepNodes:
+    """One GPU's nodes in document order, as columns, before the steps' waits are added and the nodes sorted.
+
+    Attributes:
+        kinds, peers, tags, chunks, names, data: per node, as the algorithm graph holds them.
+        origin: per node, as :attr:`MscclConversion.origins` holds it.
+        deps: per node, the nodes it waits on (so far, the previous part of its own step).
+        first: per tb, per step: the step's first node (-1 for a nop).
+        last: per tb, per step: the step's last node (-1 for a nop).
+    """
+
+    kinds: list[int]
+    peers: list[int]
+    tags: list[int]
+    chunks: list[float]
+    names: list[str]
+    data: list[NodeData | None]
+    origin: list[tuple[int, int, str, str, int]]
+    deps: list[list[int]]
+    first: list[list[int]]
+    last: list[list[int]]
+
+
 def _convert_gpu(program: MscclProgram, gpu: MscclGpu) -> tuple[AlgoGraph, list[tuple[int, int, str, str, int]]]:
-    path = program.path
+    """One GPU lowered to its algorithm graph (nodes in dependency order), with every node's origin."""
+    nodes = _step_nodes(gpu)
+    _add_step_waits(program.path, gpu, nodes)
+    order = _dependency_order(program.path, gpu, nodes)
+    return _ordered_graph(program, nodes, order)
+
+
+def _step_nodes(gpu: MscclGpu) -> _StepNodes:
+    """A node per part of every step of *gpu*, each part waiting on the one before it."""
     kinds: list[int] = []
     peers: list[int] = []
     tags: list[int] = []
@@ -154,7 +186,15 @@ def _convert_gpu(program: MscclProgram, gpu: MscclGpu) -> tuple[AlgoGraph, list[
             tb_last.append(prev)
         first.append(tb_first)
         last.append(tb_last)
+    return _StepNodes(kinds, peers, tags, chunks, names, data, origin, deps, first, last)
 
+
+def _add_step_waits(path: str, gpu: MscclGpu, nodes: _StepNodes) -> None:
+    """Make each step's first node wait on its tb's previous step and on its ``depid``/``deps`` step.
+
+    A nop has no node, so waiting on one means waiting on what the nop itself waits on.
+    """
+    first, last, deps = nodes.first, nodes.last, nodes.deps
     # done(tb, s): the nodes whose completion means step s of tb has completed.
     memo: dict[tuple[int, int], tuple[int, ...]] = {}
     active: set[tuple[int, int]] = set()
@@ -193,8 +233,15 @@ def _convert_gpu(program: MscclProgram, gpu: MscclGpu) -> tuple[AlgoGraph, list[
     except RecursionError:
         raise MscclError(path, "nop dependency chain too deep to resolve", gpu=gpu.id) from None
 
-    # Topological order, lowest position first so document order is kept where possible.
-    n = len(kinds)
+
+def _dependency_order(path: str, gpu: MscclGpu, nodes: _StepNodes) -> list[int]:
+    """The nodes in topological order, lowest position first so document order is kept where possible.
+
+    Raises:
+        MscclError: the dependencies form a cycle (named at the first node left waiting).
+    """
+    deps, names, origin = nodes.deps, nodes.names, nodes.origin
+    n = len(nodes.kinds)
     dep_ptr = [0]
     dep_idx: list[int] = []
     for ds in deps:
@@ -218,7 +265,16 @@ def _convert_gpu(program: MscclProgram, gpu: MscclGpu) -> tuple[AlgoGraph, list[
             step=s,
             line=gpu.tbs[t].steps[s].line,
         )
-    new_pos = [0] * n
+    return order
+
+
+def _ordered_graph(
+    program: MscclProgram, nodes: _StepNodes, order: list[int]
+) -> tuple[AlgoGraph, list[tuple[int, int, str, str, int]]]:
+    """The algorithm graph of *nodes* taken in *order*, with their origins in that order."""
+    kinds, peers, tags, chunks = nodes.kinds, nodes.peers, nodes.tags, nodes.chunks
+    names, data, origin, deps = nodes.names, nodes.data, nodes.origin, nodes.deps
+    new_pos = [0] * len(kinds)
     for pos, old in enumerate(order):
         new_pos[old] = pos
     placeholder = program.attributes.get("etsim_offsets") == "placeholder"  # see producers.msccl.export

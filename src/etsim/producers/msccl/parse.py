@@ -95,27 +95,8 @@ def parse_msccl(source: str | os.PathLike[str] | bytes, *, name: str | None = No
             contiguous, a peer or dependency out of range, an unknown step type — with the
             file, line, GPU, tb and step.
     """
-    if isinstance(source, bytes):
-        path = name or "<string>"
-        data = source
-    else:
-        path = name or os.fspath(source)
-        try:
-            data = Path(source).read_bytes()
-        except OSError as exc:
-            raise MscclError(path, f"cannot read: {exc.strerror or exc}") from None
-    parser = etree.XMLParser(remove_comments=False, resolve_entities=False, no_network=True, huge_tree=True)
-    try:
-        root = etree.fromstring(data, parser)
-    except etree.XMLSyntaxError as exc:
-        line = exc.lineno if isinstance(exc.lineno, int) else None
-        hint = ""
-        if "redefined" in str(exc.msg) and any(f"Attribute {a} " in str(exc.msg) for a in ("send", "recv")):
-            hint = " (a tb sends to at most one peer and receives from at most one peer)"
-        raise MscclError(path, f"not well-formed XML: {exc.msg}{hint}", line=line, **_locate(data, line)) from None
-    algo = root if root.tag == "algo" else next(iter(root.iter("algo")), None)
-    if algo is None:
-        raise MscclError(path, f"no <algo> element (the root is <{root.tag}>)", line=root.sourceline)
+    path, data = _read_source(source, name)
+    algo = _find_algo(path, _parse_xml(path, data))
     none: dict[str, int | None] = {}
     coll = _str(path, algo, "coll", none)
     try:
@@ -138,67 +119,13 @@ def parse_msccl(source: str | os.PathLike[str] | bytes, *, name: str | None = No
         return _int(path, algo, attr, none) if algo.get(attr) is not None else None
 
     gpus: dict[int, MscclGpu] = {}
-    max_chan = -1
     for gpu_el in _children(algo, "gpu"):
-        gid = _int(path, gpu_el, "id", none)
-        at: dict[str, int | None] = {"gpu": gid}
-        if not 0 <= gid < ngpus:
-            raise MscclError(path, f"gpu id {gid} is outside 0..{ngpus - 1} (ngpus={ngpus})", line=gpu_el.sourceline)
-        if gid in gpus:
-            raise MscclError(path, f"gpu {gid} is defined twice", line=gpu_el.sourceline)
-        counts = [_int(path, gpu_el, attr, at) for attr in ("i_chunks", "o_chunks", "s_chunks")]
-        for attr, value in zip(("i_chunks", "o_chunks", "s_chunks"), counts, strict=True):
-            if value > MAX_COUNT:
-                raise MscclError(
-                    path,
-                    f"gpu {gid}: {attr}={value:,} is larger than etsim's limit of {MAX_COUNT:,}",
-                    line=gpu_el.sourceline,
-                )
-        gpu = MscclGpu(gid, counts[0], counts[1], counts[2], line=gpu_el.sourceline)
-        for c in _children(gpu_el, "copy"):
-            gpu.copies.append((_int(path, c, "i_off", at, -1), _int(path, c, "o_off", at, -1)))
-        tbs: dict[int, MscclTb] = {}
-        for tb_el in _children(gpu_el, "tb"):
-            tid = _int(path, tb_el, "id", at)
-            at_tb: dict[str, int | None] = {"gpu": gid, "tb": tid}
-            if tid in tbs:
-                raise MscclError(path, f"tb {tid} is defined twice on this gpu", line=tb_el.sourceline, gpu=gid)
-            tb = MscclTb(
-                tid,
-                _int(path, tb_el, "send", at_tb),
-                _int(path, tb_el, "recv", at_tb),
-                _int(path, tb_el, "chan", at_tb),
-                line=tb_el.sourceline,
-            )
-            for role, peer in (("send", tb.send), ("recv", tb.recv)):
-                if peer == gid:
-                    raise MscclError(path, f"{role}={peer} is the gpu itself", line=tb.line, **at_tb)
-                if not -1 <= peer < ngpus:
-                    raise MscclError(path, f"{role}={peer} is not a gpu (0..{ngpus - 1}) or -1", line=tb.line, **at_tb)
-            if tb.chan < 0:
-                raise MscclError(path, f"chan={tb.chan} is negative", line=tb.line, **at_tb)
-            max_chan = max(max_chan, tb.chan)
-            for st_el in _children(tb_el, "step"):
-                tb.steps.append(_parse_step(path, st_el, tb, at_tb))
-            for pos, st in enumerate(tb.steps):
-                if st.s != pos:
-                    raise MscclError(
-                        path,
-                        f"step index s={st.s} where {pos} was expected (steps count from 0, nops included)",
-                        line=st.line,
-                        gpu=gid,
-                        tb=tid,
-                        step=st.s,
-                    )
-            tbs[tid] = tb
-        for pos, tid in enumerate(sorted(tbs)):
-            if tid != pos:
-                raise MscclError(path, f"tb ids are not contiguous from 0: tb {pos} is missing", gpu=gid)
-        gpu.tbs = [tbs[t] for t in sorted(tbs)]
-        gpus[gid] = gpu
+        gpu = _parse_gpu(path, gpu_el, ngpus, gpus)
+        gpus[gpu.id] = gpu
     if len(gpus) < ngpus:  # ids are checked to lie in 0..ngpus-1, so some id is missing
         first = next(g for g in range(len(gpus) + 1) if g not in gpus)
         raise MscclError(path, f"ngpus={ngpus} but there is no <gpu> with id {first}", line=algo.sourceline)
+    max_chan = max((tb.chan for gpu in gpus.values() for tb in gpu.tbs), default=-1)
     program = MscclProgram(
         path=path,
         name=algo.get("name", ""),
@@ -216,6 +143,104 @@ def parse_msccl(source: str | os.PathLike[str] | bytes, *, name: str | None = No
     )
     _check_references(program)
     return program
+
+
+def _read_source(source: str | os.PathLike[str] | bytes, name: str | None) -> tuple[str, bytes]:
+    """The name messages give *source* and its bytes (read from the file when *source* is a path)."""
+    if isinstance(source, bytes):
+        return name or "<string>", source
+    path = name or os.fspath(source)
+    try:
+        return path, Path(source).read_bytes()
+    except OSError as exc:
+        raise MscclError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def _parse_xml(path: str, data: bytes) -> etree._Element:
+    """The root element of *data*, or an error at the line (and gpu, tb, step) where the XML breaks."""
+    parser = etree.XMLParser(remove_comments=False, resolve_entities=False, no_network=True, huge_tree=True)
+    try:
+        return etree.fromstring(data, parser)
+    except etree.XMLSyntaxError as exc:
+        line = exc.lineno if isinstance(exc.lineno, int) else None
+        hint = ""
+        if "redefined" in str(exc.msg) and any(f"Attribute {a} " in str(exc.msg) for a in ("send", "recv")):
+            hint = " (a tb sends to at most one peer and receives from at most one peer)"
+        raise MscclError(path, f"not well-formed XML: {exc.msg}{hint}", line=line, **_locate(data, line)) from None
+
+
+def _find_algo(path: str, root: etree._Element) -> etree._Element:
+    """The ``<algo>`` element: the root itself or the first one inside it."""
+    algo = root if root.tag == "algo" else next(iter(root.iter("algo")), None)
+    if algo is None:
+        raise MscclError(path, f"no <algo> element (the root is <{root.tag}>)", line=root.sourceline)
+    return algo
+
+
+def _parse_gpu(path: str, gpu_el: etree._Element, ngpus: int, gpus: dict[int, MscclGpu]) -> MscclGpu:
+    """One ``<gpu>`` with its copies and tbs; *gpus* holds those parsed before it, to refuse a second id."""
+    none: dict[str, int | None] = {}
+    gid = _int(path, gpu_el, "id", none)
+    at: dict[str, int | None] = {"gpu": gid}
+    if not 0 <= gid < ngpus:
+        raise MscclError(path, f"gpu id {gid} is outside 0..{ngpus - 1} (ngpus={ngpus})", line=gpu_el.sourceline)
+    if gid in gpus:
+        raise MscclError(path, f"gpu {gid} is defined twice", line=gpu_el.sourceline)
+    counts = [_int(path, gpu_el, attr, at) for attr in ("i_chunks", "o_chunks", "s_chunks")]
+    for attr, value in zip(("i_chunks", "o_chunks", "s_chunks"), counts, strict=True):
+        if value > MAX_COUNT:
+            raise MscclError(
+                path,
+                f"gpu {gid}: {attr}={value:,} is larger than etsim's limit of {MAX_COUNT:,}",
+                line=gpu_el.sourceline,
+            )
+    gpu = MscclGpu(gid, counts[0], counts[1], counts[2], line=gpu_el.sourceline)
+    for c in _children(gpu_el, "copy"):
+        gpu.copies.append((_int(path, c, "i_off", at, -1), _int(path, c, "o_off", at, -1)))
+    tbs: dict[int, MscclTb] = {}
+    for tb_el in _children(gpu_el, "tb"):
+        tb = _parse_tb(path, tb_el, gid, ngpus, tbs)
+        tbs[tb.id] = tb
+    for pos, tid in enumerate(sorted(tbs)):
+        if tid != pos:
+            raise MscclError(path, f"tb ids are not contiguous from 0: tb {pos} is missing", gpu=gid)
+    gpu.tbs = [tbs[t] for t in sorted(tbs)]
+    return gpu
+
+
+def _parse_tb(path: str, tb_el: etree._Element, gid: int, ngpus: int, tbs: dict[int, MscclTb]) -> MscclTb:
+    """One ``<tb>`` of gpu *gid* with its steps; *tbs* holds the gpu's tbs parsed before it."""
+    tid = _int(path, tb_el, "id", {"gpu": gid})
+    at_tb: dict[str, int | None] = {"gpu": gid, "tb": tid}
+    if tid in tbs:
+        raise MscclError(path, f"tb {tid} is defined twice on this gpu", line=tb_el.sourceline, gpu=gid)
+    tb = MscclTb(
+        tid,
+        _int(path, tb_el, "send", at_tb),
+        _int(path, tb_el, "recv", at_tb),
+        _int(path, tb_el, "chan", at_tb),
+        line=tb_el.sourceline,
+    )
+    for role, peer in (("send", tb.send), ("recv", tb.recv)):
+        if peer == gid:
+            raise MscclError(path, f"{role}={peer} is the gpu itself", line=tb.line, **at_tb)
+        if not -1 <= peer < ngpus:
+            raise MscclError(path, f"{role}={peer} is not a gpu (0..{ngpus - 1}) or -1", line=tb.line, **at_tb)
+    if tb.chan < 0:
+        raise MscclError(path, f"chan={tb.chan} is negative", line=tb.line, **at_tb)
+    for st_el in _children(tb_el, "step"):
+        tb.steps.append(_parse_step(path, st_el, tb, at_tb))
+    for pos, st in enumerate(tb.steps):
+        if st.s != pos:
+            raise MscclError(
+                path,
+                f"step index s={st.s} where {pos} was expected (steps count from 0, nops included)",
+                line=st.line,
+                gpu=gid,
+                tb=tid,
+                step=st.s,
+            )
+    return tb
 
 
 def _parse_step(path: str, el: etree._Element, tb: MscclTb, at_tb: dict[str, int | None]) -> MscclStep:
