@@ -75,9 +75,15 @@ def _workload(spec: str | dict[str, Any]) -> Workload:
 
 
 def _network(spec: str | dict[str, Any] | None) -> NetworkConfig | None:
+    """The point's network, built once per process; one from a file is named by its path, as etsim run names it."""
     if spec is None:
         return None
-    return _NETWORKS.get(_key(spec), lambda: load_network(spec))
+
+    def build() -> NetworkConfig:
+        net = load_network(spec)
+        return replace(net, label=spec) if isinstance(spec, str) else net
+
+    return _NETWORKS.get(_key(spec), build)
 
 
 def _system(spec: dict[str, Any]) -> SystemConfig:

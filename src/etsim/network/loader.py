@@ -56,11 +56,14 @@ class NetworkConfig:
         topology: the network graph.
         model: the model's registry name (or ``module:Class``).
         options: the model's options as written (already validated against the model's schema).
+        label: how results name this network (None: the topology's name); a caller that loaded it from a file may
+            give the file's path, as a run given the path would name it.
     """
 
     topology: Topology
     model: str = DEFAULT_MODEL
     options: Mapping[str, Any] = field(default_factory=dict)
+    label: str | None = None
 
     def build(self, env: simpy.Environment) -> NetworkModel:
         """Construct the model in *env* (see :func:`~etsim.network.model.build_model`)."""

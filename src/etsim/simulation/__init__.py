@@ -263,8 +263,8 @@ class Simulation:
             npus = net.topology.npus
             bandwidth, latency = format_bandwidth(DEFAULT_BANDWIDTH), format_time(DEFAULT_LATENCY)
             return net, f"default ring of {npus} NPUs ({bandwidth}, {latency})", True
-        if isinstance(topology, NetworkConfig):  # one loaded from a file is named by it, as the file itself is
-            return topology, topology.topology.source or topology.topology.name, False
+        if isinstance(topology, NetworkConfig):
+            return topology, topology.label or topology.topology.name, False
         if isinstance(topology, Topology):
             return NetworkConfig(topology, DEFAULT_MODEL), topology.name, False
         return load_network(os.fspath(topology)), os.fspath(topology), False
