@@ -15,7 +15,6 @@ algorithms, …). A name is resolved in this order:
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import os
@@ -42,7 +41,7 @@ HIDDEN_PREFIX = "etsim-test-"
 def _load_file(path: str, kind: str, name: str) -> ModuleType:
     """Import a plug-in from a Python file (once per absolute path: its module is named after the path)."""
     full = os.path.abspath(path)
-    module_name = "etsim_plugin_" + hashlib.sha1(full.encode(), usedforsecurity=False).hexdigest()[:16]
+    module_name = "etsim_plugin_" + full.encode().hex()  # one name per path (hashlib would load OpenSSL: 3 MB)
     module = sys.modules.get(module_name)
     if module is not None:
         return module
