@@ -177,12 +177,12 @@ class System:
         return CallInfo(COLLECTIVE_NAMES[collective], size, len(group), group_key, self.group_dimension(group))
 
     def choose(self, collective: CollectiveType, size: int, group: tuple[int, ...], group_key: str) -> Choice:
-        """The rule and algorithm serving a call (an algorithm synthesised per group is bound to *group*)."""
+        """The rule and algorithm serving a call (one that depends on the call is bound to it: ``for_call``)."""
         lookup = _lookup(collective)
         choice = self.selection.choose(lookup, self.call_info(collective, size, group, group_key))
-        bind = getattr(choice.algorithm, "for_group", None)
-        if bind is not None:
-            choice = Choice(choice.rule, choice.label, bind(group))
+        bound = choice.algorithm.for_call(lookup, size, group)
+        if bound is not choice.algorithm:
+            choice = Choice(choice.rule, getattr(bound, "label", None) or choice.label, bound)
         return choice
 
     def members_run(self, group: tuple[int, ...]) -> int:

@@ -130,9 +130,7 @@ def _skip_reason(point: Point, config: SystemConfig, net: NetworkConfig) -> str 
     )
     _, algo = resolve_algorithm(point.candidate, context, origin="--candidates")
     ctype = parse_collective(point.collective)
-    bind = getattr(algo, "for_group", None)
-    if bind is not None:
-        algo = bind(point.group)
+    algo = algo.for_call(ctype, point.size, point.group)
     reason = algo.supports(ctype, point.group_size)
     if reason is not None:
         return reason

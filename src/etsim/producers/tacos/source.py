@@ -95,7 +95,7 @@ def _synthesised(
 
 
 class TacosAlgorithm(CollectiveAlgorithm):
-    """A ``tacos`` spec before it knows its group; :meth:`for_group` gives the algorithm of one group.
+    """A ``tacos`` spec before it knows its group; :meth:`for_call` gives the algorithm of one group.
 
     Args:
         spec: the spec as written (its label).
@@ -113,8 +113,8 @@ class TacosAlgorithm(CollectiveAlgorithm):
         self.topology = topology
         self._groups: dict[tuple[int, ...], _GroupTacos] = {}
 
-    def for_group(self, group: tuple[int, ...]) -> CollectiveAlgorithm:
-        """The algorithm synthesised for *group* (global ranks by group position)."""
+    def for_call(self, collective: CollectiveType, size: int, group: tuple[int, ...]) -> CollectiveAlgorithm:
+        """The algorithm synthesised for *group* (global ranks by group position), whatever the size."""
         found = self._groups.get(group)
         if found is None:
             if self.topology is None:
@@ -123,7 +123,7 @@ class TacosAlgorithm(CollectiveAlgorithm):
         return found
 
     def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
-        """Not available before the group is known (:meth:`for_group`)."""
+        """Not available before the group is known (:meth:`for_call`)."""
         raise ConfigError(f"algorithm {self.spec!r} is synthesised per group; it needs the group's NPUs")
 
 

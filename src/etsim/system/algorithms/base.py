@@ -117,6 +117,11 @@ class CollectiveAlgorithm:
       are reductions (costed by the system's reduction bandwidth unless they carry a duration).
     - Algorithms never touch the network: the simulator walks the graph with the same walker as
       workloads.
+    - Optionally, :meth:`for_call` returns the algorithm that serves one call, when that depends on the call: its
+      group (an algorithm synthesised for the group's NPUs) or its size (a runtime that chooses its algorithm,
+      protocol and channels per call, as NCCL does). It must return the same object for the same call (the
+      system caches graphs by the algorithm's identity), and a ``label`` attribute on it names what was chosen in
+      the results (default: the spec as written).
     - Optionally, :meth:`phases` splits a rank's part of one chunk (stream) into phases walked one
       after another, each waiting in a queue of the rank (e.g. one phase per topology dimension, so
       that streams pipeline across dimensions); the default is one phase, :meth:`graph`.
@@ -150,6 +155,14 @@ class CollectiveAlgorithm:
     def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
         """The algorithm graph of the rank at *position* (0..group_size-1)."""
         raise NotImplementedError
+
+    def for_call(self, collective: CollectiveType, size: int, group: tuple[int, ...]) -> CollectiveAlgorithm:
+        """The algorithm serving one call: this one, unless the algorithm depends on the call.
+
+        The call is *collective* on *size* bytes (``comm_size``) over *group* (global ranks by position); see the
+        class docstring.
+        """
+        return self
 
     def phases(
         self, collective: CollectiveType, group_size: int, position: int, *, stream: int, state: dict[str, Any]
