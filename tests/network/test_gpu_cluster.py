@@ -9,6 +9,7 @@ import pytest
 from etsim.errors import TopologyError
 from etsim.network import load_network
 from etsim.network.builders import build_topology
+from etsim.network.kinds.gpu_cluster import PRESETS
 
 
 def test_the_dgx_a100_preset_is_an_nvswitch_node_dimension_and_a_rail_dimension() -> None:
@@ -96,3 +97,40 @@ def test_without_rails_a_nic_reaches_every_other_gpu_directly_and_nvlink_stays_i
 def test_rail_optimised_must_be_a_boolean() -> None:
     with pytest.raises(TopologyError, match="rail_optimised: expected true or false, got 'no'"):
         build_topology({"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": 16, "rail_optimised": "no"}, None)
+
+
+def test_a_cluster_describes_its_hardware_for_runtimes() -> None:
+    topo = build_topology({"kind": "gpu_cluster", "preset": "dgx-h100", "gpus": 16}, None)
+    hw = topo.hardware
+    assert hw.gpu.name == "h100" and hw.gpu.compute_capability == 90 and hw.nvls and not hw.sharp
+    assert (hw.gpus_per_node, hw.nodes, hw.intra, hw.fabric.name) == (8, 2, "nvswitch", "ib")
+    assert (hw.nics_per_node, hw.nic_bandwidth, hw.nvlink_bandwidth) == (8, 50.0, 450.0)
+    assert (hw.node_of(9), hw.local_rank(9)) == (1, 1)
+    # A100s have no NVLink SHARP; four GPUs linked directly share each GPU's NVLink over three peers.
+    polaris = build_topology({"kind": "gpu_cluster", "preset": "polaris", "gpus": 8}, None)
+    assert not polaris.hardware.nvls and polaris.hardware.intra == "nvlink"
+    node, rail = polaris.dims
+    assert (node.kind, node.npus, node.bandwidth) == ("fully_connected", 4, 100.0)
+    assert rail.bandwidth == 25.0 * 2 / 4  # two 200 Gb/s NICs for four GPUs
+    # EFA: four NICs for eight GPUs.
+    p4d = build_topology({"kind": "gpu_cluster", "preset": "aws-p4d", "gpus": 16}, None)
+    assert p4d.hardware.fabric.name == "efa" and p4d.dims[1].bandwidth == 12.5 * 4 / 8
+    # Without a GPU, a cluster is a network alone.
+    bare = {k: v for k, v in PRESETS["dgx-a100"].items() if k != "gpu"}
+    assert build_topology({"kind": "gpu_cluster", "gpus": 8, **bare}, None).hardware is None
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"preset": "dgx-a100", "gpus": 8, "gpu": "tpu"}, "gpu: unknown GPU 'tpu'"),
+        ({"preset": "dgx-a100", "gpus": 8, "intra": "ethernet"}, "intra: expected one of nvswitch, nvlink, pcie"),
+        ({"preset": "dgx-a100", "gpus": 8, "fabric": "myrinet"}, "fabric: unknown fabric 'myrinet'"),
+        ({"preset": "polaris", "gpus": 8, "nvls": True}, "NVLink SHARP reduces in an NVSwitch"),
+        ({"preset": "dgx-a100", "gpus": 8, "nics_per_gpu": 1, "nics_per_node": 8}, "give one of them"),
+        ({"preset": "dgx-a100", "gpus": 8, "sharp": "yes"}, "sharp: expected true or false"),
+    ],
+)
+def test_bad_hardware_keys_are_named(data: dict, message: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(TopologyError, match=message):
+        build_topology({"kind": "gpu_cluster", **data}, None)

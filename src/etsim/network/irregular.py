@@ -24,6 +24,7 @@ def graph(
     bandwidth: float | str | None = None,
     latency: float | str | None = None,
     name: str | None = None,
+    hardware: Any = None,
 ) -> Topology:
     """An explicit graph: NPUs ``0..npus-1``, named switches and a list of links.
 
@@ -36,6 +37,7 @@ def graph(
         bandwidth: default bandwidth of links that give none.
         latency: default latency of links that give none.
         name: topology name.
+        hardware: recorded as :attr:`Topology.hardware`.
 
     Raises:
         TopologyError: a link to a missing node, a duplicate link, a bad unit, or a graph in which
@@ -64,7 +66,7 @@ def graph(
 
     for i, link in enumerate(links):
         _add_link(g, f"links[{i}]", link, node, bandwidth, latency)
-    topo = Topology(g, npus, kind="graph", name=name)
+    topo = Topology(g, npus, kind="graph", name=name, hardware=hardware)
     _check_connected(topo)
     return topo
 
@@ -176,6 +178,7 @@ def with_failures(
         source=topology.source,
         failed_npus=failed_npus,
         failed_links=failed_links,
+        hardware=topology.hardware,
     )
     _check_connected(result)
     return result

@@ -150,6 +150,8 @@ class Topology:
         failed_links: directed links removed from the graph.
         nodes: ``(node, attributes)`` in order, when *graph* is None.
         edges: ``(u, v, attributes)`` in order (their link ids), when *graph* is None.
+        hardware: what the topology is made of beyond its links (a ``gpu_cluster``'s
+            :class:`~etsim.network.hardware.GpuCluster`), or None.
 
     Attributes:
         links: ``links[i] = (u, v)``, the directed link with id ``i``.
@@ -173,6 +175,7 @@ class Topology:
         failed_links: Iterable[tuple[Node, Node]] = (),
         nodes: Sequence[tuple[Node, dict[str, Any]]] = (),
         edges: Sequence[tuple[Node, Node, dict[str, Any]]] = (),
+        hardware: Any = None,
     ) -> None:
         if graph is not None:
             nodes = list(graph.nodes(data=True))
@@ -189,6 +192,7 @@ class Topology:
         self.source = str(source) if source is not None else None
         self.failed_npus = frozenset(failed_npus)
         self.failed_links = tuple(failed_links)
+        self.hardware = hardware
         self.switches: list[str] = [n for n, _ in self._nodes if not isinstance(n, int)]  # type: ignore[misc]
         self.links: list[tuple[Node, Node]] = [(u, v) for u, v, _ in self._edges]
         self.link_ids: dict[tuple[Node, Node], int] = {e: i for i, e in enumerate(self.links)}
@@ -314,6 +318,7 @@ def product(
     *,
     kind: str = "product",
     name: str | None = None,
+    hardware: Any = None,
 ) -> Topology:
     """Build the Cartesian product of one-dimensional dimensions (dimension 0 varies fastest).
 
@@ -321,6 +326,7 @@ def product(
         dims: the dimensions, first (fastest) first.
         kind: recorded as :attr:`Topology.kind` (builders of single-kind topologies pass theirs).
         name: topology name; defaults to *kind*.
+        hardware: recorded as :attr:`Topology.hardware`.
 
     Returns:
         The topology; each NPU group along dimension d is connected as that dimension's kind.
@@ -357,7 +363,7 @@ def product(
                 out[tail].setdefault(head, {}).update(attrs)
         stride = block
     edges = [(u, v, a) for u, _ in nodes for v, a in out[u].items()]
-    return Topology(None, npus, kind=kind, dims=dims, name=name, nodes=nodes, edges=edges)
+    return Topology(None, npus, kind=kind, dims=dims, name=name, nodes=nodes, edges=edges, hardware=hardware)
 
 
 def ring(
