@@ -80,7 +80,7 @@ LAYOUTS: dict[CollectiveType, CollectiveLayout] = {
 }
 
 
-def minimum_bytes(collective: CollectiveType, n: int, buffer: float) -> dict[str, float]:
+def minimum_bytes(collective: CollectiveType, n: int, buffer: float, *, in_network: bool = False) -> dict[str, float]:
     """Bytes any correct algorithm must move, for a collective buffer of *buffer* bytes over *n* ranks.
 
     *buffer* is :func:`~etsim.chakra.graph.collective_buffer_bytes` (the all-gather output, the
@@ -104,7 +104,10 @@ def minimum_bytes(collective: CollectiveType, n: int, buffer: float) -> dict[str
     - broadcast: every non-root receives the buffer (total ≥ (n−1)·buffer); reduce: every non-root
       sends it (total ≥ (n−1)·buffer); scatter: the root sends (n−1)/n·buffer.
 
-    With one rank every bound is 0.
+    With one rank every bound is 0. *in_network*: switches reduce (NVLink SHARP, SHARP), so an all-reduce needs
+    only that every rank's contribution to the pieces it does not own leaves it and the others' reduced pieces
+    reach it ((n−1)/n·buffer each way, total ≥ (n−1)·buffer); the other collectives' bounds do not depend on who
+    reduces.
     """
     if n <= 1:
         return {"sent_per_rank": 0.0, "received_per_rank": 0.0, "total": 0.0}
@@ -120,5 +123,7 @@ def minimum_bytes(collective: CollectiveType, n: int, buffer: float) -> dict[str
         C.BROADCAST: (0.0, 0.0, (n - 1) * buffer),
         C.REDUCE: (0.0, 0.0, (n - 1) * buffer),
     }
+    if in_network:
+        table[C.ALL_REDUCE] = (piece, piece, (n - 1) * buffer)
     sent, received, total = table.get(c, (0.0, 0.0, 0.0))
     return {"sent_per_rank": sent, "received_per_rank": received, "total": total}

@@ -74,10 +74,15 @@ class CollectiveBounds:
         self.ejection = dict(into)
         """Per NPU: the summed bandwidth (B/ns) of its incoming links."""
 
-    def bandwidth(self, collective: CollectiveType, buffer: float, group: Sequence[int]) -> TimeBound:
-        """The bandwidth bound of *collective* with a buffer of *buffer* bytes over *group* (module docstring)."""
+    def bandwidth(
+        self, collective: CollectiveType, buffer: float, group: Sequence[int], *, in_network: bool = False
+    ) -> TimeBound:
+        """The bandwidth bound of *collective* with a buffer of *buffer* bytes over *group* (module docstring).
+
+        *in_network*: switches reduce (``minimum_bytes``'s in-network bound).
+        """
         n = len(group)
-        need = minimum_bytes(collective, n, buffer)
+        need = minimum_bytes(collective, n, buffer, in_network=in_network)
         # Each term: (bytes, bandwidth, who, which links). A member's term is its slowest link side.
         sent, received, total = need["sent_per_rank"], need["received_per_rank"], need["total"]
         terms = []
@@ -97,7 +102,10 @@ class CollectiveBounds:
         if best is None:
             return TimeBound(0.0, "nothing to move")
         nbytes, bandwidth, who, way = best  # worded once, for the term that set the bound
-        return TimeBound(best_t, f"{who} {format_size(nbytes)} through {format_bandwidth(bandwidth)} of {way} links")
+        where = " (reduced in the switches)" if in_network and collective == CollectiveType.ALL_REDUCE else ""
+        return TimeBound(
+            best_t, f"{who} {format_size(nbytes)} through {format_bandwidth(bandwidth)} of {way} links{where}"
+        )
 
     def latency(self, collective: CollectiveType, group: Sequence[int]) -> TimeBound:
         """The latency bound: the longest shortest path (by latency) between two members, where it applies."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from etsim.chakra.graph import collective_buffer_bytes, parse_collective
@@ -64,23 +65,30 @@ def _instances(records: Sequence[CollectiveRecord]) -> list[list[CollectiveRecor
     return [recs for (group, *_), recs in instances.items() if len(recs) == len(group)]
 
 
-def collective_bound_violations(records: Sequence[CollectiveRecord], topology: Topology) -> list[BoundViolation]:
-    """Every collective instance of *records* that took less than its bandwidth bound on *topology*."""
+def collective_bound_violations(
+    records: Sequence[CollectiveRecord], topology: Topology, in_network: AbstractSet[str] = frozenset()
+) -> list[BoundViolation]:
+    """Every collective instance of *records* that took less than its bandwidth bound on *topology*.
+
+    Records of the algorithms labelled in *in_network* reduce in switches: their bound is the in-network one.
+    """
     bounds = CollectiveBounds(topology)
     found: list[BoundViolation] = []
-    known: dict[tuple[str, float, tuple[int, ...]], TimeBound] = {}  # training steps repeat a few calls many times
+    # Training steps repeat a few calls many times.
+    known: dict[tuple[str, float, tuple[int, ...], bool], TimeBound] = {}
     for recs in _instances(records):
         group = tuple(recs[0].group)
         if len(group) < 2:
             continue
-        key = (recs[0].type, recs[0].bytes, group)
+        key = (recs[0].type, recs[0].bytes, group, recs[0].algorithm in in_network)
         bound = known.get(key)
         if bound is None:
             try:
                 kind = parse_collective(recs[0].type)
             except ValueError:
                 continue
-            bound = known[key] = bounds.bandwidth(kind, collective_buffer_bytes(kind, recs[0].bytes, len(group)), group)
+            buffer = collective_buffer_bytes(kind, recs[0].bytes, len(group))
+            bound = known[key] = bounds.bandwidth(kind, buffer, group, in_network=key[3])
         start = min(r.start_ns for r in recs)
         end = max(r.end_ns for r in recs)
         if end - start < bound.ns * (1 - TOLERANCE):

@@ -416,7 +416,8 @@ class Simulation:
         # A family run with its files' own sizes moves what the files say, not what the call's comm_size says.
         as_is = attempt.system.written_as_is()
         checked = collectives if fold is None else instance_records(fold, collectives)
-        violations = collective_bound_violations([c for c in checked if c.algorithm not in as_is], topo)
+        in_network = attempt.system.reduced_in_network()
+        violations = collective_bound_violations([c for c in checked if c.algorithm not in as_is], topo, in_network)
         if violations:
             # A folded run checked one instance of each orbit of instances: say how many the whole run has.
             count = None if fold is None else sum(fold.group_orbit(v.group) for v in violations)

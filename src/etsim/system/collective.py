@@ -138,6 +138,7 @@ class System:
         self._sequence: dict[tuple[str, int], int] = {}
         self._instances: dict[tuple[str, int], _Instance] = {}
         self._written_labels: set[str] = set()
+        self._in_network_labels: set[str] = set()
         self._next_namespace = 0
         self._graphs: dict[tuple[int, ...], AlgoGraph] = {}
         self._algorithm_state: dict[tuple[int, int], dict[str, Any]] = {}
@@ -305,6 +306,8 @@ class System:
         inst = _Instance(collective, size, where, label, algo, self._next_namespace, key, rule)
         if self.config.families_as_written and algo.source == "chakra-et":
             self._written_labels.add(label)
+        if algo.reduces_in_network:
+            self._in_network_labels.add(label)
         try:
             self._next_namespace += len(self._stream_sizes(collective, size, n))
         except ConfigError as exc:
@@ -402,6 +405,13 @@ class System:
         A live, read-only view: it grows as such algorithms are first used.
         """
         return self._written_labels
+
+    def reduced_in_network(self) -> AbstractSet[str]:
+        """Labels of the algorithms whose switches reduce (``CollectiveAlgorithm.reduces_in_network``).
+
+        A live, read-only view: it grows as such algorithms are first used.
+        """
+        return self._in_network_labels
 
     def message_estimate(self, traces: Sequence[Trace]) -> int:
         """About how many messages the collectives of *traces* will send; refuse impossible splits first.

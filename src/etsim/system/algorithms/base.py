@@ -141,6 +141,9 @@ class CollectiveAlgorithm:
     collectives: ClassVar[frozenset[CollectiveType]] = frozenset()
     #: The test suite verifies this class's graphs (read from the class's own body, never inherited).
     verified_by_tests: ClassVar[bool] = False
+    #: Switches reduce for it (NVLink SHARP, SHARP): fewer bytes cross the NPUs' links than any algorithm whose
+    #: NPUs reduce needs, so the run checks it against the in-network bound (``network/bounds.py``).
+    reduces_in_network: bool = False
     _verdicts: dict[tuple[int, int], Verdict]
 
     def supports(self, collective: CollectiveType, group_size: int) -> str | None:
