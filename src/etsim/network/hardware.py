@@ -57,7 +57,21 @@ GPU_GENERATIONS: dict[str, GpuGeneration] = {
         GpuGeneration("h800", 90, 8, 25.0, 48.0, True, "NVIDIA H800 SXM5: 8 NVLink4 links, 400 GB/s"),
         GpuGeneration("b200", 100, 18, 50.0, 48.0, True, "NVIDIA HGX B200 datasheet: 18 NVLink5 links, 1.8 TB/s"),
         GpuGeneration("gb200", 100, 18, 50.0, 48.0, True, "NVIDIA GB200 NVL72 datasheet: NVLink5, 1.8 TB/s per GPU"),
+        GpuGeneration("a800", 80, 8, 25.0, 24.0, False, "NVIDIA A800 SXM4: 8 NVLink3 links, 400 GB/s"),
+        GpuGeneration("h20", 90, 18, 25.0, 48.0, True, "NVIDIA H20: 18 NVLink4 links, 900 GB/s"),
+        GpuGeneration("gh200", 90, 18, 25.0, 48.0, True, "NVIDIA GH200 datasheet: 18 NVLink4 links, 900 GB/s"),
+        GpuGeneration("l40s", 89, 0, 0.0, 24.0, False, "NVIDIA L40S datasheet: no NVLink, PCIe Gen4 x16"),
         GpuGeneration("rtx5090", 120, 0, 0.0, 48.0, False, "NVIDIA GeForce RTX 5090: no NVLink, PCIe Gen5 x16"),
+        GpuGeneration(
+            "mi300x",
+            90,
+            7,
+            64.0,
+            48.0,
+            False,
+            "AMD Instinct MI300X datasheet: 7 Infinity Fabric links, 64 GB/s each per direction (RCCL runs it as NCCL "
+            "does; NCCL's constants of compute capability 9.0 stand in for it)",
+        ),
     )
 }
 
