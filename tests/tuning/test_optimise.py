@@ -64,6 +64,8 @@ def test_outputs_reproduce_the_best_time_and_validate(tmp_path: Path, capsys: py
     assert again.finish_ns == report["best_ns"]  # to the nanosecond
     for record in {(c.type.lower(), c.algorithm, len(c.group)) for c in again.collectives}:
         collective, algorithm, n = record  # every algorithm the best job runs computes its collective
+        if algorithm.startswith("nccl:"):  # a timing model of NCCL's algorithms (NCCL computes them): its bytes are
+            continue  # checked by tests/system/algorithms/test_nccl.py
         assert main(["algo", "verify", algorithm, "--collective", collective, "--npus", str(n)]) == 0, record
     assert (out / "convergence.csv").read_text().count("\n") == report["candidates"] + 1
     for name in ("report.md", "best.yaml", "baseline.trace.json.gz", "best.trace.json.gz", "workload.comm_groups.json"):
@@ -250,6 +252,10 @@ def test_it_finds_the_bucket_size_an_exhaustive_sweep_proves_best(tmp_path: Path
     # 1 MiB) is simulated here; the search, restricted to bucket moves, must stop at the fastest of them.
     job = job_file(tmp_path, tp=1, pp=1, dp=16, global_batch=64, micro_batch=1)
     data = yaml.safe_load(job.read_text())
+    # The ring's latency per bucket makes the sweep's best an interior size (NCCL's, the GPU cluster's default, is
+    # fastest at the largest here, where the search has nothing to find): the search is the subject, not NCCL.
+    data["system"]["algorithms"] = {"default": "ring"}
+    job.write_text(yaml.safe_dump(data))
     spec = baseline(job)
     result = opt.optimise(spec, budget=12, kinds=frozenset({"bucket"}))
     sizes = [int(80_000_000 * 2.0**k) for k in range(-6, 4)]

@@ -69,20 +69,26 @@ def both(workload: Workload, topology: Any, model: str, system: SystemConfig = T
     return folded, full
 
 
+#: The natives, whose graphs have relative peers on any layout (NCCL's are laid per GPU where a group has several
+#: GPUs on each of several nodes: such jobs run every rank, ``test_nccl_folds_where_its_graphs_turn_with_the_ranks``).
+RING = load_system_config({**RESOURCES, "algorithms": {"default": "ring"}})
+
 CASES = [
-    # (generator values, GPUs, simulated ranks)
-    ({"tp": 2, "pp": 2, "dp": 4}, 16, 2),  # replicas share a node: the shifts permute NVSwitch ports
-    ({"tp": 8, "pp": 2, "dp": 4, "zero": 1}, 64, 2),  # replicas on other nodes: DP and PP share each NIC
-    ({"pp": 2, "dp": 8, "zero": 3}, 16, 2),
-    ({"tp": 4, "dp": 4, "pp": 2, "schedule": "interleaved", "virtual_stages": 2}, 32, 4),  # dp by 2 replicas
-    ({"tp": 4, "cp": 2, "dp": 4, "zero": 2}, 32, 2),
+    # (generator values, GPUs, simulated ranks, system)
+    ({"tp": 2, "pp": 2, "dp": 4}, 16, 2, TRAINING),  # replicas share a node: the shifts permute NVSwitch ports
+    ({"tp": 8, "pp": 2, "dp": 4, "zero": 1}, 64, 2, TRAINING),  # replicas on other nodes: DP and PP share each NIC
+    ({"pp": 2, "dp": 8, "zero": 3}, 16, 2, TRAINING),
+    ({"tp": 4, "dp": 4, "pp": 2, "schedule": "interleaved", "virtual_stages": 2}, 32, 4, RING),  # dp by 2 replicas
+    ({"tp": 4, "cp": 2, "dp": 4, "zero": 2}, 32, 2, RING),
 ]
 
 
 @pytest.mark.parametrize("model", ["flow", "link", "analytical"])
-@pytest.mark.parametrize(("values", "gpus", "simulated"), CASES)
-def test_folded_runs_equal_the_full_simulation(values: dict[str, Any], gpus: int, simulated: int, model: str) -> None:
-    folded, full = both(job(**values), cluster(gpus), model)
+@pytest.mark.parametrize(("values", "gpus", "simulated", "system"), CASES)
+def test_folded_runs_equal_the_full_simulation(
+    values: dict[str, Any], gpus: int, simulated: int, system: SystemConfig, model: str
+) -> None:
+    folded, full = both(job(**values), cluster(gpus), model, system)
     assert f"simulated {simulated} of {gpus} ranks" in folded.sim["folded"]
     assert equal(folded, full)
     assert folded.sim["events"] < full.sim["events"]
@@ -91,10 +97,23 @@ def test_folded_runs_equal_the_full_simulation(values: dict[str, Any], gpus: int
 def test_bound_warnings_of_a_folded_run_are_the_full_runs() -> None:
     # The ideal network moves bytes in no time: every collective instance breaks its bandwidth bound, and a folded
     # run must still see whole instances (its mirrors stand in for the members it did not simulate).
-    with pytest.warns(EtsimWarning):
-        folded, full = both(job(tp=2, pp=2, dp=4), cluster(16), "ideal")
+    with pytest.warns(EtsimWarning):  # (the natives: NCCL's launch and protocol costs take time even there)
+        folded, full = both(job(tp=2, pp=2, dp=4), cluster(16), "ideal", RING)
     assert full.warnings and folded.warnings == full.warnings
     assert "collective(s) finished faster than their bytes can cross the links" in folded.warnings[0]
+
+
+def test_nccl_folds_where_its_graphs_turn_with_the_ranks() -> None:
+    # One GPU of each data-parallel group per node and tensor-parallel groups inside one: every NCCL call's graph is
+    # one graph with relative peers, so the job folds, exactly.
+    folded, full = both(job(tp=8, pp=2, dp=4, zero=1), cluster(64), "flow")
+    assert "simulated 2 of 64 ranks" in folded.sim["folded"]
+    assert {c.algorithm.split("/")[0] for c in full.collectives} <= {"nccl:Ring", "nccl:PAT", "nccl:Tree"}
+    assert equal(folded, full)
+    # Two GPUs of each data-parallel group per node: NCCL's rings leave each node through the rails, a graph per
+    # GPU; the job runs every rank (and says nothing it did not check).
+    alone, every = both(job(tp=4, dp=4, pp=2), cluster(32), "flow")
+    assert "folded" not in alone.sim and comparable(alone) == comparable(every)
 
 
 def test_experts_fold_by_whole_expert_parallel_blocks() -> None:

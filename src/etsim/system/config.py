@@ -31,6 +31,7 @@ from etsim.options import (
     option,
     parse_options,
 )
+from etsim.system.algorithms.nccl.settings import NcclSettings
 from etsim.system.rules import SelectionRule, parse_rules
 
 __all__ = [
@@ -259,6 +260,15 @@ class SystemConfig:
     """Simulate one of each set of symmetric replicas when the workload, its groups and the topology are provably
     invariant under moving every rank to the next replica (``workload/fold.py``); the other ranks' results mirror
     theirs, exactly. False simulates every rank (``--no-fold-replicas``)."""
+
+    nccl: NcclSettings = option(
+        help="how the nccl algorithm runs collectives: NCCL's knobs (algo, proto, min_channels, max_channels, nvls, "
+        "collnet), its version and launch (gpus_per_process)",
+        parse=Nested(NcclSettings, unknown="{key}: unknown NCCL setting {name!r}; valid: {valid}"),
+        default_factory=NcclSettings,
+        flag=False,
+    )
+    """NCCL's knobs for the ``nccl`` algorithm (``system/algorithms/nccl/settings.py``; ``docs/nccl.md``)."""
 
     def with_overrides(self, **changes: Any) -> SystemConfig:
         """A copy with some fields replaced (``None`` values are ignored)."""

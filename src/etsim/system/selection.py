@@ -4,7 +4,7 @@ Two forms, both in a system YAML's ``algorithms`` (and ``--algo [COLL=]ALGO`` on
 
 - **A mapping** collective type → algorithm (``algorithms: {all_reduce: ring, default: direct}``). A
   ``default`` serves the collectives it implements; the others fall back to their own default (ring, or
-  direct for gather and scatter), and a warning says so once.
+  direct for gather and scatter; ``nccl`` on a ``gpu_cluster`` that names its GPUs), and a warning says so once.
 - **A table**: an ordered list of rules (:mod:`etsim.system.rules`); the first rule that matches the call
   (collective, bytes, group size, group name, topology dimension) serves it. A rule naming a collective
   whose algorithm does not implement it is an error; a ``{default: ALGO}`` rule falls back as above; a call
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType
 from etsim.errors import ConfigError, warn
+from etsim.network.hardware import GpuCluster
 from etsim.system.algorithms import CollectiveAlgorithm
 from etsim.system.algorithms.sources import AlgorithmContext, resolve_algorithm
 from etsim.system.config import SystemConfig
@@ -41,8 +42,21 @@ _DEFAULTS = {CollectiveType.GATHER: "direct", CollectiveType.SCATTER: "direct"}
 BUILT_IN = "built-in default"
 
 
-def default_algorithm(collective: CollectiveType) -> str:
-    """The native algorithm used when none is configured (``ring``, or ``direct`` for gather/scatter)."""
+#: On a GPU cluster whose hardware the topology describes (``Topology.hardware``), the collectives NCCL runs.
+_NCCL = frozenset(
+    {CollectiveType.ALL_REDUCE, CollectiveType.REDUCE_SCATTER, CollectiveType.REDUCE_SCATTER_BLOCK,
+     CollectiveType.ALL_GATHER, CollectiveType.ALL_TO_ALL, CollectiveType.BROADCAST, CollectiveType.REDUCE}
+)  # fmt: skip
+
+
+def default_algorithm(collective: CollectiveType, topology: Topology | None = None) -> str:
+    """The native algorithm used when none is configured.
+
+    ``nccl`` on a ``gpu_cluster`` that names its GPUs (GPU jobs run on NCCL) for the collectives NCCL has;
+    otherwise ``ring``, or ``direct`` for gather and scatter.
+    """
+    if collective in _NCCL and isinstance(getattr(topology, "hardware", None), GpuCluster):
+        return "nccl"
     return _DEFAULTS.get(collective, "ring")
 
 
@@ -89,6 +103,7 @@ class AlgorithmSelection:
             ignore_ctrl_deps=config.ignore_ctrl_deps,
             phase_delay=config.phase_delay,
             topology=topology,
+            nccl=config.nccl,
         )
         self._by_spec: dict[str, tuple[str, CollectiveAlgorithm]] = {}
         self._warned: set[tuple[str, str]] = set()
@@ -182,7 +197,7 @@ class AlgorithmSelection:
                 f"{call.describe()}: no rule of the selection table ({where}: algorithms) matches it and the "
                 "table has no {default: ALGO} rule"
             )
-        label, algo = self.resolve(default_algorithm(collective))
+        label, algo = self.resolve(default_algorithm(collective, self.context.topology))
         return Choice(BUILT_IN, label, algo)
 
     def _default(self, rule: SelectionRule, collective: CollectiveType) -> Choice:
@@ -190,7 +205,7 @@ class AlgorithmSelection:
         if collective in algo.collectives:
             return Choice(rule.name, label, algo)
         name = COLLECTIVE_NAMES[collective]
-        fallback = default_algorithm(collective)
+        fallback = default_algorithm(collective, self.context.topology)
         if (label, name) not in self._warned:
             self._warned.add((label, name))
             warn(

@@ -5,7 +5,8 @@
 - **NCCL tuner CSV** (the example tuner plugin of NCCL, ``ext-tuner/example``, read from
   ``NCCL_TUNER_CONFIG_FILE``): one line per rule, ``collective,min_bytes,max_bytes,algorithm,protocol,
   channels,nNodes,nRanks`` — collectives ``allreduce allgather reducescatter broadcast reduce``, algorithms
-  ``ring``/``tree`` (the ones etsim and NCCL share), protocol ``simple``, ``-1`` for "NCCL decides"/"any".
+  ``ring``/``tree`` (the natives etsim and NCCL share, protocol ``simple``) and the ``nccl`` algorithm's forced
+  choices (``nccl:Ring/LL128/8``: ``ring,ll128,8``), ``-1`` for "NCCL decides"/"any".
   Bytes are NCCL's ``nBytes``: the larger buffer (an all-gather's output, a reduce-scatter's input), both
   bounds inclusive; the first matching line wins, as in etsim.
 - **MSCCL-IR**: a copy of each chosen XML with ``minBytes``/``maxBytes`` on ``<algo>`` set from its rule (buffer
@@ -43,6 +44,33 @@ NCCL_ALGORITHMS = {"ring": "ring", "tree": "tree"}
 SIZE_MAX = 2**64 - 1
 
 
+#: NCCL's algorithm and protocol names (``NCCL_ALGO``, ``NCCL_PROTO``) → the tuner plugin's.
+_PLUGIN_NAMES = {"Tree": "tree", "Ring": "ring", "CollNetDirect": "collnet_direct", "CollNetChain": "collnet_chain",
+                 "NVLS": "nvls", "NVLSTree": "nvls_tree", "PAT": "pat", "LL": "ll", "LL128": "ll128",
+                 "Simple": "simple"}  # fmt: skip
+
+
+def _nccl_choice(spec: str) -> tuple[str | None, str, str]:
+    """``(algorithm, protocol, channels)`` of a rule's algorithm in the plugin's names (None: NCCL has none).
+
+    etsim's ``ring`` and ``tree`` are NCCL's with the Simple protocol; ``nccl:Ring/LL128/8`` is what it forces
+    (``-1``, "NCCL decides", for what it leaves open). The ``nccl`` algorithm itself (NCCL's own choice) has no
+    line.
+    """
+    if spec in NCCL_ALGORITHMS:
+        return NCCL_ALGORITHMS[spec], "simple", "-1"
+    if not spec.startswith("nccl:"):
+        return None, "", ""
+    parts = spec.partition(":")[2].split("/")
+    names = {k.lower(): v for k, v in _PLUGIN_NAMES.items()}
+    algorithm = names.get(parts[0].lower())
+    if algorithm is None or "," in parts[0] or parts[0].startswith("^"):
+        return None, "", ""
+    protocol = names.get(parts[1].lower(), "-1") if len(parts) > 1 else "-1"
+    channels = parts[2] if len(parts) > 2 else "-1"
+    return algorithm, protocol, channels
+
+
 def _buffer(collective: str, size: int, n: int) -> int:
     """NCCL's nBytes for a call of comm_size *size* over *n* ranks (an all-gather's is its output)."""
     return int(collective_buffer_bytes(collective, size, n))
@@ -67,9 +95,12 @@ def nccl_tuner_csv(rules: Sequence[SelectionRule], header: Sequence[str] = ()) -
         if collective is None:
             notes.append(f"{what}: skipped (NCCL's tuner has no {rule.collective or 'any-collective'} rules)")
             continue
-        algorithm = NCCL_ALGORITHMS.get(rule.algorithm)
+        algorithm, protocol, channels = _nccl_choice(rule.algorithm)
         if algorithm is None:
-            notes.append(f"{what}: skipped (NCCL has no algorithm {rule.algorithm!r}; it has ring and tree)")
+            notes.append(
+                f"{what}: skipped (NCCL has no algorithm {rule.algorithm!r}; it has ring and tree, and the "
+                "nccl algorithm's forced choices nccl:ALGO[/PROTO[/CHANNELS]])"
+            )
             continue
         sizes: list[int | None]
         if rule.group_sizes is None:
@@ -89,7 +120,7 @@ def nccl_tuner_csv(rules: Sequence[SelectionRule], header: Sequence[str] = ()) -
         for n in sizes:
             low = _buffer(rule.collective, rule.min_bytes or 0, n or 1)
             high = SIZE_MAX if rule.max_bytes is None else _buffer(rule.collective, rule.max_bytes, n or 1)
-            lines.append(f"{collective},{low},{high},{algorithm},simple,-1,-1,{-1 if n is None else n}")
+            lines.append(f"{collective},{low},{high},{algorithm},{protocol},{channels},-1,{-1 if n is None else n}")
     return "\n".join(lines) + "\n", notes
 
 

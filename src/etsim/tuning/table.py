@@ -23,6 +23,7 @@ import yaml
 
 from etsim.chakra.graph import collective_buffer_bytes
 from etsim.files import write_text
+from etsim.system.algorithms.sources import claiming_source
 from etsim.system.rules import SelectionRule
 from etsim.tuning.points import Point, bus_bandwidth_factor
 from etsim.tuning.runner import Measurement
@@ -105,7 +106,7 @@ def table_rules(tuned: Sequence[TunedPoint], *, dimensions: bool, fallback: str 
 
 def _relative(algorithm: str, out_dir: Path) -> str:
     """File candidates written relative to the table's directory (the table resolves paths against it)."""
-    if os.sep not in algorithm and "/" not in algorithm:
+    if (os.sep not in algorithm and "/" not in algorithm) or not claiming_source(algorithm).reads_files:
         return algorithm
     return os.path.relpath(os.path.abspath(algorithm), os.path.abspath(out_dir)).replace(os.sep, "/")
 

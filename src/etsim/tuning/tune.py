@@ -23,6 +23,7 @@ from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveName, CollectiveType,
 from etsim.chakra.io import load_workload
 from etsim.errors import ConfigError, EtsimError
 from etsim.network import NETWORK_MODELS, NetworkConfig, load_network
+from etsim.network.hardware import GpuCluster
 from etsim.options import Integer, ListOf, Optional, Parser, Text, option
 from etsim.system.algorithms import AlgorithmContext, resolve_algorithm
 from etsim.system.collective import System
@@ -233,7 +234,11 @@ class TuneRequest:
         Optional(Text(empty=False)),
         metavar="WORKLOAD",
     )
-    fallback: str | None = option("ring", "the table's {default: ALGO} rule, or 'none'", Optional(Text(), none="none"))
+    fallback: str | None = option(
+        "auto",
+        "the table's {default: ALGO} rule, or 'none'; auto: nccl on a gpu_cluster that names its GPUs, else ring",
+        Optional(Text(), none="none"),
+    )
     output: str = option("table.yaml", "the selection table (system YAML) to write", Text(empty=False), flag=False)
 
     def __post_init__(self) -> None:
@@ -296,6 +301,8 @@ def tune(request: TuneRequest, *, jobs: int | None = None) -> TuneResult:
             NETWORK_MODELS.get(request.model)
         except EtsimError as exc:
             raise ConfigError(f"--model: {exc}") from None
+    if request.fallback == "auto":  # the runs' own default: NCCL on a GPU cluster
+        request = replace(request, fallback="nccl" if isinstance(net.topology.hardware, GpuCluster) else "ring")
     if request.fallback is not None:
         # The table's default rule must name an algorithm a later run can load: check it before any work.
         try:

@@ -18,6 +18,7 @@ from etsim.system.algorithms.direct import DirectAlgorithm
 from etsim.system.algorithms.family import ChakraAlgorithm
 from etsim.system.algorithms.halving_doubling import HalvingDoublingAlgorithm
 from etsim.system.algorithms.hierarchical import HierarchicalAlgorithm, HierarchicalBaselineAlgorithm
+from etsim.system.algorithms.nccl import NcclAlgorithm
 from etsim.system.algorithms.ring import RingAlgorithm
 from etsim.system.algorithms.sources import SOURCES, AlgorithmContext, AlgorithmSource, resolve_algorithm
 from etsim.system.algorithms.tree import TreeAlgorithm
@@ -36,6 +37,7 @@ __all__ = [
     "HalvingDoublingAlgorithm",
     "HierarchicalAlgorithm",
     "HierarchicalBaselineAlgorithm",
+    "NcclAlgorithm",
     "Phase",
     "RingAlgorithm",
     "TreeAlgorithm",

@@ -32,7 +32,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from etsim.chakra.graph import CollectiveType
 from etsim.errors import ConfigError, RegistryError
@@ -67,7 +67,9 @@ class AlgorithmContext:
     phase_delay: float = 0.0
     """ns between dimension phases of multi-dimensional algorithms."""
     topology: Topology | None = None
-    """The run's topology, for algorithms synthesised for it (``tacos``)."""
+    """The run's topology, for algorithms synthesised for it (``tacos``) or laid on its hardware (``nccl``)."""
+    nccl: Any = None
+    """The ``nccl`` algorithm's settings (``SystemConfig.nccl``), or None: NCCL's defaults."""
 
     def path(self, spec: str) -> str:
         """*spec* made absolute against :attr:`base_dir`."""
@@ -141,6 +143,8 @@ class NativeSource(AlgorithmSource):
     def load(self, spec: str, context: AlgorithmContext) -> CollectiveAlgorithm:
         """Instantiate the class; multi-dimensional ones get the topology's ``dims``."""
         cls = ALGORITHMS.get(spec)
+        if getattr(cls, "needs_context", False):
+            return cls(topology=context.topology, settings=context.nccl)  # type: ignore[call-arg]
         if getattr(cls, "needs_dims", False):
             return cls(dims=context.dims, phase_delay=context.phase_delay)  # type: ignore[call-arg]
         return cls()

@@ -1,0 +1,260 @@
+"""``nccl``: collectives as NCCL runs them on a GPU cluster (``docs/nccl.md``).
+
+Per call, NCCL's own tuner chooses the algorithm (Ring, Tree, NVLS, NVLS tree, CollNet, PAT), the protocol (LL,
+LL128, Simple) and the channels (``tuner.py``, on the channels its topology search finds, ``search.py``); the call
+then runs as that algorithm's messages over the topology, timed by the network model, with NCCL's per-call and
+per-step costs as fixed delays (``graphs.py``, ``timing.py``). All-to-all is NCCL's grouped send to every peer.
+NCCL's knobs are the system YAML's ``nccl:`` (``settings.py``); the hardware is the ``gpu_cluster`` topology's
+(``Topology.hardware``). Results name what was chosen: ``nccl:Ring/Simple/24`` (algorithm, protocol, channels).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from etsim.algo.graph import AlgoGraph
+from etsim.chakra.graph import CollectiveType, collective_buffer_bytes
+from etsim.errors import ConfigError
+from etsim.network.hardware import GpuCluster
+from etsim.network.topology import Topology
+from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
+from etsim.system.algorithms.nccl.graphs import Layout, build_graph, ring_steps, rotation_invariant
+from etsim.system.algorithms.nccl.search import Comm, channel_graphs
+from etsim.system.algorithms.nccl.settings import NcclSettings, forced
+from etsim.system.algorithms.nccl.timing import Plan, plan_call, plan_p2p
+from etsim.system.algorithms.nccl.tuner import choose
+from etsim.system.algorithms.sources import SOURCES, AlgorithmContext, AlgorithmSource
+
+__all__ = ["NcclAlgorithm", "NcclCall", "NcclSettings", "NcclSource"]
+
+C = CollectiveType
+_COLLECTIVES = frozenset({C.ALL_REDUCE, C.REDUCE_SCATTER, C.ALL_GATHER, C.ALL_TO_ALL, C.BROADCAST, C.REDUCE})
+
+
+@ALGORITHMS.register("nccl")
+class NcclAlgorithm(CollectiveAlgorithm):
+    """NCCL's choice and timing per call (see the module docstring); :meth:`for_call` gives a call's algorithm.
+
+    Args:
+        topology: the run's topology (a ``gpu_cluster`` naming its GPUs), or None (an error when a call needs it).
+        settings: NCCL's knobs.
+    """
+
+    name = "nccl"
+    collectives = _COLLECTIVES
+    #: Built with the run's topology and NCCL settings (``AlgorithmContext``).
+    needs_context = True
+
+    #: Give a call whose positions all see the same one graph with relative peers (False: a graph per position,
+    #: the general path the shared one is checked against in the tests).
+    share_graphs: ClassVar[bool] = True
+
+    def __init__(self, topology: Topology | None = None, settings: NcclSettings | None = None) -> None:
+        self.topology = topology
+        self.settings = settings or NcclSettings()
+        self._calls: dict[tuple[int, int, tuple[int, ...]], NcclCall] = {}
+        self._routes: dict[tuple[int, int], float] = {}
+
+    def hardware(self) -> GpuCluster:
+        """The cluster's hardware; a clear error when the topology does not describe one."""
+        hw = getattr(self.topology, "hardware", None)
+        if not isinstance(hw, GpuCluster):
+            raise ConfigError(
+                "algorithm 'nccl' runs collectives as NCCL does on a GPU cluster: the topology must be a "
+                "'kind: gpu_cluster' that names its GPUs (gpu: a100, h100, …, or a preset such as dgx-h100)"
+            )
+        return hw
+
+    def supports(self, collective: CollectiveType, group_size: int) -> str | None:
+        """The collectives NCCL runs, on a cluster whose hardware the topology describes."""
+        reason = super().supports(collective, group_size)
+        if reason is None and not isinstance(getattr(self.topology, "hardware", None), GpuCluster):
+            return "algorithm 'nccl' needs a 'kind: gpu_cluster' topology that names its GPUs (gpu: …, or a preset)"
+        return reason
+
+    def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
+        """Not available before the call is known (:meth:`for_call`)."""
+        raise ConfigError("algorithm 'nccl' chooses per call: its graphs need the call's size and group")
+
+    def for_call(self, collective: CollectiveType, size: int, group: tuple[int, ...]) -> CollectiveAlgorithm:
+        """The algorithm of one call: NCCL's choice for *collective* of *size* bytes over *group*."""
+        key = (int(collective), size, group)
+        found = self._calls.get(key)
+        if found is None:
+            found = self._calls[key] = self._call(collective, size, group)
+        return found
+
+    def _call(self, collective: CollectiveType, size: int, group: tuple[int, ...]) -> NcclCall:
+        hw = self.hardware()
+        n = len(group)
+        layout = Layout([hw.node_of(r) for r in group], [0] * n)
+        layout = Layout(layout.nodes, [layout.by_node[node].index(p) for p, node in enumerate(layout.nodes)])
+        comm = Comm(hw, n, len(layout.node_ids), layout.per_node)
+        nbytes = collective_buffer_bytes(collective, size, n)
+        if collective == C.ALL_TO_ALL:
+            remote = n - layout.per_node
+            farthest = max(self._route_latency(group[0], group[q]) for q in range(1, n)) if n > 1 else 0.0
+            plan = plan_p2p(comm, self.settings, nbytes / n, remote, farthest)
+            return NcclCall(self, collective, nbytes, group, layout, plan)
+        graphs = channel_graphs(comm, self.settings)
+        kind = CollectiveType.REDUCE_SCATTER if collective == C.REDUCE_SCATTER_BLOCK else collective
+        choice = choose(comm, graphs, kind, nbytes, self.settings)
+        if isinstance(choice, str):
+            raise ConfigError(f"algorithm 'nccl': {choice}")
+        latency = self._path_latency(choice.algorithm, kind, group, layout)
+        plan = plan_call(comm, graphs, choice, kind, nbytes, self.settings, latency)
+        return NcclCall(self, kind, nbytes, group, layout, plan)
+
+    def _route_latency(self, a: int, b: int) -> float:
+        """The network's latency from NPU *a* to NPU *b* (ns), by dimension-order routing."""
+        key = (a, b)
+        found = self._routes.get(key)
+        if found is None:
+            from etsim.network.routing import make_router
+
+            topo = self.topology
+            assert topo is not None
+            router = getattr(self, "_router", None)
+            if router is None:
+                router = self._router = make_router("default", topo)
+            found = self._routes[key] = sum(topo.latencies[link] for link in router.lookup(a, b))
+        return found
+
+    def _path_latency(self, algo: str, kind: CollectiveType, group: tuple[int, ...], layout: Layout) -> float:
+        """The latency the network adds on the graph's critical path (its hops, one message each).
+
+        A ring's super-step waits for the previous one's block from the previous rank: the path runs back along
+        the ring, one edge per super-step; the slowest stretch of that many consecutive edges sets it.
+        """
+        if algo in ("Ring", "PAT") and kind not in (C.BROADCAST, C.REDUCE):
+            n = len(group)
+            hops = len(ring_steps(2 * (n - 1) if kind == C.ALL_REDUCE else n - 1))
+            worst = 0.0
+            for order in layout.ring_orders(self.hardware().intra):
+                edges = [self._route_latency(group[order[i]], group[order[(i + 1) % n]]) for i in range(n)]
+                ahead = edges * (hops // n + 2)
+                window = sum(ahead[:hops])
+                best = window
+                for i in range(1, n):
+                    window += ahead[i + hops - 1] - ahead[i - 1]
+                    best = max(best, window)
+                worst = max(worst, best)
+            return worst
+        members = layout.by_node[layout.node_ids[0]]
+        intra = self._route_latency(group[members[0]], group[members[1]]) if len(members) > 1 else 0.0
+        inter = 0.0
+        if len(layout.node_ids) > 1:
+            inter = self._route_latency(group[members[0]], group[layout.by_node[layout.node_ids[1]][0]])
+        n, nodes = len(group), len(layout.node_ids)
+        if algo in ("Ring", "PAT"):  # a chain, pipelined: one pass of its edges
+            return (n - nodes) * intra + (nodes - 1) * inter
+        across = 0.0 if nodes == 1 else 2 * inter if nodes == 2 else 2 * (nodes.bit_length() - 1) * inter
+        return 2 * intra + across
+
+
+class NcclCall(CollectiveAlgorithm):
+    """One call's NCCL plan: its graphs, per position, of wire bytes (built when first asked for).
+
+    Its graphs are NCCL's algorithms' message patterns (their rings, stages and peers): ``tests/system/algorithms/
+    test_nccl.py`` checks what each rank sends and receives against the algorithm's own volumes.
+    """
+
+    name = "nccl"
+    collectives = _COLLECTIVES
+    verified_by_tests = True  # tests/system/algorithms/test_nccl.py (byte volumes per rank, per link kind)
+
+    def __init__(
+        self,
+        parent: NcclAlgorithm,
+        collective: CollectiveType,
+        nbytes: float,
+        group: tuple[int, ...],
+        layout: Layout,
+        plan: Plan,
+    ) -> None:
+        self.parent = parent
+        self.collective = collective
+        self.nbytes = nbytes
+        self.group = group
+        self.layout = layout
+        self.plan = plan
+        choice = plan.choice
+        #: How results name this call's algorithm.
+        self.label = f"nccl:{choice.algorithm}/{choice.protocol}/{choice.channels}"
+        self._graphs: dict[int, AlgoGraph] = {}
+        hw = parent.hardware()
+        sharp = choice.algorithm.startswith("CollNet")
+        #: Every position's graph is position 0's turned (``graphs.rotation_invariant``): one graph with relative
+        #: peers serves them all (the fast path evaluates it in bulk; mirrored replicas can run it).
+        self.shared = parent.share_graphs and rotation_invariant(collective, layout, plan, hw.intra,
+                                                                 sharp)  # fmt: skip
+        #: NVLink SHARP or SHARP reduces in a switch: fewer bytes cross the GPUs' links than a ring's.
+        self.reduces_in_network = choice.algorithm in ("NVLS", "NVLSTree", "CollNetDirect", "CollNetChain")
+
+    def shares_graph(self, collective: CollectiveType) -> bool:
+        """Every position runs one graph with relative peers where the layout is the same from every position."""
+        return self.shared
+
+    def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
+        """The graph of *position* (see ``graphs.py``); one graph with relative peers when :attr:`shared`."""
+        self.check_position(collective, group_size, position)
+        key = -1 if self.shared else position
+        found = self._graphs.get(key)
+        if found is None:
+            hw = self.parent.hardware()
+            found = self._graphs[key] = build_graph(
+                self.collective, self.nbytes, max(0, key), self.layout, self.plan, hw.intra, self._structure,
+                relative=self.shared,
+            )  # fmt: skip
+        return found
+
+    def _structure(self, algo: str) -> tuple[float, float]:
+        """Per algorithm, its bytes inside and between nodes per byte of a plain reduce-scatter and all-gather."""
+        ppn = max(2, self.layout.per_node)
+        nodes = len(self.layout.node_ids)
+        chain = ppn / (ppn - 1)  # a chain moves the whole buffer up (and down) every GPU's NVLink
+        switch = (ppn + 1) / (2.0 * (ppn - 1))  # NVLink SHARP: S·(1 + 1/n) per GPU, reduced in the switch
+        sharp = nodes / (2.0 * (nodes - 1)) if nodes > 1 else 1.0  # SHARP: the buffer once each way per node
+        if algo == "Tree":
+            return chain, 1.0
+        if algo == "NVLS":
+            return (switch if self.collective == C.ALL_REDUCE else 1.0), 1.0
+        if algo == "NVLSTree":
+            return switch, 1.0
+        if algo == "CollNetChain":
+            return chain, sharp
+        return switch, sharp  # CollNetDirect
+
+    def check_position(self, collective: CollectiveType, group_size: int, position: int) -> None:
+        """Refuse a position outside the call's group."""
+        if group_size != len(self.group) or not 0 <= position < group_size:
+            raise ConfigError(f"algorithm {self.label!r}: position {position} of {group_size} is not in its call")
+
+    def describe(self) -> dict[str, Any]:
+        """NCCL's choice for this call, for reports."""
+        choice = self.plan.choice
+        return {"algorithm": choice.algorithm, "protocol": choice.protocol, "channels": choice.channels}
+
+
+@SOURCES.register("nccl")
+class NcclSource(AlgorithmSource):
+    """``nccl:ALGO[/PROTO[/CHANNELS]]``: the ``nccl`` algorithm with its choice forced (``settings.forced``).
+
+    ``nccl:Ring/LL128`` runs every call as NCCL does with ``NCCL_ALGO=Ring NCCL_PROTO=LL128``: what ``etsim tune``
+    compares to find NCCL's crossovers by size, and what a result's label (``nccl:Ring/Simple/24``) reproduces.
+    """
+
+    name = "nccl"
+    priority = 5
+
+    def claims(self, spec: str) -> bool:
+        """``nccl:…``."""
+        return spec.startswith("nccl:")
+
+    def collectives(self, spec: str) -> frozenset[CollectiveType]:
+        """The collectives NCCL runs."""
+        return _COLLECTIVES
+
+    def load(self, spec: str, context: AlgorithmContext) -> CollectiveAlgorithm:
+        """An :class:`NcclAlgorithm` whose settings force the spec's choice."""
+        return NcclAlgorithm(context.topology, forced(spec, context.nccl or NcclSettings()))

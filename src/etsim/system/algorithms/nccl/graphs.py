@@ -1,0 +1,329 @@
+"""The graphs of NCCL's algorithms, as the network model times them (``docs/nccl.md``).
+
+Every rank's graph starts with the call's fixed delay (a COMP node: the kernel's start and the latencies of the
+critical path, ``timing.py``); beside it run the channels' own throughput bound and the host's launch (COMP nodes
+nothing waits for: the part ends when they have too). Then the messages, in byte sizes of wire bytes:
+
+- **Ring**: one ring per channel group, laid over the rails: group ``g`` visits each node's GPUs from local index
+  ``g + 1`` and leaves it from ``g``, so the hop to the next node crosses rail ``g + 1`` (PXN: the node's NVLink
+  first) and every NIC carries a ring; inside a node of direct NVLink links, rings step by each stride coprime with
+  the node's size, so every link carries one. All-reduce: 2(n − 1) steps, reduce-scatter and all-gather n − 1, each
+  step the next block to the next rank; broadcast and reduce: a chain from the root, pipelined in chunks.
+- **Tree, NVLS, NVLS tree, CollNet**: their stages, pipelined in chunks: a reduce-scatter inside the node (each GPU
+  owns a slice), the slice reduced across nodes among the GPUs of the same local index (each over its own rail),
+  and an all-gather inside the node. The bytes of each stage are what the algorithm puts on that link: a tree's
+  chain moves the whole buffer up and down a node's NVLink; NVLink SHARP moves ``S·(1 + 1/n)`` per GPU and reduces
+  in the switch; SHARP reduces in the fabric, so a node's NICs carry the buffer once each way.
+- **All-to-all**: every rank sends its piece to every peer at once (NCCL's grouped sends).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from etsim.algo.graph import RECV, SEND, AlgoGraph, AlgorithmBuilder
+from etsim.chakra.graph import CollectiveType
+from etsim.system.algorithms.nccl.timing import Plan
+from etsim.system.algorithms.steps import heap_tree
+
+__all__ = ["MIN_WIRE_BYTES", "RING_STEPS", "Layout", "build_graph", "ring_steps", "rotation_invariant"]
+
+C = CollectiveType
+#: The smallest message on the wire (one 16-byte line): a call smaller than its ranks still moves flags and data.
+MIN_WIRE_BYTES = 16.0
+#: The most super-steps of a ring's graph (:func:`ring_steps`).
+RING_STEPS = 32
+
+
+class Layout:
+    """Where a communicator's positions sit: node and local index of each, from the cluster's hardware.
+
+    Args:
+        nodes: each position's node (ascending per node).
+        locals_: each position's index among its node's positions.
+    """
+
+    def __init__(self, nodes: Sequence[int], locals_: Sequence[int]) -> None:
+        self.nodes = list(nodes)
+        self.locals = list(locals_)
+        self.node_ids = sorted(set(nodes))
+        self.by_node: dict[int, list[int]] = {}
+        for position, node in enumerate(nodes):
+            self.by_node.setdefault(node, []).append(position)
+        self.per_node = max(len(v) for v in self.by_node.values())
+        self._columns: dict[int, list[int]] = {}
+
+    def same_node(self, a: int, b: int) -> bool:
+        """Positions *a* and *b* are in one node."""
+        return self.nodes[a] == self.nodes[b]
+
+    def column(self, position: int) -> list[int]:
+        """The positions with the same local index as *position*, one per node, in node order."""
+        local = self.locals[position]
+        found = self._columns.get(local)
+        if found is None:
+            found = self._columns[local] = [m[local] for m in self.by_node.values() if local < len(m)]
+        return found
+
+    def ring_orders(self, intra: str) -> list[list[int]]:
+        """The ring orders of the channel groups (see the module docstring)."""
+        ppn = self.per_node
+        if len(self.node_ids) > 1:
+            orders = []
+            for g in range(ppn):
+                order = []
+                for node in self.node_ids:
+                    members = self.by_node[node]
+                    order += [members[(g + 1 + i) % len(members)] for i in range(len(members))]
+                orders.append(order)
+            return orders
+        members = self.by_node[self.node_ids[0]]
+        if intra != "nvlink" or ppn <= 2:
+            return [members]
+        strides = [s for s in range(1, ppn) if math.gcd(s, ppn) == 1]
+        return [[members[(s * i) % ppn] for i in range(ppn)] for s in strides]
+
+
+def _wire(nbytes: float) -> float:
+    """Whole bytes on the wire (at least one line): whole sizes let the union fast path evaluate the call."""
+    return max(float(round(nbytes)), MIN_WIRE_BYTES)
+
+
+class _RelativeBuilder(AlgorithmBuilder):
+    """A builder of position *origin*'s graph whose peers it records as offsets (a graph every rank shares)."""
+
+    def __init__(self, origin: int, size: int) -> None:
+        super().__init__(relative_peers=True)
+        self.origin, self.size = origin, size
+
+    def _add(self, kind: int, peer: int, *args: Any, **kwargs: Any) -> int:
+        if kind in (SEND, RECV):
+            peer = (peer - self.origin) % self.size
+        return super()._add(kind, peer, *args, **kwargs)
+
+
+def rotation_invariant(kind: CollectiveType, layout: Layout, plan: Plan, intra: str, sharp: bool) -> bool:
+    """Whether every position's graph is position 0's turned by the position (one graph with relative peers).
+
+    So it is when every position sees the same: a group inside one node or of one GPU per node, whose rings step
+    by a constant stride, whose stages exchange with every other member, or whose peers are all the others
+    (all-to-all); never for a chain from a root or a tree over nodes.
+    """
+    n, nodes = len(layout.nodes), len(layout.node_ids)
+    if n < 2 or (nodes > 1 and layout.per_node > 1):
+        return False
+    algo = plan.choice.algorithm
+    if algo == "P2P":
+        return True
+    if algo in ("Ring", "PAT"):
+        if kind in (C.BROADCAST, C.REDUCE):
+            return False
+        return all(
+            len({(order[(i + 1) % n] - order[i]) % n for i in range(n)}) == 1 for order in layout.ring_orders(intra)
+        )
+    return nodes == 1 or nodes == 2 or sharp  # exchanges with every member (no tree over the nodes)
+
+
+def build_graph(
+    kind: CollectiveType,
+    nbytes: float,
+    position: int,
+    layout: Layout,
+    plan: Plan,
+    intra: str,
+    structure: Callable[[str], tuple[float, float]],
+    *,
+    relative: bool = False,
+) -> AlgoGraph:
+    """The graph of *position* for a call of *nbytes* (NCCL's count) under *plan*.
+
+    *structure(algorithm)* gives the stage factors of a staged algorithm: (bytes inside the node, bytes between
+    nodes) per byte of a plain reduce-scatter and all-gather (a tree's chain moves more, NVLS and SHARP less).
+    *relative*: record peers as offsets from *position* (when :func:`rotation_invariant`: the graph every
+    position shares).
+    """
+    b = _RelativeBuilder(position, len(layout.nodes)) if relative else AlgorithmBuilder()
+    launch = b.reduce(0, name="nccl_launch", duration_ns=plan.fixed_ns)
+    if plan.cta_ns > 0:
+        b.reduce(0, deps=[launch], name="nccl_channels", duration_ns=plan.cta_ns)
+    if plan.host_ns > 0:
+        b.reduce(0, name="nccl_host_launch", duration_ns=plan.host_ns)
+    algo = plan.choice.algorithm
+    if algo == "P2P":
+        _all_to_all(b, nbytes, position, layout, plan, launch)
+    elif algo in ("Ring", "PAT"):
+        if kind in (C.BROADCAST, C.REDUCE):
+            _chain(b, kind, nbytes, position, layout, plan, launch, intra)
+        else:
+            _rings(b, kind, nbytes, position, layout, plan, launch, intra)
+    else:
+        _staged(b, kind, nbytes, position, layout, plan, launch, structure(algo), algo.startswith("CollNet"))
+    return b.build()
+
+
+def _scale(layout: Layout, plan: Plan, a: int, b: int) -> float:
+    return plan.intra_scale if layout.same_node(a, b) else plan.inter_scale
+
+
+def ring_steps(steps: int) -> list[int]:
+    """NCCL's ring steps merged into the graph's super-steps: at most :data:`RING_STEPS`, as even as they divide.
+
+    A super-step carries its steps' blocks in one message: the bytes on every link stay NCCL's, and the latency of
+    the steps it merges is the fixed delay's (``NcclAlgorithm``), so a ring over thousands of GPUs stays a graph of
+    at most 32 messages per rank and channel group.
+    """
+    k = max(1, min(steps, RING_STEPS))
+    base, extra = divmod(steps, k)
+    return [base + (1 if i < extra else 0) for i in range(k)]
+
+
+def _rings(
+    b: AlgorithmBuilder, kind: CollectiveType, nbytes: float, position: int, layout: Layout, plan: Plan, launch: int,
+    intra: str,
+) -> None:  # fmt: skip
+    """Each channel group's ring: a super-step's block goes to the next rank once the previous one has arrived."""
+    n = len(layout.nodes)
+    orders = layout.ring_orders(intra)
+    block = nbytes / n / len(orders)
+    merged = ring_steps(2 * (n - 1) if kind == C.ALL_REDUCE else n - 1)
+    for g, order in enumerate(orders):
+        at = order.index(position)
+        nxt, prv = order[(at + 1) % n], order[(at - 1) % n]
+        out, back = _scale(layout, plan, position, nxt), _scale(layout, plan, prv, position)
+        got = launch
+        for step, count in enumerate(merged):
+            b.send(nxt, _wire(count * block * out), g, deps=[got], name=f"ring{g}_send{step}")
+            got = b.recv(prv, _wire(count * block * back), g, deps=[got], name=f"ring{g}_recv{step}")
+
+
+def _chain(
+    b: AlgorithmBuilder, kind: CollectiveType, nbytes: float, position: int, layout: Layout, plan: Plan, launch: int,
+    intra: str,
+) -> None:  # fmt: skip
+    """A pipelined chain along each ring from position 0 (broadcast) or to it (reduce)."""
+    n = len(layout.nodes)
+    orders = layout.ring_orders(intra)
+    chunks = plan.chunks
+    piece = nbytes / len(orders) / chunks
+    for g, ring in enumerate(orders):
+        start = ring.index(0)
+        order = ring[start:] + ring[:start]  # the chain from the root
+        if kind == C.REDUCE:
+            order = order[1:] + order[:1]  # ...ending at the root
+        at = order.index(position)
+        prv = order[at - 1] if at > 0 else None
+        nxt = order[at + 1] if at < n - 1 else None
+        got: list[int] = [launch]
+        sent: list[int] = []
+        for c in range(chunks):
+            if prv is not None:
+                got = [b.recv(prv, _wire(piece * _scale(layout, plan, prv, position)), g, deps=[launch],
+                              name=f"chain{g}_recv{c}")]  # fmt: skip
+            if nxt is not None:
+                sent = [b.send(nxt, _wire(piece * _scale(layout, plan, position, nxt)), g, deps=got + sent,
+                               name=f"chain{g}_send{c}")]  # fmt: skip
+
+
+def _staged(
+    b: AlgorithmBuilder, kind: CollectiveType, nbytes: float, position: int, layout: Layout, plan: Plan, launch: int,
+    factors: tuple[float, float], sharp: bool,
+) -> None:  # fmt: skip
+    """Reduce-scatter inside the node, the slice across nodes, all-gather inside the node: pipelined in chunks.
+
+    Across more than two nodes without SHARP, the slice goes up and down a double binary tree over the nodes (half
+    on each tree, each over the column's rail); across two nodes, or reduced in the fabric (SHARP), it is exchanged
+    directly.
+    """
+    node = layout.by_node[layout.nodes[position]]
+    column = layout.column(position)
+    peers = [q for q in node if q != position]
+    chunks = plan.chunks
+    ppn, nodes = len(node), len(column)
+    intra_factor, inter_factor = factors
+    piece = nbytes / chunks / ppn * intra_factor
+    across = nbytes / chunks / ppn * inter_factor
+    previous: dict[str, list[int]] = {}
+    for c in range(chunks):
+        ready = [launch]
+        if kind in (C.ALL_REDUCE, C.REDUCE_SCATTER):
+            ready = _exchange(b, "rs", c, peers, piece, position, layout, plan, ready, previous, launch)
+        if kind == C.ALL_REDUCE and nodes > 1:
+            if nodes == 2 or sharp:
+                others = [q for q in column if q != position]
+                ready = _exchange(b, "xrs", c, others, across / nodes, position, layout, plan, ready, previous, launch)
+                ready = _exchange(b, "xag", c, others, across / nodes, position, layout, plan, ready, previous, launch)
+            else:
+                ready = _trees(b, c, column, across, position, layout, plan, ready, previous, launch)
+        if kind in (C.ALL_REDUCE, C.ALL_GATHER):
+            _exchange(b, "ag", c, peers, piece, position, layout, plan, ready, previous, launch)
+
+
+def _exchange(
+    b: AlgorithmBuilder, name: str, chunk: int, targets: list[int], piece: float, position: int, layout: Layout,
+    plan: Plan, ready: list[int], previous: dict[str, list[int]], launch: int,
+) -> list[int]:  # fmt: skip
+    """One exchange stage: *piece* to every target, one from each; returns the receives (what comes next waits for).
+
+    The sends wait for *ready* and for this stage's sends of the chunk before (the channel's order).
+    """
+    tag = _TAGS[name]
+    sends = [
+        b.send(q, _wire(piece * _scale(layout, plan, position, q)), tag, deps=ready + previous.get(name, []),
+               name=f"{name}{chunk}_send{q}")
+        for q in targets
+    ]  # fmt: skip
+    recvs = [
+        b.recv(q, _wire(piece * _scale(layout, plan, q, position)), tag, deps=[launch], name=f"{name}{chunk}_recv{q}")
+        for q in targets
+    ]
+    previous[name] = sends
+    return recvs or ready
+
+
+def _trees(
+    b: AlgorithmBuilder, chunk: int, column: list[int], across: float, position: int, layout: Layout, plan: Plan,
+    ready: list[int], previous: dict[str, list[int]], launch: int,
+) -> list[int]:  # fmt: skip
+    """The slice reduced up and broadcast down two complementary binary trees over the column (half on each)."""
+    me = column.index(position)
+    done: list[int] = []
+    for t, mirrored in enumerate((False, True)):
+        parent, children = _heap_tree(len(column), mirrored)
+        up, down = _TAGS["up"] + t, _TAGS["down"] + t
+        half = across / 2
+        got = [b.recv(column[ch], _wire(half * plan.inter_scale), up, deps=[launch], name=f"t{t}_up{chunk}_recv")
+               for ch in children[me]]  # fmt: skip
+        after = ready + got
+        if parent[me] >= 0:
+            key = f"up{t}"
+            sent = b.send(column[parent[me]], _wire(half * plan.inter_scale), up, deps=after + previous.get(key, []),
+                          name=f"t{t}_up{chunk}_send")  # fmt: skip
+            previous[key] = [sent]
+            after = [b.recv(column[parent[me]], _wire(half * plan.inter_scale), down, deps=[launch],
+                            name=f"t{t}_down{chunk}_recv")]  # fmt: skip
+        key = f"down{t}"
+        sends = [b.send(column[ch], _wire(half * plan.inter_scale), down, deps=after + previous.get(key, []),
+                        name=f"t{t}_down{chunk}_send") for ch in children[me]]  # fmt: skip
+        if sends:
+            previous[key] = sends
+        done += after
+    return done
+
+
+#: The double binary tree's halves, made once per size (every position of a call asks for them).
+_heap_tree = functools.lru_cache(maxsize=64)(heap_tree)
+
+#: Tags of the staged algorithms' channels (a stage's messages meet in order on their own tag).
+_TAGS = {"rs": 0, "xrs": 1, "xag": 2, "ag": 3, "up": 4, "down": 6}
+
+
+def _all_to_all(b: AlgorithmBuilder, nbytes: float, position: int, layout: Layout, plan: Plan, launch: int) -> None:
+    n = len(layout.nodes)
+    piece = nbytes / n
+    for q in range(n):
+        if q != position:
+            b.send(q, _wire(piece * _scale(layout, plan, position, q)), 0, deps=[launch], name=f"a2a_send{q}")
+            b.recv(q, _wire(piece * _scale(layout, plan, q, position)), 0, deps=[launch], name=f"a2a_recv{q}")

@@ -1,0 +1,274 @@
+"""The ``nccl`` algorithm: NCCL's choice per call, its graphs' bytes, its timing's closed forms, its knobs.
+
+The figures against real ``nccl-tests`` measurements are ``test_nccl_validation.py``'s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from etsim.algo.graph import SEND
+from etsim.chakra import CollectiveType, Workload
+from etsim.errors import ConfigError, EtsimWarning
+from etsim.network import load_network
+from etsim.producers import collective_workload
+from etsim.simulation import simulate
+from etsim.system.algorithms.nccl import NcclAlgorithm, NcclCall, NcclSettings
+from etsim.system.algorithms.nccl.graphs import RING_STEPS, ring_steps
+from etsim.system.algorithms.nccl.timing import wire_overhead
+from etsim.system.algorithms.sources import AlgorithmContext, resolve_algorithm
+from etsim.system.config import load_system_config
+
+C = CollectiveType
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+
+def cluster(preset: str, gpus: int, **more: Any) -> Any:
+    return load_network({"kind": "gpu_cluster", "preset": preset, "gpus": gpus, **more})
+
+
+def nccl(preset: str, gpus: int, settings: NcclSettings | None = None, **more: Any) -> NcclAlgorithm:
+    return NcclAlgorithm(cluster(preset, gpus, **more).topology, settings)
+
+
+def call(algo: NcclAlgorithm, collective: CollectiveType, size: int, group: range | tuple[int, ...]) -> NcclCall:
+    found = algo.for_call(collective, size, tuple(group))
+    assert isinstance(found, NcclCall)
+    return found
+
+
+def run(preset: str, gpus: int, collective: CollectiveType, size: int, system: dict[str, Any] | None = None,
+        **more: Any) -> Any:  # fmt: skip
+    data = {"algorithms": {"default": "nccl"}, **(system or {})}
+    workload = Workload(collective_workload(collective, size, gpus))
+    return simulate(workload, topology=cluster(preset, gpus, **more), system=load_system_config(data))
+
+
+# -- NCCL's choice ----------------------------------------------------------------------------------------------
+
+
+def test_one_a100_node_runs_ring_ll_small_then_ll128_then_simple_as_nccls_tuner_does() -> None:
+    algo = nccl("dgx-a100", 8)
+    labels = [call(algo, C.ALL_REDUCE, size, range(8)).label for size in (8, 256 * KiB, 4 * MiB, 1 * GiB)]
+    assert [label.split("/")[:2] for label in labels] == [
+        ["nccl:Ring", "LL"],
+        ["nccl:Ring", "LL"],
+        ["nccl:Ring", "LL128"],
+        ["nccl:Ring", "Simple"],
+    ]
+    # The channels grow with the size (NCCL's per-call heuristic), up to the communicator's 24.
+    channels = [int(label.rsplit("/", 1)[1]) for label in labels]
+    assert channels == sorted(channels) and channels[0] == 1 and channels[-1] == 24
+
+
+def test_h100_all_reduce_reduces_in_the_nvswitch_and_across_nodes_on_trees() -> None:
+    assert call(nccl("dgx-h100", 8), C.ALL_REDUCE, GiB, range(8)).label.startswith("nccl:NVLS/Simple")
+    two = nccl("dgx-h100", 16)
+    assert call(two, C.ALL_REDUCE, 8, range(16)).label.startswith("nccl:Tree/LL/")
+    assert call(two, C.ALL_REDUCE, GiB, range(16)).label.startswith("nccl:NVLSTree/Simple")
+    # NVLS is Hopper's: an A100's NVSwitch does not reduce.
+    assert not call(nccl("dgx-a100", 8), C.ALL_REDUCE, GiB, range(8)).reduces_in_network
+
+
+def test_knobs_force_the_choice_by_nccls_names() -> None:
+    forced = NcclSettings(algo=frozenset({"Ring"}), proto=frozenset({"LL128"}))
+    assert call(nccl("dgx-h100", 8, forced), C.ALL_REDUCE, GiB, range(8)).label.startswith("nccl:Ring/LL128/")
+    off = NcclSettings(nvls=False)
+    assert call(nccl("dgx-h100", 8, off), C.ALL_REDUCE, GiB, range(8)).label.startswith("nccl:Ring/Simple/")
+    capped = NcclSettings(max_channels=4)
+    assert call(nccl("dgx-a100", 8, capped), C.ALL_REDUCE, GiB, range(8)).label == "nccl:Ring/Simple/4"
+
+
+def test_the_system_yaml_block_and_the_forced_spec_reproduce_a_forced_run() -> None:
+    result = run("dgx-h100", 8, C.ALL_REDUCE, GiB, {"nccl": {"algo": "ring", "proto": "^LL,LL128"}})
+    label = result.collectives[0].algorithm
+    assert label.startswith("nccl:Ring/Simple/")
+    again = run("dgx-h100", 8, C.ALL_REDUCE, GiB, {"algorithms": {"default": label}})
+    assert again.collectives[0].algorithm == label and again.finish_ns == result.finish_ns
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"algo": "Rings"}, "unknown algorithm 'rings'; NCCL's are Tree, Ring"),
+        ({"proto": "LL256"}, "unknown protocol 'll256'"),
+        ({"version": "2.3"}, "older than the oldest modelled (2.8)"),
+        ({"min_channels": 0}, "min_channels"),
+        ({"colnet": True}, "unknown NCCL setting 'colnet'"),
+    ],
+)
+def test_bad_nccl_settings_are_named(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_system_config({"nccl": settings})
+
+
+def test_a_choice_the_hardware_lacks_is_an_error_not_another_algorithm() -> None:
+    with pytest.raises(ConfigError, match="nccl"):
+        run("dgx-a100", 8, C.ALL_REDUCE, MiB, {"nccl": {"algo": "NVLS"}})
+
+
+def test_nccl_needs_a_cluster_that_names_its_gpus() -> None:
+    workload = Workload(collective_workload(C.ALL_REDUCE, MiB, 8))
+    with pytest.raises(ConfigError, match="gpu_cluster"):
+        simulate(workload, topology=load_network({"kind": "switch", "npus": 8, "bandwidth": "50 GB/s",
+                                                  "latency": "1 us"}),
+                 system=load_system_config({"algorithms": {"default": "nccl"}}))  # fmt: skip
+
+
+@pytest.mark.parametrize("spec", ["nccl:", "nccl:Rung", "nccl:Ring/LL/65", "nccl:Ring/LL/8/2"])
+def test_bad_forced_specs_are_named(spec: str) -> None:
+    with pytest.raises(ConfigError, match="nccl:"):
+        resolve_algorithm(spec, AlgorithmContext(topology=cluster("dgx-a100", 8).topology))
+
+
+# -- the default on GPU clusters -------------------------------------------------------------------------------
+
+
+def test_nccl_is_the_default_on_a_gpu_cluster_and_nowhere_else() -> None:
+    workload = Workload(collective_workload(C.ALL_REDUCE, MiB, 8))
+    on_gpus = simulate(workload, topology=cluster("dgx-a100", 8))
+    assert on_gpus.collectives[0].algorithm.startswith("nccl:Ring/")
+    switch = load_network({"kind": "switch", "npus": 8, "bandwidth": "300 GB/s", "latency": "350 ns"})
+    assert simulate(workload, topology=switch).collectives[0].algorithm == "ring"
+    # A cluster that does not name its GPUs is a network only: the natives serve it.
+    bare = load_network({"kind": "gpu_cluster", "gpus": 8, "gpus_per_node": 8, "nvlink_bandwidth": "300 GB/s",
+                         "nvlink_latency": "700 ns", "nic_bandwidth": "25 GB/s", "nic_latency": "1 us",
+                         "nics_per_gpu": 1, "switch_latency": "130 ns", "fabric_levels": 3,
+                         "oversubscription": 1})  # fmt: skip
+    assert simulate(workload, topology=bare).collectives[0].algorithm == "ring"
+
+
+# -- bytes on the wire -------------------------------------------------------------------------------------------
+
+
+def sent_bytes(c: NcclCall, position: int) -> float:
+    g = c.graph(c.collective, len(c.group), position)
+    return sum(size for kind, size in zip(g.kinds, g.chunks, strict=True) if kind == SEND)
+
+
+@pytest.mark.parametrize(
+    ("collective", "size", "share"),
+    [(C.ALL_REDUCE, GiB, 2 * 7 / 8), (C.REDUCE_SCATTER, GiB, 7 / 8), (C.ALL_GATHER, GiB // 8, 7 / 8),
+     (C.ALL_REDUCE, 64 * KiB, 2 * 7 / 8), (C.ALL_TO_ALL, GiB, 7 / 8)],
+)  # fmt: skip
+def test_each_rank_sends_what_the_algorithm_moves_on_the_wire(collective: CollectiveType, size: int,
+                                                              share: float) -> None:  # fmt: skip
+    c = call(nccl("dgx-a100", 8), collective, size, range(8))
+    buffer = size * 8 if collective == C.ALL_GATHER else size
+    for position in range(8):
+        # The protocol's line overhead and NCCL's reach of the NVLink (20 of 25 GB/s per link) scale the bytes.
+        assert sent_bytes(c, position) == pytest.approx(share * buffer * c.plan.intra_scale, rel=1e-6, abs=64)
+    assert c.plan.intra_scale == pytest.approx(wire_overhead(c.plan.choice.protocol) * 25 / 20, rel=1e-12) or (
+        collective == C.ALL_TO_ALL
+    )
+
+
+def test_nvls_moves_a_buffer_and_a_slice_per_gpu_and_reduces_in_the_switch() -> None:
+    c = call(nccl("dgx-h100", 8), C.ALL_REDUCE, GiB, range(8))
+    assert c.reduces_in_network
+    for position in range(8):
+        assert sent_bytes(c, position) == pytest.approx(GiB * (1 + 1 / 8) * c.plan.intra_scale, rel=1e-6)
+
+
+def test_multi_node_rings_cross_every_rail() -> None:
+    c = call(nccl("dgx-a100", 32), C.ALL_GATHER, 8 * MiB, range(32))
+    orders = c.layout.ring_orders("nvswitch")
+    assert len(orders) == 8  # a ring per local GPU index...
+    exits = {order[i] % 8 for order in orders for i in range(32) if order[i] // 8 != order[(i + 1) % 32] // 8}
+    assert exits == set(range(8))  # ...whose node boundaries leave through every GPU's NIC
+
+
+def test_rings_over_thousands_of_gpus_merge_nccls_steps_keeping_every_byte() -> None:
+    assert ring_steps(14) == [1] * 14
+    merged = ring_steps(2 * (1024 - 1))
+    assert len(merged) == RING_STEPS and sum(merged) == 2046 and max(merged) - min(merged) <= 1
+
+
+def test_an_8_byte_all_reduce_runs_on_128_ranks() -> None:
+    result = run("dgx-a100", 128, C.ALL_REDUCE, 8)
+    assert result.finish_ns > 10_000  # NCCL's floor across nodes: tens of microseconds, not nothing
+    assert result.collectives[0].algorithm.startswith("nccl:Tree/LL/")
+
+
+# -- timing: closed forms ----------------------------------------------------------------------------------------
+
+
+def test_a_lone_ring_is_its_fixed_delay_plus_each_super_steps_latency_and_bytes() -> None:
+    """On one NVSwitch every GPU's up and down links carry one flow: each super-step is latency + bytes / rate."""
+    size = 256 * MiB
+    c = call(nccl("dgx-a100", 8), C.ALL_REDUCE, size, range(8))
+    assert c.label.startswith("nccl:Ring/Simple/")
+    result = run("dgx-a100", 8, C.ALL_REDUCE, size)
+    block = size / 8
+    steps = [round(k * block * c.plan.intra_scale) / 300.0 + 700.0 for k in ring_steps(14)]
+    expected = c.plan.fixed_ns + sum(steps)
+    assert result.finish_ns == pytest.approx(expected, rel=1e-12)
+    assert c.plan.cta_ns < sum(steps) and c.plan.host_ns < expected  # the channels and the host are not the bound
+
+
+def test_the_host_launch_bounds_a_tiny_call_of_one_thread_driving_eight_gpus() -> None:
+    one = run("dgx-a100", 8, C.ALL_REDUCE, 8)
+    eight = run("dgx-a100", 8, C.ALL_REDUCE, 8, {"nccl": {"gpus_per_process": 8}})
+    assert eight.finish_ns == pytest.approx(8 * 4.2e3, rel=1e-12)
+    assert eight.finish_ns > one.finish_ns
+
+
+def test_shared_graphs_give_the_per_position_graphs_results_to_the_last_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    cases = [("dgx-a100", 8, C.ALL_REDUCE, 64 * MiB), ("dgx-h100", 8, C.ALL_REDUCE, 64 * MiB),
+             ("polaris", 4, C.REDUCE_SCATTER, MiB), ("dgx-a100", 8, C.ALL_TO_ALL, MiB),
+             ("dgx-h100", 16, C.ALL_REDUCE, 64 * MiB)]  # fmt: skip
+    for preset, gpus, collective, size in cases:
+        shared = run(preset, gpus, collective, size)
+        monkeypatch.setattr(NcclAlgorithm, "share_graphs", False)
+        apart = run(preset, gpus, collective, size)
+        monkeypatch.setattr(NcclAlgorithm, "share_graphs", True)
+        assert shared.to_dict() | {"sim": None} == apart.to_dict() | {"sim": None}, (preset, collective)
+
+
+def test_nvls_is_checked_against_the_in_network_bound_not_a_rings() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EtsimWarning)
+        result = run("dgx-h100", 8, C.ALL_REDUCE, GiB)
+    # Faster than any algorithm whose GPUs reduce could be (2·7/8 GiB through 450 GB/s), as NVLink SHARP is.
+    assert result.finish_ns < 2 * 7 / 8 * GiB / 450.0
+
+
+# -- tune and export ---------------------------------------------------------------------------------------------
+
+
+def test_tune_finds_ncclss_protocol_crossovers_and_exports_them_for_ncclss_tuner(tmp_path: Path) -> None:
+    topo = tmp_path / "dgx.yaml"
+    topo.write_text("kind: gpu_cluster\npreset: dgx-a100\ngpus: 8\n")
+    out, csv = tmp_path / "table.yaml", tmp_path / "tuner.csv"
+    subprocess.run(
+        [sys.executable, "-m", "etsim", "tune", "--topology", str(topo), "--candidates",
+         "nccl:Ring/LL,nccl:Ring/LL128,nccl:Ring/Simple", "--sizes", "4KiB,4MiB,1GiB", "-o", str(out),
+         "--export", "nccl-tuner", str(csv)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    lines = [line for line in csv.read_text().splitlines() if not line.startswith("#")]
+    assert [line.split(",")[3:5] for line in lines] == [["ring", "ll"], ["ring", "ll128"], ["ring", "simple"]]
+    assert "{default: nccl}" in out.read_text()
+
+
+def test_results_name_ncclss_choice(tmp_path: Path) -> None:
+    topo = tmp_path / "dgx.yaml"
+    topo.write_text("kind: gpu_cluster\npreset: dgx-h100\ngpus: 8\n")
+    prefix = tmp_path / "ar"
+    subprocess.run([sys.executable, "-m", "etsim", "workload", "gen", "collective", "--type", "all_reduce",
+                    "--size", "1GiB", "--npus", "8", "-o", str(prefix)], check=True, capture_output=True)  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "etsim", "run", str(prefix), "--topology", str(topo), "--json",
+                           str(tmp_path / "r.json")], capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["collectives"][0]["algorithm"].startswith("nccl:NVLS/Simple/")
+    assert not data["warnings"]
+    assert math.isfinite(data["finish_ns"])
