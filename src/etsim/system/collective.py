@@ -399,6 +399,23 @@ class System:
             graph = self._graphs[key] = algorithm.graph(lookup, n, position)
         return graph
 
+    def p2p_timing(self) -> Callable[[int, int, float], tuple[float, float]] | None:
+        """How workload send/receive messages run: NCCL's ncclSend/ncclRecv where NCCL serves the run's all-to-all.
+
+        The function gives, for a message of *bytes* from one rank to another, its wire bytes and the runtime's delay
+        before it enters the network (``NcclAlgorithm.p2p_message``); None: plain messages (every other algorithm).
+        """
+        algorithm = None
+        if not self.selection.table:
+            algorithm = self.selection.choose(CollectiveType.ALL_TO_ALL).algorithm
+        else:
+            default = next((r for r in self.selection.rules if r.is_default), None)
+            if default is not None:
+                algorithm = self.selection.resolve(default.algorithm, default.origin)[1]
+        if not getattr(algorithm, "serves_p2p", False):
+            return None
+        return algorithm.p2p_message  # type: ignore[union-attr, no-any-return]
+
     def written_as_is(self) -> AbstractSet[str]:
         """Labels of the algorithms run with their files' own sizes (``families_as_written``), not the call's.
 

@@ -68,6 +68,9 @@ class Engine:
         self.costs = CostModel(config)
         # The delay workload SEND/RECV messages pay (algorithm runs take their part's own).
         self.endpoint_delay = config.endpoint_delay if config.p2p_endpoint_delay else 0.0
+        #: How workload SEND/RECV messages run when a runtime serves them (NCCL's ncclSend/ncclRecv): their wire
+        #: bytes and extra delay per (src, dst, bytes); None: as plain messages.
+        self.p2p = system.p2p_timing()
         #: Whether algorithm reductions queue at their NPU's reduction unit (:meth:`reduce`).
         self.shared_reductions = bool(config.shared_reductions and config.reduction_bandwidth)
         # Per rank: when its reduction unit is free again.

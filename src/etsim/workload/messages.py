@@ -93,8 +93,22 @@ class Mailbox:
         self.progress: Callable[[Mailbox], None] | None = None
         self.progress_at = 1 << 62  # message count of the next progress check (set by the caller)
 
-    def send(self, run: GraphRun, j: int, src: int, dst: int, chans: dict[Any, Channel], tag: int, size: float) -> None:
-        """Send *size* bytes; node *j* of *run* finishes on delivery, and the matching receive with it."""
+    def send(
+        self,
+        run: GraphRun,
+        j: int,
+        src: int,
+        dst: int,
+        chans: dict[Any, Channel],
+        tag: int,
+        size: float,
+        delay: float = 0.0,
+    ) -> None:
+        """Send *size* bytes; node *j* of *run* finishes on delivery, and the matching receive with it.
+
+        *delay* (ns) is paid besides the run's endpoint delay, before the message enters the network (a runtime's
+        own cost of the send: NCCL's, ``System.p2p_timing``).
+        """
         key = (src, dst, tag) if self._mirror is None else self._mirror(src, dst, tag)
         ch = chans.get(key)
         if ch is None:
@@ -108,10 +122,12 @@ class Mailbox:
         if self._observer is not None:
             self._observer.message_sent(run, j, src, dst, tag, size)
         if run.endpoint_delay > 0:
-            if self._delay_at_receive:
+            if self._delay_at_receive and not delay:
                 event = self._transfer_then(src, dst, size, run.endpoint_delay)
             else:
-                event = self._transfer_after(src, dst, size, run.endpoint_delay)
+                event = self._transfer_after(src, dst, size, run.endpoint_delay + delay)
+        elif delay > 0:
+            event = self._transfer_after(src, dst, size, delay)
         else:
             event = self._transfer(src, dst, size)
         # Messages delivered by one event (models coalesce same-instant deliveries) form one batch,

@@ -551,11 +551,21 @@ class WorkloadRun(GraphRun):
             self.account()
             self.n_comm += 1
             # The pre-flight check guaranteed peer, tag and size before the run.
-            eng.mailbox.send(self, j, self.rank, tr.comm_dst[j], eng.workload_channels, tr.comm_tag[j], tr.comm_size[j])  # type: ignore[arg-type]
+            dst, size = tr.comm_dst[j], tr.comm_size[j]
+            if eng.p2p is None:
+                eng.mailbox.send(self, j, self.rank, dst, eng.workload_channels, tr.comm_tag[j], size)  # type: ignore[arg-type]
+            else:  # the runtime's send: its wire bytes and its own delay (NCCL's ncclSend)
+                wire, delay = eng.p2p(self.rank, dst, size)  # type: ignore[arg-type]
+                eng.mailbox.send(self, j, self.rank, dst, eng.workload_channels, tr.comm_tag[j], wire, delay)  # type: ignore[arg-type]
         elif t == _T_RECV:
             self.account()
             self.n_comm += 1
-            eng.mailbox.recv(self, j, tr.comm_src[j], self.rank, eng.workload_channels, tr.comm_tag[j], tr.comm_size[j])  # type: ignore[arg-type]
+            src, size = tr.comm_src[j], tr.comm_size[j]
+            if eng.p2p is None:
+                eng.mailbox.recv(self, j, src, self.rank, eng.workload_channels, tr.comm_tag[j], size)  # type: ignore[arg-type]
+            else:  # the receive expects what the runtime's send puts on the wire
+                wire = eng.p2p(src, self.rank, size)[0]  # type: ignore[arg-type]
+                eng.mailbox.recv(self, j, src, self.rank, eng.workload_channels, tr.comm_tag[j], wire)  # type: ignore[arg-type]
         elif t == _T_COLL:
             self.account()
             self.n_comm += 1

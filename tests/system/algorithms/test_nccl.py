@@ -272,3 +272,33 @@ def test_results_name_ncclss_choice(tmp_path: Path) -> None:
     assert data["collectives"][0]["algorithm"].startswith("nccl:NVLS/Simple/")
     assert not data["warnings"]
     assert math.isfinite(data["finish_ns"])
+
+
+# -- send and receive ----------------------------------------------------------------------------------------------
+
+
+def sendrecv(gpus: int, size: int) -> Workload:
+    from etsim.chakra.builder import TraceBuilder
+
+    traces = []
+    for rank in range(gpus):
+        b = TraceBuilder()
+        b.send((rank + 1) % gpus, size)
+        b.recv((rank - 1) % gpus, size)
+        traces.append(b.build(rank=rank))
+    return Workload(traces)
+
+
+def test_workload_sends_run_as_ncclsend_its_launch_then_its_peer_copy() -> None:
+    from etsim.system.algorithms.nccl.timing import LAT_P2P, P2P_NVLINK, T_KERNEL
+
+    size = 256 * MiB
+    topo = cluster("dgx-h100", 8)
+    result = simulate(sendrecv(8, size), topology=topo)
+    # NCCL's fixed cost, then the bytes at NCCL's reach of the NVLink (0.895 of 18 × 20.6 GB/s), one flow per link.
+    wire = round(size * 450 / (18 * 20.6 * P2P_NVLINK))
+    assert result.finish_ns == pytest.approx((T_KERNEL + LAT_P2P) * 1e3 + wire / 450, rel=1e-12)
+    plain = simulate(sendrecv(8, size), topology=topo, system=load_system_config({"nccl": {"p2p": False}}))
+    assert plain.finish_ns == pytest.approx(700 + size / 450, rel=1e-12)
+    ring = simulate(sendrecv(8, size), topology=topo, system=load_system_config({"algorithms": {"default": "ring"}}))
+    assert ring.finish_ns == plain.finish_ns  # the natives' runs keep plain messages

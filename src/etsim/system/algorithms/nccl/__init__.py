@@ -21,7 +21,7 @@ from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
 from etsim.system.algorithms.nccl.graphs import Layout, build_graph, ring_steps, rotation_invariant
 from etsim.system.algorithms.nccl.search import Comm, channel_graphs
 from etsim.system.algorithms.nccl.settings import NcclSettings, forced
-from etsim.system.algorithms.nccl.timing import Plan, plan_call, plan_p2p
+from etsim.system.algorithms.nccl.timing import Plan, p2p_message, plan_call, plan_p2p
 from etsim.system.algorithms.nccl.tuner import choose
 from etsim.system.algorithms.sources import SOURCES, AlgorithmContext, AlgorithmSource
 
@@ -54,6 +54,7 @@ class NcclAlgorithm(CollectiveAlgorithm):
         self.settings = settings or NcclSettings()
         self._calls: dict[tuple[int, int, tuple[int, ...]], NcclCall] = {}
         self._routes: dict[tuple[int, int], float] = {}
+        self._p2p: dict[tuple[int, int], tuple[float, float]] = {}
 
     def hardware(self) -> GpuCluster:
         """The cluster's hardware; a clear error when the topology does not describe one."""
@@ -64,6 +65,27 @@ class NcclAlgorithm(CollectiveAlgorithm):
                 "'kind: gpu_cluster' that names its GPUs (gpu: a100, h100, …, or a preset such as dgx-h100)"
             )
         return hw
+
+    @property
+    def serves_p2p(self) -> bool:
+        """Workload send/receive run as NCCL's (``settings.p2p``, on a cluster whose hardware is described)."""
+        return self.settings.p2p and isinstance(getattr(self.topology, "hardware", None), GpuCluster)
+
+    def p2p_message(self, src: int, dst: int, nbytes: float) -> tuple[float, float]:
+        """A workload message of *nbytes* from NPU *src* to *dst* as ncclSend/ncclRecv: (wire bytes, delay ns).
+
+        The delay is NCCL's latency less the network's own on the route (the message pays that).
+        """
+        key = (src, dst)
+        found = self._p2p.get(key)
+        if found is None:
+            hw = self.hardware()
+            remote = hw.node_of(src) != hw.node_of(dst)
+            comm = Comm(hw, 2, 2 if remote else 1, 1 if remote else 2)
+            scale, latency = p2p_message(comm, remote)
+            found = self._p2p[key] = (scale, max(0.0, latency - self._route_latency(src, dst)))
+        scale, delay = found
+        return float(round(nbytes * scale)), delay
 
     def supports(self, collective: CollectiveType, group_size: int) -> str | None:
         """The collectives NCCL runs, on a cluster whose hardware the topology describes."""

@@ -99,6 +99,9 @@ class NcclSettings:
     collnet: bool = option(
         False, "NCCL_COLLNET_ENABLE: in-network reduction where the fabric has it (SHARP)", Boolean()
     )
+    p2p: bool = option(
+        True, "workload send/receive as NCCL's ncclSend/ncclRecv (their launch and peer-copy costs)", Boolean()
+    )
     gpus_per_process: int = option(
         1, "GPUs one launching thread drives (nccl-tests -g N): their launches are serialised on the host", Integer(1)
     )

@@ -30,7 +30,7 @@ from etsim.system.algorithms.nccl.search import Comm, Graphs
 from etsim.system.algorithms.nccl.settings import NcclSettings
 from etsim.system.algorithms.nccl.tuner import MAX_THREADS, Choice
 
-__all__ = ["FABRIC_TIMING", "FabricTiming", "Plan", "plan_call", "plan_p2p", "wire_overhead"]
+__all__ = ["FABRIC_TIMING", "FabricTiming", "Plan", "p2p_message", "plan_call", "plan_p2p", "wire_overhead"]
 
 C = CollectiveType
 
@@ -325,3 +325,18 @@ def plan_p2p(
     if settings.gpus_per_process > 1:  # one thread enqueues every GPU's sends before any starts
         return Plan(choice, intra, inter, fixed_ns + host_ns, 0.0, 0.0, 1)
     return Plan(choice, intra, inter, fixed_ns, 0.0, host_ns, 1)
+
+
+def p2p_message(comm: Comm, remote: bool) -> tuple[float, float]:
+    """A lone ncclSend/ncclRecv pair: wire bytes per byte and NCCL's latency before the network's (ns).
+
+    Inside a node a peer copy reaches :data:`P2P_NVLINK` of NCCL's NVLink figure (host memory at
+    :data:`SHM_EFFICIENCY` of PCIe without NVLink) after the kernel's start and the grouped operation's fixed cost;
+    across nodes the fabric's many-flow efficiency after a network step of the Simple protocol.
+    """
+    if remote:
+        fabric = _fabric(comm)
+        return 1.0 / fabric.p2p_efficiency, (T_KERNEL + _lat_net(comm, "Simple")) * 1000.0
+    if not comm.nvlink:
+        return 1.0 / SHM_EFFICIENCY, (T_KERNEL + LAT_P2P) * 1000.0
+    return comm.hardware.nvlink_bandwidth / (_intra_rate(comm) * P2P_NVLINK), (T_KERNEL + LAT_P2P) * 1000.0
