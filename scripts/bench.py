@@ -77,6 +77,8 @@ inputs are generated in the work directory before the clock starts; see PROCESS_
                        micro-batches, selective recomputation) on a dgx-a100 gpu_cluster under flow: a one-point
                        ``etsim experiment run`` (generated in memory, simulated, step report), issue 23's scale case
   train-gpt3-1024-full the same step with replica folding off (every rank simulated: the fold's reference)
+  run-nccl-h100-1024-8b, run-nccl-h100-1024-1g  an 8-byte and a 1 GiB all-reduce on 128 DGX H100 nodes (the
+                       default nccl algorithm: Tree/LL and NVLS tree, 1,024 GPUs)
   train-gpt3-4096      the same model on 4,096 GPUs (d 64, 512 sequences): the top of docs/training.md's scaling table
   write-1m             (in process) write the 1,000,000-node trace of load-1m back to disk
 
@@ -506,6 +508,11 @@ PROCESS_CASES: dict[str, tuple[list[str], str]] = {
         ["{w}/ag64m1024", "--topology", "topologies/mesh32x32.yaml", "--algo", "{w}/fam/tacos_ag", "--quiet"],
         "families",
     ),
+    **{
+        f"run-nccl-h100-1024-{name}": (["{w}/" + f"ar{name}1024", "--topology", "{w}/h100_1024.yaml", "--quiet"],
+                                       "nccl1024")
+        for name in ("8b", "1g")
+    },
     "train-gpt3-1024": (
         ["experiment", "run", "{w}/gpt3_1024.yaml", "--out", "{w}/gpt3_1024", "--jobs", "1", "--no-plots", "--force",
          "-q"],
@@ -578,6 +585,10 @@ def prepare(kind: str, workdir: Path) -> None:
                 f"model: flow\nsystem: {{resources: {{comm_streams: 0}}{extra}}}\n"
                 "sweep: {workload.micro_batch: [1]}\n"
             )
+    elif kind == "nccl1024":
+        all_reduce(8, 1024, "ar8b1024")
+        all_reduce(2**30, 1024, "ar1g1024")
+        (workdir / "h100_1024.yaml").write_text("kind: gpu_cluster\npreset: dgx-h100\ngpus: 1024\n")
     elif kind == "families":
         from etsim.cli import main
 

@@ -1,0 +1,123 @@
+"""The ``nccl`` algorithm against real ``nccl-tests`` tables: the figures ``docs/nccl.md`` records, re-run.
+
+``scripts/validate_nccl.py --write`` records per table each row's error in ``docs/nccl-validation.json``. Here the
+tables are simulated again and every row must give the recorded error (the model has not drifted from what the
+docs say) and every recorded table must be in ``docs/nccl.md`` with its plot. The default suite re-runs the tables
+that simulate in about a second; ``-m slow`` re-runs all of them. The tables are ``../shared/reference/nccl-tests``
+(skipped without it, an error where the corpus is required, as in CI).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+#: Set (CI does) to make missing tables an error, as for the corpus (``tests/conftest.py``).
+REQUIRE_ENV = "ETSIM_REQUIRE_CORPUS"
+CORPUS_REQUIRED = os.environ.get(REQUIRE_ENV, "") not in ("", "0")
+TABLES = REPO.parent / "shared" / "reference" / "nccl-tests" / "tables.jsonl"
+RECORD = REPO / "docs" / "nccl-validation.json"
+#: Tables of more GPUs than this run only with ``-m slow``.
+QUICK_GPUS = 16
+
+
+def _script() -> Any:
+    spec = importlib.util.spec_from_file_location("validate_nccl", REPO / "scripts" / "validate_nccl.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (its dataclasses look their module up)
+    spec.loader.exec_module(module)
+    return module
+
+
+VALIDATE = _script()
+
+
+def _tables() -> list[dict[str, Any]]:
+    if not TABLES.is_file():
+        return []
+    return VALIDATE.load_tables(TABLES)
+
+
+def _require_tables() -> None:
+    if not TABLES.is_file():
+        message = f"the nccl-tests tables are not at {TABLES} (put ../shared beside the clone)"
+        if CORPUS_REQUIRED:
+            pytest.fail(f"{message}; {REQUIRE_ENV} is set, so they must be", pytrace=False)
+        pytest.skip(message)
+
+
+def _params() -> list[Any]:
+    out = []
+    for table in _tables():
+        marks = [] if table["gpus"] <= QUICK_GPUS else [pytest.mark.slow]
+        out.append(pytest.param(table, id=table["id"], marks=marks))
+    return out or [pytest.param(None, id="no-tables")]
+
+
+@pytest.mark.parametrize("table", _params())
+def test_each_table_gives_the_recorded_errors(table: dict[str, Any] | None) -> None:
+    _require_tables()
+    assert table is not None
+    recorded = json.loads(RECORD.read_text())[table["id"]]
+    result = VALIDATE.run_table(table)
+    errors = [row["error"] for row in result["rows"]]
+    assert errors == pytest.approx(recorded["errors"], abs=1e-4), table["id"]
+    within, total, _ = VALIDATE.summary(result["rows"])
+    assert (within, total) == (recorded["within"], recorded["rows"])
+    assert [row["choice"] for row in result["rows"]] == recorded["choices"]
+
+
+def test_every_table_is_recorded_and_listed_in_the_docs_with_its_plot() -> None:
+    _require_tables()
+    recorded = json.loads(RECORD.read_text())
+    doc = (REPO / "docs" / "nccl.md").read_text()
+    for table in _tables():
+        assert table["id"] in recorded, table["id"]
+        assert f"`{table['id']}`" in doc and f"figures/nccl/{table['id']}.png" in doc, table["id"]
+        assert (REPO / "docs" / "figures" / "nccl" / f"{table['id']}.png").is_file()
+
+
+def test_the_docs_summary_is_the_record() -> None:
+    _require_tables()
+    recorded = json.loads(RECORD.read_text())
+    within = sum(r["within"] for r in recorded.values())
+    rows = sum(r["rows"] for r in recorded.values())
+    doc = (REPO / "docs" / "nccl.md").read_text()
+    assert f"**All tables: {within} of {rows} rows within tolerance" in doc
+
+
+def test_the_mapping_reads_metadata_only() -> None:
+    """A table's hardware and settings come from what its source states, never from its rows."""
+    table = {"id": "t", "gpu": "NVIDIA H100 80GB HBM3", "gpus": 32, "gpus_per_node": 8, "nodes": 4,
+             "intra": "NVLink4 via NVSwitch", "inter": "InfiniBand NDR, 8 x ConnectX-7 400 Gb/s per node",
+             "nccl_version": "2.21.5", "env": {"NCCL_ALGO": "Ring", "NCCL_MIN_CTAS": "16"},
+             "notes": "mpirun -np 32", "collective": "all_reduce", "rows": []}  # fmt: skip
+    case = VALIDATE.describe(table)
+    assert case.topology["gpu"] == "h100" and case.topology["intra"] == "nvswitch"
+    assert case.topology["nics_per_node"] == 8 and case.topology["nic_bandwidth"] == "50 GB/s"
+    assert case.topology["fabric"] == "ib" and case.system["nccl"] == {
+        "version": "2.21", "gpus_per_process": 1, "algo": "Ring", "min_channels": 16
+    }  # fmt: skip
+    rack = {**table, "gpu": "NVIDIA GB200", "gpus": 128, "gpus_per_node": 4, "nodes": 32,
+            "intra": "NVLink5 within each NVL72 rack (MNNVL)", "inter": "not stated"}  # fmt: skip
+    case = VALIDATE.describe(rack)
+    assert case.topology["gpus_per_node"] == 64 and any("racks" in flag for flag in case.flags)
+    assert any("not stated" in flag for flag in case.flags)
+
+
+def test_the_script_refuses_a_missing_tables_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = sys.argv
+    sys.argv = ["validate_nccl.py", "--tables", str(tmp_path / "none.jsonl")]
+    try:
+        assert VALIDATE.main() == 2
+    finally:
+        sys.argv = argv
+    assert "no tables at" in capsys.readouterr().err
