@@ -405,16 +405,17 @@ class System:
         The function gives, for a message of *bytes* from one rank to another, its wire bytes and the runtime's delay
         before it enters the network (``NcclAlgorithm.p2p_message``); None: plain messages (every other algorithm).
         """
-        algorithm = None
-        if not self.selection.table:
-            algorithm = self.selection.choose(CollectiveType.ALL_TO_ALL).algorithm
+        # The algorithm the run's configuration names for all-to-all, without choosing (no fallback warnings).
+        rule = next((r for r in self.selection.rules if r.is_default or r.collective == "all_to_all"), None)
+        if rule is not None:
+            algorithm = self.selection.resolve(rule.algorithm, rule.origin)[1]
+        elif self.selection.table:
+            return None
         else:
-            default = next((r for r in self.selection.rules if r.is_default), None)
-            if default is not None:
-                algorithm = self.selection.resolve(default.algorithm, default.origin)[1]
+            algorithm = self.selection.resolve(default_algorithm(CollectiveType.ALL_TO_ALL, self.topology))[1]
         if not getattr(algorithm, "serves_p2p", False):
             return None
-        return algorithm.p2p_message  # type: ignore[union-attr, no-any-return]
+        return algorithm.p2p_message  # type: ignore[attr-defined, no-any-return]
 
     def written_as_is(self) -> AbstractSet[str]:
         """Labels of the algorithms run with their files' own sizes (``families_as_written``), not the call's.
