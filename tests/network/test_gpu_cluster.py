@@ -10,6 +10,7 @@ from etsim.errors import TopologyError
 from etsim.network import load_network
 from etsim.network.builders import build_topology
 from etsim.network.kinds.gpu_cluster import PRESETS
+from etsim.system.config import load_system_config
 
 
 def test_the_dgx_a100_preset_is_an_nvswitch_node_dimension_and_a_rail_dimension() -> None:
@@ -75,7 +76,8 @@ def _one_message(topology: dict[str, object], src: int, dst: int, size: int) -> 
         elif rank == dst:
             b.recv(src, size, tag=1)
         traces.append(b.build())
-    return simulate(Workload(traces), topology=build_topology(topology, None), model="flow").finish_ns
+    plain = load_system_config({"nccl": {"p2p": False}})  # the network's closed form, not NCCL's ncclSend
+    return simulate(Workload(traces), topology=build_topology(topology, None), model="flow", system=plain).finish_ns
 
 
 def test_without_rails_a_nic_reaches_every_other_gpu_directly_and_nvlink_stays_inside_the_node() -> None:
