@@ -190,6 +190,8 @@ def test_rings_over_thousands_of_gpus_merge_nccls_steps_keeping_every_byte() -> 
     assert ring_steps(14) == [1] * 14
     merged = ring_steps(2 * (1024 - 1))
     assert len(merged) == RING_STEPS and sum(merged) == 2046 and max(merged) - min(merged) <= 1
+    # Eight rings over the rails share the budget: 4 super-steps each.
+    assert ring_steps(30, 8) == [8, 8, 7, 7] and ring_steps(3, 8) == [1, 1, 1]
 
 
 def test_an_8_byte_all_reduce_runs_on_128_ranks() -> None:

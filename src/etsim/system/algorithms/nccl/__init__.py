@@ -150,9 +150,10 @@ class NcclAlgorithm(CollectiveAlgorithm):
         """
         if algo in ("Ring", "PAT") and kind not in (C.BROADCAST, C.REDUCE):
             n = len(group)
-            hops = len(ring_steps(2 * (n - 1) if kind == C.ALL_REDUCE else n - 1))
+            orders = layout.ring_orders(self.hardware().intra)
+            hops = len(ring_steps(2 * (n - 1) if kind == C.ALL_REDUCE else n - 1, len(orders)))
             worst = 0.0
-            for order in layout.ring_orders(self.hardware().intra):
+            for order in orders:
                 edges = [self._route_latency(group[order[i]], group[order[(i + 1) % n]]) for i in range(n)]
                 ahead = edges * (hops // n + 2)
                 window = sum(ahead[:hops])

@@ -34,7 +34,7 @@ __all__ = ["MIN_WIRE_BYTES", "RING_STEPS", "Layout", "build_graph", "ring_steps"
 C = CollectiveType
 #: The smallest message on the wire (one 16-byte line): a call smaller than its ranks still moves flags and data.
 MIN_WIRE_BYTES = 16.0
-#: The most super-steps of a ring's graph (:func:`ring_steps`).
+#: The most messages a rank's rings send in a call's graph (:func:`ring_steps`).
 RING_STEPS = 32
 
 
@@ -168,14 +168,15 @@ def _scale(layout: Layout, plan: Plan, a: int, b: int) -> float:
     return plan.intra_scale if layout.same_node(a, b) else plan.inter_scale
 
 
-def ring_steps(steps: int) -> list[int]:
-    """NCCL's ring steps merged into the graph's super-steps: at most :data:`RING_STEPS`, as even as they divide.
+def ring_steps(steps: int, rings: int = 1) -> list[int]:
+    """NCCL's ring steps merged into the graph's super-steps, as even as they divide.
 
-    A super-step carries its steps' blocks in one message: the bytes on every link stay NCCL's, and the latency of
-    the steps it merges is the fixed delay's (``NcclAlgorithm``), so a ring over thousands of GPUs stays a graph of
-    at most 32 messages per rank and channel group.
+    At most :data:`RING_STEPS` messages per rank over its *rings* (channel groups), and at least 4 super-steps per
+    ring. A super-step carries its steps' blocks in one message: the bytes on every link stay NCCL's, and the
+    latency of the steps it merges is the fixed delay's (``NcclAlgorithm``), so a ring over thousands of GPUs, or
+    eight rings over the rails, stays a graph of a few dozen messages per rank.
     """
-    k = max(1, min(steps, RING_STEPS))
+    k = max(1, min(steps, max(4, RING_STEPS // max(1, rings))))
     base, extra = divmod(steps, k)
     return [base + (1 if i < extra else 0) for i in range(k)]
 
@@ -188,7 +189,7 @@ def _rings(
     n = len(layout.nodes)
     orders = layout.ring_orders(intra)
     block = nbytes / n / len(orders)
-    merged = ring_steps(2 * (n - 1) if kind == C.ALL_REDUCE else n - 1)
+    merged = ring_steps(2 * (n - 1) if kind == C.ALL_REDUCE else n - 1, len(orders))
     for g, order in enumerate(orders):
         at = order.index(position)
         nxt, prv = order[(at + 1) % n], order[(at - 1) % n]
