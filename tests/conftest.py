@@ -48,6 +48,14 @@ def corpus() -> Path:
     return require_corpus()
 
 
+@pytest.fixture
+def plugins_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plug-ins named by files import during the test, as under ``--allow-plugins``."""
+    from etsim.registry import PLUGINS_ENV
+
+    monkeypatch.setenv(PLUGINS_ENV, "1")
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     """The repository root."""

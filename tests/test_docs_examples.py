@@ -9,10 +9,14 @@ import pytest
 from etsim.chakra import TraceBuilder, Workload, load_workload
 from etsim.errors import EtsimWarning, RegistryError, TopologyError
 from etsim.network import NETWORK_MODELS, load_network
+from etsim.registry import PLUGINS_ENV
 from etsim.simulation import simulate
 
 
-def test_processing_switch_example(repo: Path) -> None:
+def test_processing_switch_example(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(TopologyError, match=r"switch8_processing.yaml: network.model: .* is a plug-in"):
+        load_network(repo / "docs" / "examples" / "switch8_processing.yaml")  # a file's plug-in needs the user's say
+    monkeypatch.setenv(PLUGINS_ENV, "1")  # as --allow-plugins does
     net = load_network(repo / "docs" / "examples" / "switch8_processing.yaml")
     assert net.model.endswith("processing_switch.py:ProcessingSwitchNetwork")
     assert net.options == {"processing": "200 ns"}
@@ -31,6 +35,7 @@ def test_processing_switch_example(repo: Path) -> None:
     assert result.ranks[2].finish_ns == pytest.approx(2 * one + 200 + 50_000 / 50, rel=1e-12)
 
 
+@pytest.mark.usefixtures("plugins_allowed")
 def test_file_plugins_report_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(RegistryError, match="no such file"):
         NETWORK_MODELS.get(str(tmp_path / "missing.py") + ":Model")

@@ -19,6 +19,8 @@ EXPORTED = {
     "Topology", "load_topology", "load_network", "NetworkConfig", "NetworkModel",
     # systems
     "SystemConfig", "load_system_config", "CollectiveAlgorithm",
+    # plug-ins
+    "allowing_plugins",
     # errors
     "EtsimError", "ConfigError", "DeadlockError", "RegistryError", "SimulationError", "TopologyError", "TraceError",
     "ValidationError", "EtsimWarning",

@@ -16,6 +16,8 @@ The public API, importable from ``etsim`` itself (each name loads its module whe
   :class:`NetworkModel` (the plug-in base of network models);
 - systems: :class:`SystemConfig`, :func:`load_system_config`, :class:`CollectiveAlgorithm` (the plug-in base of
   collective algorithms);
+- plug-ins: :func:`allowing_plugins` (``module:Class`` and ``file.py:Class`` names import code only inside it, or
+  with ``ETSIM_ALLOW_PLUGINS=1``: a downloaded file must not run code shipped with it);
 - errors: :class:`EtsimError` and its subclasses, :class:`EtsimWarning`.
 
 Layers (each a subpackage, depending downward only): ``chakra`` (the trace format), ``algo``, ``network``
@@ -60,6 +62,7 @@ _HOMES = {
     "SystemConfig": "system.config",
     "load_system_config": "system.config",
     "CollectiveAlgorithm": "system.algorithms.base",
+    "allowing_plugins": "registry",
 }
 
 __getattr__ = lazy_attributes(__name__, _HOMES)
@@ -72,6 +75,7 @@ if TYPE_CHECKING:
     from etsim.network.model import NetworkModel
     from etsim.network.topology import Topology
     from etsim.producers.workloads.base import generate
+    from etsim.registry import allowing_plugins
     from etsim.report.result import Result
     from etsim.simulation import Reports, Simulation, simulate
     from etsim.system.algorithms.base import CollectiveAlgorithm
@@ -100,6 +104,7 @@ __all__ = [
     "ValidationError",
     "Workload",
     "__version__",
+    "allowing_plugins",
     "generate",
     "load_network",
     "load_system_config",

@@ -9,26 +9,28 @@ algorithms, …). A name is resolved in this order:
 2. the entry-point group of the registry (loaded lazily, once; a name that clashes with an
    existing one triggers a warning and the first registration wins);
 3. a ``package.module:Class`` path, imported on demand, or ``path/to/file.py:Class`` (a user's
-   file, loaded once per path);
+   file, loaded once per path) — only where the user allowed it (:func:`plugins_allowed`): a name read from a
+   downloaded topology, system or job file must not run code shipped with it;
 4. otherwise :class:`~etsim.errors.RegistryError`, listing every available name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
 import pkgutil
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
 from types import ModuleType
 from typing import Generic, TypeVar
 
 from etsim.errors import RegistryError
 
-__all__ = ["Registry"]
+__all__ = ["PLUGINS_ENV", "Registry", "allowing_plugins", "plugins_allowed"]
 
 T = TypeVar("T")
 
@@ -36,6 +38,47 @@ T = TypeVar("T")
 #: Names with this prefix resolve like any other but are not listed to users (tests publish plug-ins
 #: under them to prove the entry-point path works).
 HIDDEN_PREFIX = "etsim-test-"
+
+
+#: The environment variable that lets ``module:Class`` and ``file.py:Class`` names import code: ``1`` for any
+#: name, else the names allowed, separated by ``;``. An environment variable (not module state) so that worker
+#: processes, forked or spawned, inherit the user's choice.
+PLUGINS_ENV = "ETSIM_ALLOW_PLUGINS"
+
+#: How a user allows plug-ins, for error messages.
+HOW_TO_ALLOW = "allow it with --allow-plugins (or ETSIM_ALLOW_PLUGINS=1; in Python, etsim.allowing_plugins())"
+
+
+def plugins_allowed(name: str) -> bool:
+    """Whether the import path *name* may be imported: etsim's own modules always, others when allowed.
+
+    Importing a module runs its code, so a name taken from a data file (a topology's ``network.model``, an
+    experiment's ``engine``) imports only what the user allowed: all plug-ins (``ETSIM_ALLOW_PLUGINS=1``, the
+    command line's ``--allow-plugins``) or this name (one the user typed in a flag).
+    """
+    module_name = name.rpartition(":")[0]
+    if module_name == "etsim" or module_name.startswith("etsim."):
+        return not module_name.endswith(".py")  # etsim's own code is installed, not shipped with a file
+    value = os.environ.get(PLUGINS_ENV, "").strip()
+    return value == "1" or name in value.split(";")
+
+
+@contextlib.contextmanager
+def allowing_plugins(names: Iterable[str] | None = None) -> Iterator[None]:
+    """Allow every plug-in (*names* ``None``) or the plug-ins *names* while the block runs (restored after)."""
+    before = os.environ.get(PLUGINS_ENV)
+    if names is None:
+        os.environ[PLUGINS_ENV] = "1"
+    else:
+        extra = ";".join(n for n in names if ":" in n and ";" not in n)
+        os.environ[PLUGINS_ENV] = ";".join(v for v in (before, extra) if v) if before != "1" else "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PLUGINS_ENV, None)
+        else:
+            os.environ[PLUGINS_ENV] = before
 
 
 def _load_file(path: str, kind: str, name: str) -> ModuleType:
@@ -172,6 +215,11 @@ class Registry(Generic[T]):
             if not module_name or not attr:
                 raise RegistryError(
                     f"{self.kind} {name!r}: expected 'package.module:Class' or 'file.py:Class' with both parts given"
+                )
+            if not plugins_allowed(name):
+                raise RegistryError(
+                    f"{self.kind} {name!r} is a plug-in: importing it runs its code, so {HOW_TO_ALLOW}, "
+                    f"or install it as an entry point of group {self.group}"
                 )
             if module_name.endswith(".py"):
                 module = _load_file(module_name, self.kind, name)

@@ -27,9 +27,11 @@ from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_ready
 from multiprocessing.process import BaseProcess
 from multiprocessing.reduction import ForkingPickler
+from types import FrameType
 from typing import Any, Generic, TypeVar
 
-from etsim.errors import SimulationError
+from etsim.errors import Interrupted, SimulationError
+from etsim.registry import PLUGINS_ENV
 
 __all__ = [
     "POLL",
@@ -43,6 +45,7 @@ __all__ = [
     "fork_jobs",
     "probe_workers",
     "run_in_workers",
+    "stop_on_signals",
 ]
 
 T = TypeVar("T")
@@ -60,6 +63,42 @@ def check_stop() -> None:
     """Raise KeyboardInterrupt if :data:`STOP` is set."""
     if STOP.is_set():
         raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def stop_on_signals(*, immediate: bool, again: str) -> Iterator[None]:
+    """Ctrl-C and SIGTERM stop a long job (a sweep, a search): workers are ended, what finished is kept.
+
+    - The handlers (installed even where SIGINT was ignored: a shell's background job) set :data:`STOP`, which
+      the pools check at safe points; with *immediate* (no pool) they raise KeyboardInterrupt at once too.
+    - A second signal ends the process at once, saying *again* (what continues the job); workers end themselves.
+    - The interrupt leaves the block as :class:`~etsim.errors.Interrupted` (the signal's number). Off the main
+      thread (no handlers there) the block runs as it is.
+    """
+    STOP.clear()
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if STOP.is_set():
+            os.write(2, f"etsim: stopped again, ending now ({again})\n".encode())
+            os._exit(128 + signum)
+        received.append(signum)
+        STOP.set()
+        if immediate:
+            raise KeyboardInterrupt
+
+    received: list[int] = []
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted(received[0] if received else signal.SIGINT) from None
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        STOP.clear()
 
 
 def default_jobs() -> int:
@@ -114,6 +153,12 @@ class _Job:
     initializer: Callable[..., None] | None
     initargs: tuple[Any, ...]
     finalizer: Callable[[], None] | None
+    environment: tuple[tuple[str, str | None], ...] = ()  # (PASSED_ENVIRONMENT's values when the run began)
+
+
+#: Environment variables a worker takes from the process that runs it (not from the worker server, which
+#: started earlier): the user's choices made since, such as the plug-ins allowed.
+PASSED_ENVIRONMENT = (PLUGINS_ENV,)
 
 
 def _start(ctx: Any, job: _Job, lifeline: Connection, alive: Connection) -> _Worker:
@@ -186,7 +231,8 @@ def run_in_workers(
     ctx = _context(start, preload)
     if ctx.get_start_method() == "forkserver" and tasks:
         _start_server()
-    job = _Job(function, initializer, initargs, finalizer)
+    environment = tuple((name, os.environ.get(name)) for name in PASSED_ENVIRONMENT)
+    job = _Job(function, initializer, initargs, finalizer, environment)
     lifeline, alive = ctx.Pipe(duplex=False)  # workers get the read end; only this process holds `alive`
     pool = _Pool(ctx, job, lifeline, alive, tasks)
     try:
@@ -377,6 +423,11 @@ def _serve(conn: Connection, lifeline: Connection, job: _Job, inherited: Connect
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # held by _signals_held
     threading.Thread(target=_watch, args=(lifeline, job.finalizer), name="etsim-lifeline", daemon=True).start()
+    for name, value in job.environment:
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     try:
         broken: BaseException | None = None
         if job.initializer is not None:

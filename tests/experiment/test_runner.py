@@ -21,10 +21,17 @@ from etsim.experiment.engines.local import _pool_round, run_local
 from etsim.experiment.spec import select_points
 from etsim.experiment.worker import PointOutcome, PointTask
 from etsim.producers.workloads import collective_workload
+from etsim.registry import PLUGINS_ENV
 from etsim.simulation import simulate
 from etsim.system.config import SystemConfig
 
 from .conftest import RING8, TROUBLE_MODEL, rows, without_wall
+
+
+@pytest.fixture(autouse=True)
+def _plugins_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The misbehaving model is a plug-in the experiments name: allowed here as ``--allow-plugins`` would."""
+    monkeypatch.setenv(PLUGINS_ENV, "1")
 
 
 def test_rows_match_simulate_and_every_point_has_config_and_report(small: Path, tmp_path: Path) -> None:

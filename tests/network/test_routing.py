@@ -17,6 +17,7 @@ from etsim.network import (
     uni_ring,
     with_failures,
 )
+from etsim.registry import allowing_plugins
 
 B, L = 50.0, 500.0
 
@@ -107,7 +108,10 @@ class LongWayRouter(Router):
 def test_custom_router_is_validated_and_pluggable():
     with pytest.raises(SimulationError, match="broken route"):
         BrokenRouter(ring(8, B, L)).lookup(3, 4)
-    cls = ROUTERS.get(f"{__name__}:LongWayRouter")
+    with pytest.raises(RegistryError, match="is a plug-in: importing it runs its code"):
+        ROUTERS.get(f"{__name__}:LongWayRouter")  # not without the user's say
+    with allowing_plugins():
+        cls = ROUTERS.get(f"{__name__}:LongWayRouter")
     assert nodes(cls(ring(8, B, L)), 0, 6) == [0, 1, 2, 3, 4, 5, 6]
     with pytest.raises(RegistryError, match="available: default, shortest"):
         ROUTERS.get("zigzag")

@@ -20,6 +20,7 @@ from etsim.producers.msccl import (
     write_msccl_et,
 )
 from etsim.producers.msccl.source import MscclAlgorithm, load_msccl_algorithm
+from etsim.registry import allowing_plugins
 from etsim.simulation import simulate
 from etsim.system.algorithms.base import CollectiveAlgorithm
 from etsim.system.config import SystemConfig
@@ -190,11 +191,12 @@ def test_chain_simulates_and_reduction_costs_count(tmp_path):
     # ... while its lowering is still timed: the same graphs, as an algorithm the suite vouches for.
     t = {}
     for red_bw in (None, 10.0):
-        r = simulate(
-            Workload(collective_workload(CollectiveType.ALL_REDUCE, size, 5)),
-            topology=fully_connected(5, 50.0, 500.0),
-            system=SystemConfig(algorithms={"default": f"{__file__}:ChainAlgorithm"}, reduction_bandwidth=red_bw),
-        )
+        with allowing_plugins([f"{__file__}:ChainAlgorithm"]):
+            r = simulate(
+                Workload(collective_workload(CollectiveType.ALL_REDUCE, size, 5)),
+                topology=fully_connected(5, 50.0, 500.0),
+                system=SystemConfig(algorithms={"default": f"{__file__}:ChainAlgorithm"}, reduction_bandwidth=red_bw),
+            )
         t[red_bw] = r.finish_ns
         assert r.network["messages"] == 4
         assert r.network["bytes"] == pytest.approx(4 * 3 / 4 * size)

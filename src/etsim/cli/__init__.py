@@ -4,6 +4,11 @@ Each sub-command lives in a module exposing ``register(subparsers)``, listed in 
 name → module; :data:`COMMAND_MODULES` is derived from it); the registered handler receives the parsed
 arguments and returns an exit code. Errors of type :class:`~etsim.errors.EtsimError` are printed as one
 ``etsim: error: …`` line with exit code 1.
+
+Plug-ins named as import paths (``package.module:Class``, ``file.py:Class``) load only when the user allows it:
+``--allow-plugins`` anywhere on the line allows every one, and a name the user typed on the command line (a
+flag's value, ``KEY=NAME`` or a comma-separated list item) is allowed by being typed; a name that only a file
+gives is refused (see :func:`etsim.registry.plugins_allowed`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any, NoReturn
 
 from etsim import __version__, progress
 from etsim.errors import EtsimError, EtsimWarning
+from etsim.registry import allowing_plugins
 
 __all__ = ["build_parser", "console", "main"]
 
@@ -56,6 +62,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         description="Simulate distributed ML systems from Chakra execution traces.",
     )
     parser.add_argument("--version", action="version", version=f"etsim {__version__}")
+    parser.add_argument(
+        "--allow-plugins",
+        action="store_true",
+        help="let files name plug-ins to import (module:Class, file.py:Class); accepted anywhere on the line. "
+        "Without it only plug-ins named on the command line or installed as entry points load",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for name in COMMAND_MODULES if command is None else (COMMANDS[command],):
@@ -110,8 +122,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + int(signum)
 
 
+def _typed_names(argv: Sequence[str]) -> set[str]:
+    """Every name the user typed on the line: each argument, its value after ``=``, its comma-separated items."""
+    names: set[str] = set()
+    for arg in argv:
+        for part in (arg, arg.partition("=")[2]):
+            names.add(part)
+            names.update(part.split(","))
+    return names
+
+
 def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    end = argv.index("--") if "--" in argv else len(argv)
+    allow_all = "--allow-plugins" in argv[:end]
+    argv = [a for i, a in enumerate(argv) if i >= end or a != "--allow-plugins"]
+    with allowing_plugins(None if allow_all else _typed_names(argv)):
+        return _run_parsed(argv)
+
+
+def _run_parsed(argv: list[str]) -> int:
     if argv and not argv[0].startswith("-"):
         # `etsim WORKLOAD …` means `etsim run WORKLOAD …`.
         if argv[0] not in COMMANDS:

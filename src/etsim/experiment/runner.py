@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from etsim.errors import ConfigError, Interrupted, RegistryError
-from etsim.experiment.engines import STOP, default_jobs, make_engine
+from etsim.errors import ConfigError, RegistryError
+from etsim.experiment.engines import default_jobs, make_engine
 from etsim.experiment.results import ResultsDir
 from etsim.experiment.spec import Experiment, select_points
 from etsim.experiment.worker import PointOutcome, PointTask
+from etsim.workers import stop_on_signals
 
 if TYPE_CHECKING:
     from etsim.experiment.engines import ExperimentEngine
@@ -111,42 +109,6 @@ class RunSummary:
     plot_note: str = ""
 
 
-@contextmanager
-def _stop_on_signals(*, immediate: bool) -> Iterator[None]:
-    """Ctrl-C and SIGTERM stop the sweep: workers are ended and the results files put in order.
-
-    The handlers set :data:`~etsim.experiment.engines.STOP`, which the parallel engines check at safe points.
-    With *immediate* (points run in this process, no pool locks to protect) they also raise
-    KeyboardInterrupt at once, so a long point is interrupted. A second signal ends the process at once:
-    every finished row is already on disk (``--resume`` sorts them in and drops a torn last line), and
-    the workers end themselves when this process is gone.
-    """
-    STOP.clear()
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if STOP.is_set():
-            os.write(2, b"etsim: stopped again, ending now (--resume continues the sweep)\n")
-            os._exit(128 + signum)
-        received.append(signum)
-        STOP.set()
-        if immediate:
-            raise KeyboardInterrupt
-
-    received: list[int] = []
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    except KeyboardInterrupt:
-        raise Interrupted(received[0] if received else signal.SIGINT) from None
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-        STOP.clear()
-
-
 def run_experiment(
     experiment: Experiment,
     *,
@@ -221,7 +183,7 @@ def _run_points(
     """Run the points *todo* on *runner* while a thread writes their configs; the results files closed after.
 
     Raises:
-        KeyboardInterrupt: Ctrl-C or SIGTERM (:func:`_stop_on_signals`).
+        KeyboardInterrupt: Ctrl-C or SIGTERM (:func:`~etsim.workers.stop_on_signals`).
     """
     tasks = [PointTask(p.id, p.spec) for p in todo]
     # The configs are written while the workers start and simulate (a thousand small files take as long as
@@ -232,7 +194,7 @@ def _run_points(
     writer.start()
     finished = False
     try:
-        with _stop_on_signals(immediate=runner.in_process(len(tasks))):
+        with stop_on_signals(immediate=runner.in_process(len(tasks)), again="--resume continues the sweep"):
             if tasks:
                 runner.run(tasks, on_outcome)
         finished = True

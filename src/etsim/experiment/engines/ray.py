@@ -8,6 +8,7 @@ file system). Ray does not retry tasks: a lost batch is run again point by point
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import threading
@@ -19,7 +20,7 @@ from etsim.errors import ConfigError
 from etsim.experiment.engines import ENGINES, Callback, ExperimentEngine, batch_size, batches, died
 from etsim.experiment.worker import PointTask, run_batch
 from etsim.options import Optional, Text, option
-from etsim.workers import POLL, check_stop
+from etsim.workers import PASSED_ENVIRONMENT, POLL, check_stop
 
 __all__ = ["RayEngine", "run_ray"]
 
@@ -82,7 +83,10 @@ def run_ray(tasks: Sequence[PointTask], on_outcome: Callback, jobs: int, address
     try:
         workers = max(1, int(ray.cluster_resources().get("CPU", jobs)))
         # Tasks are not retried by Ray: a lost batch is rerun point by point below, like the local pool.
-        remote = ray.remote(num_cpus=1, max_retries=0)(run_batch)
+        # The user's choices that live in the environment (plug-ins allowed) reach the cluster's workers.
+        passed = {name: os.environ[name] for name in PASSED_ENVIRONMENT if name in os.environ}
+        options: dict[str, Any] = {"runtime_env": {"env_vars": passed}} if passed else {}
+        remote = ray.remote(num_cpus=1, max_retries=0, **options)(run_batch)
         lost = _ray_round(ray, remote, batches(tasks, batch_size(len(tasks), workers, cap=64)), on_outcome)
         if lost:
             for task in _ray_round(ray, remote, batches(lost, 1), on_outcome):

@@ -201,7 +201,7 @@ def resolve_algorithm(
         try:
             return spec, source.load(spec, context)
         except RegistryError as exc:
-            raise ConfigError(str(exc)) from None
+            raise ConfigError(f"{origin}: {exc}") from None
         except ConfigError as exc:
             if isinstance(source, FamilySource):
                 names = ", ".join(ALGORITHMS.names())
