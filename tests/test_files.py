@@ -86,3 +86,52 @@ def test_read_into_fills_a_reused_buffer_and_declines_what_read_bytes_must_handl
     real_fstat = _os.fstat
     monkeypatch.setattr(_os, "fstat", lambda fd: type("S", (), {"st_size": real_fstat(fd).st_size - 1})())
     assert read_into(large, bytearray(1 << 16)) is None  # it has more bytes than it said: not trusted
+
+
+def test_only_regular_files_of_bounded_size_are_read(tmp_path: Path) -> None:
+    import os
+
+    from etsim.files import MAX_TEXT_BYTES, read_bytes, read_text
+
+    with pytest.raises(ConfigError, match=r"/dev/zero: cannot read the system file: it is not a regular file"):
+        read_text("/dev/zero", "system file")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)  # opening it to read would wait for a writer: it must be refused before that read
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match="not a regular file"):
+        read_text(fifo, "topology file")
+    assert time.perf_counter() - t0 < 5
+    big = tmp_path / "big.yaml"
+    with open(big, "wb") as f:
+        f.truncate(MAX_TEXT_BYTES + 1)  # sparse: no disk used
+    with pytest.raises(ConfigError, match=rf"big.yaml: the topology file has {MAX_TEXT_BYTES + 1:,} bytes, more than"):
+        read_text(big, "topology file")
+    (tmp_path / "small").write_bytes(b"12345")
+    assert read_bytes(tmp_path / "small", limit=5) == b"12345"
+    with pytest.raises(ConfigError, match="has 5 bytes, more than etsim reads \\(4\\)"):
+        read_bytes(tmp_path / "small", limit=4)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "WL", "--topology", "T", "--system", "/dev/zero"],
+        ["run", "WL", "--topology", "/dev/zero"],
+        ["report", "/dev/zero"],
+        ["experiment", "run", "/dev/zero"],
+    ],
+)
+def test_devices_given_as_inputs_are_one_line_errors(tmp_path: Path, args: list[str]) -> None:
+    import subprocess
+    import sys
+
+    from etsim.chakra import CollectiveType, Workload, write_workload
+    from etsim.producers import collective_workload
+
+    write_workload(Workload(collective_workload(CollectiveType.ALL_REDUCE, 1024, 4)), tmp_path / "wl")
+    (tmp_path / "t.yaml").write_text("kind: ring\nnpus: 4\nbandwidth: 1 GB/s\nlatency: 1 ns\n")
+    argv = [{"WL": str(tmp_path / "wl"), "T": str(tmp_path / "t.yaml")}.get(a, a) for a in args]
+    proc = subprocess.run([sys.executable, "-m", "etsim", *argv], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("etsim: error: /dev/zero: cannot read the ")
+    assert "not a regular file" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

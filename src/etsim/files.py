@@ -1,7 +1,9 @@
 """Reading inputs and writing outputs, with one-line errors instead of tracebacks.
 
 Every YAML/JSON configuration etsim reads goes through :func:`read_text` (a file that is not UTF-8
-is named with the offset of its first bad byte), every trace through :func:`read_bytes`, and every
+is named with the offset of its first bad byte), every trace through :func:`read_bytes` — both read regular
+files only (``/dev/zero``, a FIFO or a socket would never end) of at most :data:`MAX_TEXT_BYTES` or
+:data:`MAX_FILE_BYTES` — and every
 file etsim writes goes through :func:`write_text`/:func:`write_bytes` or :func:`make_parent` (a parent
 that cannot be created is named, and a path component that is a file is called that, not "File exists").
 """
@@ -9,14 +11,18 @@ that cannot be created is named, and a path component that is a file is called t
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
 import gzip
 import io
 import json
 import os
 import shutil
+import stat
 import tempfile
 import threading
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +31,14 @@ import yaml
 from etsim.errors import ConfigError, EtsimError
 
 __all__ = [
+    "MAX_FILE_BYTES",
     "MAX_NESTING",
+    "MAX_TEXT_BYTES",
     "MAX_VALUES",
     "ProcessDirectory",
     "check_size",
+    "directory_locked",
+    "lock_directory",
     "make_parent",
     "parse_json",
     "parse_yaml",
@@ -43,8 +53,14 @@ __all__ = [
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
+#: The largest file etsim reads (a trace, an MSCCL-IR file): the gzip limit's size (4 GiB).
+MAX_FILE_BYTES = 1 << 32
+#: The largest text file etsim reads (a YAML or JSON configuration, a result to report): 512 MiB.
+MAX_TEXT_BYTES = 1 << 29
+
+
 def read_text(path: str | os.PathLike[str], what: str = "file", error: type[EtsimError] = ConfigError) -> str:
-    """The text of *path*, decoded as UTF-8.
+    """The text of *path* (a regular file of at most :data:`MAX_TEXT_BYTES`), decoded as UTF-8.
 
     Args:
         path: the file.
@@ -56,7 +72,7 @@ def read_text(path: str | os.PathLike[str], what: str = "file", error: type[Etsi
             the file and, for bad bytes, the byte offset.
     """
     p = Path(path)
-    data = read_bytes(p, what, error)
+    data = read_bytes(p, what, error, limit=MAX_TEXT_BYTES)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -64,20 +80,37 @@ def read_text(path: str | os.PathLike[str], what: str = "file", error: type[Etsi
 
 
 def read_bytes(
-    path: str | os.PathLike[str], what: str = "file", error: type[EtsimError] = ConfigError, *, gunzip: bool = False
+    path: str | os.PathLike[str],
+    what: str = "file",
+    error: type[EtsimError] = ConfigError,
+    *,
+    gunzip: bool = False,
+    limit: int = MAX_FILE_BYTES,
 ) -> bytes:
     """The bytes of *path*; with *gunzip*, decompressed when they start with gzip's magic bytes.
 
     Raises:
-        EtsimError: (of class *error*) the file cannot be read, or is corrupt gzip data (named).
+        EtsimError: (of class *error*) the file cannot be read, is not a regular file (a device such as
+            ``/dev/zero``, a FIFO: reading would not end), is larger than *limit* bytes, or is corrupt gzip
+            data (named).
     """
     p = Path(path)
     try:
-        data = p.read_bytes()
+        # Non-blocking open: opening a FIFO to read would otherwise wait for a writer before fstat can refuse it.
+        with open(os.open(p, os.O_RDONLY | os.O_NONBLOCK), "rb") as stream:
+            info = os.fstat(stream.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a device, FIFO or socket)"
+                raise error(f"{p}: cannot read the {what}: it is {kind}")
+            if info.st_size > limit:
+                raise error(f"{p}: the {what} has {info.st_size:,} bytes, more than etsim reads ({limit:,})")
+            data = stream.read(limit + 1)
     except IsADirectoryError:
         raise error(f"{p}: cannot read the {what}: it is a directory") from None
     except OSError as exc:
         raise error(f"{p}: cannot read the {what}: {exc.strerror or exc}") from None
+    if len(data) > limit:  # it grew while read
+        raise error(f"{p}: the {what} has more than {limit:,} bytes, more than etsim reads")
     if gunzip and data[:2] == _GZIP_MAGIC:
         data = _gunzip(data, p, what, error)
     return data
@@ -275,19 +308,49 @@ def read_yaml_mapping(path: str | os.PathLike[str], what: str = "experiment") ->
             document that is not a mapping; the message names the file.
     """
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{p}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+    text = read_text(p, f"{what} file")
     data = parse_yaml(text, str(p))
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{p}: expected a mapping of {what} keys at the top level, got {kind}")
     return data, text
+
+
+def lock_directory(directory: str | os.PathLike[str], what: str, lock: str = ".etsim-lock") -> int:
+    """Take *directory*'s lock (``flock`` on its file *lock*, which names this process); return its descriptor.
+
+    The lock lasts until the descriptor is closed (or this process ends, however it ends).
+
+    Raises:
+        ConfigError: another process holds it (named, with *what* it is doing), or the file cannot be made.
+    """
+    path = Path(directory) / lock
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ConfigError(f"{directory}: cannot write there: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.read(fd, 64).decode("ascii", "replace").strip() or "another process"
+        os.close(fd)
+        raise ConfigError(
+            f"{directory} is being written by another {what} (etsim process {holder}): wait for it to end, or "
+            "choose another output directory"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
+
+
+@contextlib.contextmanager
+def directory_locked(directory: str | os.PathLike[str], what: str, lock: str = ".etsim-lock") -> Iterator[None]:
+    """Hold *directory*'s lock (:func:`lock_directory`) while the block runs."""
+    fd = lock_directory(directory, what, lock)
+    try:
+        yield
+    finally:
+        os.close(fd)
 
 
 class ProcessDirectory:

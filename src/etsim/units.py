@@ -77,7 +77,9 @@ MIN_BANDWIDTH = 1e-9
 #: Bandwidth unit → bytes per nanosecond.
 BANDWIDTH_UNITS: dict[str, float] = _bandwidth_units()
 #: Time unit → nanoseconds.
-TIME_UNITS: dict[str, float] = {"ps": 1e-3, "ns": 1.0, "us": 1e3, "µs": 1e3, "μs": 1e3, "ms": 1e6, "s": 1e9}
+TIME_UNITS: dict[str, float] = {
+    "ps": 1e-3, "ns": 1.0, "us": 1e3, "µs": 1e3, "μs": 1e3, "ms": 1e6, "s": 1e9, "min": 60e9, "h": 3600e9,
+}  # fmt: skip
 
 _QUANTITY = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([^\s\d].*?)?\s*$")
 
@@ -184,7 +186,7 @@ def parse_time(value: object, *, key: str | None = None, default_unit: str | Non
     number, unit = _split(value, "time", "500 ns", key, default_unit)
     factor = TIME_UNITS.get(unit)
     if factor is None:
-        raise ConfigError(f"{_where(key)}unknown time unit {unit!r} in {value!r}; use one of ps, ns, us, ms, s")
+        raise ConfigError(f"{_where(key)}unknown time unit {unit!r} in {value!r}; use one of ps, ns, us, ms, s, min, h")
     if number < 0:
         raise ConfigError(f"{_where(key)}time {value!r} is negative")
     return number * factor

@@ -3,6 +3,7 @@ resumes from its cache, and on constructed cases it finds the known optimum."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -317,3 +318,91 @@ def test_a_moe_job_and_a_plain_workload_are_searched_with_the_moves_they_declare
     spec = baseline(plain)
     assert {m.where for m in opt.moves(spec, ["all_reduce"])} == {"system"}
     assert opt.optimise(spec, budget=4).best.status == "ok"
+
+
+def test_an_output_path_that_is_a_file_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "README.md").write_text("mine\n")
+    assert main(["optimise", str(job_file(tmp_path)), "-o", str(tmp_path / "README.md")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("etsim: error: -o ") and "README.md: a file is there, not a directory" in err
+    assert len(err.strip().splitlines()) == 1 and (tmp_path / "README.md").read_text() == "mine\n"
+
+
+def test_a_second_search_on_the_same_directory_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+
+    from etsim.experiment.results import LOCK
+    from etsim.files import lock_directory
+
+    out = tmp_path / "out"
+    out.mkdir()
+    held = lock_directory(out, "optimise run", LOCK)  # a search running there (this process's pid in the file)
+    try:
+        assert main(["optimise", str(job_file(tmp_path)), "-o", str(out), "--budget", "2"]) == 1
+    finally:
+        os.close(held)
+    err = capsys.readouterr().err
+    assert f"is being written by another optimise run (etsim process {os.getpid()})" in err
+    assert not (out / "candidates.jsonl").exists()  # nothing simulated
+
+
+def test_the_time_limit_takes_the_units_the_docs_show_and_bounds_the_search(tmp_path: Path) -> None:
+    import time
+
+    from etsim.options import parse_options
+
+    for text, seconds in (("4 min", 240.0), ("240 s", 240.0), ("1 h", 3600.0)):
+        request = opt.OptimiseRequest(**parse_options(opt.OptimiseRequest, {"time": text}, text=True))
+        assert request.seconds == pytest.approx(seconds)
+    spec = baseline(job_file(tmp_path))
+    t0 = time.monotonic()
+    none = opt.optimise(spec, budget=40, seconds=0.0)
+    assert [c.path for c in none.evaluated] == [()] and none.timed_out  # the job as given always runs
+    limit = 3 * (time.monotonic() - t0)  # a few candidates' time (the whole search takes about 25)
+    t0 = time.monotonic()
+    seen = [t0]  # when each candidate was done: the gaps are the candidates' times (one at a time)
+    bounded = opt.optimise(spec, budget=40, seconds=limit, on_candidate=lambda c: seen.append(time.monotonic()))
+    elapsed = time.monotonic() - t0
+    assert bounded.timed_out and 1 < len(bounded.evaluated) < 40
+    slowest = max(b - a for a, b in itertools.pairwise(seen))
+    assert elapsed <= limit + slowest + 0.5  # the limit plus one candidate
+    assert bounded.best.iteration_ns == min(c.iteration_ns for c in bounded.evaluated if c.status == "ok" and c.fits)
+
+
+def test_ctrl_c_stops_the_search_keeping_what_finished(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    cache = out / "candidates.jsonl"
+    for sig, code, said in ((signal.SIGINT, 130, "etsim: interrupted"), (signal.SIGTERM, 143, "etsim: terminated")):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "etsim", "optimise", str(job_file(tmp_path)), "-o", str(out), "--budget", "40"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            # As a shell starts a job in the background: SIGINT ignored, so Python installs no handler of its own.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )
+        before = len(cache.read_text().splitlines()) if cache.exists() else 0
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (not cache.exists() or len(cache.read_text().splitlines()) < before + 2):
+            time.sleep(0.02)
+        proc.send_signal(sig)
+        t0 = time.monotonic()
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"optimise still running 30 s after {sig!r}")
+        assert time.monotonic() - t0 < 5
+        assert proc.returncode == code, err
+        text = err.decode()
+        assert text.rstrip().endswith(said) and "candidates finished are kept in" in text and "Traceback" not in text
+        kept = len(cache.read_text().splitlines())
+        assert kept >= before + 2
+    # The same command resumes: the kept candidates are not simulated again.
+    assert main(["optimise", str(job_file(tmp_path)), "-o", str(out), "--budget", "3", "-q"]) == 0

@@ -7,15 +7,18 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from etsim.errors import ConfigError, warn
 from etsim.experiment.engines import ENGINES
+from etsim.experiment.points import PointSpec
+from etsim.experiment.results import LOCK
 from etsim.experiment.spec import load_experiment
-from etsim.files import write_text
+from etsim.files import directory_locked, make_parent, write_text
 from etsim.options import add_arguments, arguments_given, flag_name, parse_options
-from etsim.tuning.optimise import Candidate, OptimiseRequest, move_kinds, optimise
+from etsim.tuning.optimise import Candidate, OptimiseRequest, OptimiseResult, move_kinds, optimise
 from etsim.tuning.optimise_outputs import write_outputs
 from etsim.units import format_time
 
@@ -63,6 +66,37 @@ def _job_file(args: argparse.Namespace, tmp: str) -> Path:
     return path
 
 
+def _search(
+    args: argparse.Namespace, request: OptimiseRequest, spec: PointSpec, out: Path
+) -> tuple[OptimiseResult, dict[str, Any]]:
+    """Run the search from *spec*, showing each candidate (unless quiet); write its outputs to *out*."""
+    cache = out / "candidates.jsonl"
+
+    def show(c: Candidate) -> None:
+        if not args.quiet:
+            what = "; ".join(m.describe() for m in c.path) or "the job as given"
+            when = format_time(c.iteration_ns) if c.status == "ok" else f"failed ({c.error.splitlines()[0]})"
+            fit = "" if c.fits else " (does not fit in GPU memory)"
+            print(f"  {when}{fit}: {what}", file=sys.stderr)
+
+    try:
+        result = optimise(
+            spec,
+            budget=request.budget,
+            seconds=request.seconds,
+            engine=request.engine,
+            jobs=request.jobs,
+            cache=cache,
+            on_candidate=show,
+            kinds=request.moves,
+        )
+    except KeyboardInterrupt:
+        kept = sum(1 for line in cache.read_text().splitlines() if line.strip()) if cache.exists() else 0
+        print(f"etsim: {kept} candidates finished are kept in {cache}: the same command resumes", file=sys.stderr)
+        raise
+    return result, write_outputs(result, out)
+
+
 def cmd_optimise(args: argparse.Namespace) -> int:
     """Search, write the outputs, print the gain."""
     request = OptimiseRequest(**parse_options(OptimiseRequest, arguments_given(args, OptimiseRequest), key=flag_name,
@@ -79,26 +113,13 @@ def cmd_optimise(args: argparse.Namespace) -> int:
         if unknown:
             raise ConfigError(f"--moves: unknown kind {unknown[0]!r}; valid: {', '.join(valid)}")
         out = Path(args.output)
-        out.mkdir(parents=True, exist_ok=True)
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"-o {out}: a file is there, not a directory; choose another output directory")
+        make_parent(out / LOCK)
+        # Held while the search writes here: a second search writing here would run every candidate twice.
+        with directory_locked(out, "optimise run", LOCK):
+            result, report = _search(args, request, experiment.points[0].spec, out)
 
-        def show(c: Candidate) -> None:
-            if not args.quiet:
-                what = "; ".join(m.describe() for m in c.path) or "the job as given"
-                when = format_time(c.iteration_ns) if c.status == "ok" else f"failed ({c.error.splitlines()[0]})"
-                fit = "" if c.fits else " (does not fit in GPU memory)"
-                print(f"  {when}{fit}: {what}", file=sys.stderr)
-
-        result = optimise(
-            experiment.points[0].spec,
-            budget=request.budget,
-            seconds=request.seconds,
-            engine=request.engine,
-            jobs=request.jobs,
-            cache=out / "candidates.jsonl",
-            on_candidate=show,
-            kinds=request.moves,
-        )
-        report = write_outputs(result, out)
     if args.quiet:
         print(format_time(report["best_ns"]))
         return 0
@@ -106,6 +127,8 @@ def cmd_optimise(args: argparse.Namespace) -> int:
         f"baseline {format_time(report['baseline_ns'])}, best {format_time(report['best_ns'])} "
         f"({100 * report['gain']:.1f}% faster) after {report['candidates']} candidates"
     )
+    if result.timed_out:
+        print(f"the time limit ended the search: the best of {report['candidates']} candidates is shown")
     if not report["best_fits"]:
         warn(
             "no candidate fits in GPU memory (the generator's estimate), the job as given included: the best "

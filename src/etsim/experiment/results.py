@@ -19,7 +19,6 @@ identical inputs give identical files whatever order the points finished in.
 from __future__ import annotations
 
 import csv
-import fcntl
 import io
 import json
 import math
@@ -35,7 +34,7 @@ import yaml
 from etsim.errors import ConfigError
 from etsim.experiment.spec import Experiment, Point, point_config
 from etsim.experiment.worker import PointOutcome
-from etsim.files import make_parent
+from etsim.files import lock_directory, make_parent
 
 __all__ = ["LOCK", "MARKER", "ResultsDir", "read_results"]
 
@@ -216,23 +215,7 @@ class ResultsDir:
 
     def _take_lock(self) -> None:
         """Hold the directory's lock until :meth:`close`; a sweep already writing here is named in the error."""
-        path = self.dir / LOCK
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise ConfigError(f"{self.dir}: cannot write the results there: {exc.strerror or exc}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.read(fd, 64).decode("ascii", "replace").strip() or "another process"
-            os.close(fd)
-            raise ConfigError(
-                f"{self.dir} is being written by another sweep (etsim process {holder}): wait for it to end, or "
-                "choose another --out"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self._lock = fd
+        self._lock = lock_directory(self.dir, "sweep", LOCK)
 
     def write_configs(self, points: Iterable[Point], stop: threading.Event | None = None) -> None:
         """Write ``points/<id>/config.yaml`` of each point, until *stop* is set.

@@ -154,8 +154,7 @@ def msccl_files(
             others += 1
             continue
         src = Path(rule.algorithm if os.path.isabs(rule.algorithm) else os.path.join(base_dir, rule.algorithm))
-        read_text(src, "MSCCL-IR file")  # a missing or unreadable file is one error line naming it
-        data = src.read_bytes()
+        data = read_text(src, "MSCCL-IR file").encode()  # a missing or unreadable file is one error line naming it
         try:
             root = etree.fromstring(data)
         except etree.XMLSyntaxError as exc:

@@ -49,6 +49,7 @@ from etsim.experiment.worker import PointOutcome, PointTask, point_workload
 from etsim.options import Integer, ListOf, Optional, Parser, Text, Time, option
 from etsim.producers.workloads.base import generator_of, normalize
 from etsim.system.algorithms.sources import claiming_source
+from etsim.workers import stop_on_signals
 
 __all__ = [
     "MOVE_KINDS",
@@ -106,7 +107,10 @@ class OptimiseRequest:
 
     budget: int = option(40, "candidates to simulate at most", Integer(1))
     time: float | None = option(
-        None, "stop starting new rounds after this long (e.g. '5 min')", Optional(Time()), metavar="TIME"
+        None,
+        "start no candidate after this long (e.g. '5 min', '1 h'): the search ends within it plus one candidate",
+        Optional(Time()),
+        metavar="TIME",
     )
     jobs: int = option(1, "candidates simulated at once", Integer(1))
     moves: frozenset[str] | None = option(
@@ -172,6 +176,8 @@ class OptimiseResult:
     and after it."""
     history: list[float]
     """Best time after each evaluated candidate."""
+    timed_out: bool = False
+    """Whether the search ended because its time was up (the best is the best so far)."""
 
 
 def moves(spec: PointSpec, collectives: list[str]) -> list[Move]:
@@ -332,23 +338,26 @@ def optimise(
     Raises:
         ConfigError: the baseline itself cannot be simulated (its message).
     """
-    search = _Search(budget, ENGINES.get(engine)(jobs=jobs), _cached(cache), cache, on_candidate, kinds)
-    t0 = time.monotonic()
+    deadline = None if seconds is None else time.monotonic() + seconds
+    search = _Search(budget, ENGINES.get(engine)(jobs=jobs), _cached(cache), cache, on_candidate, kinds, deadline)
     base = Candidate(baseline, ())
-    search.evaluate([base])
-    if base.status != "ok":
-        raise ConfigError(f"the job as given cannot be simulated: {base.error}")
-    best = base
-    accepted: list[tuple[tuple[Move, ...], float, float]] = []
-    collectives = _collectives(baseline)
-    search.begin(base)
-    while len(search.evaluated) < budget and (seconds is None or time.monotonic() - t0 < seconds):
-        winner = search.round(best, collectives)
-        if winner is None or (best.fits and not winner.iteration_ns < best.iteration_ns):
-            break  # a local optimum: no move from the best helps (a best that does not fit takes any that does)
-        accepted.append((winner.path[len(best.path) :], best.iteration_ns, winner.iteration_ns))
-        best = winner
-    return OptimiseResult(base, best, search.evaluated, accepted, search.history)
+    # Ctrl-C and SIGTERM end the search at once (every candidate finished is in the cache: a second run resumes).
+    again = f"the candidates finished are in {cache}: run again to resume" if cache else "nothing kept"
+    with stop_on_signals(immediate=True, again=again):
+        search.evaluate([base], first=True)
+        if base.status != "ok":
+            raise ConfigError(f"the job as given cannot be simulated: {base.error}")
+        best = base
+        accepted: list[tuple[tuple[Move, ...], float, float]] = []
+        collectives = _collectives(baseline)
+        search.begin(base)
+        while len(search.evaluated) < budget and not search.out_of_time():
+            winner = search.round(best, collectives)
+            if winner is None or (best.fits and not winner.iteration_ns < best.iteration_ns):
+                break  # a local optimum: no move from the best helps (a best that does not fit takes any that does)
+            accepted.append((winner.path[len(best.path) :], best.iteration_ns, winner.iteration_ns))
+            best = winner
+    return OptimiseResult(base, best, search.evaluated, accepted, search.history, search.out_of_time())
 
 
 def _cached(cache: Path | None) -> dict[str, dict[str, Any]]:
@@ -356,9 +365,11 @@ def _cached(cache: Path | None) -> dict[str, dict[str, Any]]:
     done: dict[str, dict[str, Any]] = {}
     if cache is not None and cache.exists():
         for line in cache.read_text().splitlines():
-            if line.strip():
+            try:
                 entry = json.loads(line)
                 done[entry["key"]] = entry
+            except (ValueError, TypeError, KeyError):
+                continue  # a line torn by a kill (or blank): that candidate runs again
     return done
 
 
@@ -373,8 +384,10 @@ class _Search:
         cache: Path | None,
         on_candidate: Callable[[Candidate], None] | None,
         kinds: frozenset[str] | None,
+        deadline: float | None = None,
     ) -> None:
         self.budget = budget
+        self.deadline = deadline
         self.runner = runner
         self.done = done
         self.cache = cache
@@ -390,23 +403,41 @@ class _Search:
         self.tried.add(base.key)
         self.watch = progress.stage("optimising", self.budget, "candidates")
 
-    def evaluate(self, batch: list[Candidate]) -> None:
-        """Simulate the candidates of *batch* not cached yet (cache them), and record every one."""
+    def out_of_time(self) -> bool:
+        """Whether the search's time is up (no candidate may start now)."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def evaluate(self, batch: list[Candidate], *, first: bool = False) -> list[Candidate]:
+        """Simulate the candidates of *batch* not cached yet (cache them), record each; return those recorded.
+
+        Under a time limit, candidates start a round of the engine's workers at a time and none starts once the
+        time is up (the job as given, *first*, always runs): the search ends within its time plus one candidate's.
+        """
         done = self.done
         fresh = [c for c in batch if c.key not in done]
-        outcomes: dict[str, PointOutcome] = {}
-        if fresh:
-            tasks = [PointTask(str(i), c.spec) for i, c in enumerate(fresh)]
-            self.runner.run(tasks, lambda o: outcomes.__setitem__(o.id, o))
-        for i, c in enumerate(fresh):
-            o = outcomes.get(str(i))
-            entry: dict[str, Any] = {"key": c.key, "status": "failed", "error": "lost", "metrics": {}, "fits": False}
-            if o is not None:
-                entry = {"key": c.key, "status": o.status, "error": o.error, "metrics": o.metrics, "fits": _fits(o)}
-            done[c.key] = entry
+
+        def record(key: str, entry: dict[str, Any]) -> None:
+            # As each finishes, so that an interrupted search keeps every candidate it finished.
+            done[key] = entry
             if self.cache is not None:
                 with self.cache.open("a") as f:
                     f.write(json.dumps(entry, sort_keys=True) + "\n")
+
+        def finished(o: PointOutcome) -> None:
+            key = fresh[int(o.id)].key
+            record(key, {"key": key, "status": o.status, "error": o.error, "metrics": o.metrics, "fits": _fits(o)})
+
+        step = len(fresh) if self.deadline is None or first else max(1, self.runner.jobs)
+        started = 0
+        while started < len(fresh) and (first or not self.out_of_time()):
+            tasks = [PointTask(str(i), fresh[i].spec) for i in range(started, min(started + step, len(fresh)))]
+            self.runner.run(tasks, finished)
+            started += len(tasks)
+        for c in fresh[:started]:
+            if c.key not in done:
+                record(c.key, {"key": c.key, "status": "failed", "error": "lost", "metrics": {}, "fits": False})
+        unstarted = {c.key for c in fresh[started:]}
+        batch = [c for c in batch if c.key not in unstarted]
         history = self.history
         for c in batch:
             entry = done[c.key]
@@ -418,6 +449,7 @@ class _Search:
             history.append(min(history[-1], counted) if history else counted)
             if self.on_candidate is not None:
                 self.on_candidate(c)
+        return batch
 
     def _advance(self, count: int) -> None:
         if self.watch is not None:
@@ -448,7 +480,7 @@ class _Search:
         batch = self.fresh(_step(best.spec, best.path, options))
         if not batch:
             return None
-        self.evaluate(batch)
+        batch = self.evaluate(batch)
         self._advance(len(batch))
         # The fastest moves that do not fit in memory, each with one, two, three … moves that save memory.
         unfit = sorted(
@@ -459,9 +491,9 @@ class _Search:
             ),
             key=lambda c: c.iteration_ns,
         )[:REPAIRED]
-        repairs = self.fresh(r for c in unfit for r in _repaired(c, kinds))
+        repairs = self.fresh(r for c in unfit for r in _repaired(c, kinds)) if not self.out_of_time() else []
         if repairs:
-            self.evaluate(repairs)
+            repairs = self.evaluate(repairs)
             self._advance(len(repairs))
         return min(
             (c for c in batch + repairs if c.status == "ok" and c.fits), key=lambda c: c.iteration_ns, default=None

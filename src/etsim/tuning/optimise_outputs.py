@@ -8,7 +8,7 @@ from typing import Any
 
 from etsim.experiment.points import PointSpec
 from etsim.experiment.worker import point_workload
-from etsim.files import write_text
+from etsim.files import parse_yaml, read_text, write_text
 from etsim.tuning.optimise import OptimiseResult, _recorded_run
 
 __all__ = ["write_outputs"]
@@ -53,7 +53,7 @@ def write_outputs(result: OptimiseResult, out: Path) -> dict[str, Any]:
     if isinstance(spec.topology, dict):
         topology = json.loads(json.dumps(spec.topology))
     elif isinstance(spec.topology, str):
-        topology = yaml.safe_load(Path(spec.topology).read_text())
+        topology = parse_yaml(read_text(spec.topology, "topology file"), spec.topology) or {}
     network = dict(topology.get("network", {}) or {})
     network.update({"model": spec.model, **spec.model_options})
     topology["network"] = network

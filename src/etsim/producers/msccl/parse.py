@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from pathlib import Path
 
 from lxml import etree
 
+from etsim.errors import ConfigError
+from etsim.files import read_bytes
 from etsim.producers.msccl.ir import (
     BUFFERS,
     COLLECTIVES,
@@ -151,9 +152,9 @@ def _read_source(source: str | os.PathLike[str] | bytes, name: str | None) -> tu
         return name or "<string>", source
     path = name or os.fspath(source)
     try:
-        return path, Path(source).read_bytes()
-    except OSError as exc:
-        raise MscclError(path, f"cannot read: {exc.strerror or exc}") from None
+        return path, read_bytes(source, "MSCCL-IR file")
+    except ConfigError as exc:
+        raise MscclError(path, str(exc).removeprefix(f"{os.fspath(source)}: ")) from None
 
 
 def _parse_xml(path: str, data: bytes) -> etree._Element:
