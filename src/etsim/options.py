@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, EtsimError
 from etsim.units import parse_bandwidth, parse_size, parse_time
 
 __all__ = [
@@ -152,15 +152,26 @@ def parse_options(
             out[name] = None  # a plain-function parser never sees null where null is the default
         elif parse is None:
             out[name] = value
-        elif text and isinstance(value, str) and isinstance(parse, Parser):
-            out[name] = parse.from_text(value, key=key(name))
         else:
-            out[name] = parse(value, key=key(name))
+            try:
+                if text and isinstance(value, str) and isinstance(parse, Parser):
+                    out[name] = parse.from_text(value, key=key(name))
+                else:
+                    out[name] = parse(value, key=key(name))
+            except (ValueError, TypeError, ArithmeticError) as exc:  # a plug-in's parser: one line, not a traceback
+                if isinstance(exc, EtsimError):
+                    raise
+                raise ConfigError(f"{key(name)}: {value!r} refused: {type(exc).__name__}: {exc}") from None
     for name, f in fields.items():
         if name not in out and _required(f):
             required = ", ".join(n for n, g in fields.items() if _required(g))
             raise ConfigError(missing.format(key=key(name), name=name, required=required))
     return out
+
+
+def plain_help(text: str) -> str:
+    """Docstring text for a terminal: Sphinx roles and literals as plain words (:mod:`x` and ``x`` become x)."""
+    return re.sub(r"``([^`]+)``", r"\1", re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text))
 
 
 # --- the command line -------------------------------------------------------------------------------------------

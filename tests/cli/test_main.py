@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from etsim.cli import COMMAND_MODULES, COMMANDS, build_parser
+from etsim.cli import COMMAND_MODULES, COMMANDS, build_parser, main
 
 
 def test_command_table_names_what_each_module_registers():
@@ -103,3 +103,13 @@ def test_the_command_turns_numpys_huge_page_advice_off_unless_told(tmp_path, env
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "state").read_text() == advised
+
+
+def test_help_shows_no_sphinx_markup(capsys: pytest.CaptureFixture[str]) -> None:
+    from etsim.producers.workloads.base import WORKLOAD_GENERATORS
+
+    for name in WORKLOAD_GENERATORS.names():
+        with pytest.raises(SystemExit):
+            main(["workload", "gen", name, "--help"])
+        out = capsys.readouterr().out
+        assert ":mod:" not in out and ":class:" not in out and ":func:" not in out and "``" not in out, name

@@ -199,3 +199,38 @@ def test_a_one_rank_workload_runs_on_the_ring_of_two_the_readme_names(
     out = capsys.readouterr().out
     assert "finish time: 3 us" in out and "default ring of 2 NPUs" in out
     assert "a one-rank workload gets a ring of 2 NPUs" in (repo / "README.md").read_text().replace("\n", " ")
+
+
+def test_more_ranks_than_npus_is_refused_before_any_trace_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from etsim.chakra import CollectiveType, Workload, write_workload
+    from etsim.cli import run as run_cli
+    from etsim.producers import collective_workload
+
+    write_workload(Workload(collective_workload(CollectiveType.ALL_REDUCE, 1024, 16)), tmp_path / "wl")
+    (tmp_path / "t.yaml").write_text("kind: ring\nnpus: 8\nbandwidth: 1 GB/s\nlatency: 1 ns\n")
+    read: list[object] = []
+    original = run_cli.load_workload
+    monkeypatch.setattr(run_cli, "load_workload", lambda *a, **k: read.append(a) or original(*a, **k))
+    assert main(["run", str(tmp_path / "wl"), "--topology", str(tmp_path / "t.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert f"the workload has 16 ranks but topology {tmp_path / 't.yaml'} has only 8 NPUs" in err
+    assert read == []
+
+
+def test_a_file_that_is_not_a_trace_is_called_that(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    assert main(["run", str(readme)]) == 1
+    assert f"{readme}: not a Chakra ET file: it is text ('# etsim'" in capsys.readouterr().err
+    (tmp_path / "noise.et").write_bytes(bytes(range(7, 256)) * 20)
+    assert main(["inspect", str(tmp_path / "noise.et")]) == 1
+    assert "first frame is no GlobalMetadata with a version either: not a Chakra ET file" in capsys.readouterr().err
+    # A real trace cut short is still called truncated.
+    from etsim.chakra import CollectiveType, Workload, write_workload
+    from etsim.producers import collective_workload
+
+    (path,) = write_workload(Workload(collective_workload(CollectiveType.ALL_REDUCE, 1024, 1)), tmp_path / "one")
+    path.write_bytes(path.read_bytes()[:-3])
+    assert main(["inspect", str(path)]) == 1
+    assert "(truncated file?)" in capsys.readouterr().err

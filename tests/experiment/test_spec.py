@@ -184,7 +184,9 @@ def test_unreadable_files_are_clean_errors(tmp_path: Path) -> None:
     ):
         load_experiment(tmp_path / "list.yaml")
     (tmp_path / "latin1.yaml").write_bytes("name: caf\xe9\n".encode("latin-1"))
-    with pytest.raises(ConfigError, match=r"latin1.yaml: the experiment file is not UTF-8 text \(byte 0xe9 at offset 9\)"):
+    with pytest.raises(
+        ConfigError, match=r"latin1.yaml: the experiment file is not UTF-8 text \(byte 0xe9 at offset 9\)"
+    ):
         load_experiment(tmp_path / "latin1.yaml")
     (tmp_path / "dup.yaml").write_text("name: a\nname: b\n")
     with pytest.raises(ConfigError, match=r"dup.yaml: invalid YAML: .*duplicate key 'name'"):

@@ -47,6 +47,8 @@ def test_a_single_node_has_only_its_nvswitch() -> None:
         ({"preset": "tpu-v4", "gpus": 8}, "unknown GPU cluster 'tpu-v4'"),
         ({"gpus": 8}, "missing"),
         ({"preset": "dgx-a100", "gpus": 16, "oversubscription": 0.5}, "oversubscription"),
+        ({"preset": "dgx-a100", "gpus": 16, "oversubscription": float("inf")}, "oversubscription: expected a finite"),
+        ({"preset": "dgx-a100", "gpus": 16, "oversubscription": float("nan")}, "oversubscription: expected a finite"),
         ({"preset": "dgx-a100", "gpus": 16, "rails": 2}, "unknown key"),
         ({"preset": "dgx-a100", "gpus": 16, "nic_bandwidth": "fast"}, "nic_bandwidth"),
     ],

@@ -1,5 +1,6 @@
 import importlib.metadata
 import math
+from pathlib import Path
 
 import pytest
 import simpy
@@ -307,3 +308,40 @@ def test_delivery_time_monotonic_in_size(name, packet, sizes, dst):
         return run(make(name, t, **options), [*background, (0, 0, dst, size)])[-1]
 
     assert time_for(small) <= time_for(large)
+
+
+def test_a_plugins_own_option_errors_are_one_line_naming_the_option_and_model(tmp_path: Path) -> None:
+    """A user's option parser (or Options check) that raises ValueError is a clean error, never a traceback."""
+    import subprocess
+    import sys
+
+    (tmp_path / "picky.py").write_text(
+        "from dataclasses import dataclass\n"
+        "from etsim.network.models.link import LinkNetwork\n"
+        "from etsim.options import option\n"
+        "def speed(value, key):\n"
+        "    return float(value)  # ValueError on 'fast'\n"
+        "class Picky(LinkNetwork):\n"
+        "    @dataclass(frozen=True, kw_only=True)\n"
+        "    class Options(LinkNetwork.Options):\n"
+        "        speed: float = option(1.0, 'a speed', speed)\n"
+        "        def __post_init__(self):\n"
+        "            if self.speed < 0:\n"
+        "                raise ValueError('speed must not be negative')\n"
+    )
+    for value, said in (
+        ("fast", "network.speed: 'fast' refused: ValueError: could not convert string to float: 'fast'"),
+        ("-1", "network: network model Picky refused its options (speed='-1'): ValueError: speed must not be"),
+    ):
+        (tmp_path / "t.yaml").write_text(
+            "kind: ring\nnpus: 4\nbandwidth: 1 GB/s\nlatency: 1 ns\n"
+            f"network: {{model: picky.py:Picky, speed: '{value}'}}\n"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-m", "etsim", "topology", "show", str(tmp_path / "t.yaml"), "--allow-plugins"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

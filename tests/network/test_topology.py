@@ -171,3 +171,18 @@ def test_failures():
 
 def test_graph_is_networkx_digraph():
     assert isinstance(torus([2, 2], B, L).graph, nx.DiGraph)
+
+
+@pytest.mark.parametrize(
+    ("bandwidth", "latency"), [(float("inf"), 1.0), (0.0, 1.0), (float("nan"), 1.0), (1.0, float("inf"))]
+)
+def test_a_derived_rate_that_is_not_finite_and_positive_is_refused(bandwidth: float, latency: float) -> None:
+    """Builders derive rates (a bandwidth over an oversubscription): the topology refuses any that is not physical."""
+    from etsim.network.topology import Topology
+
+    graph = nx.DiGraph()
+    graph.add_nodes_from([0, 1])
+    graph.add_edge(0, 1, bandwidth=bandwidth, latency=latency)
+    graph.add_edge(1, 0, bandwidth=1.0, latency=1.0)
+    with pytest.raises(TopologyError, match=r"link 0 -> 1 has bandwidth .* expected a positive, finite bandwidth"):
+        Topology(graph, 2, kind="custom", name="t")

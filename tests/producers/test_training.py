@@ -230,6 +230,10 @@ def test_collectives_are_issued_in_the_same_order_on_every_group_member_and_vali
         ({"tp": 3}, "heads (8) is not a multiple of tp 3"),
         ({"schedule": "interleaved", "virtual_stages": 2, "pp": 2, "global_batch": 3}, "multiple of pp 2"),
         ({"virtual_stages": 2}, "needs schedule interleaved"),
+        (
+            {"schedule": "interleaved", "pp": 2},
+            "interleaved needs virtual_stages >= 2 (model chunks",
+        ),
         ({"ep": 2, "dp": 2}, "must divide dp 2 and the model's experts (0)"),
         ({"precision": "fp8", "gpu": "a100-80gb"}, "no FP8"),
         ({"model": "gpt-5"}, "neither a model preset"),

@@ -304,3 +304,22 @@ def test_result_json_lists_the_warnings(tmp_path: Path) -> None:
     with pytest.warns(EtsimWarning):
         result = simulate(wl(b))
     assert json.loads(result.to_json())["warnings"] == result.warnings != []
+
+
+def test_times_past_2_to_the_53_ns_are_said_to_be_inexact() -> None:
+    """A float holds every ns only to 2^53 ns: a 1e15 us compute before an all-reduce makes its time inexact."""
+    builders = []
+    for rank in range(4):
+        b = TraceBuilder(rank)
+        b.collective(AR, MiB, deps=[b.comp("c", duration_micros=10**15)])
+        builders.append(b)
+    with pytest.warns(EtsimWarning, match=r"past 2\^53 ns \(104 days\).*steps of 128 ns"):
+        simulate(wl(*builders), topology=ring(4, B, L))
+    short = []
+    for rank in range(4):
+        b = TraceBuilder(rank)
+        b.collective(AR, MiB, deps=[b.comp("c", duration_micros=10**9)])  # 11.6 days: exact
+        short.append(b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        simulate(wl(*short), topology=ring(4, B, L))

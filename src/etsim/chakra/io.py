@@ -216,7 +216,10 @@ def read_trace(
     data = read_bytes(p)
     if not data:
         raise TraceError(f"{p}: empty file (a trace starts with a GlobalMetadata frame)")
-    starts, ends = frame_spans(data, p)
+    try:
+        starts, ends = frame_spans(data, p)
+    except TraceError as exc:
+        raise TraceError(_not_chakra(data, p, str(exc))) from None
     metadata = pb.GlobalMetadata()
     try:
         metadata.ParseFromString(data[starts[0] : ends[0]])
@@ -237,6 +240,31 @@ def read_trace(
     if keep_raw:
         trace.nodes = next(_parse_nodes(data, p, starts, ends, len(ends)), [])
     return trace
+
+
+def _not_chakra(data: bytes, path: Path, broken: str) -> str:
+    """The message for *data*, whose frames do not hold together (*broken* says where): a trace cut short, or no trace.
+
+    A broken trace and a file that never was one (a README, a JSON trace) fail the same framing check, at a
+    frame of nonsense: the first 4 KiB being text, or a first frame that is not a GlobalMetadata message with
+    a version, says which.
+    """
+    head = data[:4096]
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        text = head[: exc.start].decode("utf-8") if exc.start > len(head) - 4 else ""
+    if text and all(c.isprintable() or c in "\n\r\t" for c in text):
+        return f"{path}: not a Chakra ET file: it is text ({text[:40].splitlines()[0]!r} …), not protobuf frames"
+    try:
+        length, pos = decode_varint(data, 0)
+        metadata = pb.GlobalMetadata()
+        metadata.ParseFromString(data[pos : pos + length])
+        if metadata.version:
+            return broken  # a trace's start: the file was cut short or damaged
+    except (ValueError, DecodeError):
+        pass
+    return f"{broken}; its first frame is no GlobalMetadata with a version either: not a Chakra ET file"
 
 
 _BATCH = 1 << 15

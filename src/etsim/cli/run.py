@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from etsim.chakra.graph import COLLECTIVE_NAMES
-from etsim.chakra.io import load_workload
+from etsim.chakra.io import load_workload, resolve_family
 from etsim.errors import ConfigError
 from etsim.files import write_text
+from etsim.network.loader import NetworkConfig, load_network
 from etsim.network.model import DEFAULT_MODEL, NETWORK_MODELS
 from etsim.options import Integer, add_arguments, arguments_given, flag_name, option, parse_arguments, parse_options
 from etsim.report.result import Result
@@ -167,6 +168,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         flags["comm_groups"] = str(Path(flags["comm_groups"]).resolve())  # flags are relative to the working directory
     config = config.with_overrides(**changes, **flags)
     trace_limit = parse_arguments(args, TraceSettings).trace_limit
+    topology: NetworkConfig | None = None
+    if args.topology is not None:
+        # Loaded before the traces, so that a workload of more ranks than the topology has NPUs is refused
+        # from its file count at once (not after reading every trace).
+        topology = replace(load_network(args.topology), label=args.topology)
+        ranks = len(resolve_family(args.workload))
+        if ranks > topology.topology.npus:
+            raise ConfigError(
+                f"the workload has {ranks} ranks but topology {args.topology} has only {topology.topology.npus} NPUs"
+            )
     workload = load_workload(args.workload)
     # A timeline records node times and every message (up to --trace-limit); the critical path every message.
     reports = Reports(
@@ -175,7 +186,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         message_limit=trace_limit,
         timeline=bool(args.trace),
     )
-    simulation = Simulation(workload, topology=args.topology, model=args.model, system=config, reports=reports)
+    simulation = Simulation(workload, topology=topology, model=args.model, system=config, reports=reports)
     result = simulation.run()
     recorder = simulation.recorder
     if args.trace and recorder is not None:

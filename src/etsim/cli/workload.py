@@ -7,7 +7,7 @@ import json
 
 from etsim.chakra.io import write_workload
 from etsim.files import write_text
-from etsim.options import add_arguments, arguments_given, flag_name
+from etsim.options import add_arguments, arguments_given, flag_name, plain_help
 from etsim.producers.workloads.base import WORKLOAD_GENERATORS, parse
 
 __all__ = ["register"]
@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     for name, generator in WORKLOAD_GENERATORS.items():
         if name.startswith("etsim-test-"):
             continue
-        p = kinds.add_parser(name, help=generator.summary, description=(generator.__doc__ or "").strip())
+        p = kinds.add_parser(name, help=generator.summary, description=plain_help((generator.__doc__ or "").strip()))
         add_arguments(p, generator.Options)
         p.add_argument("-o", "--output", required=True, help="output prefix")
         p.set_defaults(handler=cmd_gen)

@@ -141,7 +141,7 @@ class Values:
                 return {}
             if not isinstance(v, Mapping):
                 raise ConfigError(f"expected a mapping of model options, got {v!r}")
-            NETWORK_MODELS.get(model).parse_options(v, key="model_options")
+            NETWORK_MODELS.get(model).checked_options(v, key="model_options")
             return dict(v)
 
         token = {"model": model, "options": value}

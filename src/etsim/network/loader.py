@@ -177,7 +177,7 @@ def load_network(source: str | Path | Mapping[str, Any], *, name: str | None = N
             # A model defined in a user's file is found next to the topology file, not the working directory.
             model = f"{path.parent / module}:{cls}"
         try:
-            NETWORK_MODELS.get(model).parse_options(options, key="network")
+            NETWORK_MODELS.get(model).checked_options(options, key="network")
         except ConfigError as exc:
             message = str(exc)
             raise TopologyError(message if message.startswith("network.") else f"network.model: {message}") from None

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import simpy
 
-from etsim.errors import SimulationError
+from etsim.errors import ConfigError, EtsimError, SimulationError
 from etsim.network.routing import Router, make_router
 from etsim.network.scheduling import LATE, CountingEnvironment, SharedDeliveries, schedule_at, succeed_at
 from etsim.network.topology import Topology
@@ -115,7 +115,7 @@ class NetworkModel:
     ) -> None:
         self.env = env
         self.topology = topology
-        self.options = self.parse_options(options)
+        self.options = self.checked_options(options)
         self.router: Router = routing if routing is not None else make_router(self.options.router, topology)
 
     @classmethod
@@ -141,6 +141,24 @@ class NetworkModel:
             unknown=f"{{key}}: unknown option of network model {cls.__name__}; valid: {{valid}}",
         )
         return cls.Options(**values)
+
+    @classmethod
+    def checked_options(cls, options: Mapping[str, Any], *, key: str = "network") -> Any:
+        """:meth:`parse_options`, with an exception of the model's own code made a :class:`ConfigError` naming it.
+
+        A plug-in's option parser (or its ``Options.__post_init__``, or an overriding :meth:`parse_options`) should
+        raise :class:`~etsim.errors.ConfigError`; one that raises ``ValueError`` or anything else is reported the
+        same way, as one line naming the model and its options, never as a traceback.
+        """
+        try:
+            return cls.parse_options(options, key=key)
+        except EtsimError:
+            raise
+        except Exception as exc:
+            given = ", ".join(f"{k}={v!r}" for k, v in options.items()) or "none"
+            raise ConfigError(
+                f"{key}: network model {cls.__name__} refused its options ({given}): {type(exc).__name__}: {exc}"
+            ) from None
 
     def route(self, src: int, dst: int) -> list[int]:
         """Link ids from *src* to *dst* (cached)."""

@@ -198,10 +198,17 @@ class Topology:
         self.link_ids: dict[tuple[Node, Node], int] = {e: i for i, e in enumerate(self.links)}
         self.bandwidths: list[float] = []
         self.latencies: list[float] = []
-        for i, (_, _, attrs) in enumerate(self._edges):
+        for i, (u, v, attrs) in enumerate(self._edges):
             attrs["id"] = i
-            self.bandwidths.append(float(attrs["bandwidth"]))
-            self.latencies.append(float(attrs["latency"]))
+            bandwidth, latency = float(attrs["bandwidth"]), float(attrs["latency"])
+            # Every rate a builder derives (a bandwidth divided by oversubscription, say) is checked here once.
+            if not (0 < bandwidth < math.inf and 0 <= latency < math.inf):
+                raise TopologyError(
+                    f"{self.name}: link {u} -> {v} has bandwidth {bandwidth!r} B/ns and latency {latency!r} ns; "
+                    "expected a positive, finite bandwidth and a finite latency >= 0"
+                )
+            self.bandwidths.append(bandwidth)
+            self.latencies.append(latency)
         strides = []
         stride = 1
         for dim in self.dims:

@@ -26,6 +26,7 @@ no other layer's object is changed after it is built.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Hashable, Mapping
@@ -87,6 +88,8 @@ MAX_MESSAGES = 200_000_000
 MAX_WALKED_NODES = 50_000_000
 
 #: The default topology when none is given: a bidirectional ring of the workload's ranks.
+#: The last simulated time (ns) a float holds to the nanosecond: past it, a result says its times are inexact.
+EXACT_NS = float(2**53)
 DEFAULT_BANDWIDTH = 50.0  # bytes per ns (50 GB/s)
 DEFAULT_LATENCY = 500.0  # ns
 
@@ -275,7 +278,7 @@ class Simulation:
         fast: frozenset[Hashable] | None = frozenset() if config.fast_path else None
         if not config.fold_replicas:
             return Plan(None, "replica folding is off", fast)
-        router = NETWORK_MODELS.get(build.model).parse_options(build.options).router
+        router = NETWORK_MODELS.get(build.model).checked_options(build.options).router
         topo = build.network.topology
         fold, note = find_fold(self.workload.traces, build.groups, topo, router, config.node_priorities)
         return Plan(fold, note, fast)
@@ -317,7 +320,7 @@ class Simulation:
         if fold is not None:
             # A mirrored rank's trace is its representative's relabelled, parse problems included: check the latter.
             traces = [t if fold.rep[r] == r else mirrored_trace(t) for r, t in enumerate(traces)]
-            router = NETWORK_MODELS.get(build.model).parse_options(build.options).router
+            router = NETWORK_MODELS.get(build.model).checked_options(build.options).router
             from etsim.network.routing import make_router
 
             routing = FoldedRouter(make_router(router, topo), fold)
@@ -408,6 +411,12 @@ class Simulation:
             ranks, stats = mirror_results(fold, topo, ranks, stats)
             messages, nbytes = messages * fold.replicas, nbytes * fold.replicas
         finish = max((r.finish_ns for r in ranks), default=0.0)
+        if finish > EXACT_NS:
+            warn(
+                f"the simulated time reaches {finish:.6g} ns ({format_time(finish)}), past 2^53 ns (104 days), where a "
+                f"float no longer holds every ns (steps of {math.ulp(finish):g} ns): durations and rates are inexact "
+                "(shorten the workload's durations)"
+            )
         aware = getattr(network, "congestion_aware", True)
         if not aware:
             found = link_bound_warning(stats, finish, build.model)

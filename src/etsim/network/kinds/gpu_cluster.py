@@ -36,6 +36,7 @@ Presets (per-direction figures from the vendors' user guides and reference archi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -97,8 +98,8 @@ class GpuClusterBuilder(TopologyBuilder):
             raise TopologyError(f"gpus: {gpus} is not a whole number of nodes of gpus_per_node {per_node}")
         if levels < 1:
             raise TopologyError("nics_per_gpu and fabric_levels must be >= 1")
-        if isinstance(over, bool) or not isinstance(over, int | float) or not over >= 1:
-            raise TopologyError(f"oversubscription: expected a number >= 1 (1 is non-blocking), got {over!r}")
+        if isinstance(over, bool) or not isinstance(over, int | float) or not 1 <= over < math.inf:
+            raise TopologyError(f"oversubscription: expected a finite number >= 1 (1 is non-blocking), got {over!r}")
         nics = _nics_per_node(values, per_node)
         nvlink = link_bandwidth(values["nvlink_bandwidth"], "nvlink_bandwidth", bare_unit=None)
         nvlink_lat = link_latency(values["nvlink_latency"], "nvlink_latency", bare_unit=None)

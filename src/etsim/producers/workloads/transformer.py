@@ -140,6 +140,12 @@ class TransformerGenerator(WorkloadGenerator):
         v = o.virtual_stages if o.schedule == "interleaved" else 1
         if o.virtual_stages > 1 and o.schedule != "interleaved":
             raise ConfigError(f"{key('virtual_stages')} {o.virtual_stages} needs {key('schedule')} interleaved")
+        if o.schedule == "interleaved" and o.virtual_stages < 2:
+            # One chunk per stage is 1F1B: a run labelled interleaved would not be one.
+            raise ConfigError(
+                f"{key('schedule')} interleaved needs {key('virtual_stages')} >= 2 (model chunks per stage); with 1 it "
+                f"is 1F1B: give {key('virtual_stages')} 2 or more, or {key('schedule')} 1f1b"
+            )
         if model.layers % (o.pp * v):
             raise ConfigError(f"the model's {model.layers} layers do not split into {key('pp')} {o.pp} × {v} chunks")
         m = o.global_batch // (o.micro_batch * o.dp)
