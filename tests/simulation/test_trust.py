@@ -323,3 +323,21 @@ def test_times_past_2_to_the_53_ns_are_said_to_be_inexact() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         simulate(wl(*short), topology=ring(4, B, L))
+
+
+def test_collectives_issued_out_of_program_order_are_said_to_be_matched_by_issue_order() -> None:
+    """Rank 3's second all-reduce depends only on its first compute: it goes first, and matches the others' first."""
+
+    def program(rank: int, rewired: bool) -> TraceBuilder:
+        b = TraceBuilder(rank)
+        start = b.comp("c0", duration_micros=1)
+        slow = b.comp("c1", duration_micros=50, deps=[start])
+        first = b.collective(AR, MiB, deps=[slow])
+        b.collective(AR, MiB, deps=[start] if rewired else [first])
+        return b
+
+    with pytest.warns(EtsimWarning, match=r"rank 3 issues this collective of group .0. after node \d+, a later node"):
+        simulate(wl(*(program(r, r == 3) for r in range(4))), topology=ring(4, B, L))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        simulate(wl(*(program(r, False) for r in range(4))), topology=ring(4, B, L))

@@ -136,6 +136,7 @@ class System:
         self._dimension: dict[tuple[int, ...], int | None] = {}
         self._warned: set[tuple[str, ...]] = set()
         self._sequence: dict[tuple[str, int], int] = {}
+        self._last_node: dict[tuple[str, int], int] = {}  # (group, rank) -> the node of its last collective
         self._instances: dict[tuple[str, int], _Instance] = {}
         self._written_labels: set[str] = set()
         self._in_network_labels: set[str] = set()
@@ -229,6 +230,19 @@ class System:
         seq_key = (group_key, rank)
         seq = self._sequence.get(seq_key, 0)
         self._sequence[seq_key] = seq + 1
+        if node_id is not None:
+            last = self._last_node.get(seq_key)
+            self._last_node[seq_key] = node_id
+            if last is not None and node_id < last:
+                # Collectives are matched across a group by issue order: a rank that issues its own out of program
+                # order pairs them with different collectives of the other ranks, without an error if they agree in
+                # type and size.
+                self._warn_once(
+                    ("order", group_key),
+                    f"{where}: rank {rank} issues this collective of group {group_key!r} after node {last}, a later "
+                    "node in its program; collectives are matched across the group by issue order (here "
+                    f"#{seq}), so it may be paired with another node of the other ranks; add a dependency",
+                )
         key = (group_key, seq)
         inst = self._instances.get(key)
         n = len(group)

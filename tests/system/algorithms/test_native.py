@@ -521,3 +521,37 @@ def test_simulator_matches_reference(name, coll, reduction_bandwidth):
         buffer=collective_buffer_bytes(coll, SIM_SIZE, SIM_P),
     )
     assert result.finish_ns == pytest.approx(expected, rel=1e-9)
+
+
+def test_hierarchical_over_a_sub_group_runs_over_the_dimensions_it_spans(tmp_path: Path) -> None:
+    """A tensor-parallel group in a node and a data-parallel group across nodes of a 2-node gpu_cluster."""
+    import json
+
+    from etsim.chakra import TraceBuilder
+    from etsim.network.builders import build_topology
+
+    algo = HierarchicalAlgorithm((2, 2, 2))
+    assert algo.for_call(C.ALL_REDUCE, 64, tuple(range(8))) is algo  # the whole system
+    assert algo.for_call(C.ALL_REDUCE, 64, (0, 1, 2, 3)).dims == (2, 2)  # dimensions 0 and 1
+    assert algo.for_call(C.ALL_REDUCE, 64, (1, 5)).dims == (2,)  # dimension 2
+    partial = algo.for_call(C.ALL_REDUCE, 64, (0, 1, 2))  # not a whole sub-grid: refused, saying why
+    assert "not a whole sub-grid" in str(partial.supports(C.ALL_REDUCE, 3))
+    assert algo.for_call(C.ALL_REDUCE, 64, (2, 3, 0, 1)).supports(C.ALL_REDUCE, 4) is not None  # (not in rank order)
+    assert algo.for_call(C.ALL_REDUCE, 64, (0, 1, 2, 3)) is algo.for_call(C.ALL_REDUCE, 64, (4, 5, 6, 7))
+
+    topology = build_topology({"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": 16}, None)
+    groups = {"1": list(range(8)), "2": list(range(8, 16)), **{str(10 + g): [g, g + 8] for g in range(8)}}
+    (tmp_path / "groups.json").write_text(json.dumps(groups))
+    traces = []
+    for rank in range(16):
+        b = TraceBuilder(rank)
+        tp = b.collective(C.ALL_REDUCE, 1 << 24, pg_name="1" if rank < 8 else "2")
+        b.collective(C.ALL_REDUCE, 1 << 24, pg_name=str(10 + rank % 8), deps=[tp])
+        traces.append(b.build(rank=rank))
+    finish = {}
+    for name in ("hierarchical", "ring"):
+        system = SystemConfig(algorithms={"default": name}, comm_groups=str(tmp_path / "groups.json"))
+        result = simulate(Workload(traces), topology=topology, system=system)
+        assert {c.algorithm for c in result.collectives} == {name}
+        finish[name] = result.finish_ns
+    assert finish["hierarchical"] == finish["ring"]  # one dimension each: a hierarchical phase is that ring

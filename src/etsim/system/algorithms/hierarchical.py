@@ -15,7 +15,10 @@ reduce_scatter  the reduce-scatter half
 all_gather      the all-gather half (S = gathered output; dimension 0 moves the most)
 ==============  ==========================================================================
 
-Without ``dims`` (or with one dimension) every collective is the plain ring.
+Without ``dims`` (or with one dimension) every collective is the plain ring. A communicator group smaller than
+the system (a tensor-parallel group inside a node, a data-parallel group across nodes) runs over the dimensions it
+spans: the group must hold every rank of those dimensions that agrees with it in the others (a whole
+sub-grid), in rank order; its phases are those dimensions' rings.
 
 Data (annotations for :mod:`etsim.algo.verify`; in place): chunks are numbered like ranks. The
 dimension-``d`` phase works on the chunks that agree with the rank in coordinates below ``d``;
@@ -66,7 +69,24 @@ class HierarchicalAlgorithm(BuiltAlgorithm):
         self.dims: tuple[int, ...] | None = dims
         #: ns between consecutive dimension phases (``SystemConfig.phase_delay``).
         self.phase_delay = phase_delay
+        self._spanned: dict[tuple[int, ...], HierarchicalAlgorithm] = {}
         super().__init__()
+
+    def for_call(self, collective: CollectiveType, size: int, group: tuple[int, ...]) -> HierarchicalAlgorithm:
+        """This algorithm over the dimensions *group* spans, when it is a whole sub-grid of ``dims`` in rank order."""
+        dims = self.dims
+        if dims is None or len(group) == math.prod(dims) or len(group) < 2:
+            return self
+        strides = [math.prod(dims[:d]) for d in range(len(dims))]
+        coords = [tuple((r // s) % n for s, n in zip(strides, dims, strict=True)) for r in group]
+        spanned = tuple(d for d in range(len(dims)) if len({c[d] for c in coords}) > 1)
+        sub = tuple(dims[d] for d in spanned)
+        whole = len(set(coords)) == len(group) == math.prod(sub) and list(group) == sorted(group)
+        if not whole:
+            return self  # (supports() names the mismatch)
+        if sub not in self._spanned:
+            self._spanned[sub] = type(self)(sub, phase_delay=self.phase_delay)
+        return self._spanned[sub]
 
     def supports(self, collective: CollectiveType, group_size: int) -> str | None:
         """As the base class, and refuse a group size other than the product of ``dims``."""
@@ -74,8 +94,8 @@ class HierarchicalAlgorithm(BuiltAlgorithm):
         if reason is None and self.dims is not None and math.prod(self.dims) != group_size:
             shape = "x".join(map(str, self.dims))
             reason = (
-                f"algorithm {self.name!r} with dims {shape} covers {math.prod(self.dims)} ranks, "
-                f"not a group of {group_size}"
+                f"algorithm {self.name!r} with dims {shape} covers {math.prod(self.dims)} ranks, and a group of "
+                f"{group_size} is not a whole sub-grid of them (every rank of the dimensions it spans, in rank order)"
             )
         return reason
 
