@@ -228,3 +228,28 @@ def test_tune_refuses_a_plot_format_before_any_work(capsys, tmp_path: Path) -> N
     )
     assert code == 1 and "--plot p.xyz: the file's suffix says its format" in err
     assert not (tmp_path / "t.yaml").exists()
+
+
+def test_long_errors_show_a_self_sufficient_first_line_and_the_rest_with_verbose(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from etsim.chakra import CollectiveType, TraceBuilder, Workload, write_workload
+    from etsim.cli import ERROR_LINES
+
+    traces = []
+    for rank in range(16):  # rank 5 never joins the all-reduce: 15 ranks stuck
+        b = TraceBuilder(rank)
+        if rank == 5:
+            b.comp("x", duration_micros=1)
+        else:
+            b.collective(CollectiveType.ALL_REDUCE, 1024)
+        traces.append(b.build(rank=rank))
+    write_workload(Workload(traces), tmp_path / "dl")
+    assert main(["run", str(tmp_path / "dl")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == ERROR_LINES + 1 and err[-1].endswith("more lines: add --verbose to see them")
+    first = err[0]
+    assert "15 of 16 ranks stuck" in first and "never by ranks [5]" in first
+    assert main(["run", str(tmp_path / "dl"), "--verbose"]) == 1
+    full = capsys.readouterr().err.splitlines()
+    assert len(full) > 20 and full[0] == first and "add --verbose" not in full[-1]

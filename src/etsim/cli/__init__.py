@@ -5,6 +5,9 @@ name → module; :data:`COMMAND_MODULES` is derived from it); the registered han
 arguments and returns an exit code. Errors of type :class:`~etsim.errors.EtsimError` are printed as one
 ``etsim: error: …`` line with exit code 1.
 
+An error's first line says what is wrong on its own; an error of more lines (a deadlock report, say) shows
+:data:`ERROR_LINES` of them and how many more ``--verbose`` (accepted anywhere on the line) prints.
+
 Plug-ins named as import paths (``package.module:Class``, ``file.py:Class``) load only when the user allows it:
 ``--allow-plugins`` anywhere on the line allows every one, and a name the user typed on the command line (a
 flag's value, ``KEY=NAME`` or a comma-separated list item) is allowed by being typed; a name that only a file
@@ -28,7 +31,10 @@ from etsim import __version__, progress
 from etsim.errors import EtsimError, EtsimWarning
 from etsim.registry import allowing_plugins
 
-__all__ = ["build_parser", "console", "main"]
+__all__ = ["ERROR_LINES", "build_parser", "console", "main"]
+
+#: Lines of an error message printed without ``--verbose``.
+ERROR_LINES = 3
 
 #: Sub-command name → the module that registers it, in the order of ``etsim --help``. Only the module of
 #: the command being run is imported, so a run does not pay for every other command's imports.
@@ -62,6 +68,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         description="Simulate distributed ML systems from Chakra execution traces.",
     )
     parser.add_argument("--version", action="version", version=f"etsim {__version__}")
+    parser.add_argument(
+        "--verbose", action="store_true", help="print errors in full (a deadlock report, say); accepted anywhere"
+    )
     parser.add_argument(
         "--allow-plugins",
         action="store_true",
@@ -136,12 +145,22 @@ def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     end = argv.index("--") if "--" in argv else len(argv)
     allow_all = "--allow-plugins" in argv[:end]
-    argv = [a for i, a in enumerate(argv) if i >= end or a != "--allow-plugins"]
+    verbose = "--verbose" in argv[:end]
+    argv = [a for i, a in enumerate(argv) if i >= end or a not in ("--allow-plugins", "--verbose")]
     with allowing_plugins(None if allow_all else _typed_names(argv)):
-        return _run_parsed(argv)
+        return _run_parsed(argv, verbose)
 
 
-def _run_parsed(argv: list[str]) -> int:
+def _error_text(message: str, verbose: bool) -> str:
+    """*message* as printed: whole with *verbose*, else its first :data:`ERROR_LINES` lines and what was left out."""
+    lines = message.splitlines() or [""]
+    if verbose or len(lines) <= ERROR_LINES:
+        return message
+    kept = "\n".join(lines[:ERROR_LINES])
+    return f"{kept}\n  ... {len(lines) - ERROR_LINES} more lines: add --verbose to see them"
+
+
+def _run_parsed(argv: list[str], verbose: bool = False) -> int:
     if argv and not argv[0].startswith("-"):
         # `etsim WORKLOAD …` means `etsim run WORKLOAD …`.
         if argv[0] not in COMMANDS:
@@ -160,7 +179,7 @@ def _run_parsed(argv: list[str]) -> int:
                 return int(args.handler(args) or 0)
         except EtsimError as exc:
             _clear_progress()
-            print(f"etsim: error: {exc}", file=sys.stderr)
+            print(f"etsim: error: {_error_text(str(exc), verbose)}", file=sys.stderr)
             return 1
         except BrokenPipeError:
             return 0

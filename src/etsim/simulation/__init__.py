@@ -344,7 +344,10 @@ class Simulation:
             if engine.fast is not None and (engine.fast.parts or engine.fast.pending):
                 # Parts evaluated ahead (or still waiting for members) make a poor report: redo on the event path.
                 raise FastPathConflict("the run cannot progress", None)
-            raise DeadlockError(f"the simulation cannot progress at t = {env.now:.1f} ns; " + engine.deadlock_report())
+            raise DeadlockError(
+                f"the simulation cannot progress at t = {env.now:.1f} ns: {engine.deadlock_summary()}\n"
+                + engine.deadlock_report()
+            )
         return _Attempt(network, system, engine, fold, time.perf_counter() - wall0)
 
     def _check_message_count(

@@ -291,6 +291,13 @@ class Engine:
                 causes.append(f"rank {run.rank}: its dependencies form a cycle (node ids {chain})")
         return causes
 
+    def deadlock_summary(self) -> str:
+        """One line: how many ranks are stuck, which, and the likeliest cause."""
+        stuck = [r for r in self.runs if r.remaining > 0]
+        causes = self._root_causes(stuck)
+        cause = f"; likely cause: {causes[0]}" if causes else ""
+        return f"{len(stuck)} of {len(self.runs)} ranks stuck (ranks {_ranks([r.rank for r in stuck])}){cause}"
+
     def deadlock_report(self) -> str:
         """Why the run cannot progress (likely root causes first), then which ranks are stuck and on what."""
         lines = []
