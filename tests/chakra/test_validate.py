@@ -199,3 +199,28 @@ def test_collectives_of_a_group_that_timing_alone_orders_are_warned_about() -> N
     assert "all_reduce of 2048 bytes" in warnings[0].message and "all_reduce of 1024 bytes" in warnings[0].message
     for order in ("dependency", "siblings", "chain"):
         assert not [i for i in validate_workload(_two_collectives(order)) if "no dependency orders" in i.message]
+
+
+def test_a_collective_that_depends_on_its_predecessor_on_some_ranks_only_is_warned_about() -> None:
+    """Rank 1's second all-reduce depends only on the first compute: it may go before its first one."""
+    from etsim.chakra import CollectiveType, TraceBuilder, Workload
+    from etsim.chakra.validate import validate_workload
+
+    def traces(rewired: set[int]) -> Workload:
+        out = []
+        for rank in range(4):
+            b = TraceBuilder(rank)
+            start = b.comp("c0", duration_micros=1)
+            slow = b.comp("c1", duration_micros=50, deps=[start])
+            first = b.collective(CollectiveType.ALL_REDUCE, 1024, deps=[slow])
+            b.collective(CollectiveType.ALL_REDUCE, 1024, deps=[start] if rank in rewired else [first])
+            out.append(b.build(rank=rank))
+        return Workload(out)
+
+    issues = [i for i in validate_workload(traces({1})) if i.severity == "warning"]
+    assert len(issues) == 1, issues
+    assert "collective #1 of group '0' does not depend on #0 on ranks [1], though it does on ranks [0, 2, 3]" in str(
+        issues[0]
+    )
+    assert not [i for i in validate_workload(traces(set())) if i.severity == "warning"]
+    assert not [i for i in validate_workload(traces({0, 1, 2, 3})) if i.severity == "warning"]  # the same on all

@@ -249,9 +249,38 @@ def validate_workload(workload: Workload, *, ignore_ctrl_deps: bool = False) -> 
         orders = [topological_order(t, include_ctrl=not ignore_ctrl_deps) for t in workload.traces]
         issues.extend(_check_point_to_point(workload, orders))
         issues.extend(_check_collectives(workload, orders))
+        loose: list[tuple[set[tuple[str, int]], dict[str, int]]] = []
         for trace, order in zip(workload.traces, orders, strict=True):
-            issues.extend(_unordered_collectives(trace, order, include_ctrl=not ignore_ctrl_deps))
+            found, unchained, counts = _unordered_collectives(trace, order, include_ctrl=not ignore_ctrl_deps)
+            issues.extend(found)
+            loose.append((unchained, counts))
+        issues.extend(_orders_that_differ(workload, loose))
     return issues
+
+
+def _orders_that_differ(workload: Workload, loose: list[tuple[set[tuple[str, int]], dict[str, int]]]) -> list[Issue]:
+    """Collectives #k−1 and #k of a group that dependencies order on some ranks but not on others.
+
+    Collectives are matched across a group by issue order: where one rank's #k may go before its #k−1 (a
+    dependency rewired to an earlier node) while the others' cannot, that rank can pair them with different
+    nodes of the others, without an error when they agree in type and size.
+    """
+    for group, k in sorted({key for unchained, _ in loose for key in unchained}):
+        issued = [r for r, (_, counts) in enumerate(loose) if counts.get(group, 0) > k]
+        free = [r for r in issued if (group, k) in loose[r][0]]
+        chained = [r for r in issued if (group, k) not in loose[r][0]]
+        if free and chained:
+            rank = free[0]
+            return [
+                Issue(
+                    "warning",
+                    f"{workload.traces[rank].where()}collective #{k} of group {group!r} does not depend on #{k - 1} "
+                    f"on ranks {free[:8]}{' …' if len(free) > 8 else ''}, though it does on ranks "
+                    f"{chained[:8]}{' …' if len(chained) > 8 else ''}: collectives are matched across the group by "
+                    "issue order, and those ranks may issue them in another order than the rest; add a dependency",
+                )
+            ]
+    return []
 
 
 #: Pairs of collectives per rank whose readiness order :func:`validate_workload` searches the ancestors for.
@@ -277,11 +306,15 @@ def _ready_before(csrs: list[tuple[list[int], list[int]]], first: int, then: int
     return not needed
 
 
-def _unordered_collectives(trace: Trace, order: list[int], *, include_ctrl: bool) -> list[Issue]:
+def _unordered_collectives(
+    trace: Trace, order: list[int], *, include_ctrl: bool
+) -> tuple[list[Issue], set[tuple[str, int]], dict[str, int]]:
     """Consecutive collectives of one group on this rank that differ and that no dependency orders.
 
     Which one a rank issues first then depends on timing, which may differ between the group's ranks: the
     collectives would be paired with different ones on different ranks (a runtime hangs or mixes them up).
+    Also returned: ``(group, k)`` of every collective #k that does not depend on the group's #k−1 here, and
+    the count of each group's collectives (compared across ranks by :func:`_orders_that_differ`).
     """
     csrs = trace.dependency_csrs(include_ctrl=include_ctrl)
     searches = 0  # readiness searches walk ancestors: a bounded number per rank keeps huge traces quick
@@ -289,6 +322,8 @@ def _unordered_collectives(trace: Trace, order: list[int], *, include_ctrl: bool
     seen: list[dict[str, int] | None] = [None] * trace.num_nodes
     count: dict[str, int] = {}
     last: dict[str, int] = {}
+    found: list[Issue] = []
+    unchained: set[tuple[str, int]] = set()
     for pos in order:
         merged: dict[str, int] | None = None
         for ptr, idx in csrs:
@@ -306,6 +341,7 @@ def _unordered_collectives(trace: Trace, order: list[int], *, include_ctrl: bool
             count[group] = k + 1
             prev = last.get(group)
             if prev is not None and (merged or {}).get(group, -1) < k - 1:
+                unchained.add((group, k))
                 same = (trace.comm_type[prev], trace.comm_size[prev]) == (trace.comm_type[pos], trace.comm_size[pos])
                 # When everything one waits for is behind the other too, that one is ready first (or with it, and
                 # issued first by id) on every rank, whatever the timing.
@@ -314,8 +350,8 @@ def _unordered_collectives(trace: Trace, order: list[int], *, include_ctrl: bool
                     unordered = not _ready_before(csrs, prev, pos) and not _ready_before(csrs, pos, prev)
                 else:
                     unordered = False
-                if unordered:
-                    return [
+                if unordered and not found:
+                    found.append(
                         Issue(
                             "warning",
                             f"{trace.describe(pos)} ({_coll_label(trace.comm_type[pos], trace.comm_size[pos])}) and "
@@ -324,12 +360,12 @@ def _unordered_collectives(trace: Trace, order: list[int], *, include_ctrl: bool
                             "depends on timing and may differ between the group's ranks (etsim refuses a run where "
                             "it does; other simulators may pair different collectives); add a dependency",
                         )
-                    ]
+                    )
             last[group] = pos
             merged = dict(merged or {})
             merged[group] = k
         seen[pos] = merged
-    return []
+    return found, unchained, count
 
 
 def _check_point_to_point(workload: Workload, orders: list[list[int]]) -> list[Issue]:
