@@ -87,6 +87,8 @@ def test_tuning_moe_example(repo: Path, tmp_path: Path, topology: str, tuned: fl
     finally:
         os.chdir(cwd)
     times = {getattr(m.point, "label", ""): m.time_ns for m in comparison}
+    doc = (repo / "docs" / "tuning.md").read_text()  # the figures checked here are the ones the doc's table quotes
+    assert f"**{tuned:.6g} ms**" in doc and all(f"{v:.6g} ms" in doc for v in singles.values() if v is not None)
     assert f"{times.pop('tuned table') / 1e6:.6g}" == f"{tuned:.6g}"
     for label, expected in singles.items():
         got = times[label]
