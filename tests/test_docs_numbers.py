@@ -60,14 +60,14 @@ def test_the_tuned_table_gains_are_computed_from_the_times_quoted() -> None:
             gains[name, column] = 100 * (1 - reference[0] / cell[0])
             assert cell[1] == round(gains[name, column], 1), (name, column)  # the table's own percentage
     best = [min(cells[c][0] for cells in table.values() if cells[c] is not None) for c in (0, 1)]
-    assert best == [table["tacos"][0][0], table["ring"][1][0]]  # type: ignore[index]  # (hierarchical ties ring)
+    assert best == [table["hierarchical"][0][0], table["ring"][1][0]]  # type: ignore[index]  # (hierarchical ties ring)
     quoted = _quoted(
-        r"tuned table is ([\d.]+)% faster than the\s+best single algorithm on `ring4_switch4` \(TACOS; ([\d.]+)% "
-        r"faster than `direct`\) and ([\d.]+)% on `ring16` \(ring\)",
+        r"tuned table is ([\d.]+)% faster than the\s+best single algorithm on `ring4_switch4` "
+        r"\(hierarchical; ([\d.]+)% faster than `direct`\) and ([\d.]+)% on `ring16` \(ring\)",
         _text("README.md"),
         "README.md",
     )
-    expected = (gains["tacos", 0], gains["direct", 0], gains["ring", 1])
+    expected = (gains["hierarchical", 0], gains["direct", 0], gains["ring", 1])
     assert tuple(float(g) for g in quoted.groups()) == tuple(round(g, 1) for g in expected)
 
 
@@ -139,3 +139,62 @@ def test_optimise_case_study_table_is_what_the_search_finds(tmp_path: Path) -> N
     assert f"{report['best_ns'] / 1e9:.3f}" == best.group(1)
     assert f"{100 * report['gain']:.1f}" == best.group(2)
     assert report["candidates"] == int(_quoted(r"# (\d+) candidates", text, "docs/optimise.md").group(1))
+
+
+def _experiment_rows(name: str, out: Path) -> list[dict[str, str]]:
+    import csv
+
+    from etsim.experiment import load_experiment, run_experiment
+
+    run_experiment(load_experiment(REPO / "experiments" / name), out=out, jobs=2, plots=False)
+    with open(out / "results.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.slow
+def test_training_md_moe_paragraph_is_what_the_sweep_finds(tmp_path: Path) -> None:
+    """docs/training.md's Mixtral sweep paragraph (16 s of simulation)."""
+    rows = _experiment_rows("moe_expert_parallelism.yaml", tmp_path / "moe")
+    time = {(r["topology"], int(r["workload.ep"])): float(r["iteration_ns"]) / 1e9 for r in rows}
+    dp = {(r["topology"], int(r["workload.ep"])): float(r["exposed_dp_ns"]) / 1e9 for r in rows}
+    text = _text("docs/training.md")
+    quoted = _quoted(
+        r"dominate \(([\d.]+) s and ([\d.]+) s of data-parallel.*?\(([\d.]+) s on DGX A100, ([\d.]+) s on DGX H100, "
+        r"([\d.]+) s on the 4:1.*?shrink \((\d+) ms exposed on DGX A100, against (\d+) ms at 4\).*?costs ([\d.]+)× "
+        r"the iteration time at 4 and ([\d.]+)× at 8",
+        text,
+        "docs/training.md",
+    )
+    a100, h100, over = "dgx_a100", "dgx_h100", "dgx_h100_oversubscribed"
+    assert quoted.groups() == (
+        f"{dp[a100, 1]:.2f}", f"{dp[a100, 2]:.2f}",
+        f"{time[a100, 8]:.3f}", f"{time[h100, 8]:.3f}", f"{time[over, 8]:.3f}",
+        f"{dp[a100, 8] * 1e3:.0f}", f"{dp[a100, 4] * 1e3:.0f}",
+        f"{time[over, 4] / time[h100, 4]:.1f}", f"{time[over, 8] / time[h100, 8]:.1f}",
+    )  # fmt: skip
+    for topology in (a100, h100, over):  # 8 is the fastest on every fabric
+        assert min(time[topology, ep] for ep in (1, 2, 4, 8)) == time[topology, 8]
+
+
+@pytest.mark.slow
+def test_training_md_gpt3_sweep_paragraph_is_what_the_sweep_finds(tmp_path: Path) -> None:
+    """docs/training.md's GPT-3 parallelism sweep paragraph (about 90 s on 2 cores)."""
+    rows = {
+        (r["workload"], int(r["workload.micro_batch"])): r for r in _experiment_rows("gpt3_parallelism.yaml", tmp_path)
+    }
+    quoted = _quoted(
+        r"t2 p32: bubble (\d+)% of busy time,\s+MFU ([\d.]+)%\), and t8 p4 d2 with ZeRO-1 edges out t8 p8 d1 "
+        r"\(([\d.]+) s, MFU ([\d.]+)%, against ([\d.]+) s, ([\d.]+)%\)",
+        _text("docs/training.md"),
+        "docs/training.md",
+    )
+    t2, t8p4, t8p8 = rows["t2_p32_d1", 1], rows["t8_p4_d2", 1], rows["t8_p8_d1", 1]
+    assert quoted.groups() == (
+        f"{100 * float(t2['bubble_fraction']):.0f}", f"{100 * float(t2['mfu']):.1f}",
+        f"{float(t8p4['iteration_ns']) / 1e9:.3f}", f"{100 * float(t8p4['mfu']):.1f}",
+        f"{float(t8p8['iteration_ns']) / 1e9:.3f}", f"{100 * float(t8p8['mfu']):.1f}",
+    )  # fmt: skip
+    for (layout, micro_batch), row in rows.items():  # which points fit, as the paragraph lists them
+        t = int(layout.split("_")[0][1:])
+        unfit = micro_batch == 4 or (t <= 4 and micro_batch == 2) or layout == "t2_p32_d1"
+        assert ("would not fit" in row["warnings"]) == unfit, (layout, micro_batch)
