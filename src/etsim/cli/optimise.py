@@ -92,7 +92,8 @@ def _search(
         )
     except KeyboardInterrupt:
         kept = sum(1 for line in cache.read_text().splitlines() if line.strip()) if cache.exists() else 0
-        print(f"etsim: {kept} candidate{'s' if kept != 1 else ''} finished kept in {cache}: the same command resumes", file=sys.stderr)
+        what = f"{kept} candidate{'s' if kept != 1 else ''}"
+        print(f"etsim: {what} finished kept in {cache}: the same command resumes", file=sys.stderr)
         raise
     return result, write_outputs(result, out)
 
