@@ -429,3 +429,40 @@ def test_tuning_md_blind_spot_is_what_the_tuner_prints(tmp_path: Path, capsys: p
     tuned_flow = re.search(r"tuned table +([\d.]+) ms", printed).group(1)  # type: ignore[union-attr]
     tacos_flow = re.search(r"tacos +([\d.]+) ms +tuned is [\d.]+% faster", printed).group(1)  # type: ignore[union-attr]
     assert quoted.groups()[6:] == (f"{alone['tacos']:.0f}", f"{alone['direct']:.0f}", tuned_flow, tacos_flow)
+
+
+@pytest.mark.parametrize(
+    ("row", "workload"),
+    [
+        ("1.7B (T1)", {"model": "megatron-1.7b", "tp": 1, "pp": 1, "dp": 32, "global_batch": 512, "micro_batch": 4}),
+        ("18.4B (T1)", {"model": "megatron-18b", "tp": 8, "pp": 1, "dp": 32, "global_batch": 1024, "micro_batch": 8}),
+    ],
+)
+def test_training_md_published_rows_are_what_etsim_gives(tmp_path: Path, row: str, workload: dict[str, object]) -> None:
+    """docs/training.md's table against published runs: the small rows (a few seconds each; the rest take minutes)."""
+    import csv
+
+    import yaml
+
+    from etsim.experiment import load_experiment, run_experiment
+
+    line = _quoted(
+        rf"\n\| {re.escape(row)} \| (\d+) \|.*?\| ([\d.]+) TFLOP/s \(([\d.]+) s\) \|",
+        _text("docs/training.md"),
+        "docs/training.md",
+    )
+    gpus, tflops, seconds = line.groups()
+    job = {
+        "workload": {"generate": "transformer", "recompute": "full", **workload},
+        "topology": {"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": int(gpus)},
+        "model": "flow",
+        "system": {"resources": {"comm_streams": 0}},
+    }
+    (tmp_path / "row.yaml").write_text(yaml.safe_dump(job))
+    run_experiment(load_experiment(tmp_path / "row.yaml"), out=tmp_path / "out", jobs=1, plots=False)
+    with open(tmp_path / "out" / "results.csv", newline="") as f:
+        (result,) = list(csv.DictReader(f))
+    assert (f"{float(result['hardware_tflops_per_gpu']):.1f}", f"{float(result['iteration_ns']) / 1e9:.3f}") == (
+        tflops,
+        seconds,
+    )
