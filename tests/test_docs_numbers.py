@@ -431,30 +431,42 @@ def test_tuning_md_blind_spot_is_what_the_tuner_prints(tmp_path: Path, capsys: p
     assert quoted.groups()[6:] == (f"{alone['tacos']:.0f}", f"{alone['direct']:.0f}", tuned_flow, tacos_flow)
 
 
+#: docs/training.md's rows against published runs → the model preset; the rows simulated in seconds run by default.
+PUBLISHED_ROWS = {
+    "1.7B (T1)": ("megatron-1.7b", False), "18.4B (T1)": ("megatron-18b", False),
+    "145.6B (T1)": ("megatron-145b", True), "529.6B (T1)": ("megatron-530b", True), "1008B (T1)": ("megatron-1t", True),
+    "22B (Korthikanti)": ("megatron-22b", False), "175B (Korthikanti)": ("gpt3-175b", True),
+    "530B (Korthikanti)": ("megatron-530b", True), "1T (Korthikanti)": ("megatron-1t", True),
+}  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    ("row", "workload"),
-    [
-        ("1.7B (T1)", {"model": "megatron-1.7b", "tp": 1, "pp": 1, "dp": 32, "global_batch": 512, "micro_batch": 4}),
-        ("18.4B (T1)", {"model": "megatron-18b", "tp": 8, "pp": 1, "dp": 32, "global_batch": 1024, "micro_batch": 8}),
-    ],
+    "row", [pytest.param(r, marks=[pytest.mark.slow] if slow else []) for r, (_, slow) in PUBLISHED_ROWS.items()]
 )
-def test_training_md_published_rows_are_what_etsim_gives(tmp_path: Path, row: str, workload: dict[str, object]) -> None:
-    """docs/training.md's table against published runs: the small rows (a few seconds each; the rest take minutes)."""
+def test_training_md_published_rows_are_what_etsim_gives(tmp_path: Path, row: str) -> None:
+    """docs/training.md's table against published runs, each row's layout read from the table and simulated
+    (seconds for the small rows; minutes, up to 17, for the large ones: those run with ``-m slow``)."""
     import csv
 
     import yaml
 
     from etsim.experiment import load_experiment, run_experiment
 
-    line = _quoted(
-        rf"\n\| {re.escape(row)} \| (\d+) \|.*?\| ([\d.]+) TFLOP/s \(([\d.]+) s\) \|",
-        _text("docs/training.md"),
-        "docs/training.md",
-    )
-    gpus, tflops, seconds = line.groups()
+    line = _quoted(rf"\n(\| {re.escape(row)} \|[^\n]*)", _text("docs/training.md"), "docs/training.md").group(1)
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    gpus, t, p, v, batch, micro = (int(c.replace(",", "")) if c != "–" else 1 for c in cells[1:7])
+    recompute, etsim_cell = cells[7], cells[9]
+    workload: dict[str, object] = {
+        "generate": "transformer", "model": PUBLISHED_ROWS[row][0], "tp": t, "pp": p, "dp": gpus // (t * p),
+        "global_batch": batch, "micro_batch": micro, "recompute": recompute.split()[0],
+    }  # fmt: skip
+    if v > 1:
+        workload.update(schedule="interleaved", virtual_stages=v)
+    if "SP" in recompute:
+        workload["sp"] = True
     job = {
-        "workload": {"generate": "transformer", "recompute": "full", **workload},
-        "topology": {"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": int(gpus)},
+        "workload": workload,
+        "topology": {"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": gpus},
         "model": "flow",
         "system": {"resources": {"comm_streams": 0}},
     }
@@ -462,7 +474,84 @@ def test_training_md_published_rows_are_what_etsim_gives(tmp_path: Path, row: st
     run_experiment(load_experiment(tmp_path / "row.yaml"), out=tmp_path / "out", jobs=1, plots=False)
     with open(tmp_path / "out" / "results.csv", newline="") as f:
         (result,) = list(csv.DictReader(f))
-    assert (f"{float(result['hardware_tflops_per_gpu']):.1f}", f"{float(result['iteration_ns']) / 1e9:.3f}") == (
-        tflops,
-        seconds,
+    seconds = float(result["iteration_ns"]) / 1e9
+
+    def shown(value: float, quoted: str) -> str:
+        return f"{value:.{len(quoted.split('.')[1]) if '.' in quoted else 0}f}"
+
+    tflops = re.fullmatch(r"([\d.]+) TFLOP/s \(([\d.]+) s\)", etsim_cell)
+    if tflops is not None:  # Narayanan et al.'s Table 1: hardware TFLOP/s per GPU (and the step)
+        assert (
+            shown(float(result["hardware_tflops_per_gpu"]), tflops[1]),
+            shown(seconds, tflops[2]),
+        ) == tflops.groups()
+    else:  # Korthikanti et al.: the step and MFU
+        step = re.fullmatch(r"([\d.]+) s, MFU ([\d.]+)%", etsim_cell)
+        assert step is not None, etsim_cell
+        assert (shown(seconds, step[1]), shown(100 * float(result["mfu"]), step[2])) == step.groups()
+
+
+@pytest.mark.slow
+def test_experiments_md_seed_fig4_table_is_what_the_sweep_finds(tmp_path: Path) -> None:
+    """docs/experiments.md's slowdown table of the seed paper's Fig. 4 (120 points, about a minute on 2 cores)."""
+    rows = _experiment_rows("seed_fig4.yaml", tmp_path / "s")
+    t = _by(rows, "topology", "model", "size")
+    labels = {
+        "2-D torus 8×8": "torus2d", "3-D torus 4×4×4": "torus3d", "2-D mesh 8×8": "mesh2d", "3-D mesh 4×4×4": "mesh3d",
+        "fully connected (25 GB/s)": "fully_connected", "switch": "switch", "ring 8 × switch 8": "ring_x_switch",
+    }  # fmt: skip
+    text = _text("docs/experiments.md")
+    sizes = ("1 KiB", "256 KiB", "4 MiB", "64 MiB")
+    for label, topology in labels.items():
+        quoted = _quoted(rf"\n\| {re.escape(label)} \|((?: [\d.]+ \|){{8}})", text, "docs/experiments.md")
+        cells = quoted.group(1).replace("|", " ").split()
+        for model, column in (("analytical", 0), ("flow", 0), ("packet-level", 4)):
+            got = [f"{t[topology, model, s] / t['ring', model, s]:.2f}" for s in sizes]
+            assert got == cells[column : column + 4], (label, model)
+    ring = _quoted(r"The 1-D ring itself takes ([\d.]+) µs at 1 KiB and ([\d.]+) ms at 64 MiB", text, "experiments.md")
+    for model in ("analytical", "flow", "packet-level"):  # "under all three"
+        assert (f"{t['ring', model, '1 KiB'] / 1e3:.1f}", f"{t['ring', model, '64 MiB'] / 1e6:.1f}") == ring.groups()
+
+
+def test_nccl_md_counts_its_tables_and_names_the_choice_its_example_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/nccl.md's and README's table count (the validation record's), and the example's NCCL choice (1 s)."""
+    import json
+
+    from etsim.cli import main
+
+    tables = len(json.loads(_text("docs/nccl-validation.json")))
+    assert int(_quoted(r"checked against\s+(\d+) measured tables", _text("docs/nccl.md"), "nccl.md").group(1)) == tables
+    assert int(_quoted(r"against (\d+) real `nccl-tests` tables", _text("README.md"), "README.md").group(1)) == tables
+    choice = _quoted(r"#   \.\.\. all_reduce 1 GiB  (nccl:\S+) \.\.\.", _text("docs/nccl.md"), "nccl.md").group(1)
+    (tmp_path / "h100x16.yaml").write_text("kind: gpu_cluster\npreset: dgx-h100\ngpus: 16\n")
+    gen = ["workload", "gen", "collective", "--type", "all_reduce", "--size", "1GiB", "--npus", "16"]
+    assert main([*gen, "-o", str(tmp_path / "ar")]) == 0
+    capsys.readouterr()
+    assert main([str(tmp_path / "ar"), "--topology", str(tmp_path / "h100x16.yaml")]) == 0
+    assert re.search(rf"all_reduce +1 GiB +{re.escape(choice)} ", capsys.readouterr().out)
+
+
+def test_tuning_md_per_call_times_are_the_shipped_tables(tmp_path: Path) -> None:
+    """docs/tuning.md's per-call times (the 16 MiB dense all-reduce alone) are the shipped CSVs' (test_docs_examples
+    checks the CSVs are what `etsim tune` writes)."""
+    import csv
+
+    def alone(topology: str) -> dict[str, float]:
+        with open(REPO / "docs" / "examples" / f"moe_tuned_{topology}.csv", newline="") as f:
+            return {
+                r["candidate"]: float(r["time_ns"]) / 1e3
+                for r in csv.DictReader(f)
+                if r["collective"] == "all_reduce" and r["bytes"] == str(16 << 20) and r["time_ns"]
+            }
+
+    text = _text("docs/tuning.md")
+    quoted = _quoted(
+        r"16 MiB dense all-reduce goes to `hierarchical` \((\d+) µs against direct's (\d+) µs alone\);.*?"
+        r"ring; (\d+) µs against ring's (\d+) µs at 16 MiB\)",
+        text,
+        "docs/tuning.md",
     )
+    a, b = alone("ring4_switch4"), alone("ring16")
+    assert quoted.groups() == tuple(f"{v:.0f}" for v in (a["hierarchical"], a["direct"], b["tacos"], b["ring"]))

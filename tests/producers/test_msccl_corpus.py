@@ -214,3 +214,10 @@ def test_coverage_helper_reports_every_file(tmp_path, monkeypatch):
     assert "| `alltoall_allpairs_n8_i1.xml` | alltoall | 8 | 120 |" in text
     assert "**2 of 3 compute their collective**" in text
     assert rows[0]["verdict"] == "correct (in place)" and rows[1]["verdict"] == "correct (out of place)"
+
+
+@pytest.mark.corpus
+@pytest.mark.slow
+def test_the_coverage_page_is_what_the_script_writes_from_the_corpus():
+    """docs/msccl-coverage.md (every corpus file's conversion, verdict and times) regenerated: about 30 s."""
+    assert GEN.coverage_markdown(GEN.coverage_rows(CORPUS)) == (REPO / "docs" / "msccl-coverage.md").read_text()
