@@ -555,3 +555,38 @@ def test_tuning_md_per_call_times_are_the_shipped_tables(tmp_path: Path) -> None
     )
     a, b = alone("ring4_switch4"), alone("ring16")
     assert quoted.groups() == tuple(f"{v:.0f}" for v in (a["hierarchical"], a["direct"], b["tacos"], b["ring"]))
+
+
+@pytest.mark.slow
+def test_training_md_weak_scaling_table_is_what_etsim_gives(tmp_path: Path) -> None:
+    """docs/training.md's weak-scaling table of GPT-3 175B, 64 to 4,096 GPUs (about 1 min with replica folding)."""
+    import csv
+
+    import yaml
+
+    from etsim.experiment import load_experiment, run_experiment
+
+    text = _text("docs/training.md")
+    table = re.findall(
+        r"\n\| ([\d,]+) \| (\d+) \| 8 \| [\d.]+ [kM] \| ([\d.]+) s \| ([\d.]+)% \| ([\d,]+) \| (\d+) ms \|", text
+    )
+    assert [int(g.replace(",", "")) for g, *_ in table] == [64, 128, 256, 512, 1024, 2048, 4096]
+    for gpus_text, d, iteration, mfu, tokens, exposed in table:
+        gpus = int(gpus_text.replace(",", ""))
+        assert int(d) == gpus // 64
+        job = {
+            "workload": {"generate": "transformer", "model": "gpt3-175b", "tp": 8, "sp": True, "pp": 8,
+                         "dp": gpus // 64, "zero": 1, "recompute": "selective", "global_batch": gpus // 8,
+                         "micro_batch": 1},
+            "topology": {"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": gpus},
+            "model": "flow",
+            "system": {"resources": {"comm_streams": 0}},
+        }  # fmt: skip
+        (tmp_path / f"g{gpus}.yaml").write_text(yaml.safe_dump(job))
+        run_experiment(load_experiment(tmp_path / f"g{gpus}.yaml"), out=tmp_path / f"o{gpus}", jobs=1, plots=False)
+        with open(tmp_path / f"o{gpus}" / "results.csv", newline="") as f:
+            (r,) = list(csv.DictReader(f))
+        assert (
+            f"{float(r['iteration_ns']) / 1e9:.3f}", f"{100 * float(r['mfu']):.1f}",
+            f"{float(r['tokens_per_s']):,.0f}", f"{float(r['exposed_dp_ns']) / 1e6:.0f}",
+        ) == (iteration, mfu, tokens, exposed), gpus  # fmt: skip
