@@ -84,3 +84,37 @@ def test_workload_gen_moe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     code, _, err = run(capsys, "workload", "gen", "moe", "--npus", "8", "--ep-size", "3", "--layers", "1",
                        "--token-size", "1 MiB", "--dense-grad-sizes", "4 KiB", "-o", str(tmp_path / "m"))  # fmt: skip
     assert code == 1 and "--ep-size 3 must divide --npus 8" in err
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "said"), [("SIGINT", 130, "etsim: interrupted"), ("SIGTERM", 143, "terminated")]
+)
+def test_ctrl_c_stops_a_long_tune_at_once(tmp_path: Path, sig: str, code: int, said: str) -> None:
+    """A 20-s tuning (every size to 1 GiB on 64 NPUs), started as a shell's background job (SIGINT ignored)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    repo = Path(__file__).resolve().parents[2]
+    args = ["tune", "--topology", str(repo / "topologies" / "mesh8x8.yaml"), "--sizes", "1KiB..1GiB"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "etsim", *args, "--candidates", "ring,direct,tree,hd", "-o", str(tmp_path / "t.yaml")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    time.sleep(4)
+    assert proc.poll() is None
+    proc.send_signal(getattr(signal, sig))
+    t0 = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=30)  # (returns once every process holding stderr, workers too, is gone)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"etsim tune still running 30 s after {sig}")
+    assert time.monotonic() - t0 < 5 and proc.returncode == code
+    assert err.decode().rstrip().endswith(said) and "Traceback" not in err.decode()
+    assert not (tmp_path / "t.yaml").exists()

@@ -23,6 +23,7 @@ from etsim.system.config import SystemConfig, load_system_config
 from etsim.tuning import csv_text, msccl_files, nccl_tuner_csv, plot
 from etsim.tuning.tune import TuneRequest, base_settings, compare_workload, tune
 from etsim.units import format_size, format_time
+from etsim.workers import stop_on_signals
 
 __all__ = ["register"]
 
@@ -75,7 +76,16 @@ def _flag(name: str) -> str:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    """Tune, write the table, CSV, plot and exports; in workload mode, compare the whole workload."""
+    """Tune, write the table, CSV, plot and exports; in workload mode, compare the whole workload.
+
+    Ctrl-C and SIGTERM stop it at once (exit 130 / 143), as they stop a sweep, also where the shell started it with
+    SIGINT ignored; what it measured so far is not kept (the table is written at the end).
+    """
+    with stop_on_signals(immediate=True, again="nothing was written: run the command again"):
+        return _tune(args)
+
+
+def _tune(args: argparse.Namespace) -> int:
     jobs = parse_arguments(args, TuneWorkers).jobs
     if args.plot and args.plot != "none" and Path(args.plot).suffix.lower() not in PLOT_FORMATS:
         formats = ", ".join(PLOT_FORMATS)
