@@ -45,3 +45,66 @@ def test_preflight_reports_every_blocking_problem_with_a_hint() -> None:
     text = str(info.value)
     assert "send without comm_tag, comm_size" in text
     assert "data dependency on node id 99, which is not in the file" in text
+
+
+def test_a_straggler_is_its_trace_with_slower_compute_exactly() -> None:
+    """compute_slowdown {1: 3}: the same result as rank 1's trace with 30 µs of compute where it says 10."""
+    from etsim.chakra import CollectiveType, TraceBuilder, Workload
+    from etsim.network import ring
+    from etsim.system.config import SystemConfig
+
+    def workload(micros: dict[int, int]) -> Workload:
+        traces = []
+        for rank in range(4):
+            b = TraceBuilder(rank)
+            b.collective(CollectiveType.ALL_REDUCE, 1 << 20, deps=[b.comp("c", duration_micros=micros.get(rank, 10))])
+            traces.append(b.build(rank=rank))
+        return Workload(traces)
+
+    topology = ring(4, 50.0, 500.0)
+    even = simulate(workload({}), topology=topology)
+    slow = simulate(workload({}), topology=topology, system=SystemConfig(compute_slowdown={1: 3.0}))
+    edited = simulate(workload({1: 30}), topology=topology)
+    assert slow.finish_ns == edited.finish_ns > even.finish_ns + 20_000  # the others' ring steps wait for rank 1
+    assert [r.compute_ns for r in slow.ranks] == [10_000, 30_000, 10_000, 10_000]
+    assert [(c.rank, c.start_ns, c.end_ns) for c in slow.collectives] == [
+        (c.rank, c.start_ns, c.end_ns) for c in edited.collectives
+    ]
+    assert slow.sim["not_folded"].startswith("compute_slowdown makes ranks differ")
+    same = simulate(workload({}), topology=topology, system=SystemConfig(compute_slowdown={1: 1.0}))
+    assert same.finish_ns == even.finish_ns  # a factor of 1 changes nothing
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({1: 0}, r"compute_slowdown\.1: expected a finite factor > 0"),
+        ({1: float("inf")}, r"compute_slowdown\.1: expected a finite factor > 0"),
+        ({"x": 2}, r"compute_slowdown: 'x' is not a rank"),
+        ([2], r"compute_slowdown: expected a mapping of rank to a slowdown factor"),
+    ],
+)
+def test_bad_slowdowns_are_named(tmp_path, value, message) -> None:
+    import yaml
+
+    from etsim.errors import ConfigError
+    from etsim.system.config import load_system_config
+
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"compute_slowdown": value}))
+    with pytest.raises(ConfigError, match=message):
+        load_system_config(tmp_path / "s.yaml")
+
+
+def test_a_slowdown_of_a_rank_the_workload_lacks_is_refused() -> None:
+    from etsim.chakra import CollectiveType, Workload
+    from etsim.errors import ConfigError
+    from etsim.network import ring
+    from etsim.producers import collective_workload
+    from etsim.system.config import SystemConfig
+
+    with pytest.raises(ConfigError, match=r"compute_slowdown: rank 9 is not a rank of the workload \(ranks 0\.\.3\)"):
+        simulate(
+            Workload(collective_workload(CollectiveType.ALL_REDUCE, 1024, 4)),
+            topology=ring(4, 50.0, 500.0),
+            system=SystemConfig(compute_slowdown={9: 2.0}),
+        )

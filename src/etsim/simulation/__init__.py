@@ -224,6 +224,8 @@ class Simulation:
             result = self.collect(build, outcome)
             result.warnings = log.messages()
         result.sim["reruns"] = plan.reruns
+        if build.config.compute_slowdown and plan.fold is None:
+            result.sim["not_folded"] = plan.fold_note  # (a straggler: why every rank ran)
         self.report(build, result)
         return result
 
@@ -233,6 +235,9 @@ class Simulation:
         n = self.workload.num_ranks
         if n == 0:
             raise ConfigError("the workload has no ranks")
+        outside = sorted(r for r in config.compute_slowdown if r >= n)
+        if outside:
+            raise ConfigError(f"compute_slowdown: rank {outside[0]} is not a rank of the workload (ranks 0..{n - 1})")
         net, label, default = self._network(n)
         topo = net.topology
         if topo.npus < n:
@@ -278,6 +283,9 @@ class Simulation:
         fast: frozenset[Hashable] | None = frozenset() if config.fast_path else None
         if not config.fold_replicas:
             return Plan(None, "replica folding is off", fast)
+        if any(factor != 1.0 for factor in config.compute_slowdown.values()):
+            # A straggler's replica is no mirror image of the others': every rank runs.
+            return Plan(None, "compute_slowdown makes ranks differ (a straggler): every rank is simulated", fast)
         router = NETWORK_MODELS.get(build.model).checked_options(build.options).router
         topo = build.network.topology
         fold, note = find_fold(self.workload.traces, build.groups, topo, router, config.node_priorities)

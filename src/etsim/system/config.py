@@ -10,6 +10,7 @@ endpoint delay, no reduction cost. Turn them on with ``chunks: 4``, ``endpoint_d
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -114,6 +115,21 @@ def _node_priorities(value: object, key: str = "node_priorities") -> dict[str, i
     return out
 
 
+def _compute_slowdown(value: object, key: str = "compute_slowdown") -> dict[int, float]:
+    """``{rank: factor}``, checked: a rank is a non-negative integer, a factor a finite number > 0."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a mapping of rank to a slowdown factor ({{3: 1.5}}), got {value!r}")
+    out: dict[int, float] = {}
+    for rank, factor in value.items():
+        text = str(rank).strip()
+        if isinstance(rank, bool) or not text.isdigit():
+            raise ConfigError(f"{key}: {rank!r} is not a rank (a non-negative integer)")
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor < math.inf:
+            raise ConfigError(f"{key}.{rank}: expected a finite factor > 0 (2 = compute twice as long), got {factor!r}")
+        out[int(text)] = float(factor)
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class SystemConfig:
     """Everything the system and workload layers need besides the workload and the network.
@@ -144,6 +160,14 @@ class SystemConfig:
     """``"RANK:NODE"`` → priority: when nodes of one slot class (compute, communication, CPU) are ready on a rank at
     once, the lowest priority takes a free slot first, then the smallest node id (the default order). A rewrite of
     the issue order that keeps every dependency (``etsim optimise``'s reordering move)."""
+    compute_slowdown: dict[int, float] = option(
+        help="stragglers: {RANK: factor}, each of the rank's compute nodes takes factor times as long (2 = half speed)",
+        parse=_compute_slowdown,
+        default_factory=dict,
+        flag=False,
+    )
+    """Rank → factor multiplying the duration of every compute node of that rank (a slow GPU). Ranks whose
+    compute differs are not mirror images: replica folding is off in such a run (said in its plan)."""
     chunks: int = option(1, "split each collective into N pipelined chunks", Integer(1), metavar="N")
     """Split every collective into this many pipelined chunks (concurrent algorithm instances)."""
     reduction_bandwidth: float | None = option(

@@ -426,6 +426,7 @@ class WorkloadRun(GraphRun):
         "n_comm",
         "n_comp",
         "node_class",
+        "slowdown",
         "t_last",
         "trace",
     )
@@ -446,6 +447,8 @@ class WorkloadRun(GraphRun):
         if mine:
             self.keys = [(mine.get(i, 0), i) for i in trace.ids]
         self.holding = 0
+        # A straggler's compute takes this many times as long (SystemConfig.compute_slowdown; 1.0 leaves times exact).
+        self.slowdown = config.compute_slowdown.get(rank, 1.0)
         classes = []
         for j, t in enumerate(trace.types):
             if trace.is_cpu_op[j] and t in (_T_COMP, _T_COLL):
@@ -546,7 +549,7 @@ class WorkloadRun(GraphRun):
         if t == _T_COMP or (t == _T_COLL and self.node_class[j] == CPU):
             self.account()
             self.n_comp += 1
-            eng.delay(self, j, eng.costs.compute_time(tr, j))
+            eng.delay(self, j, eng.costs.compute_time(tr, j) * self.slowdown)
         elif t == _T_SEND:
             self.account()
             self.n_comm += 1
