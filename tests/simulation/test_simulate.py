@@ -108,3 +108,35 @@ def test_a_slowdown_of_a_rank_the_workload_lacks_is_refused() -> None:
             topology=ring(4, 50.0, 500.0),
             system=SystemConfig(compute_slowdown={9: 2.0}),
         )
+
+
+def test_compute_jitter_draws_the_documented_factors_deterministically() -> None:
+    """compute_jitter σ: node j of rank r takes default_rng([seed, r]).lognormal(−σ²/2, σ)[j] times its duration."""
+    import numpy as np
+
+    from etsim.chakra import CollectiveType, TraceBuilder, Workload
+    from etsim.network import ring
+    from etsim.system.config import SystemConfig
+
+    traces = []
+    for rank in range(4):
+        b = TraceBuilder(rank)
+        last = None
+        for k in range(50):
+            last = b.comp(f"c{k}", duration_micros=10, deps=[last] if last is not None else [])
+        b.collective(CollectiveType.ALL_REDUCE, 1 << 20, deps=[last])
+        traces.append(b.build(rank=rank))
+    workload, topology = Workload(traces), ring(4, 50.0, 500.0)
+    sigma, seed = 0.2, 7
+    run = simulate(workload, topology=topology, system=SystemConfig(compute_jitter=sigma, jitter_seed=seed))
+    for rank in range(4):
+        factors = np.random.default_rng([seed, rank]).lognormal(-sigma * sigma / 2, sigma, traces[rank].num_nodes)
+        expected = sum(10_000.0 * factors[j] for j in range(50))  # the compute nodes are positions 0..49
+        assert run.ranks[rank].compute_ns == pytest.approx(expected, rel=1e-12)
+    again = simulate(workload, topology=topology, system=SystemConfig(compute_jitter=sigma, jitter_seed=seed))
+    assert again.finish_ns == run.finish_ns and again.ranks == run.ranks  # deterministic, to the bit
+    other = simulate(workload, topology=topology, system=SystemConfig(compute_jitter=sigma, jitter_seed=seed + 1))
+    assert other.finish_ns != run.finish_ns
+    assert run.sim["not_folded"].startswith("compute_jitter draws different times per rank")
+    # mean 1: over 200 nodes the total compute is within a few percent of the jitter-free 2 ms
+    assert sum(r.compute_ns for r in run.ranks) == pytest.approx(4 * 50 * 10_000, rel=0.06)

@@ -224,7 +224,7 @@ class Simulation:
             result = self.collect(build, outcome)
             result.warnings = log.messages()
         result.sim["reruns"] = plan.reruns
-        if build.config.compute_slowdown and plan.fold is None:
+        if (build.config.compute_slowdown or build.config.compute_jitter) and plan.fold is None:
             result.sim["not_folded"] = plan.fold_note  # (a straggler: why every rank ran)
         self.report(build, result)
         return result
@@ -286,6 +286,8 @@ class Simulation:
         if any(factor != 1.0 for factor in config.compute_slowdown.values()):
             # A straggler's replica is no mirror image of the others': every rank runs.
             return Plan(None, "compute_slowdown makes ranks differ (a straggler): every rank is simulated", fast)
+        if config.compute_jitter > 0:
+            return Plan(None, "compute_jitter draws different times per rank: every rank is simulated", fast)
         router = NETWORK_MODELS.get(build.model).checked_options(build.options).router
         topo = build.network.topology
         fold, note = find_fold(self.workload.traces, build.groups, topo, router, config.node_priorities)

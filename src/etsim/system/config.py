@@ -25,6 +25,7 @@ from etsim.options import (
     Flops,
     Integer,
     Nested,
+    Number,
     Optional,
     Text,
     Time,
@@ -168,6 +169,16 @@ class SystemConfig:
     )
     """Rank → factor multiplying the duration of every compute node of that rank (a slow GPU). Ranks whose
     compute differs are not mirror images: replica folding is off in such a run (said in its plan)."""
+    compute_jitter: float = option(
+        0.0,
+        "noise: each compute node takes a random factor as long, lognormal with mean 1 and this sigma (0: none)",
+        Number(0, 1),
+        metavar="SIGMA",
+    )
+    """σ of the lognormal factor ``exp(N(−σ²/2, σ))`` (mean 1) drawn for every compute node of every rank, from
+    ``numpy.random.default_rng([jitter_seed, rank])`` in node order: the same inputs and seed give the same run."""
+    jitter_seed: int = option(0, "seed of compute_jitter's random factors", Integer(0), metavar="N")
+    """The seed of :attr:`compute_jitter` (one stream per rank)."""
     chunks: int = option(1, "split each collective into N pipelined chunks", Integer(1), metavar="N")
     """Split every collective into this many pipelined chunks (concurrent algorithm instances)."""
     reduction_bandwidth: float | None = option(

@@ -421,6 +421,7 @@ class WorkloadRun(GraphRun):
         "heaps",
         "holding",
         "in_use",
+        "jitter",
         "keys",
         "limits",
         "n_comm",
@@ -449,6 +450,14 @@ class WorkloadRun(GraphRun):
         self.holding = 0
         # A straggler's compute takes this many times as long (SystemConfig.compute_slowdown; 1.0 leaves times exact).
         self.slowdown = config.compute_slowdown.get(rank, 1.0)
+        # Noise: a factor per node (compute nodes use theirs), drawn once per rank in node order (SystemConfig).
+        self.jitter: list[float] | None = None
+        if config.compute_jitter > 0:
+            import numpy as np
+
+            sigma = config.compute_jitter
+            rng = np.random.default_rng([config.jitter_seed, rank])
+            self.jitter = rng.lognormal(-sigma * sigma / 2, sigma, trace.num_nodes).tolist()
         classes = []
         for j, t in enumerate(trace.types):
             if trace.is_cpu_op[j] and t in (_T_COMP, _T_COLL):
@@ -549,7 +558,10 @@ class WorkloadRun(GraphRun):
         if t == _T_COMP or (t == _T_COLL and self.node_class[j] == CPU):
             self.account()
             self.n_comp += 1
-            eng.delay(self, j, eng.costs.compute_time(tr, j) * self.slowdown)
+            duration = eng.costs.compute_time(tr, j) * self.slowdown
+            if self.jitter is not None:
+                duration *= self.jitter[j]
+            eng.delay(self, j, duration)
         elif t == _T_SEND:
             self.account()
             self.n_comm += 1
