@@ -128,3 +128,46 @@ def test_bad_file_names_file_and_key(tmp_path, text, message):
 def test_missing_file(tmp_path):
     with pytest.raises(TopologyError, match=r"nope\.yaml: cannot read"):
         load_topology(tmp_path / "nope.yaml")
+
+
+def test_a_degraded_link_carries_its_fraction_of_the_bandwidth(tmp_path) -> None:
+    """degraded: [{link: [0, 1], factor: 0.5}]: a message over that link takes S / (B/2) + latency, others S / B."""
+    from etsim.chakra import TraceBuilder, Workload
+    from etsim.simulation import simulate
+
+    (tmp_path / "t.yaml").write_text(
+        "kind: ring\nnpus: 4\nbandwidth: 50 GB/s\nlatency: 500 ns\ndegraded: [{link: [0, 1], factor: 0.5}]\n"
+    )
+    net = load_network(tmp_path / "t.yaml")
+    topology = net.topology
+    assert not topology.regular and set(topology.degraded_links) == {(0, 1), (1, 0)}
+    assert topology.bandwidths[topology.link_ids[0, 1]] == 25.0 and topology.bandwidths[topology.link_ids[1, 2]] == 50.0
+
+    def one_message(src: int, dst: int) -> float:
+        builders = [TraceBuilder(r) for r in range(4)]
+        builders[src].send(dst=dst, size=1 << 20, tag=0)
+        builders[dst].recv(src=src, size=1 << 20, tag=0)
+        return simulate(Workload([b.build(rank=r) for r, b in enumerate(builders)]), topology=net).finish_ns
+
+    assert one_message(0, 1) == pytest.approx(500 + (1 << 20) / 25.0, rel=1e-12)
+    assert one_message(1, 0) == pytest.approx(500 + (1 << 20) / 25.0, rel=1e-12)  # both ways by default
+    assert one_message(1, 2) == pytest.approx(500 + (1 << 20) / 50.0, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("degraded", "message"),
+    [
+        ("[{link: [0, 2], factor: 0.5}]", r"degraded\[0\]: .*cannot degrade link 0 -> 2: no such link"),
+        ("[{link: [0, 1], factor: 0}]", r"degraded\[0\]\.factor: expected a number in \(0, 1\]"),
+        ("[{link: [0, 1], factor: 1.5}]", r"degraded\[0\]\.factor: expected a number in \(0, 1\]"),
+        ("[{link: [0, 1]}]", r"degraded\[0\]: expected \{link: \[U, V\], factor: F\}"),
+        ("{link: [0, 1]}", r"degraded: expected a list"),
+        ("[{link: [0, 1], factor: 0.5, speed: 2}]", r"degraded\[0\]\..*speed"),
+    ],
+)
+def test_bad_degraded_links_are_named(tmp_path, degraded: str, message: str) -> None:
+    (tmp_path / "t.yaml").write_text(
+        f"kind: ring\nnpus: 4\nbandwidth: 50 GB/s\nlatency: 500 ns\ndegraded: {degraded}\n"
+    )
+    with pytest.raises(TopologyError, match=message):
+        load_network(tmp_path / "t.yaml")

@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 #: Keys every topology file may have, whatever its kind or format.
-COMMON_KEYS = frozenset({"kind", "name", "description", "failed", "network"})
+COMMON_KEYS = frozenset({"kind", "name", "description", "failed", "degraded", "network"})
 
 
 def require(data: Mapping[str, Any], key: str, prefix: str = "") -> Any:

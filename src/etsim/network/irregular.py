@@ -178,10 +178,46 @@ def with_failures(
         source=topology.source,
         failed_npus=failed_npus,
         failed_links=failed_links,
+        degraded_links=topology.degraded_links,
         hardware=topology.hardware,
     )
     _check_connected(result)
     return result
+
+
+def with_degraded(
+    topology: Topology, links: Iterable[tuple[Node, Node]], factor: float, *, bidirectional: bool = True
+) -> Topology:
+    """Return a copy of *topology* whose links *links* carry *factor* times their bandwidth (a degraded link).
+
+    Each link ``(u, v)`` is ``u → v`` and, when *bidirectional*, ``v → u`` too. The result is not :attr:`regular
+    <Topology.regular>` any more: closed forms, dimension-order routing and replica folding assume equal links.
+
+    Raises:
+        TopologyError: a link that does not exist, or a factor that is not in (0, 1].
+    """
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1:
+        raise TopologyError(f"factor: expected a number in (0, 1] (0.5 = half the bandwidth), got {factor!r}")
+    g = topology.graph.copy()
+    degraded = list(topology.degraded_links)
+    for u, v in links:
+        for a, b in [(u, v), (v, u)] if bidirectional else [(u, v)]:
+            if not g.has_edge(a, b):
+                raise TopologyError(f"{topology.name}: cannot degrade link {a!r} -> {b!r}: no such link")
+            g.edges[a, b]["bandwidth"] = g.edges[a, b]["bandwidth"] * factor
+            degraded.append((a, b))
+    return Topology(
+        g,
+        topology.npus,
+        kind=topology.kind,
+        dims=topology.dims,
+        name=topology.name,
+        source=topology.source,
+        failed_npus=topology.failed_npus,
+        failed_links=topology.failed_links,
+        degraded_links=degraded,
+        hardware=topology.hardware,
+    )
 
 
 def _check_connected(topology: Topology) -> None:

@@ -41,7 +41,7 @@ import simpy
 from etsim.errors import ConfigError, TopologyError
 from etsim.files import parse_yaml, read_text
 from etsim.network.builders import build_topology, check_keys, int_value
-from etsim.network.irregular import with_failures
+from etsim.network.irregular import with_degraded, with_failures
 from etsim.network.model import DEFAULT_MODEL, NETWORK_MODELS, NetworkModel, build_model
 from etsim.network.topology import Topology
 
@@ -113,6 +113,28 @@ def _apply_failures(topology: Topology, failed: object) -> Topology:
     return topology
 
 
+def _apply_degraded(topology: Topology, degraded: object) -> Topology:
+    """``degraded: [{link: [U, V], factor: F, bidirectional: true}]``: links running at F times their bandwidth."""
+    if not isinstance(degraded, list):
+        raise TopologyError(f"degraded: expected a list such as [{{link: [0, 1], factor: 0.5}}], got {degraded!r}")
+    for i, entry in enumerate(degraded):
+        key = f"degraded[{i}]"
+        if not isinstance(entry, Mapping) or "link" not in entry or "factor" not in entry:
+            raise TopologyError(f"{key}: expected {{link: [U, V], factor: F}}, got {entry!r}")
+        check_keys(entry, {"link", "factor", "bidirectional"}, "a degraded link", f"{key}.")
+        link = entry["link"]
+        if not isinstance(link, list) or len(link) != 2:
+            raise TopologyError(f"{key}.link: expected [U, V], got {link!r}")
+        bidirectional = entry.get("bidirectional", True)
+        if not isinstance(bidirectional, bool):
+            raise TopologyError(f"{key}.bidirectional: expected true or false, got {bidirectional!r}")
+        try:
+            topology = with_degraded(topology, [(link[0], link[1])], entry["factor"], bidirectional=bidirectional)
+        except TopologyError as exc:
+            raise TopologyError(f"{key}.{exc}" if str(exc).startswith("factor") else f"{key}: {exc}") from None
+    return topology
+
+
 def _topology(data: Mapping[str, Any], name: str | None, source: Path | None) -> Topology:
     given = data.get("name")
     if given is not None and not isinstance(given, str):
@@ -121,6 +143,8 @@ def _topology(data: Mapping[str, Any], name: str | None, source: Path | None) ->
     topo = build_topology(data, name)
     if "failed" in data:
         topo = _apply_failures(topo, data["failed"])
+    if "degraded" in data:
+        topo = _apply_degraded(topo, data["degraded"])
     topo.source = str(source) if source else None
     return topo
 

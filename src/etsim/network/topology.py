@@ -148,6 +148,7 @@ class Topology:
         source: the file it was loaded from, if any.
         failed_npus: ranks removed from the graph.
         failed_links: directed links removed from the graph.
+        degraded_links: directed links whose bandwidth was cut below what the topology's kind gives them.
         nodes: ``(node, attributes)`` in order, when *graph* is None.
         edges: ``(u, v, attributes)`` in order (their link ids), when *graph* is None.
         hardware: what the topology is made of beyond its links (a ``gpu_cluster``'s
@@ -173,6 +174,7 @@ class Topology:
         source: str | Path | None = None,
         failed_npus: Iterable[int] = (),
         failed_links: Iterable[tuple[Node, Node]] = (),
+        degraded_links: Iterable[tuple[Node, Node]] = (),
         nodes: Sequence[tuple[Node, dict[str, Any]]] = (),
         edges: Sequence[tuple[Node, Node, dict[str, Any]]] = (),
         hardware: Any = None,
@@ -192,6 +194,7 @@ class Topology:
         self.source = str(source) if source is not None else None
         self.failed_npus = frozenset(failed_npus)
         self.failed_links = tuple(failed_links)
+        self.degraded_links = tuple(degraded_links)
         self.hardware = hardware
         self.switches: list[str] = [n for n, _ in self._nodes if not isinstance(n, int)]  # type: ignore[misc]
         self.links: list[tuple[Node, Node]] = [(u, v) for u, v, _ in self._edges]
@@ -242,7 +245,7 @@ class Topology:
     @property
     def regular(self) -> bool:
         """True for an intact product of dimensions (closed forms and dimension-order routing apply)."""
-        return bool(self.dims) and not self.failed_npus and not self.failed_links
+        return bool(self.dims) and not self.failed_npus and not self.failed_links and not self.degraded_links
 
     @property
     def live_npus(self) -> list[int]:

@@ -132,7 +132,7 @@ def _values(data: Mapping[str, Any]) -> dict[str, Any]:
         values = dict(PRESETS[preset])
     else:
         raise TopologyError(f"preset: unknown GPU cluster {preset!r}; expected one of {', '.join(PRESETS)}")
-    given = {k: v for k, v in data.items() if k not in ("kind", "preset", "name", "network", "failed")}
+    given = {k: v for k, v in data.items() if k not in ("kind", "preset", "name", "network", "failed", "degraded")}
     if {"nics_per_gpu", "nics_per_node"} & set(given):  # the file's NIC count replaces the preset's, either way
         values.pop("nics_per_gpu", None)
         values.pop("nics_per_node", None)
