@@ -12,7 +12,23 @@ from etsim.chakra.graph import Trace
 from etsim.errors import SimulationError
 from etsim.system.config import SystemConfig
 
-__all__ = ["CostModel"]
+__all__ = ["CostModel", "compute_scale"]
+
+
+def compute_scale(config: SystemConfig, rank: int, nodes: int) -> tuple[float, list[float] | None]:
+    """What multiplies the compute times of *rank*: its straggler factor and, with noise, one factor per node.
+
+    - ``compute_slowdown[rank]`` (1.0 when the rank has none: times stay exact);
+    - with ``compute_jitter`` σ > 0, ``numpy.random.default_rng([jitter_seed, rank]).lognormal(−σ²/2, σ, nodes)``
+      (mean 1), node *j* of the rank's trace taking factor *j*; else None.
+    """
+    jitter = None
+    if config.compute_jitter > 0:
+        import numpy as np  # (only runs with noise pay for numpy here)
+
+        sigma = config.compute_jitter
+        jitter = np.random.default_rng([config.jitter_seed, rank]).lognormal(-sigma * sigma / 2, sigma, nodes).tolist()
+    return config.compute_slowdown.get(rank, 1.0), jitter
 
 
 class CostModel:

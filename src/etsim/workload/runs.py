@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from etsim.algo.graph import COMP, RECV, SEND
 from etsim.chakra.dag import in_degrees
 from etsim.chakra.graph import NodeType, Trace
+from etsim.system.costs import compute_scale
 
 if TYPE_CHECKING:
     from etsim.system.collective import CollectivePart
@@ -448,16 +449,7 @@ class WorkloadRun(GraphRun):
         if mine:
             self.keys = [(mine.get(i, 0), i) for i in trace.ids]
         self.holding = 0
-        # A straggler's compute takes this many times as long (SystemConfig.compute_slowdown; 1.0 leaves times exact).
-        self.slowdown = config.compute_slowdown.get(rank, 1.0)
-        # Noise: a factor per node (compute nodes use theirs), drawn once per rank in node order (SystemConfig).
-        self.jitter: list[float] | None = None
-        if config.compute_jitter > 0:
-            import numpy as np
-
-            sigma = config.compute_jitter
-            rng = np.random.default_rng([config.jitter_seed, rank])
-            self.jitter = rng.lognormal(-sigma * sigma / 2, sigma, trace.num_nodes).tolist()
+        self.slowdown, self.jitter = compute_scale(config, rank, trace.num_nodes)  # stragglers and noise
         classes = []
         for j, t in enumerate(trace.types):
             if trace.is_cpu_op[j] and t in (_T_COMP, _T_COLL):
