@@ -128,14 +128,31 @@ def test_optimise_case_study_table_is_what_the_search_finds(tmp_path: Path) -> N
     assert report["candidates"] == int(_quoted(r"# (\d+) candidates", text, "docs/optimise.md").group(1))
 
 
-def _experiment_rows(name: str, out: Path) -> list[dict[str, str]]:
+def _experiment_rows(name: str | Path, out: Path, jobs: int = 2) -> list[dict[str, str]]:
+    """The results.csv rows of the experiment *name* (a shipped one, or a file) run into *out*."""
     import csv
 
     from etsim.experiment import load_experiment, run_experiment
 
-    run_experiment(load_experiment(REPO / "experiments" / name), out=out, jobs=2, plots=False)
+    run_experiment(load_experiment(REPO / "experiments" / name), out=out, jobs=jobs, plots=False)
     with open(out / "results.csv", newline="") as f:
         return list(csv.DictReader(f))
+
+
+def _training_step(tmp_path: Path, name: str, workload: dict[str, object], gpus: int) -> dict[str, str]:
+    """The result row of one training step on a `dgx-a100` cluster of *gpus* GPUs (flow, no streams), as the
+    documents' training tables were measured."""
+    import yaml
+
+    job = {
+        "workload": {"generate": "transformer", **workload},
+        "topology": {"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": gpus},
+        "model": "flow",
+        "system": {"resources": {"comm_streams": 0}},
+    }
+    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(job))
+    (row,) = _experiment_rows(tmp_path / f"{name}.yaml", tmp_path / name, jobs=1)
+    return row
 
 
 @pytest.mark.slow
@@ -446,34 +463,19 @@ PUBLISHED_ROWS = {
 def test_training_md_published_rows_are_what_etsim_gives(tmp_path: Path, row: str) -> None:
     """docs/training.md's table against published runs, each row's layout read from the table and simulated
     (seconds for the small rows; minutes, up to 17, for the large ones: those run with ``-m slow``)."""
-    import csv
-
-    import yaml
-
-    from etsim.experiment import load_experiment, run_experiment
-
     line = _quoted(rf"\n(\| {re.escape(row)} \|[^\n]*)", _text("docs/training.md"), "docs/training.md").group(1)
     cells = [c.strip() for c in line.strip("|").split("|")]
     gpus, t, p, v, batch, micro = (int(c.replace(",", "")) if c != "–" else 1 for c in cells[1:7])
     recompute, etsim_cell = cells[7], cells[9]
     workload: dict[str, object] = {
-        "generate": "transformer", "model": PUBLISHED_ROWS[row][0], "tp": t, "pp": p, "dp": gpus // (t * p),
+        "model": PUBLISHED_ROWS[row][0], "tp": t, "pp": p, "dp": gpus // (t * p),
         "global_batch": batch, "micro_batch": micro, "recompute": recompute.split()[0],
     }  # fmt: skip
     if v > 1:
         workload.update(schedule="interleaved", virtual_stages=v)
     if "SP" in recompute:
         workload["sp"] = True
-    job = {
-        "workload": workload,
-        "topology": {"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": gpus},
-        "model": "flow",
-        "system": {"resources": {"comm_streams": 0}},
-    }
-    (tmp_path / "row.yaml").write_text(yaml.safe_dump(job))
-    run_experiment(load_experiment(tmp_path / "row.yaml"), out=tmp_path / "out", jobs=1, plots=False)
-    with open(tmp_path / "out" / "results.csv", newline="") as f:
-        (result,) = list(csv.DictReader(f))
+    result = _training_step(tmp_path, "row", workload, gpus)
     seconds = float(result["iteration_ns"]) / 1e9
 
     def shown(value: float, quoted: str) -> str:
@@ -560,12 +562,6 @@ def test_tuning_md_per_call_times_are_the_shipped_tables(tmp_path: Path) -> None
 @pytest.mark.slow
 def test_training_md_weak_scaling_table_is_what_etsim_gives(tmp_path: Path) -> None:
     """docs/training.md's weak-scaling table of GPT-3 175B, 64 to 4,096 GPUs (about 1 min with replica folding)."""
-    import csv
-
-    import yaml
-
-    from etsim.experiment import load_experiment, run_experiment
-
     text = _text("docs/training.md")
     table = re.findall(
         r"\n\| ([\d,]+) \| (\d+) \| 8 \| [\d.]+ [kM] \| ([\d.]+) s \| ([\d.]+)% \| ([\d,]+) \| (\d+) ms \|", text
@@ -574,18 +570,9 @@ def test_training_md_weak_scaling_table_is_what_etsim_gives(tmp_path: Path) -> N
     for gpus_text, d, iteration, mfu, tokens, exposed in table:
         gpus = int(gpus_text.replace(",", ""))
         assert int(d) == gpus // 64
-        job = {
-            "workload": {"generate": "transformer", "model": "gpt3-175b", "tp": 8, "sp": True, "pp": 8,
-                         "dp": gpus // 64, "zero": 1, "recompute": "selective", "global_batch": gpus // 8,
-                         "micro_batch": 1},
-            "topology": {"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": gpus},
-            "model": "flow",
-            "system": {"resources": {"comm_streams": 0}},
-        }  # fmt: skip
-        (tmp_path / f"g{gpus}.yaml").write_text(yaml.safe_dump(job))
-        run_experiment(load_experiment(tmp_path / f"g{gpus}.yaml"), out=tmp_path / f"o{gpus}", jobs=1, plots=False)
-        with open(tmp_path / f"o{gpus}" / "results.csv", newline="") as f:
-            (r,) = list(csv.DictReader(f))
+        workload = {"model": "gpt3-175b", "tp": 8, "sp": True, "pp": 8, "dp": gpus // 64, "zero": 1,
+                    "recompute": "selective", "global_batch": gpus // 8, "micro_batch": 1}  # fmt: skip
+        r = _training_step(tmp_path, f"g{gpus}", workload, gpus)
         assert (
             f"{float(r['iteration_ns']) / 1e9:.3f}", f"{100 * float(r['mfu']):.1f}",
             f"{float(r['tokens_per_s']):,.0f}", f"{float(r['exposed_dp_ns']) / 1e6:.0f}",

@@ -105,8 +105,6 @@ def read_bytes(
             if info.st_size > limit:
                 raise error(f"{p}: the {what} has {info.st_size:,} bytes, more than etsim reads ({limit:,})")
             data = stream.read(limit + 1)
-    except IsADirectoryError:
-        raise error(f"{p}: cannot read the {what}: it is a directory") from None
     except OSError as exc:
         raise error(f"{p}: cannot read the {what}: {exc.strerror or exc}") from None
     if len(data) > limit:  # it grew while read

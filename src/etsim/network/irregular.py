@@ -169,20 +169,31 @@ def with_failures(
                 raise TopologyError(f"{topology.name}: cannot fail link {a!r} -> {b!r}: no such link")
             g.remove_edge(a, b)
             failed_links.append((a, b))
-    result = Topology(
-        g,
-        topology.npus,
-        kind=topology.kind,
-        dims=topology.dims,
-        name=topology.name,
-        source=topology.source,
-        failed_npus=failed_npus,
-        failed_links=failed_links,
-        degraded_links=topology.degraded_links,
-        hardware=topology.hardware,
-    )
+    result = _rebuilt(topology, g, failed_npus=failed_npus, failed_links=failed_links)
     _check_connected(result)
     return result
+
+
+def _rebuilt(topology: Topology, graph: Any, **changes: Any) -> Topology:
+    """*topology* over *graph*, every other attribute kept unless *changes* names it (failed, degraded links)."""
+    kept = {
+        "kind": topology.kind,
+        "dims": topology.dims,
+        "name": topology.name,
+        "source": topology.source,
+        "failed_npus": topology.failed_npus,
+        "failed_links": topology.failed_links,
+        "degraded_links": topology.degraded_links,
+        "hardware": topology.hardware,
+    }
+    return Topology(graph, topology.npus, **{**kept, **changes})
+
+
+def degrade_factor(value: object, key: str = "factor") -> float:
+    """A degraded link's bandwidth factor, checked: a number in (0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise TopologyError(f"{key}: expected a number in (0, 1] (0.5 = half the bandwidth), got {value!r}")
+    return float(value)
 
 
 def with_degraded(
@@ -196,8 +207,7 @@ def with_degraded(
     Raises:
         TopologyError: a link that does not exist, or a factor that is not in (0, 1].
     """
-    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1:
-        raise TopologyError(f"factor: expected a number in (0, 1] (0.5 = half the bandwidth), got {factor!r}")
+    factor = degrade_factor(factor)
     g = topology.graph.copy()
     degraded = list(topology.degraded_links)
     for u, v in links:
@@ -206,18 +216,7 @@ def with_degraded(
                 raise TopologyError(f"{topology.name}: cannot degrade link {a!r} -> {b!r}: no such link")
             g.edges[a, b]["bandwidth"] = g.edges[a, b]["bandwidth"] * factor
             degraded.append((a, b))
-    return Topology(
-        g,
-        topology.npus,
-        kind=topology.kind,
-        dims=topology.dims,
-        name=topology.name,
-        source=topology.source,
-        failed_npus=topology.failed_npus,
-        failed_links=topology.failed_links,
-        degraded_links=degraded,
-        hardware=topology.hardware,
-    )
+    return _rebuilt(topology, g, degraded_links=degraded)
 
 
 def _check_connected(topology: Topology) -> None:

@@ -41,7 +41,7 @@ import simpy
 from etsim.errors import ConfigError, TopologyError
 from etsim.files import parse_yaml, read_text
 from etsim.network.builders import build_topology, check_keys, int_value
-from etsim.network.irregular import with_degraded, with_failures
+from etsim.network.irregular import degrade_factor, with_degraded, with_failures
 from etsim.network.model import DEFAULT_MODEL, NETWORK_MODELS, NetworkModel, build_model
 from etsim.network.topology import Topology
 
@@ -99,15 +99,9 @@ def _apply_failures(topology: Topology, failed: object) -> Topology:
         if "link" not in entry:
             continue
         key = f"failed[{i}]"
-        check_keys(entry, {"link", "bidirectional"}, "a failed link", f"{key}.")
-        link = entry["link"]
-        if not isinstance(link, list) or len(link) != 2:
-            raise TopologyError(f"{key}.link: expected [U, V], got {link!r}")
-        bidirectional = entry.get("bidirectional", True)
-        if not isinstance(bidirectional, bool):
-            raise TopologyError(f"{key}.bidirectional: expected true or false, got {bidirectional!r}")
+        link, bidirectional = _link_entry(entry, key, "a failed link")
         try:
-            topology = with_failures(topology, links=[(link[0], link[1])], bidirectional=bidirectional)
+            topology = with_failures(topology, links=[link], bidirectional=bidirectional)
         except TopologyError as exc:
             raise TopologyError(f"{key}: {exc}") from None
     return topology
@@ -121,18 +115,27 @@ def _apply_degraded(topology: Topology, degraded: object) -> Topology:
         key = f"degraded[{i}]"
         if not isinstance(entry, Mapping) or "link" not in entry or "factor" not in entry:
             raise TopologyError(f"{key}: expected {{link: [U, V], factor: F}}, got {entry!r}")
-        check_keys(entry, {"link", "factor", "bidirectional"}, "a degraded link", f"{key}.")
-        link = entry["link"]
-        if not isinstance(link, list) or len(link) != 2:
-            raise TopologyError(f"{key}.link: expected [U, V], got {link!r}")
-        bidirectional = entry.get("bidirectional", True)
-        if not isinstance(bidirectional, bool):
-            raise TopologyError(f"{key}.bidirectional: expected true or false, got {bidirectional!r}")
+        link, bidirectional = _link_entry(entry, key, "a degraded link", {"factor"})
+        factor = degrade_factor(entry["factor"], f"{key}.factor")
         try:
-            topology = with_degraded(topology, [(link[0], link[1])], entry["factor"], bidirectional=bidirectional)
+            topology = with_degraded(topology, [link], factor, bidirectional=bidirectional)
         except TopologyError as exc:
-            raise TopologyError(f"{key}.{exc}" if str(exc).startswith("factor") else f"{key}: {exc}") from None
+            raise TopologyError(f"{key}: {exc}") from None
     return topology
+
+
+def _link_entry(
+    entry: Mapping[str, Any], key: str, what: str, extra: frozenset[str] | set[str] = frozenset()
+) -> tuple[tuple[Any, Any], bool]:
+    """The ``link: [U, V]`` and ``bidirectional`` (default true) of a failed or degraded link entry, checked."""
+    check_keys(entry, {"link", "bidirectional", *extra}, what, f"{key}.")
+    link = entry["link"]
+    if not isinstance(link, list) or len(link) != 2:
+        raise TopologyError(f"{key}.link: expected [U, V], got {link!r}")
+    bidirectional = entry.get("bidirectional", True)
+    if not isinstance(bidirectional, bool):
+        raise TopologyError(f"{key}.bidirectional: expected true or false, got {bidirectional!r}")
+    return (link[0], link[1]), bidirectional
 
 
 def _topology(data: Mapping[str, Any], name: str | None, source: Path | None) -> Topology:
