@@ -113,3 +113,28 @@ def test_help_shows_no_sphinx_markup(capsys: pytest.CaptureFixture[str]) -> None
             main(["workload", "gen", name, "--help"])
         out = capsys.readouterr().out
         assert ":mod:" not in out and ":class:" not in out and ":func:" not in out and "``" not in out, name
+
+
+def test_a_ctrl_c_that_lands_in_a_callback_still_interrupts_the_command() -> None:
+    """A KeyboardInterrupt raised inside a weak-reference callback (where imports take their module locks) cannot
+    propagate: the interpreter printed a traceback and the command ran on. Under `etsim` it is delivered again."""
+    code = (
+        "import sys, weakref\n"
+        "from etsim.cli import _keep_interrupts\n"
+        "sys.unraisablehook = _keep_interrupts if sys.argv[1] == 'etsim' else sys.unraisablehook\n"
+        "class Held: pass\n"
+        "def swallowed(ref): raise KeyboardInterrupt\n"
+        "held = Held(); ref = weakref.ref(held, swallowed)\n"
+        "import time; deadline = time.monotonic() + 3\n"
+        "try:\n"
+        "    del held\n"
+        "    while time.monotonic() < deadline: pass\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted')\n"
+        "else:\n"
+        "    print('ran on')\n"
+    )
+    for hook, expected in (("etsim", "interrupted"), ("python", "ran on")):
+        done = subprocess.run([sys.executable, "-c", code, hook], capture_output=True, text=True, timeout=60)
+        assert done.stdout.strip() == expected, (hook, done.stdout, done.stderr)
+        assert ("Traceback" in done.stderr) == (hook == "python")

@@ -16,6 +16,7 @@ gives is refused (see :func:`etsim.registry.plugins_allowed`).
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import atexit
 import contextlib
@@ -23,6 +24,7 @@ import importlib
 import os
 import signal
 import sys
+import threading
 import warnings
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -35,6 +37,9 @@ __all__ = ["ERROR_LINES", "build_parser", "console", "main"]
 
 #: Lines of an error message printed without ``--verbose``.
 ERROR_LINES = 3
+
+#: Seconds after which a Ctrl-C swallowed by a callback is raised again (:func:`_keep_interrupts`).
+REDELIVERY_S = 0.01
 
 #: Sub-command name → the module that registers it, in the order of ``etsim --help``. Only the module of
 #: the command being run is imported, so a run does not pay for every other command's imports.
@@ -113,12 +118,32 @@ def console() -> NoReturn:
     compaction: the union pass over a family of two million nodes took 0.3–0.5 s longer with them.
     """
     os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
+    sys.unraisablehook = _keep_interrupts
     code = main()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # (a closed pipe: what could be written was)
             stream.flush()
     atexit._run_exitfuncs()
     os._exit(code)
+
+
+def _keep_interrupts(unraisable: Any) -> None:
+    """``sys.unraisablehook``: a Ctrl-C that landed in a callback the interpreter cannot raise from is delivered again.
+
+    Python raises KeyboardInterrupt in whatever code runs when the signal arrives: inside a weak-reference
+    callback (the import system's module locks use them) it cannot propagate, so the interpreter printed
+    "Exception ignored … KeyboardInterrupt" with a traceback and the command went on as if never interrupted.
+    Here the interrupt is raised again a moment later (:data:`REDELIVERY_S`, from a timer thread: raised from
+    this hook, it would be swallowed the same way), in the code running then; other unraisable errors are
+    printed as before.
+    """
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            timer = threading.Timer(REDELIVERY_S, _thread.interrupt_main, (signal.SIGINT,))
+            timer.daemon = True
+            timer.start()
+        return  # (under another handler, that handler has seen the signal already)
+    sys.__unraisablehook__(unraisable)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
