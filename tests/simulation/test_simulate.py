@@ -75,6 +75,82 @@ def test_a_straggler_is_its_trace_with_slower_compute_exactly() -> None:
     assert same.finish_ns == even.finish_ns  # a factor of 1 changes nothing
 
 
+def _chain_then_all_reduce(micros: list[int], npus: int = 4) -> Workload:
+    """Every rank: compute nodes of *micros* µs one after the other, then a 1 MiB all-reduce."""
+    from etsim.chakra import CollectiveType, TraceBuilder
+
+    traces = []
+    for rank in range(npus):
+        b = TraceBuilder(rank)
+        last = None
+        for k, us in enumerate(micros):
+            last = b.comp(f"c{k}", duration_micros=us, deps=[last] if last is not None else [])
+        b.collective(CollectiveType.ALL_REDUCE, 1 << 20, deps=[last] if last is not None else [])
+        traces.append(b.build(rank=rank))
+    return Workload(traces)
+
+
+def test_a_straggler_delays_a_ring_all_reduce_by_exactly_its_extra_time_under_analytical() -> None:
+    """A rank whose compute before a ring all-reduce takes d longer delays the finish by exactly d."""
+    from etsim.network import ring
+    from etsim.system.config import SystemConfig
+
+    workload, topology = _chain_then_all_reduce([10]), ring(4, 50.0, 500.0)
+    healthy = simulate(workload, topology=topology, model="analytical")
+    for factor in (1.25, 1.5, 3.0):
+        system = SystemConfig(compute_slowdown={2: factor})
+        slow = simulate(workload, topology=topology, model="analytical", system=system)
+        assert slow.finish_ns == pytest.approx(healthy.finish_ns + (factor - 1) * 10_000, abs=1e-6)  # (float sums)
+
+
+def test_a_slowdown_window_slows_the_compute_nodes_that_start_inside_it() -> None:
+    """Four nodes of 10 µs one after the other; a 2x window over [10 µs, 25 µs) on rank 1 doubles its second."""
+    from etsim.network import ring
+    from etsim.system.config import load_system_config
+
+    workload, topology = _chain_then_all_reduce([10, 10, 10, 10]), ring(4, 50.0, 500.0)
+    healthy = simulate(workload, topology=topology, model="analytical")
+    window = {"slowdown_windows": [{"ranks": [1], "factor": 2, "from": "10 us", "until": "25 us"}]}
+    slow = simulate(workload, topology=topology, model="analytical", system=load_system_config(window))
+    # Rank 1's nodes start at 0, 10 (in: 20 µs), 30 (out), 40 (out): one node doubled.
+    assert slow.ranks[1].compute_ns == 50_000 and slow.ranks[0].compute_ns == 40_000
+    assert slow.finish_ns == pytest.approx(healthy.finish_ns + 10_000, abs=1e-6)
+    assert slow.sim["not_folded"].startswith("compute_slowdown makes ranks differ")
+    both = {"slowdown_windows": [{"ranks": [1], "factor": 2, "from": "0 us"}, {"ranks": [1], "factor": 1.5}]}
+    assert simulate(workload, topology=topology, system=load_system_config(both)).ranks[1].compute_ns == 120_000
+
+
+def test_a_rank_that_starts_late_delays_what_waits_for_it_by_exactly_its_start() -> None:
+    from etsim.network import ring
+    from etsim.system.config import load_system_config
+
+    workload, topology = _chain_then_all_reduce([10]), ring(4, 50.0, 500.0)
+    healthy = simulate(workload, topology=topology, model="analytical")
+    system = load_system_config({"rank_start": {3: "7 us"}})
+    late = simulate(workload, topology=topology, model="analytical", system=system)
+    assert late.finish_ns == pytest.approx(healthy.finish_ns + 7_000, abs=1e-6)
+    assert [r.compute_ns for r in late.ranks] == [10_000] * 4  # waiting to start is neither compute nor communication
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"rank_start": {1: "-1 us"}}, r"rank_start\.1: time '-1 us' is negative"),
+        ({"rank_start": [1]}, r"rank_start: expected a mapping of rank to a start time"),
+        ({"slowdown_windows": [{"ranks": [1]}]}, r"slowdown_windows\[0\]: expected \{ranks"),
+        ({"slowdown_windows": [{"ranks": [1], "factor": 0}]}, r"slowdown_windows\[0\]\.factor: expected a finite"),
+        ({"slowdown_windows": [{"ranks": [1], "factor": 2, "from": "2 us", "until": "1 us"}]}, r"until must come"),
+        ({"slowdown_windows": [{"ranks": ["x"], "factor": 2}]}, r"slowdown_windows\[0\]\.ranks: 'x' is not a rank"),
+    ],
+)
+def test_bad_windows_and_starts_are_named(value, message) -> None:
+    from etsim.errors import ConfigError
+    from etsim.system.config import load_system_config
+
+    with pytest.raises(ConfigError, match=message):
+        load_system_config(value)
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [

@@ -224,7 +224,10 @@ class Simulation:
             result = self.collect(build, outcome)
             result.warnings = log.messages()
         result.sim["reruns"] = plan.reruns
-        if (build.config.compute_slowdown or build.config.compute_jitter) and plan.fold is None:
+        config = build.config
+        if (config.compute_slowdown or config.slowdown_windows or config.compute_jitter or config.rank_start) and (
+            plan.fold is None
+        ):
             result.sim["not_folded"] = plan.fold_note  # (a straggler: why every rank ran)
         self.report(build, result)
         return result
@@ -235,9 +238,14 @@ class Simulation:
         n = self.workload.num_ranks
         if n == 0:
             raise ConfigError("the workload has no ranks")
-        outside = sorted(r for r in config.compute_slowdown if r >= n)
-        if outside:
-            raise ConfigError(f"compute_slowdown: rank {outside[0]} is not a rank of the workload (ranks 0..{n - 1})")
+        for key, ranks in (
+            ("compute_slowdown", config.compute_slowdown),
+            ("slowdown_windows", [row[0] for row in config.slowdown_windows]),
+            ("rank_start", config.rank_start),
+        ):
+            outside = sorted(r for r in ranks if r >= n)
+            if outside:
+                raise ConfigError(f"{key}: rank {outside[0]} is not a rank of the workload (ranks 0..{n - 1})")
         net, label, default = self._network(n)
         topo = net.topology
         if topo.npus < n:
@@ -283,9 +291,11 @@ class Simulation:
         fast: frozenset[Hashable] | None = frozenset() if config.fast_path else None
         if not config.fold_replicas:
             return Plan(None, "replica folding is off", fast)
-        if any(factor != 1.0 for factor in config.compute_slowdown.values()):
+        if any(factor != 1.0 for factor in config.compute_slowdown.values()) or config.slowdown_windows:
             # A straggler's replica is no mirror image of the others': every rank runs.
             return Plan(None, "compute_slowdown makes ranks differ (a straggler): every rank is simulated", fast)
+        if any(config.rank_start.values()):
+            return Plan(None, "rank_start starts ranks at different times: every rank is simulated", fast)
         if config.compute_jitter > 0:
             return Plan(None, "compute_jitter draws different times per rank: every rank is simulated", fast)
         router = NETWORK_MODELS.get(build.model).checked_options(build.options).router

@@ -120,15 +120,48 @@ def _compute_slowdown(value: object, key: str = "compute_slowdown") -> dict[int,
     """``{rank: factor}``, checked: a rank is a non-negative integer, a factor a finite number > 0."""
     if not isinstance(value, dict):
         raise ConfigError(f"{key}: expected a mapping of rank to a slowdown factor ({{3: 1.5}}), got {value!r}")
-    out: dict[int, float] = {}
-    for rank, factor in value.items():
-        text = str(rank).strip()
-        if isinstance(rank, bool) or not text.isdigit():
-            raise ConfigError(f"{key}: {rank!r} is not a rank (a non-negative integer)")
-        if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor < math.inf:
-            raise ConfigError(f"{key}.{rank}: expected a finite factor > 0 (2 = compute twice as long), got {factor!r}")
-        out[int(text)] = float(factor)
-    return out
+    return {_rank_key(rank, key): _factor(factor, f"{key}.{rank}") for rank, factor in value.items()}
+
+
+def _factor(factor: object, key: str) -> float:
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor < math.inf:
+        raise ConfigError(f"{key}: expected a finite factor > 0 (2 = compute twice as long), got {factor!r}")
+    return float(factor)
+
+
+def _rank_key(rank: object, key: str) -> int:
+    text = str(rank).strip()
+    if isinstance(rank, bool) or not text.isdigit():
+        raise ConfigError(f"{key}: {rank!r} is not a rank (a non-negative integer)")
+    return int(text)
+
+
+def _rank_start(value: object, key: str = "rank_start") -> dict[int, float]:
+    """``{rank: time}``, checked: when each named rank starts (a job that arrives later)."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a mapping of rank to a start time ({{3: 10 us}}), got {value!r}")
+    return {_rank_key(rank, key): Time()(when, key=f"{key}.{rank}") for rank, when in value.items()}
+
+
+def _slowdown_windows(value: object, key: str = "slowdown_windows") -> tuple[tuple[int, float, float, float], ...]:
+    """``[{ranks: [...], factor: F, from: T, until: T}, …]`` → ``(rank, from_ns, until_ns, factor)`` rows, checked."""
+    if not isinstance(value, list):
+        raise ConfigError(f"{key}: expected a list of {{ranks: [R, …], factor: F, from: T, until: T}}, got {value!r}")
+    rows = []
+    for i, entry in enumerate(value):
+        where = f"{key}[{i}]"
+        if not isinstance(entry, dict) or not {"ranks", "factor"} <= set(entry) <= {"ranks", "factor", "from", "until"}:
+            raise ConfigError(f"{where}: expected {{ranks: [R, …], factor: F, from: T, until: T}}, got {entry!r}")
+        ranks = entry["ranks"]
+        if not isinstance(ranks, list) or not ranks:
+            raise ConfigError(f"{where}.ranks: expected a non-empty list of ranks, got {ranks!r}")
+        factor = _factor(entry["factor"], f"{where}.factor")
+        start = Time(bare_unit="ns")(entry.get("from", 0), key=f"{where}.from")
+        until = Time()(entry["until"], key=f"{where}.until") if "until" in entry else math.inf
+        if not start < until:
+            raise ConfigError(f"{where}: until must come after from")
+        rows += [(_rank_key(r, f"{where}.ranks"), start, until, factor) for r in ranks]
+    return tuple(rows)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,6 +210,23 @@ class SystemConfig:
     )
     """σ of the lognormal factor ``exp(N(−σ²/2, σ))`` (mean 1) drawn for every compute node of every rank, from
     ``numpy.random.default_rng([jitter_seed, rank])`` in node order: the same inputs and seed give the same run."""
+    slowdown_windows: tuple[tuple[int, float, float, float], ...] = option(
+        help="stragglers for a while: [{ranks: [R, ...], factor: F, from: TIME, until: TIME}], compute nodes that "
+        "start in the window take factor times as long",
+        parse=_slowdown_windows,
+        default_factory=tuple,
+        flag=False,
+    )
+    """``(rank, from_ns, until_ns, factor)`` rows: a compute node of the rank that *starts* at a time in
+    ``[from, until)`` takes ``factor`` times as long, on top of :attr:`compute_slowdown` (factors of overlapping
+    windows multiply). A node is timed once, when it starts: one that straddles a window's edge is not split."""
+    rank_start: dict[int, float] = option(
+        help="ranks that start late: {RANK: time} (a job arriving on a shared cluster; default: every rank at 0)",
+        parse=_rank_start,
+        default_factory=dict,
+        flag=False,
+    )
+    """Rank → when its first nodes are issued (ns); ranks not named start at 0."""
     jitter_seed: int = option(0, "seed of compute_jitter's random factors", Integer(0), metavar="N")
     """The seed of :attr:`compute_jitter` (one stream per rank)."""
     chunks: int = option(1, "split each collective into N pipelined chunks", Integer(1), metavar="N")

@@ -12,15 +12,18 @@ from etsim.chakra.graph import Trace
 from etsim.errors import SimulationError
 from etsim.system.config import SystemConfig
 
-__all__ = ["CostModel", "compute_scale"]
+__all__ = ["CostModel", "compute_scale", "window_factor"]
 
 
-def compute_scale(config: SystemConfig, rank: int, nodes: int) -> tuple[float, list[float] | None]:
-    """What multiplies the compute times of *rank*: its straggler factor and, with noise, one factor per node.
+def compute_scale(
+    config: SystemConfig, rank: int, nodes: int
+) -> tuple[float, list[float] | None, tuple[tuple[float, float, float], ...]]:
+    """What multiplies the compute times of *rank*: its straggler factor, with noise one factor per node, its windows.
 
     - ``compute_slowdown[rank]`` (1.0 when the rank has none: times stay exact);
     - with ``compute_jitter`` σ > 0, ``numpy.random.default_rng([jitter_seed, rank]).lognormal(−σ²/2, σ, nodes)``
-      (mean 1), node *j* of the rank's trace taking factor *j*; else None.
+      (mean 1), node *j* of the rank's trace taking factor *j*; else None;
+    - the rank's ``slowdown_windows`` as ``(from_ns, until_ns, factor)`` (a node starting inside one is slowed).
     """
     jitter = None
     if config.compute_jitter > 0:
@@ -28,7 +31,17 @@ def compute_scale(config: SystemConfig, rank: int, nodes: int) -> tuple[float, l
 
         sigma = config.compute_jitter
         jitter = np.random.default_rng([config.jitter_seed, rank]).lognormal(-sigma * sigma / 2, sigma, nodes).tolist()
-    return config.compute_slowdown.get(rank, 1.0), jitter
+    windows = tuple((start, until, factor) for r, start, until, factor in config.slowdown_windows if r == rank)
+    return config.compute_slowdown.get(rank, 1.0), jitter, windows
+
+
+def window_factor(windows: tuple[tuple[float, float, float], ...], now: float) -> float:
+    """The product of the factors of the ``(from_ns, until_ns, factor)`` windows that hold at *now*."""
+    scale = 1.0
+    for start, until, factor in windows:
+        if start <= now < until:
+            scale *= factor
+    return scale
 
 
 class CostModel:

@@ -255,8 +255,13 @@ class Engine:
         """Issue every rank's dependency-free nodes."""
         if self.observer is not None:
             self.observer.attach(self)
+        starts = self.config.rank_start
         for run in self.runs:
-            run.start()
+            when = starts.get(run.rank, 0.0)
+            if when > 0:
+                self.after(when, run.start)  # (a job that arrives later)
+            else:
+                run.start()
 
     def check_all_received(self) -> None:
         """Raise :class:`~etsim.errors.DeadlockError` if a workload SEND's message was never received."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from etsim.algo.graph import COMP, RECV, SEND
 from etsim.chakra.dag import in_degrees
 from etsim.chakra.graph import NodeType, Trace
-from etsim.system.costs import compute_scale
+from etsim.system.costs import compute_scale, window_factor
 
 if TYPE_CHECKING:
     from etsim.system.collective import CollectivePart
@@ -431,6 +431,7 @@ class WorkloadRun(GraphRun):
         "slowdown",
         "t_last",
         "trace",
+        "windows",
     )
 
     def __init__(self, engine: Engine, trace: Trace, rank: int, config: SystemConfig) -> None:
@@ -449,7 +450,7 @@ class WorkloadRun(GraphRun):
         if mine:
             self.keys = [(mine.get(i, 0), i) for i in trace.ids]
         self.holding = 0
-        self.slowdown, self.jitter = compute_scale(config, rank, trace.num_nodes)  # stragglers and noise
+        self.slowdown, self.jitter, self.windows = compute_scale(config, rank, trace.num_nodes)  # stragglers, noise
         classes = []
         for j, t in enumerate(trace.types):
             if trace.is_cpu_op[j] and t in (_T_COMP, _T_COLL):
@@ -461,12 +462,9 @@ class WorkloadRun(GraphRun):
             else:
                 classes.append(FREE)
         self.node_class = classes
-        self.n_comp = 0
-        self.n_comm = 0
+        self.n_comp = self.n_comm = 0
         self.t_last = 0.0
-        self.compute_ns = 0.0
-        self.comm_ns = 0.0
-        self.exposed_ns = 0.0
+        self.compute_ns = self.comm_ns = self.exposed_ns = 0.0
         self.finish_ns = 0.0
 
     # -- slots --
@@ -553,6 +551,8 @@ class WorkloadRun(GraphRun):
             duration = eng.costs.compute_time(tr, j) * self.slowdown
             if self.jitter is not None:
                 duration *= self.jitter[j]
+            if self.windows:
+                duration *= window_factor(self.windows, eng.env.now)
             eng.delay(self, j, duration)
         elif t == _T_SEND:
             self.account()
