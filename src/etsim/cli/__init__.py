@@ -58,6 +58,7 @@ COMMANDS = {
     "astra": "etsim.compat.cli",
     "synth": "etsim.cli.synth",
     "experiment": "etsim.cli.experiment",
+    "cluster": "etsim.cli.cluster",
     "tune": "etsim.cli.tune",
     "optimise": "etsim.cli.optimise",
 }

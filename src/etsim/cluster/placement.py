@@ -1,0 +1,82 @@
+"""Where each job runs: explicit GPU lists first, then ``packed``, ``spread`` and ``{random: SEED}`` in file order.
+
+- ``packed``: the lowest free GPUs, in order (whole nodes first, as a scheduler packs them);
+- ``spread``: one free GPU per node in turn (the first free GPU of every node, then the second, …);
+- ``{random: SEED}``: GPUs drawn without replacement by ``numpy.random.default_rng(SEED)`` from the free ones, then
+  sorted (job rank r runs on the r-th lowest drawn GPU);
+- a list: job rank r on the r-th GPU listed.
+
+A node is the topology's first dimension (a ``gpu_cluster``'s node of GPUs); a topology without dimensions is one
+GPU per node (``spread`` is then ``packed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from etsim.errors import ConfigError
+from etsim.network import Topology
+
+__all__ = ["gpus_per_node", "place"]
+
+
+def gpus_per_node(topology: Topology) -> int:
+    """The GPUs of one node: the first dimension's, when the topology has several dimensions; else 1."""
+    dims = topology.dims
+    return int(dims[0].npus) if len(dims) > 1 else 1
+
+
+def place(placements: Sequence[Any], sizes: Sequence[int], topology: Topology, where: str) -> list[tuple[int, ...]]:
+    """The GPUs of each job (*placements* as :class:`~etsim.cluster.spec.Placement` parses them, *sizes* its ranks).
+
+    Raises:
+        ConfigError: a GPU outside the cluster or failed, two jobs on one GPU, a job that does not fit in the GPUs
+            left; the message names ``jobs[i].placement``.
+    """
+    usable = list(topology.live_npus)
+    owner: dict[int, int] = {}
+    out: list[tuple[int, ...] | None] = [None] * len(sizes)
+    for i, (placement, size) in enumerate(zip(placements, sizes, strict=True)):
+        if not isinstance(placement, tuple) or (placement and placement[0] == "random"):
+            continue
+        key = f"{where}: jobs[{i}].placement"
+        if len(placement) != size:
+            raise ConfigError(f"{key}: {len(placement)} GPUs for a job of {size} ranks")
+        for gpu in placement:
+            if gpu >= topology.npus or gpu in topology.failed_npus:
+                which = "failed" if gpu < topology.npus else f"not one of the cluster's GPUs 0..{topology.npus - 1}"
+                raise ConfigError(f"{key}: GPU {gpu} is {which}")
+            if gpu in owner:
+                raise ConfigError(f"{key}: GPU {gpu} is also jobs[{owner[gpu]}]'s")
+            owner[gpu] = i
+        out[i] = placement
+    per_node = gpus_per_node(topology)
+    for i, (placement, size) in enumerate(zip(placements, sizes, strict=True)):
+        if out[i] is not None:
+            continue
+        free = [r for r in usable if r not in owner]
+        if size > len(free):
+            raise ConfigError(
+                f"{where}: jobs[{i}].placement: the job has {size} ranks but only {len(free)} of the cluster's "
+                f"{len(usable)} GPUs are free"
+            )
+        if placement == "packed":
+            chosen = free[:size]
+        elif placement == "spread":
+            turn: dict[int, int] = {}  # node → its free GPUs taken so far in the order
+            order = []
+            for gpu in free:
+                node = gpu // per_node
+                order.append((turn.get(node, 0), node, gpu))
+                turn[node] = turn.get(node, 0) + 1
+            chosen = sorted(gpu for _, _, gpu in sorted(order)[:size])
+        else:
+            import numpy as np
+
+            picked = np.random.default_rng(placement[1]).choice(len(free), size=size, replace=False)
+            chosen = sorted(free[int(k)] for k in picked)
+        for gpu in chosen:
+            owner[gpu] = i
+        out[i] = tuple(chosen)
+    return [p for p in out if p is not None]

@@ -1,0 +1,347 @@
+"""Run a cluster: every job in one simulation on the shared network, then each job's view of it.
+
+The jobs become one workload (:mod:`etsim.cluster.merge`) run by one :class:`~etsim.simulation.Simulation`, so
+they share links under every network model exactly as the ranks of one job do. The system settings are the
+cluster's and the jobs' together (a key two jobs set differently is refused: one system serves the run); a
+job's ``start`` is its ranks' ``rank_start``, stragglers are ``compute_slowdown`` or ``slowdown_windows`` of their
+GPUs, and faults at time 0 are degraded or failed links of the topology.
+
+Each job's :class:`JobResult` is the run seen from its ranks: its ranks and collectives renumbered to job ranks,
+its communicator groups under their own names, its finish and duration (from its start), and with ``alone`` the
+same job simulated by itself on the same placement (same stragglers and faults) and the ratio of the two. Every
+message is charged to the job that sent it along its route, which gives the links jobs shared and what each
+carried there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from etsim.chakra.graph import Workload
+from etsim.cluster.merge import PlacedJob, job_group, merge_jobs
+from etsim.cluster.placement import place
+from etsim.cluster.spec import ClusterSpec
+from etsim.errors import ConfigError, TopologyError
+from etsim.experiment.worker import point_workload
+from etsim.network import NETWORK_MODELS, NetworkConfig, load_network
+from etsim.network.irregular import with_degraded, with_failures
+from etsim.network.routing import make_router
+from etsim.report.record import RunRecorder
+from etsim.report.result import Result
+from etsim.simulation import DEFAULT_REPORTS, Simulation
+from etsim.system.config import SystemConfig, load_system_config
+from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
+
+__all__ = ["ClusterResult", "JobResult", "run_cluster"]
+
+
+class _TrafficByPair(RunRecorder):
+    """A run recorder that also adds up every message by (source, destination) rank: [bytes, messages]."""
+
+    def __init__(self) -> None:
+        super().__init__(messages=True, message_limit=0)
+        self.pairs: dict[tuple[int, int], list[float]] = {}
+
+    def message_sent(self, run: Any, j: int, src: int, dst: int, tag: int, size: float) -> None:
+        """Count the message's bytes (no row is kept)."""
+        use = self.pairs.get((src, dst))
+        if use is None:
+            self.pairs[(src, dst)] = [size, 1]
+        else:
+            use[0] += size
+            use[1] += 1
+
+
+@dataclass
+class JobResult:
+    """One job of a cluster run, seen from its own ranks."""
+
+    name: str
+    gpus: tuple[int, ...]
+    start_ns: float
+    finish_ns: float
+    """When the job's last rank finished (cluster time)."""
+    result: Result
+    """The job's ranks, collectives and groups under its own rank numbers and group names."""
+    alone_ns: float | None = None
+    """The job's duration when it runs alone on the same placement (with ``alone``)."""
+
+    @property
+    def duration_ns(self) -> float:
+        """From its start to its finish."""
+        return self.finish_ns - self.start_ns
+
+    @property
+    def slowdown(self) -> float | None:
+        """Its duration over its duration alone (with ``alone``)."""
+        if self.alone_ns is None or self.alone_ns <= 0:
+            return None
+        return self.duration_ns / self.alone_ns
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: name, gpus, times, alone time and slowdown, and the job's result."""
+        return {
+            "name": self.name,
+            "gpus": list(self.gpus),
+            "start_ns": self.start_ns,
+            "finish_ns": self.finish_ns,
+            "duration_ns": self.duration_ns,
+            "alone_ns": self.alone_ns,
+            "slowdown": self.slowdown,
+            "result": self.result.to_dict(),
+        }
+
+
+@dataclass
+class ClusterResult:
+    """What ``etsim cluster run`` reports: the jobs, the links they shared, and the whole run."""
+
+    name: str
+    jobs: list[JobResult]
+    shared_links: list[dict[str, Any]]
+    """Links that carried traffic of more than one job: per job, its bytes and its share of the link's time."""
+    result: Result
+    """The whole run (every GPU, cluster rank numbers)."""
+    warnings: list[str] = field(default_factory=list)
+
+    def job(self, name: str) -> JobResult:
+        """The job named *name*."""
+        return next(j for j in self.jobs if j.name == name)
+
+    def table(self) -> str:
+        """The jobs (finish, duration, alone, slowdown) and the links they shared, for a terminal."""
+        from etsim.units import format_size, format_time
+
+        lines = [f"cluster {self.name}: every job done at {format_time(self.result.finish_ns)}"]
+        heads = ("start", "finish", "duration", "alone")
+        lines.append(f"{'job':<16} {'GPUs':>5} " + " ".join(f"{h:>11}" for h in heads) + f" {'slowdown':>9}")
+        for job in self.jobs:
+            alone = format_time(job.alone_ns) if job.alone_ns is not None else "-"
+            slowdown = f"{job.slowdown:.3f}x" if job.slowdown is not None else "-"
+            lines.append(
+                f"{job.name:<16} {len(job.gpus):>5} {format_time(job.start_ns):>11} {format_time(job.finish_ns):>11} "
+                f"{format_time(job.duration_ns):>11} {alone:>11} {slowdown:>9}"
+            )
+        if self.shared_links:
+            lines.append(f"links carrying more than one job's traffic: {len(self.shared_links)}")
+            for entry in self.shared_links[:20]:
+                users = ", ".join(
+                    f"{name} {format_size(use['bytes'])}"
+                    + (f" ({use['utilisation']:.0%} of its time)" if use["utilisation"] is not None else "")
+                    for name, use in entry["jobs"].items()
+                )
+                lines.append(f"  {entry['src']} -> {entry['dst']} ({entry['bandwidth_GBps']:g} GB/s): {users}")
+            if len(self.shared_links) > 20:
+                lines.append(f"  ... {len(self.shared_links) - 20} more (--json has them all)")
+        else:
+            lines.append("no link carried more than one job's traffic")
+        return "\n".join(lines)
+
+    def to_json(self, *, indent: int | None = 1) -> str:
+        """The JSON document of :meth:`to_dict` (deterministic key order)."""
+        import json
+
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``{cluster, finish_ns, jobs: [...], shared_links: [...], network, sim, warnings}``."""
+        return {
+            "cluster": self.name,
+            "finish_ns": self.result.finish_ns,
+            "jobs": [j.to_dict() for j in self.jobs],
+            "shared_links": self.shared_links,
+            "network": self.result.network,
+            "sim": self.result.sim,
+            "warnings": self.warnings,
+        }
+
+
+def _network(spec: ClusterSpec) -> NetworkConfig:
+    """The cluster's network with its faults applied (links degraded or failed from the start)."""
+    net = load_network(spec.topology)
+    topo = net.topology
+    for i, fault in enumerate(spec.faults):
+        key = f"{spec.where}: faults[{i}]"
+        if fault.at > 0:
+            raise ConfigError(
+                f"{key}.at: faults during a run are not simulated yet; at: 0 degrades or fails the link from the start"
+            )
+        link = fault.link
+        if not isinstance(link, list) or len(link) != 2:
+            raise ConfigError(f"{key}.link: expected [U, V], got {link!r}")
+        try:
+            if fault.bandwidth == 0:
+                topo = with_failures(topo, links=[(link[0], link[1])], bidirectional=fault.bidirectional)
+            elif fault.bandwidth < 1:
+                topo = with_degraded(topo, [(link[0], link[1])], fault.bandwidth, bidirectional=fault.bidirectional)
+        except TopologyError as exc:
+            raise ConfigError(f"{key}.link: {exc}") from None
+    label = spec.topology if isinstance(spec.topology, str) else (topo.name or "topology")
+    return dataclasses.replace(net, topology=topo, model=spec.model, options=dict(spec.model_options), label=label)
+
+
+def _system(spec: ClusterSpec, gpus: Sequence[tuple[int, ...]], only: int | None = None) -> SystemConfig:
+    """The run's settings: the cluster's and the jobs' (which must agree), starts and stragglers by GPU."""
+    merged = {k: v for k, v in spec.system.items() if k != "comm_groups"}
+    setter: dict[str, int] = {}
+    for i, system in enumerate(spec.job_systems):
+        for key, value in system.items():
+            if key == "comm_groups":
+                continue
+            if key in setter and merged[key] != value:
+                raise ConfigError(
+                    f"{spec.where}: jobs[{i}].system.{key}: differs from jobs[{setter[key]}]'s; the jobs of a cluster "
+                    "run under one system, so give it once (the cluster's system) or the same in every job"
+                )
+            setter.setdefault(key, i)
+            merged[key] = value
+    config = load_system_config(merged)
+    starts = {}
+    if only is None:  # (alone, a job starts at 0)
+        starts = {gpu: job.start for job, ranks in zip(spec.jobs, gpus, strict=True) for gpu in ranks if job.start}
+    constant: dict[int, float] = dict(config.compute_slowdown)
+    windows = list(config.slowdown_windows)
+    for straggler in spec.stragglers:
+        if straggler.start == 0 and straggler.until is None:
+            for gpu in straggler.gpus:
+                constant[gpu] = constant.get(gpu, 1.0) * straggler.slowdown
+        else:
+            until = float("inf") if straggler.until is None else straggler.until
+            windows += [(gpu, straggler.start, until, straggler.slowdown) for gpu in straggler.gpus]
+    return config.with_overrides(compute_slowdown=constant, slowdown_windows=tuple(windows), rank_start=starts)
+
+
+def _job_groups(spec: ClusterSpec, i: int, workload: Workload) -> CommGroups:
+    """Job *i*'s communicator groups in its own ranks: its (or the cluster's) comm-group file, its metadata."""
+    groups = CommGroups(workload.num_ranks)
+    path = spec.job_systems[i].get("comm_groups") or spec.system.get("comm_groups")
+    if path:
+        for name, members in load_comm_groups(path, workload.num_ranks).groups.items():
+            groups.add(name, members)
+    groups_from_metadata(workload, groups)
+    return groups
+
+
+def _job_view(job: PlacedJob, start: float, run: Result, links: list[dict[str, Any]]) -> JobResult:
+    """The run seen from *job*: its ranks, collectives and groups renumbered and renamed as the job knows them."""
+    index = {gpu: r for r, gpu in enumerate(job.gpus)}
+    ranks = [dataclasses.replace(run.ranks[gpu], rank=r) for r, gpu in enumerate(job.gpus)]
+    collectives = [
+        dataclasses.replace(c, rank=index[c.rank], group=[index[g] for g in c.group])
+        for c in run.collectives
+        if c.rank in index
+    ]
+    groups = []
+    for entry in run.groups:
+        name = job_group(job.name, str(entry["group"]))
+        if name is not None:
+            rank = entry.get("rank_of_max")
+            groups.append({**entry, "group": name, **({"rank_of_max": index[rank]} if rank in index else {})})
+    finish = max((r.finish_ns for r in ranks), default=start)
+    result = dataclasses.replace(
+        run,
+        finish_ns=finish,
+        ranks=ranks,
+        collectives=collectives,
+        links=links,
+        groups=groups,
+        training=None,
+        sim=dict(run.sim),
+        network=dict(run.network),
+        warnings=list(run.warnings),
+    )
+    return JobResult(job.name, job.gpus, start, finish, result)
+
+
+def _traffic(
+    net: NetworkConfig, pairs: dict[tuple[int, int], list[float]], owner: dict[int, int], jobs: int
+) -> dict[int, list[list[float]]]:
+    """Link id → per job, the [bytes, messages] its messages put on it (each charged along its route)."""
+    router = make_router(NETWORK_MODELS.get(net.model).checked_options(net.options).router, net.topology)
+    per_link: dict[int, list[list[float]]] = {}
+    for (src, dst), (size, count) in sorted(pairs.items()):
+        if src == dst:
+            continue
+        job = owner[src]
+        for link in router.route(src, dst):
+            use = per_link.setdefault(link, [[0.0, 0] for _ in range(jobs)])[job]
+            use[0] += size
+            use[1] += count
+    return per_link
+
+
+def _link_tables(
+    net: NetworkConfig,
+    per_link: dict[int, list[list[float]]],
+    run_links: list[dict[str, Any]],
+    names: Sequence[str],
+    durations: Sequence[float],
+) -> tuple[list[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """Each job's links and the links jobs shared.
+
+    A link one job used alone is the run's entry for it (busy time as the model measured it); on a shared link a
+    job's busy time is its bytes at the link's rate. Utilisation is over the job's duration.
+    """
+    topo = net.topology
+    measured = {entry["link"]: entry for entry in run_links}
+    mine: list[list[dict[str, Any]]] = [[] for _ in names]
+    shared = []
+    for link in sorted(per_link):
+        src, dst = topo.links[link]
+        rate = topo.bandwidths[link]
+        uses = [(j, use) for j, use in enumerate(per_link[link]) if use[0] > 0]
+        users = {}
+        for j, (nbytes, count) in uses:
+            busy = measured[link]["busy_ns"] if len(uses) == 1 and link in measured else nbytes / rate
+            share = busy / durations[j] if durations[j] > 0 else None
+            entry = {"link": link, "src": src, "dst": dst, "bytes": nbytes, "busy_ns": busy, "messages": int(count),
+                     "bandwidth_GBps": rate, "utilisation": share}  # fmt: skip
+            mine[j].append(entry)
+            users[names[j]] = {"bytes": nbytes, "busy_ns": busy, "utilisation": share}
+        if len(users) > 1:
+            shared.append({"link": link, "src": src, "dst": dst, "bandwidth_GBps": rate, "jobs": users})
+    return mine, shared
+
+
+def run_cluster(spec: ClusterSpec, *, alone: bool = False, progress: Any = None) -> ClusterResult:
+    """Run every job of *spec* on its cluster; with *alone*, each job also by itself on the same placement.
+
+    Raises:
+        ConfigError: a placement that does not fit, a straggler or fault that names no GPU or link, jobs whose
+            system settings disagree (named by their keys).
+        DeadlockError, SimulationError: as :meth:`~etsim.simulation.Simulation.run` raises them.
+    """
+    net = _network(spec)
+    topo = net.topology
+    workloads = [point_workload(w) for w in spec.job_workloads]
+    gpus = place([job.placement for job in spec.jobs], [w.num_ranks for w in workloads], topo, spec.where)
+    for i, straggler in enumerate(spec.stragglers):
+        outside = [g for g in straggler.gpus if g >= topo.npus]
+        if outside:
+            raise ConfigError(f"{spec.where}: stragglers[{i}].gpus: GPU {outside[0]} is not one of 0..{topo.npus - 1}")
+    placed = [
+        PlacedJob(job.name, w, _job_groups(spec, i, w), gpus[i])
+        for i, (job, w) in enumerate(zip(spec.jobs, workloads, strict=True))
+    ]
+    owner = {gpu: i for i, ranks in enumerate(gpus) for gpu in ranks}
+    recorder = _TrafficByPair()
+    system = _system(spec, gpus).with_overrides(fold_replicas=False)  # (every message must be seen to be charged)
+    reports = dataclasses.replace(DEFAULT_REPORTS, training=False)
+    merged = merge_jobs(placed, topo.npus)
+    run = Simulation(merged, topology=net, system=system, reports=reports, observer=recorder, progress=progress).run()
+    finishes = [max((run.ranks[g].finish_ns for g in ranks), default=0.0) for ranks in gpus]
+    durations = [f - job.start for f, job in zip(finishes, spec.jobs, strict=True)]
+    names = [job.name for job in spec.jobs]
+    traffic = _traffic(net, recorder.pairs, owner, len(placed))
+    mine, shared = _link_tables(net, traffic, run.links, names, durations)
+    jobs = [_job_view(job, spec.jobs[i].start, run, mine[i]) for i, job in enumerate(placed)]
+    if alone:
+        for i, job in enumerate(placed):
+            by_itself = Simulation(
+                merge_jobs([job], topo.npus), topology=net, system=_system(spec, gpus, only=i), reports=reports
+            ).run()
+            jobs[i].alone_ns = max(by_itself.ranks[g].finish_ns for g in job.gpus)
+    return ClusterResult(spec.name, jobs, shared, run, list(run.warnings))

@@ -1,0 +1,194 @@
+"""A cluster file: one topology, several jobs placed on its GPUs, stragglers and faults (``docs/cluster.md``).
+
+The file's keys are declared as options (:class:`ClusterFile`, :class:`JobEntry`, :class:`StragglerEntry`,
+:class:`FaultEntry`); values shared with experiment files (a workload path or ``{generate: …}``, a topology file
+or inline mapping, a system mapping or path, a model and its options) are resolved as experiments resolve them,
+against the cluster file's directory. Everything is checked before anything runs; errors name the file and key
+(``c.yaml: jobs[1].placement: GPU 3 is job 'a''s too``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from etsim.errors import ConfigError
+from etsim.experiment.spec import Name
+from etsim.experiment.values import Values
+from etsim.files import read_yaml_mapping
+from etsim.options import Boolean, Integer, ListOf, Nested, Number, Parser, Time, keys_named, option, parse_options
+
+__all__ = ["ClusterFile", "ClusterSpec", "FaultEntry", "JobEntry", "Placement", "StragglerEntry", "load_cluster"]
+
+
+class Placement(Parser):
+    """``packed``, ``spread``, ``{random: SEED}`` or an explicit list of GPUs (job rank r on the r-th)."""
+
+    def __call__(self, value: Any, *, key: str) -> str | tuple[str, int] | tuple[int, ...]:
+        """``"packed"``, ``"spread"``, ``("random", seed)`` or a tuple of GPUs."""
+        if value in ("packed", "spread"):
+            return str(value)
+        if isinstance(value, dict) and set(value) == {"random"}:
+            return ("random", Integer(0)(value["random"], key=f"{key}.random"))
+        if isinstance(value, list) and value:
+            gpus = tuple(Integer(0)(v, key=f"{key}[{i}]") for i, v in enumerate(value))
+            if len(set(gpus)) != len(gpus):
+                twice = next(g for g in gpus if gpus.count(g) > 1)
+                raise ConfigError(f"{key}: GPU {twice} is listed twice")
+            return gpus
+        raise ConfigError(f"{key}: expected packed, spread, {{random: SEED}} or a list of GPUs, got {value!r}")
+
+
+class Fraction(Parser):
+    """A share of a link's bandwidth: ``50%`` or ``0.5``, from 0 (the link fails) to 1."""
+
+    def __call__(self, value: Any, *, key: str) -> float:
+        """The share as a number in [0, 1]."""
+        number = value
+        if isinstance(value, str) and value.strip().endswith("%"):
+            try:
+                number = float(value.strip()[:-1]) / 100
+            except ValueError:
+                number = None
+        if isinstance(number, bool) or not isinstance(number, int | float) or not 0 <= number <= 1:
+            raise ConfigError(f"{key}: expected a share of the bandwidth from 0% (failed) to 100%, got {value!r}")
+        return float(number)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobEntry:
+    """One job of a cluster file."""
+
+    name: str = option(help="the job's name (letters, digits, '.', '_', '-')", parse=Name())
+    workload: Any = option(help="a trace path, or {generate: KIND, …} as in experiments")
+    placement: Any = option("packed", "packed | spread | {random: SEED} | [GPU, …]", Placement())
+    start: float = option(0.0, "when the job starts (its arrival)", Time())
+    system: Any = option(None, "the job's system settings: a mapping, or a system YAML path")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StragglerEntry:
+    """GPUs whose compute is slower (for a while, with ``from``/``until``)."""
+
+    gpus: list[int] = option(help="the slow GPUs", parse=ListOf(Integer(0)))
+    slowdown: float = option(help="factor on each compute node's time (1.5 = 50% longer)", parse=Number(1e-9))
+    start: float = option(0.0, "from when (``from:`` in the file: compute nodes starting from then)", Time())
+    until: float | None = option(None, "until when (default: the end)", Time())
+
+
+class _Stragglers(Nested):
+    """:class:`StragglerEntry` mappings, whose ``start`` is written ``from:`` (a Python keyword)."""
+
+    def __init__(self) -> None:
+        super().__init__(StragglerEntry)
+
+    def __call__(self, value: Any, *, key: str) -> StragglerEntry:
+        """The entry, ``from`` read as ``start`` and named ``from`` in messages."""
+        if not isinstance(value, dict):
+            shape = "{gpus: [GPU, …], slowdown: F, from: TIME, until: TIME}"
+            raise ConfigError(f"{key}: expected {shape}, got {value!r}")
+        if "start" in value:
+            raise ConfigError(f"{key}: start: unknown key; valid keys: gpus, slowdown, from, until")
+        renamed = {("start" if k == "from" else k): v for k, v in value.items()}
+        return StragglerEntry(
+            **parse_options(
+                StragglerEntry,
+                renamed,
+                key=lambda n: f"{key}.{'from' if n == 'start' else n}",
+                unknown="{key}: unknown key; valid keys: gpus, slowdown, from, until",
+            )
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class FaultEntry:
+    """A link that degrades or fails."""
+
+    link: list[Any] = option(help="[U, V]: the link's two ends (NPUs, or switches by name)")
+    at: float = option(0.0, "when (only 0 is simulated: the link is degraded from the start)", Time())
+    bandwidth: float = option(0.0, "what is left of its bandwidth: 0% fails it", Fraction())
+    bidirectional: bool = option(True, "both directions", Boolean())
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterFile:
+    """The top-level keys of a cluster file."""
+
+    name: str | None = option(None, "the cluster's name (default: the file's stem)", Name())
+    topology: Any = option(help="a topology YAML path or an inline topology mapping")
+    model: Any = option(None, "network model (default: the topology file's, else flow)")
+    model_options: Any = option(None, "the model's options")
+    system: Any = option(None, "system settings every job shares: a mapping, or a system YAML path")
+    jobs: list[JobEntry] = option(help="the jobs", parse=ListOf(Nested(JobEntry)))
+    stragglers: list[StragglerEntry] = option(help="slow GPUs", parse=ListOf(_Stragglers()), default_factory=list)
+    faults: list[FaultEntry] = option(
+        help="degraded or failed links", parse=ListOf(Nested(FaultEntry)), default_factory=list
+    )
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A cluster file, resolved: every path absolute, every value checked (see :func:`load_cluster`)."""
+
+    name: str
+    where: str
+    topology: str | dict[str, Any]
+    model: str
+    model_options: dict[str, Any]
+    system: dict[str, Any]
+    jobs: list[JobEntry]
+    job_systems: list[dict[str, Any]]
+    job_workloads: list[str | dict[str, Any]]
+    stragglers: list[StragglerEntry] = field(default_factory=list)
+    faults: list[FaultEntry] = field(default_factory=list)
+
+
+def load_cluster(source: str | os.PathLike[str]) -> ClusterSpec:
+    """Read and check a cluster file (the jobs' workloads are resolved, not yet built).
+
+    Raises:
+        ConfigError: an unknown or missing key, a bad value, a missing file; the message names the file and key.
+    """
+    path = Path(source)
+    data, _ = read_yaml_mapping(path, "cluster")
+    where = str(path)
+    escaped = where.replace("{", "{{").replace("}", "}}")
+    # (no stragglers or faults may be written as an empty list, as a sweep over them would write it)
+    data = {k: v for k, v in data.items() if not (k in ("stragglers", "faults") and v in ([], None))}
+    top = ClusterFile(
+        **parse_options(
+            ClusterFile,
+            data,
+            key=keys_named(where),
+            unknown=escaped + ": {name}: unknown key; valid keys: {valid}",
+            missing=escaped + ": {name}: missing (a cluster file names its topology and its jobs)",
+            sort_valid=False,
+        )
+    )
+    values = Values(where, path.resolve().parent)
+    topology, file_model = values.topology(top.topology, ["topology"])
+    if topology is None:
+        raise values.error(["topology"], "missing: a cluster file names its topology")
+    model = values.model(top.model, file_model, ["model"])
+    names = [job.name for job in top.jobs]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise values.error([f"jobs[{i}].name"], f"{name!r} names two jobs")
+    for i, straggler in enumerate(top.stragglers):
+        if straggler.until is not None and not straggler.start < straggler.until:
+            raise values.error([f"stragglers[{i}].until"], "until must come after start")
+    return ClusterSpec(
+        name=top.name or path.stem,
+        where=where,
+        topology=topology,
+        model=model,
+        model_options=values.model_options(top.model_options, model, ["model_options"]),
+        system=values.system(top.system, ["system"]),
+        jobs=list(top.jobs),
+        job_systems=[values.system(job.system, [f"jobs[{i}].system"]) for i, job in enumerate(top.jobs)],
+        job_workloads=[values.workload(job.workload, [f"jobs[{i}].workload"]) for i, job in enumerate(top.jobs)],
+        stragglers=list(top.stragglers),
+        faults=list(top.faults),
+    )

@@ -1,0 +1,178 @@
+"""Several jobs on one cluster: closed forms of shared links, stragglers and faults, and each job's view."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from etsim.chakra import CollectiveType, TraceBuilder, Workload, write_workload
+from etsim.cluster import load_cluster, run_cluster
+from etsim.producers import collective_workload
+
+S = 8 * 2**20  # bytes of one message
+B = 50.0  # bytes per ns (50 GB/s)
+LAT = 500.0  # ns per link
+
+#: Two islands of four NPUs, each on its switch, and one spine link between the switches.
+TWO_SWITCHES = {
+    "kind": "graph",
+    "npus": 8,
+    "switches": 2,
+    "bandwidth": "50 GB/s",
+    "latency": "500 ns",
+    "links": [{"src": r, "dst": "s0" if r < 4 else "s1"} for r in range(8)] + [{"src": "s0", "dst": "s1"}],
+}
+RING8 = {"kind": "ring", "npus": 8, "bandwidth": "50 GB/s", "latency": "500 ns"}
+
+
+def _cluster(tmp_path: Path, **keys: Any) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(keys, sort_keys=False))
+    return path
+
+
+def _sendrecv(gpus: list[int], name: str) -> dict[str, Any]:
+    """Two ranks exchanging one message each way."""
+    return {"name": name, "workload": {"generate": "sendrecv", "npus": 2, "size": S}, "placement": gpus}
+
+
+def _all_reduce(name: str, npus: int, size: str, placement: Any = "packed") -> dict[str, Any]:
+    workload = {"generate": "collective", "type": "all_reduce", "npus": npus, "size": size}
+    return {"name": name, "workload": workload, "placement": placement}
+
+
+def test_two_identical_flows_of_two_jobs_on_one_link_each_get_half_of_it(tmp_path) -> None:
+    """Jobs a (GPUs 0, 4) and b (1, 5) both cross the spine: each message takes 3 hops and S at B/2."""
+    jobs = [_sendrecv([0, 4], "a"), _sendrecv([1, 5], "b")]
+    path = _cluster(tmp_path, topology=TWO_SWITCHES, model="flow", jobs=jobs)
+    result = run_cluster(load_cluster(path), alone=True)
+    for job in result.jobs:
+        assert job.alone_ns == pytest.approx(3 * LAT + S / B, abs=1e-6)
+        assert job.duration_ns == pytest.approx(3 * LAT + 2 * S / B, abs=1e-6)
+        assert job.slowdown == pytest.approx((3 * LAT + 2 * S / B) / (3 * LAT + S / B))
+    spine = [entry for entry in result.shared_links if {entry["src"], entry["dst"]} == {"s0", "s1"}]
+    assert len(spine) == 2 and len(result.shared_links) == 2  # both directions of the spine, nothing else
+    for entry in spine:
+        assert entry["jobs"]["a"]["bytes"] == entry["jobs"]["b"]["bytes"] == S
+
+
+def test_jobs_that_share_no_link_take_exactly_their_alone_time(tmp_path) -> None:
+    """Each job on its own island: no link in common, so each finishes as if alone."""
+    jobs = [_all_reduce("a", 4, "16 MiB", [0, 1, 2, 3]), _all_reduce("b", 4, "4 MiB", [4, 5, 6, 7])]
+    result = run_cluster(load_cluster(_cluster(tmp_path, topology=TWO_SWITCHES, model="flow", jobs=jobs)), alone=True)
+    assert result.shared_links == []
+    assert [job.duration_ns for job in result.jobs] == [job.alone_ns for job in result.jobs]
+    assert [job.slowdown for job in result.jobs] == [1.0, 1.0]
+    assert result.jobs[0].duration_ns > result.jobs[1].duration_ns  # (they are different jobs)
+
+
+def test_jobs_that_share_the_spine_are_slowed_and_the_shared_links_say_by_whom(tmp_path) -> None:
+    jobs = [_all_reduce("a", 4, "64 MiB", [0, 1, 4, 5]), _all_reduce("b", 4, "64 MiB", [2, 3, 6, 7])]
+    result = run_cluster(load_cluster(_cluster(tmp_path, topology=TWO_SWITCHES, model="flow", jobs=jobs)), alone=True)
+    assert all(job.slowdown > 1.5 for job in result.jobs)
+    assert {(e["src"], e["dst"]) for e in result.shared_links} == {("s0", "s1"), ("s1", "s0")}
+    for entry in result.shared_links:
+        assert set(entry["jobs"]) == {"a", "b"}
+    # Each job's links carry its own traffic only; the spine entries add up to what the run measured there.
+    spine = next(e for e in result.result.links if (e["src"], e["dst"]) == ("s0", "s1"))
+    mine = [next(e for e in job.result.links if e["link"] == spine["link"]) for job in result.jobs]
+    assert sum(e["bytes"] for e in mine) == spine["bytes"]
+    assert sum(e["messages"] for e in mine) == spine["messages"]
+
+
+def test_a_job_alone_in_a_cluster_file_gives_what_etsim_run_gives(tmp_path) -> None:
+    """Byte for byte, but for the wall time: the job's result JSON is `etsim run --json`'s."""
+    write_workload(Workload(collective_workload(CollectiveType.ALL_REDUCE, 4 << 20, 8)), tmp_path / "ar" / "ar")
+    topology = tmp_path / "ring8.yaml"
+    topology.write_text(yaml.safe_dump(RING8))
+    path = _cluster(tmp_path, topology=str(topology), model="flow", jobs=[{"name": "solo", "workload": "ar/ar"}])
+    run = [sys.executable, "-m", "etsim"]
+    ran = subprocess.run([*run, "run", str(tmp_path / "ar" / "ar"), "--topology", str(topology), "--model", "flow",
+                          "--json", "-"], capture_output=True, text=True, check=True)  # fmt: skip
+    clustered = subprocess.run(
+        [*run, "cluster", "run", str(path), "--json", "-"], capture_output=True, text=True, check=True
+    )
+    alone, job = json.loads(ran.stdout), json.loads(clustered.stdout)["jobs"][0]["result"]
+    del alone["sim"]["wall_s"], job["sim"]["wall_s"]
+    assert json.dumps(job, sort_keys=True) == json.dumps(alone, sort_keys=True)
+
+
+def test_a_job_that_starts_later_finishes_later_by_its_start(tmp_path) -> None:
+    jobs = [_sendrecv([0, 4], "a"), {**_sendrecv([1, 5], "b"), "start": "1 ms"}]
+    result = run_cluster(load_cluster(_cluster(tmp_path, topology=TWO_SWITCHES, model="flow", jobs=jobs)))
+    a, b = result.jobs
+    for job in (a, b):  # a was done before b began: each ran at the spine's full rate
+        assert job.duration_ns == pytest.approx(3 * LAT + S / B, abs=1e-6)
+    assert b.start_ns == 1e6 and b.finish_ns == pytest.approx(1e6 + 3 * LAT + S / B, abs=1e-6)
+    assert len(result.shared_links) == 2  # both used the spine (one after the other): the table says so
+
+
+def test_a_straggler_delays_its_job_by_exactly_its_extra_compute_under_analytical(tmp_path) -> None:
+    """Every rank computes 10 µs, then all-reduces: GPU 2 at 1.5x delays the job's finish by exactly 5 µs."""
+    traces = []
+    for rank in range(4):
+        b = TraceBuilder(rank)
+        b.collective(CollectiveType.ALL_REDUCE, 1 << 20, deps=[b.comp("c", duration_micros=10)])
+        traces.append(b.build(rank=rank))
+    write_workload(Workload(traces), tmp_path / "job" / "job")
+    jobs = [
+        {"name": "j", "workload": "job/job", "placement": [4, 5, 6, 7]},
+        _all_reduce("other", 4, "1 MiB", [0, 1, 2, 3]),
+    ]
+    keys = {"topology": RING8, "model": "analytical", "jobs": jobs}
+    healthy = run_cluster(load_cluster(_cluster(tmp_path, **keys)))
+    slow = run_cluster(load_cluster(_cluster(tmp_path, **keys, stragglers=[{"gpus": [6], "slowdown": 1.5}])))
+    assert slow.jobs[0].finish_ns == pytest.approx(healthy.jobs[0].finish_ns + 5_000, abs=1e-6)
+    assert slow.jobs[0].result.ranks[2].compute_ns == 15_000  # job rank 2 runs on GPU 6
+    assert slow.jobs[1].finish_ns == healthy.jobs[1].finish_ns  # the other job has no straggler
+    windowed = [{"gpus": [6], "slowdown": 1.5, "from": "20 us"}]  # after the compute: changes nothing
+    assert run_cluster(load_cluster(_cluster(tmp_path, **keys, stragglers=windowed))).jobs[0].finish_ns == (
+        healthy.jobs[0].finish_ns
+    )
+
+
+def test_every_ring_link_at_half_bandwidth_doubles_the_bandwidth_term_of_a_ring_all_reduce(tmp_path) -> None:
+    """2(n-1) steps of S/n bytes: at B/2 the all-reduce takes 2(n-1)·S/(nB) longer; one slow link lands between."""
+    size, n = 64 * 2**20, 8
+    job = [_all_reduce("ar", n, "64 MiB")]
+
+    def duration(faults: list[dict[str, Any]]) -> float:
+        path = _cluster(tmp_path, topology=RING8, model="flow", jobs=job, faults=faults)
+        return run_cluster(load_cluster(path)).jobs[0].duration_ns
+
+    healthy = duration([])
+    all_half = duration([{"link": [i, (i + 1) % n], "bandwidth": "50%"} for i in range(n)])
+    one_half = duration([{"link": [0, 1], "bandwidth": 0.5}])
+    assert all_half - healthy == pytest.approx(2 * (n - 1) * size / n / B, abs=1e-6)
+    assert healthy < one_half <= all_half
+
+
+def test_a_failed_torus_link_is_routed_around_and_costs_the_detour(tmp_path) -> None:
+    """0 -> 1 on a 4x4 torus with link 0-1 failed: three hops (around a square) instead of one."""
+    torus = {"kind": "torus", "shape": [4, 4], "bandwidth": "50 GB/s", "latency": "500 ns"}
+    jobs = [_sendrecv([0, 1], "a")]
+    healthy = run_cluster(load_cluster(_cluster(tmp_path, topology=torus, model="flow", jobs=jobs)))
+    failed = run_cluster(
+        load_cluster(
+            _cluster(tmp_path, topology=torus, model="flow", jobs=jobs, faults=[{"link": [0, 1], "bandwidth": "0%"}])
+        )
+    )
+    assert healthy.jobs[0].duration_ns == pytest.approx(LAT + S / B, abs=1e-6)
+    assert failed.jobs[0].duration_ns == pytest.approx(3 * LAT + S / B, abs=1e-6)
+
+
+def test_the_result_is_deterministic(tmp_path) -> None:
+    jobs = [_all_reduce("a", 4, "1 MiB", {"random": 3}), _all_reduce("b", 4, "1 MiB", "spread")]
+    path = _cluster(tmp_path, topology=TWO_SWITCHES, model="flow", jobs=jobs)
+    first, second = (json.loads(run_cluster(load_cluster(path)).to_json()) for _ in range(2))
+    del first["sim"]["wall_s"], second["sim"]["wall_s"]
+    for doc in (first, second):
+        for job in doc["jobs"]:
+            del job["result"]["sim"]["wall_s"]
+    assert json.dumps(first) == json.dumps(second)

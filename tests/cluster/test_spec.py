@@ -1,0 +1,89 @@
+"""Cluster files: placements, and bad files refused in one line that names the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from etsim.cli import main
+from etsim.cluster import load_cluster
+from etsim.cluster.placement import place
+from etsim.errors import ConfigError
+from etsim.network import load_network
+
+#: Two nodes of four GPUs.
+CLUSTER8 = {"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": 16, "gpus_per_node": 4}
+
+
+def _job(name: str, npus: int = 4, placement: Any = "packed", **more: Any) -> dict[str, Any]:
+    workload = {"generate": "collective", "type": "all_reduce", "npus": npus, "size": "1 MiB"}
+    return {"name": name, "workload": workload, "placement": placement, **more}
+
+
+def _file(tmp_path: Path, **keys: Any) -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"topology": CLUSTER8, **keys}, sort_keys=False))
+    return path
+
+
+def test_placements_packed_spread_random_and_lists() -> None:
+    topo = load_network(CLUSTER8).topology  # 4 nodes of 4 GPUs
+    packed, spread, listed = place(["packed", "spread", (15, 14)], [6, 4, 2], topo, "c.yaml")
+    assert listed == (15, 14)  # lists first, as written
+    assert packed == (0, 1, 2, 3, 4, 5)
+    assert spread == (6, 7, 8, 12)  # the first free GPU of nodes 1, 2, 3, then the second of node 1
+    drawn = place([("random", 7)], [5], topo, "c.yaml")[0]
+    assert drawn == place([("random", 7)], [5], topo, "c.yaml")[0]  # seeded
+    assert len(set(drawn)) == 5 and list(drawn) == sorted(drawn)
+    assert drawn != place([("random", 8)], [5], topo, "c.yaml")[0]
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ({"jobs": [_job("a", placement=[0, 1, 2, 3]), _job("b", placement=[3, 4, 5, 6])]},
+         r"c\.yaml: jobs\[1\]\.placement: GPU 3 is also jobs\[0\]'s"),
+        ({"jobs": [_job("a", placement=[0, 1, 2, 99])]},
+         r"jobs\[0\]\.placement: GPU 99 is not one of the cluster's GPUs 0\.\.15"),
+        ({"jobs": [_job("a", placement=[0, 1])]}, r"jobs\[0\]\.placement: 2 GPUs for a job of 4 ranks"),
+        ({"jobs": [_job("a", 8), _job("b", 16)]},
+         r"jobs\[1\]\.placement: the job has 16 ranks but only 8 of the cluster's 16 GPUs are free"),
+        ({"jobs": [_job("a")], "faults": [{"link": [0, 9]}]}, r"faults\[0\]\.link: .*0.*9"),
+        ({"jobs": [_job("a")], "faults": [{"link": [0, 1], "at": "1 ms"}]},
+         r"faults\[0\]\.at: faults during a run are not simulated yet"),
+        ({"jobs": [_job("a")], "faults": [{"link": [0, 1], "bandwidth": "150%"}]},
+         r"faults\[0\]\.bandwidth: expected a share of the bandwidth from 0% \(failed\) to 100%"),
+        ({"jobs": [_job("a")], "stragglers": [{"gpus": [16], "slowdown": 2}]},
+         r"stragglers\[0\]\.gpus: GPU 16 is not one of 0\.\.15"),
+        ({"jobs": [_job("a")], "stragglers": [{"gpus": [1], "slowdown": 2, "from": "2 ms", "until": "1 ms"}]},
+         r"stragglers\[0\]\.until: until must come after start"),
+        ({"jobs": [_job("a")], "stragglers": [{"gpus": [1], "slowdown": 0}]}, r"stragglers\[0\]\.slowdown: expected"),
+        ({"jobs": [_job("a"), _job("a")]}, r"jobs\[1\]\.name: 'a' names two jobs"),
+        ({"jobs": [_job("a", system={"chunks": 2}), _job("b", system={"chunks": 4})]},
+         r"jobs\[1\]\.system\.chunks: differs from jobs\[0\]'s"),
+        ({"jobs": [_job("a", placement="tight")]}, r"jobs\[0\]\.placement: expected packed, spread, \{random: SEED\}"),
+        ({"jobs": [{"name": "a"}]}, r"jobs\[0\]\.workload: missing"),
+        ({"jobs": [_job("a")], "job": []}, r"c\.yaml: job: unknown key; valid keys: name, topology"),
+    ],
+)  # fmt: skip
+def test_a_bad_cluster_file_is_one_line_naming_the_key(tmp_path, capsys, keys, message) -> None:
+    path = _file(tmp_path, **keys)
+    assert main(["cluster", "run", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("etsim: error: ") and err.count("\n") == 1, err
+    import re
+
+    assert re.search(message, err), err
+
+
+def test_a_cluster_file_without_topology_or_jobs_is_refused(tmp_path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("name: x\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml: topology: missing"):
+        load_cluster(path)
+    path.write_text(yaml.safe_dump({"topology": CLUSTER8}))
+    with pytest.raises(ConfigError, match=r"c\.yaml: jobs: missing"):
+        load_cluster(path)
