@@ -6,8 +6,8 @@
   sorted (job rank r runs on the r-th lowest drawn GPU);
 - a list: job rank r on the r-th GPU listed.
 
-A node is the topology's first dimension (a ``gpu_cluster``'s node of GPUs); a topology without dimensions is one
-GPU per node (``spread`` is then ``packed``).
+A node is a block of the topology's first dimension (a ``gpu_cluster``'s node of GPUs) or, on a topology without
+dimensions (``kind: graph``), the GPUs under one switch (a leaf).
 """
 
 from __future__ import annotations
@@ -18,13 +18,26 @@ from typing import Any
 from etsim.errors import ConfigError
 from etsim.network import Topology
 
-__all__ = ["gpus_per_node", "place"]
+__all__ = ["node_of", "place"]
 
 
-def gpus_per_node(topology: Topology) -> int:
-    """The GPUs of one node: the first dimension's, when the topology has several dimensions; else 1."""
+def node_of(topology: Topology) -> list[int]:
+    """Each GPU's node (numbered from 0 in GPU order).
+
+    A block of the first dimension when the topology has several dimensions; else the switch the GPU hangs from
+    (the first, by name), a GPU that hangs from none a node of its own.
+    """
     dims = topology.dims
-    return int(dims[0].npus) if len(dims) > 1 else 1
+    if len(dims) > 1:
+        return [gpu // int(dims[0].npus) for gpu in range(topology.npus)]
+    switches = set(topology.switches)
+    keys: dict[object, int] = {}
+    out = []
+    for gpu in range(topology.npus):
+        above = [n for n in topology.graph.successors(gpu) if n in switches] if gpu in topology.graph else []
+        key = min(above, key=str) if above else ("gpu", gpu)
+        out.append(keys.setdefault(key, len(keys)))
+    return out
 
 
 def place(placements: Sequence[Any], sizes: Sequence[int], topology: Topology, where: str) -> list[tuple[int, ...]]:
@@ -51,7 +64,7 @@ def place(placements: Sequence[Any], sizes: Sequence[int], topology: Topology, w
                 raise ConfigError(f"{key}: GPU {gpu} is also jobs[{owner[gpu]}]'s")
             owner[gpu] = i
         out[i] = placement
-    per_node = gpus_per_node(topology)
+    nodes = node_of(topology)
     for i, (placement, size) in enumerate(zip(placements, sizes, strict=True)):
         if out[i] is not None:
             continue
@@ -67,7 +80,7 @@ def place(placements: Sequence[Any], sizes: Sequence[int], topology: Topology, w
             turn: dict[int, int] = {}  # node → its free GPUs taken so far in the order
             order = []
             for gpu in free:
-                node = gpu // per_node
+                node = nodes[gpu]
                 order.append((turn.get(node, 0), node, gpu))
                 turn[node] = turn.get(node, 0) + 1
             chosen = sorted(gpu for _, _, gpu in sorted(order)[:size])
