@@ -176,3 +176,52 @@ def test_the_result_is_deterministic(tmp_path) -> None:
         for job in doc["jobs"]:
             del job["result"]["sim"]["wall_s"]
     assert json.dumps(first) == json.dumps(second)
+
+
+TORUS = {"kind": "torus", "shape": [4, 4], "bandwidth": "50 GB/s", "latency": "500 ns"}
+
+
+@pytest.mark.parametrize(
+    ("share", "expected"),
+    [
+        # 100 µs at B, then the rest at B/2; delivered L after the last byte.
+        ("50%", 100_000 + (S - 100_000 * B) / (B / 2) + LAT),
+        # Re-routed at 100 µs around the failed link: the rest at B over three hops.
+        ("0%", 100_000 + (S - 100_000 * B) / B + 3 * LAT),
+    ],
+)
+def test_a_link_that_degrades_or_fails_in_flight_reshares_or_reroutes_the_message(tmp_path, share, expected) -> None:
+    fault = {"link": [0, 1], "at": "100 us", "bandwidth": share}
+    path = _cluster(tmp_path, topology=TORUS, model="flow", jobs=[_sendrecv([0, 1], "a")], faults=[fault])
+    result = run_cluster(load_cluster(path), fault_costs=True)
+    assert result.jobs[0].duration_ns == pytest.approx(expected, abs=1e-6)
+    assert result.faults[0]["cost_ns"]["a"] == pytest.approx(expected - (LAT + S / B), abs=1e-6)
+
+
+def test_a_link_that_recovers_carries_the_messages_sent_after(tmp_path) -> None:
+    """Link 0-1 down from 1 ns to 2 ns: the first of two messages 0 -> 1, in flight then, goes around it; the second,
+    sent when the first is received, takes the link again."""
+    sender, receiver = TraceBuilder(0), TraceBuilder(1)
+    sender.send(1, S, 1, deps=[sender.send(1, S, 0)])
+    receiver.recv(0, S, 1, deps=[receiver.recv(0, S, 0)])
+    write_workload(Workload([sender.build(rank=0), receiver.build(rank=1)]), tmp_path / "two" / "two")
+    faults = [{"link": [0, 1], "at": "1 ns", "bandwidth": "0%"}, {"link": [0, 1], "at": "2 ns", "bandwidth": "100%"}]
+    jobs = [{"name": "a", "workload": "two/two", "placement": [0, 1]}]
+    result = run_cluster(load_cluster(_cluster(tmp_path, topology=TORUS, model="flow", jobs=jobs, faults=faults)))
+    first = 1 + (S - B) / B + 3 * LAT  # re-routed at 1 ns
+    assert result.jobs[0].duration_ns == pytest.approx(first + LAT + S / B, abs=1e-6)
+
+
+def test_a_message_whose_route_fails_with_no_other_is_reported(tmp_path, capsys) -> None:
+    from etsim.cli import main
+
+    ring4 = {"kind": "ring", "npus": 4, "bandwidth": "50 GB/s", "latency": "500 ns"}
+    faults = [{"link": [0, 1], "at": "100 us", "bandwidth": "0%"}, {"link": [2, 3], "at": "100 us", "bandwidth": "0%"}]
+    path = _cluster(tmp_path, topology=ring4, model="flow", jobs=[_sendrecv([0, 1], "a")], faults=faults)
+    assert main(["cluster", "run", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "at t = 100000.0 ns a message from NPU 0 to NPU 1 was in flight with 3388608 bytes left" in err
+    assert "no path from NPU 0 to NPU 1 while link(s) 0->1, 1->0, 2->3, 3->2 are down" in err
+    path = _cluster(tmp_path, topology=ring4, model="analytical", jobs=[_sendrecv([0, 1], "a")], faults=faults)
+    assert main(["cluster", "run", str(path)]) == 1
+    assert "network model 'analytical' does not model links changing during a run" in capsys.readouterr().err

@@ -53,7 +53,7 @@ def test_placements_packed_spread_random_and_lists() -> None:
          r"jobs\[1\]\.placement: the job has 16 ranks but only 8 of the cluster's 16 GPUs are free"),
         ({"jobs": [_job("a")], "faults": [{"link": [0, 9]}]}, r"faults\[0\]\.link: .*0.*9"),
         ({"jobs": [_job("a")], "faults": [{"link": [0, 1], "at": "1 ms"}]},
-         r"faults\[0\]\.at: faults during a run are not simulated yet"),
+         r"faults\[0\]\.link: link \[0, 1\]: gpu_cluster has no link from 0 to 1"),
         ({"jobs": [_job("a")], "faults": [{"link": [0, 1], "bandwidth": "150%"}]},
          r"faults\[0\]\.bandwidth: expected a share of the bandwidth from 0% \(failed\) to 100%"),
         ({"jobs": [_job("a")], "stragglers": [{"gpus": [16], "slowdown": 2}]},

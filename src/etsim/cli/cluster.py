@@ -27,8 +27,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("file", help="cluster YAML")
     p.add_argument("--alone", action="store_true", help="also run each job alone on its GPUs: its slowdown")
+    p.add_argument(
+        "--fault-costs", action="store_true", help="also run without each fault in turn: what it cost each job"
+    )
     p.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT ('-' for standard output)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress; print the jobs' table only")
+    p.add_argument("-q", "--quiet", action="store_true", help="show no progress")
     p.set_defaults(handler=cmd_cluster_run)
 
 
@@ -36,7 +39,7 @@ def cmd_cluster_run(args: argparse.Namespace) -> int:
     """Run the cluster file; print the jobs and shared links (and write the JSON)."""
     from etsim.cluster import load_cluster, run_cluster
 
-    result = run_cluster(load_cluster(args.file), alone=args.alone)
+    result = run_cluster(load_cluster(args.file), alone=args.alone, fault_costs=args.fault_costs)
     if args.json == "-":
         sys.stdout.write(result.to_json() + "\n")
         return 0

@@ -4,7 +4,8 @@ The jobs become one workload (:mod:`etsim.cluster.merge`) run by one :class:`~et
 they share links under every network model exactly as the ranks of one job do. The system settings are the
 cluster's and the jobs' together (a key two jobs set differently is refused: one system serves the run); a
 job's ``start`` is its ranks' ``rank_start``, stragglers are ``compute_slowdown`` or ``slowdown_windows`` of their
-GPUs, and faults at time 0 are degraded or failed links of the topology.
+GPUs, faults at time 0 are degraded or failed links of the topology, and later ones the network's
+:class:`~etsim.network.faults.LinkChange` (under ``flow``).
 
 Each job's :class:`JobResult` is the run seen from its ranks: its ranks and collectives renumbered to job ranks,
 its communicator groups under their own names, its finish and duration (from its start), and with ``alone`` the
@@ -27,11 +28,12 @@ from etsim.cluster.spec import ClusterSpec
 from etsim.errors import ConfigError, TopologyError
 from etsim.experiment.worker import point_workload
 from etsim.network import NETWORK_MODELS, NetworkConfig, load_network
+from etsim.network.faults import LinkChange
 from etsim.network.irregular import with_degraded, with_failures
 from etsim.network.routing import make_router
 from etsim.report.record import RunRecorder
 from etsim.report.result import Result
-from etsim.simulation import DEFAULT_REPORTS, Simulation
+from etsim.simulation import DEFAULT_REPORTS, NO_REPORTS, Simulation
 from etsim.system.config import SystemConfig, load_system_config
 from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
 
@@ -106,6 +108,9 @@ class ClusterResult:
     result: Result
     """The whole run (every GPU, cluster rank numbers)."""
     warnings: list[str] = field(default_factory=list)
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    """Each fault (``link``, ``at_ns``, ``bandwidth`` left) and, with ``fault_costs``, ``cost_ns``: per job, how
+    much longer it took than in the same run without that fault."""
 
     def job(self, name: str) -> JobResult:
         """The job named *name*."""
@@ -138,6 +143,12 @@ class ClusterResult:
                 lines.append(f"  ... {len(self.shared_links) - 20} more (--json has them all)")
         else:
             lines.append("no link carried more than one job's traffic")
+        for fault in self.faults:
+            u, v = fault["link"]
+            what = "fails" if fault["bandwidth"] == 0 else f"runs at {fault['bandwidth']:.0%}"
+            cost = fault.get("cost_ns")
+            costs = "" if cost is None else ": costs " + ", ".join(f"{n} {format_time(c)}" for n, c in cost.items())
+            lines.append(f"fault: link {u} - {v} {what} from {format_time(fault['at_ns'])}{costs}")
         return "\n".join(lines)
 
     def to_json(self, *, indent: int | None = 1) -> str:
@@ -153,6 +164,7 @@ class ClusterResult:
             "finish_ns": self.result.finish_ns,
             "jobs": [j.to_dict() for j in self.jobs],
             "shared_links": self.shared_links,
+            "faults": self.faults,
             "network": self.result.network,
             "sim": self.result.sim,
             "warnings": self.warnings,
@@ -160,27 +172,30 @@ class ClusterResult:
 
 
 def _network(spec: ClusterSpec) -> NetworkConfig:
-    """The cluster's network with its faults applied (links degraded or failed from the start)."""
+    """The cluster's network with its faults: links degraded or failed from the start, or changing later on."""
     net = load_network(spec.topology)
     topo = net.topology
+    changes = []
     for i, fault in enumerate(spec.faults):
         key = f"{spec.where}: faults[{i}]"
-        if fault.at > 0:
-            raise ConfigError(
-                f"{key}.at: faults during a run are not simulated yet; at: 0 degrades or fails the link from the start"
-            )
         link = fault.link
         if not isinstance(link, list) or len(link) != 2:
             raise ConfigError(f"{key}.link: expected [U, V], got {link!r}")
         try:
-            if fault.bandwidth == 0:
+            if fault.at > 0:
+                change = LinkChange(fault.at, (link[0], link[1]), fault.bandwidth, fault.bidirectional)
+                change.link_ids(topo)
+                changes.append(change)
+            elif fault.bandwidth == 0:
                 topo = with_failures(topo, links=[(link[0], link[1])], bidirectional=fault.bidirectional)
             elif fault.bandwidth < 1:
                 topo = with_degraded(topo, [(link[0], link[1])], fault.bandwidth, bidirectional=fault.bidirectional)
-        except TopologyError as exc:
+        except (TopologyError, ConfigError) as exc:
             raise ConfigError(f"{key}.link: {exc}") from None
     label = spec.topology if isinstance(spec.topology, str) else (topo.name or "topology")
-    return dataclasses.replace(net, topology=topo, model=spec.model, options=dict(spec.model_options), label=label)
+    return dataclasses.replace(
+        net, topology=topo, model=spec.model, options=dict(spec.model_options), label=label, changes=tuple(changes)
+    )
 
 
 def _system(spec: ClusterSpec, gpus: Sequence[tuple[int, ...]], only: int | None = None) -> SystemConfig:
@@ -306,8 +321,13 @@ def _link_tables(
     return mine, shared
 
 
-def run_cluster(spec: ClusterSpec, *, alone: bool = False, progress: Any = None) -> ClusterResult:
-    """Run every job of *spec* on its cluster; with *alone*, each job also by itself on the same placement.
+def run_cluster(
+    spec: ClusterSpec, *, alone: bool = False, fault_costs: bool = False, progress: Any = None
+) -> ClusterResult:
+    """Run every job of *spec* on its cluster; the options run more, to compare.
+
+    With *alone*, each job also runs by itself on the same placement (its slowdown); with *fault_costs*, the
+    cluster runs again without each fault in turn (what the fault cost each job).
 
     Raises:
         ConfigError: a placement that does not fit, a straggler or fault that names no GPU or link, jobs whose
@@ -332,8 +352,7 @@ def run_cluster(spec: ClusterSpec, *, alone: bool = False, progress: Any = None)
     reports = dataclasses.replace(DEFAULT_REPORTS, training=False)
     merged = merge_jobs(placed, topo.npus)
     run = Simulation(merged, topology=net, system=system, reports=reports, observer=recorder, progress=progress).run()
-    finishes = [max((run.ranks[g].finish_ns for g in ranks), default=0.0) for ranks in gpus]
-    durations = [f - job.start for f, job in zip(finishes, spec.jobs, strict=True)]
+    durations = _durations(spec, gpus, run)
     names = [job.name for job in spec.jobs]
     traffic = _traffic(net, recorder.pairs, owner, len(placed))
     mine, shared = _link_tables(net, traffic, run.links, names, durations)
@@ -341,7 +360,23 @@ def run_cluster(spec: ClusterSpec, *, alone: bool = False, progress: Any = None)
     if alone:
         for i, job in enumerate(placed):
             by_itself = Simulation(
-                merge_jobs([job], topo.npus), topology=net, system=_system(spec, gpus, only=i), reports=reports
+                merge_jobs([job], topo.npus), topology=net, system=_system(spec, gpus, only=i), reports=NO_REPORTS
             ).run()
             jobs[i].alone_ns = max(by_itself.ranks[g].finish_ns for g in job.gpus)
-    return ClusterResult(spec.name, jobs, shared, run, list(run.warnings))
+    faults = []
+    for i, fault in enumerate(spec.faults):
+        entry: dict[str, Any] = {"link": list(fault.link), "at_ns": fault.at, "bandwidth": fault.bandwidth}
+        if fault_costs:
+            without = dataclasses.replace(spec, faults=[f for k, f in enumerate(spec.faults) if k != i])
+            healthy = Simulation(merged, topology=_network(without), system=system, reports=NO_REPORTS).run()
+            entry["cost_ns"] = {
+                name: d - h for name, d, h in zip(names, durations, _durations(spec, gpus, healthy), strict=True)
+            }
+        faults.append(entry)
+    return ClusterResult(spec.name, jobs, shared, run, list(run.warnings), faults)
+
+
+def _durations(spec: ClusterSpec, gpus: Sequence[tuple[int, ...]], run: Result) -> list[float]:
+    """Each job's duration in *run*: its last rank's finish minus its start."""
+    finishes = [max((run.ranks[g].finish_ns for g in ranks), default=0.0) for ranks in gpus]
+    return [f - job.start for f, job in zip(finishes, spec.jobs, strict=True)]

@@ -107,8 +107,8 @@ class FaultEntry:
     """A link that degrades or fails."""
 
     link: list[Any] = option(help="[U, V]: the link's two ends (NPUs, or switches by name)")
-    at: float = option(0.0, "when (only 0 is simulated: the link is degraded from the start)", Time())
-    bandwidth: float = option(0.0, "what is left of its bandwidth: 0% fails it", Fraction())
+    at: float = option(0.0, "when (0: from the start; later ones need the flow model)", Time())
+    bandwidth: float = option(0.0, "what is left of its bandwidth: 0% fails it, 100% restores it", Fraction())
     bidirectional: bool = option(True, "both directions", Boolean())
 
 

@@ -41,6 +41,7 @@ import simpy
 from etsim.errors import ConfigError, TopologyError
 from etsim.files import parse_yaml, read_text
 from etsim.network.builders import build_topology, check_keys, int_value
+from etsim.network.faults import LinkChange
 from etsim.network.irregular import degrade_factor, with_degraded, with_failures
 from etsim.network.model import DEFAULT_MODEL, NETWORK_MODELS, NetworkModel, build_model
 from etsim.network.topology import Topology
@@ -58,12 +59,14 @@ class NetworkConfig:
         options: the model's options as written (already validated against the model's schema).
         label: how results name this network (None: the topology's name); a caller that loaded it from a file may
             give the file's path, as a run given the path would name it.
+        changes: links that degrade, fail or recover during the run (:mod:`etsim.network.faults`; ``flow`` only).
     """
 
     topology: Topology
     model: str = DEFAULT_MODEL
     options: Mapping[str, Any] = field(default_factory=dict)
     label: str | None = None
+    changes: tuple[LinkChange, ...] = ()
 
     def build(self, env: simpy.Environment) -> NetworkModel:
         """Construct the model in *env* (see :func:`~etsim.network.model.build_model`)."""

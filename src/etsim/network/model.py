@@ -79,8 +79,9 @@ class NetworkModel:
     - Deterministic: the same topology, options (including ``seed``) and call sequence give the same
       delivery times.
     - Optional hooks: :meth:`setup` (called once before the run), :meth:`link_stats` (per directed
-      link: bytes carried, busy time, messages) for reporting, and :meth:`bulk_timing` (exact delivery
-      times of many messages at once, for the fast path).
+      link: bytes carried, busy time, messages) for reporting, :meth:`bulk_timing` (exact delivery
+      times of many messages at once, for the fast path) and :meth:`change_links` (links that degrade, fail
+      or recover during a run).
     - Routes come from :attr:`router` (option ``router``), cached per ``(src, dst)``; :meth:`route`
       returns them as link ids. The simulation may hand the model its router instead (keyword ``routing``, which
       a subclass passes on to this constructor with its options): replica folding routes over the links of the
@@ -212,6 +213,15 @@ class NetworkModel:
 
     def setup(self) -> None:
         """Hook called once after construction and before the simulation runs (default: nothing)."""
+
+    def change_links(self, bandwidths: Mapping[int, float], router: Router) -> None:
+        """From now on, link id → its new bandwidth (0: the link failed), routes from *router* (optional hook).
+
+        A model that implements it re-shares, or re-routes, the messages in flight at once; a message with no route
+        left raises :class:`~etsim.errors.SimulationError` naming it. The default model takes no change:
+        :func:`~etsim.network.faults.schedule_link_changes` refuses a run that asks for one.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not model links changing during a run")
 
     def link_stats(self) -> list[LinkStats]:
         """Per directed link traffic so far (default: none recorded)."""

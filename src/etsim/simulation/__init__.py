@@ -44,6 +44,7 @@ from etsim.errors import (
     warn,
 )
 from etsim.network import NetworkConfig, Topology, build_model, load_network, ring
+from etsim.network.faults import schedule_link_changes
 from etsim.network.model import DEFAULT_MODEL, NETWORK_MODELS, CountingEnvironment, NetworkModel
 from etsim.progress import Display
 from etsim.progress import current as current_display
@@ -289,6 +290,8 @@ class Simulation:
         """Phase 2: the first plan: replica folding where the run is symmetric, the fast path where it is allowed."""
         config = build.config
         fast: frozenset[Hashable] | None = frozenset() if config.fast_path else None
+        if build.network.changes:  # (the fast path and folding assume links that never change)
+            return Plan(None, "links change during the run: every rank is simulated", None)
         if not config.fold_replicas:
             return Plan(None, "replica folding is off", fast)
         if any(factor != 1.0 for factor in config.compute_slowdown.values()) or config.slowdown_windows:
@@ -345,6 +348,7 @@ class Simulation:
 
             routing = FoldedRouter(make_router(router, topo), fold)
         network = build_model(env, topo, build.model, build.options, routing=routing)
+        schedule_link_changes(env, network, build.network.changes)
         walked_nodes = sum(t.num_nodes for t in traces)
         if walked_nodes > MAX_WALKED_NODES:
             why = "" if fold is not None else f" (every rank runs: {plan.fold_note})"

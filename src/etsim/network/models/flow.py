@@ -30,13 +30,16 @@ collective whose messages never share a link while they drain, where the model r
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from etsim.errors import SimulationError
 from etsim.network.bulk import BulkTiming, LinkClaims, repeats
 from etsim.network.model import NETWORK_MODELS, LinkStats, NetworkModel
+from etsim.network.routing import Router
 from etsim.network.scheduling import LATE, event_at, succeed_at
 from etsim.network.topology import Topology
 
@@ -66,7 +69,7 @@ class FlowNetwork(NetworkModel):
     def __init__(self, env: simpy.Environment, topology: Topology, **options: Any) -> None:
         super().__init__(env, topology, **options)
         n = len(topology.links)
-        self._bw = topology.bandwidths
+        self._bw = list(topology.bandwidths)  # (its own: links may change during the run, change_links)
         self._lat = topology.latencies
         self._bytes = [0.0] * n
         self._msgs = [0] * n
@@ -83,6 +86,7 @@ class FlowNetwork(NetworkModel):
         self._f_done: list[simpy.Event | None] = []
         self._f_lat: list[float] = []
         self._f_version: list[int] = []
+        self._f_pair: list[tuple[int, int]] = []
         self._free_slots: list[int] = []
         # Scratch of the allocation: per link the capacity left and the flows not yet fixed; per slot its share.
         self._left_cap = [0.0] * n
@@ -138,6 +142,7 @@ class FlowNetwork(NetworkModel):
             return env.timeout(latency)
         done = env.event()
         slot = self._new_flow(links, size, latency, done, now)
+        self._f_pair[slot] = (src, dst)
         self._admit(slot, now)
         return done
 
@@ -169,6 +174,7 @@ class FlowNetwork(NetworkModel):
         self._f_done.append(done)
         self._f_lat.append(latency)
         self._f_version.append(0)
+        self._f_pair.append((-1, -1))
         self._fixed.append(-1.0)
         return len(self._f_route) - 1
 
@@ -295,6 +301,48 @@ class FlowNetwork(NetworkModel):
         version, done = self._f_version, self._f_done
         self._due = [e for e in self._due if version[e[2]] == e[3] and done[e[2]] is not None]
         heapq.heapify(self._due)
+
+    # -- links that change during the run -----------------------------------------------------------------------
+
+    def change_links(self, bandwidths: Mapping[int, float], router: Router) -> None:
+        """New bandwidths from now on, and *router*'s routes.
+
+        Flows in flight over a changed link are re-shared; those over a failed link continue, with the bytes they
+        have left, over *router*'s route around it (one more message on each link of the new route).
+        """
+        now = self.env.now
+        self.router = router
+        self._routes.clear()
+        self._route_table = None
+        failed = {link for link, bw in bandwidths.items() if bw == 0}
+        for link, bw in bandwidths.items():
+            self._dirty[link] = None
+            if bw > 0:
+                self._bw[link] = bw
+        for slot, route in enumerate(self._f_route):
+            if self._f_done[slot] is None or not failed.intersection(route):
+                continue
+            if self._f_rate[slot]:
+                self._f_left[slot] -= self._f_rate[slot] * (now - self._f_last[slot])
+            for link in route:
+                del self._on_link[link][slot]
+                self._dirty[link] = None
+            try:
+                links, latency, _ = self._route(*self._f_pair[slot])
+            except SimulationError as exc:
+                src, dst = self._f_pair[slot]
+                raise SimulationError(
+                    f"at t = {now:.1f} ns a message from NPU {src} to NPU {dst} was in flight with "
+                    f"{self._f_left[slot]:.0f} bytes left when its route failed, and has no other: {exc}"
+                ) from None
+            for link in links:
+                self._bytes[link] += self._f_left[slot]
+                self._msgs[link] += 1
+            self._f_route[slot], self._f_lat[slot] = links, latency
+            self._f_rate[slot], self._f_end[slot] = 0.0, float("inf")
+            self._f_version[slot] += 1  # (its predicted end is void)
+            self._admit(slot, now)
+        self._arm_realloc(now)
 
     # -- reporting and the fast path ------------------------------------------------------------------------------
 
