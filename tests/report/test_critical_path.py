@@ -146,3 +146,22 @@ def test_it_needs_every_message() -> None:
         critical_path(rec)
     with pytest.raises(ConfigError, match="completed run"):
         critical_path(RunRecorder(messages=True))
+
+
+def test_a_straggler_is_named_as_what_held_the_run_back_and_the_collective_it_delayed() -> None:
+    """Every rank computes 10 µs, then all-reduces; rank 2 at 1.5x: the path names it and the all-reduce."""
+    traces = []
+    for rank in range(4):
+        b = TraceBuilder(rank)
+        b.collective(CollectiveType.ALL_REDUCE, 1 << 20, deps=[b.comp("grad", duration_micros=10)], name="ar")
+        traces.append(b.build(rank=rank))
+    cp, result = _path(Workload(traces), 4, compute_slowdown={2: 1.5})
+    held = cp["held_back"]
+    assert held["rank"] == 2 and held["compute_ns"] == 15_000
+    assert held["share"] == pytest.approx(15_000 / result.finish_ns)
+    assert held["through"]["collective"] == "ALL_REDUCE" and held["through"]["name"] == "ar"
+    from etsim.report.tables import critical_path_lines
+
+    first = critical_path_lines(cp)[0]
+    assert first.startswith("held back most by rank 2: 15 us of its compute on the critical path")
+    assert "reaching the others through" in first and "all_reduce 1 MiB" in first

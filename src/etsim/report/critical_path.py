@@ -441,11 +441,13 @@ def critical_path(rec: RunRecorder) -> dict[str, Any]:
     totals = dict.fromkeys(KINDS, 0.0)
     for t0, t1, _rank, _j, kind, _detail in segments:
         totals[kind] += t1 - t0
+    nodes = _entries(walk)
     return {
         "finish_ns": finish,
         "end": {"rank": end_rank, "node_id": runs[end_rank].trace.ids[end]},
         "totals": {f"{k}_ns": v for k, v in totals.items()},
-        "nodes": _entries(walk),
+        "held_back": _held_back(nodes, segments, finish),
+        "nodes": nodes,
         "segments": [
             {
                 "rank": rank,
@@ -458,3 +460,26 @@ def critical_path(rec: RunRecorder) -> dict[str, Any]:
             for t0, t1, rank, j, kind, detail in segments
         ],
     }
+
+
+def _held_back(nodes: list[dict[str, Any]], segments: list[tuple[Any, ...]], finish: float) -> dict[str, Any] | None:
+    """The rank that held the run back most: the most compute on the critical path, and where others waited for it.
+
+    ``{rank, compute_ns, share, through}``: *share* of the finish time is that rank's compute on the path;
+    *through* is the first node after its last compute on the path that other ranks also waited in (a collective
+    of several ranks, or a receive on another rank), as the path's node entry; None if there is none.
+    """
+    compute: dict[int, float] = {}
+    for t0, t1, rank, _j, kind, _detail in segments:
+        if kind == "compute":
+            compute[rank] = compute.get(rank, 0.0) + (t1 - t0)
+    if not compute:
+        return None
+    rank = min(compute, key=lambda r: (-compute[r], r))
+    last = max((i for i, n in enumerate(nodes) if n["rank"] == rank and n["compute_ns"] > 0), default=-1)
+    through = next(
+        (n for n in nodes[last + 1 :] if len(n.get("ranks", [])) > 1 or n["rank"] != rank),
+        None,
+    )
+    share = compute[rank] / finish if finish > 0 else 0.0
+    return {"rank": rank, "compute_ns": compute[rank], "share": share, "through": through}

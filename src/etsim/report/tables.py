@@ -139,6 +139,15 @@ def critical_path_lines(cp: dict[str, Any], limit: int = 40) -> list[str]:
     """The critical path node by node (the first and last *limit* / 2 when longer)."""
     lines = ["critical path, node by node (waited: time the node ran while the path was on a peer):"]
     lines.append(f"  {'from':>12} {'to':>12} {'compute':>11} {'exposed comm':>12} {'other':>10} {'waited':>11}  node")
+    held = cp.get("held_back")
+    if held is not None:
+        through = held["through"]
+        how = f", reaching the others through {_node_label(through)}" if through is not None else ""
+        lines.insert(
+            0,
+            f"held back most by rank {held['rank']}: {format_time(held['compute_ns'])} of its compute on the critical "
+            f"path ({held['share']:.0%} of the run){how}",
+        )
     nodes = cp["nodes"]
     shown = nodes if len(nodes) <= limit else [*nodes[: limit // 2], None, *nodes[-limit // 2 :]]
     for n in shown:
