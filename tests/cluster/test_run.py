@@ -86,21 +86,31 @@ def test_jobs_that_share_the_spine_are_slowed_and_the_shared_links_say_by_whom(t
     assert sum(e["messages"] for e in mine) == spine["messages"]
 
 
-def test_a_job_alone_in_a_cluster_file_gives_what_etsim_run_gives(tmp_path) -> None:
-    """Byte for byte, but for the wall time: the job's result JSON is `etsim run --json`'s."""
-    write_workload(Workload(collective_workload(CollectiveType.ALL_REDUCE, 4 << 20, 8)), tmp_path / "ar" / "ar")
-    topology = tmp_path / "ring8.yaml"
-    topology.write_text(yaml.safe_dump(RING8))
-    path = _cluster(tmp_path, topology=str(topology), model="flow", jobs=[{"name": "solo", "workload": "ar/ar"}])
+@pytest.mark.parametrize("kind", ["all_reduce", "training"])
+def test_a_job_alone_in_a_cluster_file_gives_what_etsim_run_gives(tmp_path, kind) -> None:
+    """Byte for byte, but for the wall time: the job's result JSON is `etsim run --json`'s (step report included)."""
+    from etsim.producers.workloads import generate
+
+    if kind == "all_reduce":
+        workload, topology = Workload(collective_workload(CollectiveType.ALL_REDUCE, 4 << 20, 8)), RING8
+    else:
+        job = {"generate": "transformer", "model": "megatron-1.7b", "global_batch": 4, "micro_batch": 2, "tp": 2}
+        workload = Workload(generate({**job, "pp": 2}))
+        topology = {"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": 4, "gpus_per_node": 4}
+    write_workload(workload, tmp_path / "w" / "w")
+    topo = tmp_path / "topo.yaml"
+    topo.write_text(yaml.safe_dump(topology))
+    path = _cluster(tmp_path, topology=str(topo), model="flow", jobs=[{"name": "solo", "workload": "w/w"}])
     run = [sys.executable, "-m", "etsim"]
-    ran = subprocess.run([*run, "run", str(tmp_path / "ar" / "ar"), "--topology", str(topology), "--model", "flow",
+    ran = subprocess.run([*run, "run", str(tmp_path / "w" / "w"), "--topology", str(topo), "--model", "flow",
                           "--json", "-"], capture_output=True, text=True, check=True)  # fmt: skip
     clustered = subprocess.run(
         [*run, "cluster", "run", str(path), "--json", "-"], capture_output=True, text=True, check=True
     )
-    alone, job = json.loads(ran.stdout), json.loads(clustered.stdout)["jobs"][0]["result"]
-    del alone["sim"]["wall_s"], job["sim"]["wall_s"]
-    assert json.dumps(job, sort_keys=True) == json.dumps(alone, sort_keys=True)
+    alone, job_result = json.loads(ran.stdout), json.loads(clustered.stdout)["jobs"][0]["result"]
+    del alone["sim"]["wall_s"], job_result["sim"]["wall_s"]
+    assert json.dumps(job_result, sort_keys=True) == json.dumps(alone, sort_keys=True)
+    assert (job_result.get("training") is not None) == (kind == "training")
 
 
 def test_a_job_that_starts_later_finishes_later_by_its_start(tmp_path) -> None:
@@ -225,3 +235,21 @@ def test_a_message_whose_route_fails_with_no_other_is_reported(tmp_path, capsys)
     path = _cluster(tmp_path, topology=ring4, model="analytical", jobs=[_sendrecv([0, 1], "a")], faults=faults)
     assert main(["cluster", "run", str(path)]) == 1
     assert "network model 'analytical' does not model links changing during a run" in capsys.readouterr().err
+
+
+def test_each_training_job_gets_its_own_step_report(tmp_path) -> None:
+    """Two 4-GPU training jobs in one 8-GPU node (no shared link): each one's report is what it gets alone there."""
+    node = {"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": 8}
+    workload = {"generate": "transformer", "model": "megatron-1.7b", "global_batch": 4, "micro_batch": 2, "tp": 2}
+    workload["pp"] = 2
+    both = [{"name": "a", "workload": workload}, {"name": "b", "workload": workload}]
+    keys = {"topology": node, "model": "flow", "system": {"resources": {"comm_streams": 0}}}
+    together = run_cluster(load_cluster(_cluster(tmp_path, **keys, jobs=both)))
+    alone = run_cluster(load_cluster(_cluster(tmp_path, **keys, jobs=both[:1])))
+    a, b = (job.result.training for job in together.jobs)
+    assert a is not None and b is not None
+    assert together.shared_links == []
+    assert a["iteration_ns"] == together.jobs[0].duration_ns
+    assert a["exposed_comm_ns"]["tp"] > 0 and a["exposed_comm_ns"]["pp"] > 0  # its own groups, found by their roles
+    assert a == b == alone.jobs[0].result.training
+    assert "job a:" in together.table() and "iteration" in together.table()

@@ -17,7 +17,7 @@ from etsim.chakra.graph import NodeType, Trace, Workload
 from etsim.chakra.schema import et_def_pb2 as pb
 from etsim.system.groups import GROUPS_ATTR, CommGroups
 
-__all__ = ["PlacedJob", "job_group", "merge_jobs"]
+__all__ = ["PlacedJob", "is_whole_cluster", "job_group", "job_pg_name", "merge_jobs"]
 
 
 _COLLECTIVE = NodeType.COMM_COLL_NODE
@@ -33,7 +33,8 @@ class PlacedJob:
     gpus: tuple[int, ...]
 
 
-def _renamed(job: str, pg_name: str | None) -> str:
+def job_pg_name(job: str, pg_name: str | None) -> str:
+    """The merged name of *job*'s group *pg_name* (``JOB/0`` for its world: no name, ``""`` or ``"0"``)."""
     return f"{job}/{pg_name if pg_name and pg_name != '0' else '0'}"
 
 
@@ -70,24 +71,33 @@ def _placed_trace(trace: Trace, job: PlacedJob, gpu: int, groups: dict[str, list
         comm_src=[None if p is None else gpus[p] for p in trace.comm_src],
         comm_dst=[None if p is None else gpus[p] for p in trace.comm_dst],
         pg_name=[
-            _renamed(job.name, p) if p is not None or t == _COLLECTIVE else None
+            job_pg_name(job.name, p) if p is not None or t == _COLLECTIVE else None
             for p, t in zip(trace.pg_name, trace.types, strict=True)
         ],
     )
 
 
+def is_whole_cluster(jobs: Sequence[PlacedJob], npus: int) -> bool:
+    """Whether *jobs* is one job whose rank r runs on GPU r of a cluster of its size (merging changes nothing)."""
+    return len(jobs) == 1 and jobs[0].gpus == tuple(range(npus))
+
+
 def merge_jobs(jobs: Sequence[PlacedJob], npus: int) -> Workload:
     """One workload of *npus* ranks running every job on its GPUs (the others empty).
+
+    One job on every GPU in order is its own workload, its group names kept (:func:`is_whole_cluster`).
 
     Raises:
         ValueError: a GPU out of range or used twice (callers check placements first, naming the key).
     """
+    if is_whole_cluster(jobs, npus):
+        return jobs[0].workload  # (one job on every GPU in order: its own workload, its names kept)
     traces: list[Trace | None] = [None] * npus
     for job in jobs:
-        world = _renamed(job.name, None)
+        world = job_pg_name(job.name, None)
         renamed = {world: list(job.gpus)}
         for name, members in job.groups.groups.items():
-            renamed[_renamed(job.name, name)] = [job.gpus[r] for r in members]
+            renamed[job_pg_name(job.name, name)] = [job.gpus[r] for r in members]
         for rank, trace in enumerate(job.workload.traces):
             gpu = job.gpus[rank]
             if not 0 <= gpu < npus or traces[gpu] is not None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from etsim.chakra.graph import Workload
-from etsim.cluster.merge import PlacedJob, job_group, merge_jobs
+from etsim.cluster.merge import PlacedJob, is_whole_cluster, job_group, job_pg_name, merge_jobs
 from etsim.cluster.placement import place
 from etsim.cluster.spec import ClusterSpec
 from etsim.errors import ConfigError, TopologyError
@@ -33,6 +33,7 @@ from etsim.network.irregular import with_degraded, with_failures
 from etsim.network.routing import make_router
 from etsim.report.record import RunRecorder
 from etsim.report.result import Result
+from etsim.report.training import training_info, training_lines, training_report
 from etsim.simulation import DEFAULT_REPORTS, NO_REPORTS, Simulation
 from etsim.system.config import SystemConfig, load_system_config
 from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
@@ -143,6 +144,10 @@ class ClusterResult:
                 lines.append(f"  ... {len(self.shared_links) - 20} more (--json has them all)")
         else:
             lines.append("no link carried more than one job's traffic")
+        for job in self.jobs:
+            if job.result.training is not None:
+                lines.append(f"job {job.name}:")
+                lines += [f"  {line}" for line in training_lines(job.result.training)]
         for fault in self.faults:
             u, v = fault["link"]
             what = "fails" if fault["bandwidth"] == 0 else f"runs at {fault['bandwidth']:.0%}"
@@ -240,7 +245,15 @@ def _job_groups(spec: ClusterSpec, i: int, workload: Workload) -> CommGroups:
     return groups
 
 
-def _job_view(job: PlacedJob, start: float, run: Result, links: list[dict[str, Any]]) -> JobResult:
+def _job_view(
+    job: PlacedJob,
+    start: float,
+    run: Result,
+    links: list[dict[str, Any]],
+    recorder: RunRecorder,
+    streams: int,
+    renamed: bool = True,
+) -> JobResult:
     """The run seen from *job*: its ranks, collectives and groups renumbered and renamed as the job knows them."""
     index = {gpu: r for r, gpu in enumerate(job.gpus)}
     ranks = [dataclasses.replace(run.ranks[gpu], rank=r) for r, gpu in enumerate(job.gpus)]
@@ -251,7 +264,7 @@ def _job_view(job: PlacedJob, start: float, run: Result, links: list[dict[str, A
     ]
     groups = []
     for entry in run.groups:
-        name = job_group(job.name, str(entry["group"]))
+        name = job_group(job.name, str(entry["group"])) if renamed else str(entry["group"])
         if name is not None:
             rank = entry.get("rank_of_max")
             groups.append({**entry, "group": name, **({"rank_of_max": index[rank]} if rank in index else {})})
@@ -268,6 +281,12 @@ def _job_view(job: PlacedJob, start: float, run: Result, links: list[dict[str, A
         network=dict(run.network),
         warnings=list(run.warnings),
     )
+    info = training_info(job.workload.traces)
+    if info is not None:  # a generated training job: its step report, over its own ranks and groups
+        if renamed:
+            info = {**info, "groups": {job_pg_name(job.name, g): role for g, role in info.get("groups", {}).items()}}
+        report = training_report(info, result, recorder, comm_streams=streams, own_ranks=job.gpus, start_ns=start)
+        result.training = report
     return JobResult(job.name, job.gpus, start, finish, result)
 
 
@@ -348,15 +367,24 @@ def run_cluster(
     ]
     owner = {gpu: i for i, ranks in enumerate(gpus) for gpu in ranks}
     recorder = _TrafficByPair()
-    system = _system(spec, gpus).with_overrides(fold_replicas=False)  # (every message must be seen to be charged)
+    system = _system(spec, gpus)
+    if len(placed) > 1:  # (every message must be seen to be charged to its job: a folded run shows a few)
+        system = system.with_overrides(fold_replicas=False)
     reports = dataclasses.replace(DEFAULT_REPORTS, training=False)
     merged = merge_jobs(placed, topo.npus)
     run = Simulation(merged, topology=net, system=system, reports=reports, observer=recorder, progress=progress).run()
     durations = _durations(spec, gpus, run)
     names = [job.name for job in spec.jobs]
-    traffic = _traffic(net, recorder.pairs, owner, len(placed))
-    mine, shared = _link_tables(net, traffic, run.links, names, durations)
-    jobs = [_job_view(job, spec.jobs[i].start, run, mine[i]) for i, job in enumerate(placed)]
+    if len(placed) > 1:
+        traffic = _traffic(net, recorder.pairs, owner, len(placed))
+        mine, shared = _link_tables(net, traffic, run.links, names, durations)
+    else:  # one job: every link's traffic is its own (a folded run's mirrored, exactly)
+        mine, shared = [run.links], []
+    streams = system.resources.comm_streams
+    renamed = not is_whole_cluster(placed, topo.npus)
+    jobs = [
+        _job_view(job, spec.jobs[i].start, run, mine[i], recorder, streams, renamed) for i, job in enumerate(placed)
+    ]
     if alone:
         for i, job in enumerate(placed):
             by_itself = Simulation(

@@ -47,14 +47,22 @@ def training_info(traces: Sequence[Trace]) -> dict[str, Any] | None:
 
 
 def training_report(
-    info: dict[str, Any], result: Result, recorder: RunRecorder | None, *, comm_streams: int = 0
+    info: dict[str, Any],
+    result: Result,
+    recorder: RunRecorder | None,
+    *,
+    comm_streams: int = 0,
+    own_ranks: Sequence[int] | None = None,
+    start_ns: float = 0.0,
 ) -> dict[str, Any]:
     """The ``training`` section of *result* (see the module docstring).
 
     *comm_streams* is the run's ``resources.comm_streams``: with one stream, the job's communication of different
-    parallelisms ran one operation at a time, which the report warns about.
+    parallelisms ran one operation at a time, which the report warns about. A job that shares its run with others
+    (``etsim cluster``) gives the ranks of the run that are its own, in its rank order (*own_ranks*: *result* holds
+    those ranks only), and when it started (*start_ns*: its iteration ends at ``result.finish_ns``).
     """
-    iteration = result.finish_ns
+    iteration = result.finish_ns - start_ns
     seconds = iteration * 1e-9
     gpus = info["gpus"]
     peak = info["peak_flops_per_gpu"]
@@ -65,6 +73,9 @@ def training_report(
     bubble = 0.0
     if recorder is not None and recorder.engine is not None:
         per_role, others = exposure_by_role(recorder, roles)
+        if own_ranks is not None:  # (the job's own ranks, in its order)
+            per_role = {role: [values[r] for r in own_ranks] for role, values in per_role.items()}
+            others = [others[r] for r in own_ranks]
         for role, values in per_role.items():
             if role in exposed:
                 exposed[role] = sum(values) / len(values)
