@@ -577,3 +577,14 @@ def test_training_md_weak_scaling_table_is_what_etsim_gives(tmp_path: Path) -> N
             f"{float(r['iteration_ns']) / 1e9:.3f}", f"{100 * float(r['mfu']):.1f}",
             f"{float(r['tokens_per_s']):,.0f}", f"{float(r['exposed_dp_ns']) / 1e6:.0f}",
         ) == (iteration, mfu, tokens, exposed), gpus  # fmt: skip
+
+
+@pytest.mark.slow
+def test_cluster_md_straggler_table_is_what_the_sweep_finds(tmp_path: Path) -> None:
+    """docs/cluster.md's straggler table: experiments/straggler_sweep.yaml, six points of 1,024 ranks (4.5 min)."""
+    rows = _experiment_rows("straggler_sweep.yaml", tmp_path / "straggler")
+    text = _text("docs/cluster.md")
+    for row in rows:
+        factor = row["system.compute_slowdown"]
+        step, exposed = float(row["finish_ns"]) / 1e6, float(row["exposed_comm_ns"]) / 1e6
+        _quoted(rf"\| {re.escape(factor)}× \| {step:.3f} ms \| {exposed:.3f} ms \|", text, "docs/cluster.md")
