@@ -23,7 +23,8 @@ from typing import Any
 
 from etsim.chakra.graph import Workload
 from etsim.cluster.merge import PlacedJob, is_whole_cluster, job_group, job_pg_name, merge_jobs
-from etsim.cluster.placement import place
+from etsim.cluster.placement import node_of, place
+from etsim.cluster.reliability import failure_rate, play
 from etsim.cluster.spec import ClusterSpec
 from etsim.errors import ConfigError, TopologyError
 from etsim.experiment.worker import point_workload
@@ -71,6 +72,8 @@ class JobResult:
     """The job's ranks, collectives and groups under its own rank numbers and group names."""
     alone_ns: float | None = None
     """The job's duration when it runs alone on the same placement (with ``alone``)."""
+    goodput: dict[str, Any] | None = None
+    """With the cluster file's ``reliability:``, the period played out (:func:`etsim.cluster.reliability.play`)."""
 
     @property
     def duration_ns(self) -> float:
@@ -94,6 +97,7 @@ class JobResult:
             "duration_ns": self.duration_ns,
             "alone_ns": self.alone_ns,
             "slowdown": self.slowdown,
+            **({"goodput": self.goodput} if self.goodput is not None else {}),
             "result": self.result.to_dict(),
         }
 
@@ -144,6 +148,17 @@ class ClusterResult:
                 lines.append(f"  ... {len(self.shared_links) - 20} more (--json has them all)")
         else:
             lines.append("no link carried more than one job's traffic")
+        for job in self.jobs:
+            g = job.goodput
+            if g is not None:
+                young = g["young_checkpoint_every_s"]
+                lines.append(
+                    f"job {job.name} over the period: goodput {g['goodput']:.2%} "
+                    f"(expected {g['expected_goodput']:.2%}), "
+                    f"{g['failures']} failures, {g['steps']:,} steps kept, {g['lost_h']:.2f} h lost, "
+                    f"{g['restarting_h']:.2f} h restarting, {g['checkpointing_h']:.2f} h checkpointing"
+                    + (f"; Young's checkpoint interval {format_time(young * 1e9)}" if young is not None else "")
+                )
         for job in self.jobs:
             if job.result.training is not None:
                 lines.append(f"job {job.name}:")
@@ -401,6 +416,12 @@ def run_cluster(
                 name: d - h for name, d, h in zip(names, durations, _durations(spec, gpus, healthy), strict=True)
             }
         faults.append(entry)
+    if spec.reliability is not None:
+        nodes = node_of(topo)
+        for i, done in enumerate(jobs):
+            used = len({nodes[g] for g in done.gpus})
+            rate = failure_rate(spec.reliability, len(done.gpus), used, len(done.result.links))
+            done.goodput = play(spec.reliability, rate, done.duration_ns, stream=i)
     return ClusterResult(spec.name, jobs, shared, run, list(run.warnings), faults)
 
 

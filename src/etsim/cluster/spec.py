@@ -14,11 +14,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from etsim.cluster.reliability import Reliability
 from etsim.errors import ConfigError
 from etsim.experiment.spec import Name
 from etsim.experiment.values import Values
 from etsim.files import read_yaml_mapping
-from etsim.options import Boolean, Integer, ListOf, Nested, Number, Parser, Time, keys_named, option, parse_options
+from etsim.options import (
+    Boolean,
+    Integer,
+    ListOf,
+    Nested,
+    Number,
+    Optional,
+    Parser,
+    Time,
+    keys_named,
+    option,
+    parse_options,
+)
 
 __all__ = ["ClusterFile", "ClusterSpec", "FaultEntry", "JobEntry", "Placement", "StragglerEntry", "load_cluster"]
 
@@ -126,6 +139,9 @@ class ClusterFile:
     faults: list[FaultEntry] = option(
         help="degraded or failed links", parse=ListOf(Nested(FaultEntry)), default_factory=list
     )
+    reliability: Reliability | None = option(
+        None, "failures, checkpoints and restarts over a long run (goodput)", Optional(Nested(Reliability))
+    )
 
 
 @dataclass(frozen=True)
@@ -143,6 +159,7 @@ class ClusterSpec:
     job_workloads: list[str | dict[str, Any]]
     stragglers: list[StragglerEntry] = field(default_factory=list)
     faults: list[FaultEntry] = field(default_factory=list)
+    reliability: Reliability | None = None
 
 
 def load_cluster(source: str | os.PathLike[str]) -> ClusterSpec:
@@ -191,4 +208,5 @@ def load_cluster(source: str | os.PathLike[str]) -> ClusterSpec:
         job_workloads=[values.workload(job.workload, [f"jobs[{i}].workload"]) for i, job in enumerate(top.jobs)],
         stragglers=list(top.stragglers),
         faults=list(top.faults),
+        reliability=top.reliability,
     )
