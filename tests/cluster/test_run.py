@@ -253,3 +253,15 @@ def test_each_training_job_gets_its_own_step_report(tmp_path) -> None:
     assert a["exposed_comm_ns"]["tp"] > 0 and a["exposed_comm_ns"]["pp"] > 0  # its own groups, found by their roles
     assert a == b == alone.jobs[0].result.training
     assert "job a:" in together.table() and "iteration" in together.table()
+
+
+def test_the_timeline_shows_each_job_as_its_own_processes(tmp_path) -> None:
+    jobs = [_all_reduce("a", 4, "1 MiB", [0, 1, 4, 5]), _all_reduce("b", 4, "1 MiB", [2, 3, 6, 7])]
+    out = tmp_path / "t.json"
+    run_cluster(load_cluster(_cluster(tmp_path, topology=TWO_SWITCHES, model="flow", jobs=jobs)), trace=out)
+    events = json.loads(out.read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    order = {e["pid"]: e["args"]["sort_index"] for e in events if e.get("name") == "process_sort_index"}
+    assert names[4] == "job a · rank 2 (GPU 4)" and names[2] == "job b · rank 0 (GPU 2)"
+    assert sorted(names, key=order.__getitem__) == [0, 1, 4, 5, 2, 3, 6, 7]  # a job's processes together
+    assert any(e.get("ph") == "X" and e["pid"] == 6 for e in events)  # job b's work is on the timeline

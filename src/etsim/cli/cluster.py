@@ -31,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--fault-costs", action="store_true", help="also run without each fault in turn: what it cost each job"
     )
     p.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT ('-' for standard output)")
+    p.add_argument("--trace", metavar="OUT", help="write the run's timeline (Chrome/Perfetto JSON, .gz to compress)")
     p.add_argument("-q", "--quiet", action="store_true", help="show no progress")
     p.set_defaults(handler=cmd_cluster_run)
 
@@ -39,7 +40,7 @@ def cmd_cluster_run(args: argparse.Namespace) -> int:
     """Run the cluster file; print the jobs and shared links (and write the JSON)."""
     from etsim.cluster import load_cluster, run_cluster
 
-    result = run_cluster(load_cluster(args.file), alone=args.alone, fault_costs=args.fault_costs)
+    result = run_cluster(load_cluster(args.file), alone=args.alone, fault_costs=args.fault_costs, trace=args.trace)
     if args.json == "-":
         sys.stdout.write(result.to_json() + "\n")
         return 0

@@ -17,6 +17,7 @@ carried there.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -356,12 +357,18 @@ def _link_tables(
 
 
 def run_cluster(
-    spec: ClusterSpec, *, alone: bool = False, fault_costs: bool = False, progress: Any = None
+    spec: ClusterSpec,
+    *,
+    alone: bool = False,
+    fault_costs: bool = False,
+    trace: str | os.PathLike[str] | None = None,
+    progress: Any = None,
 ) -> ClusterResult:
     """Run every job of *spec* on its cluster; the options run more, to compare.
 
     With *alone*, each job also runs by itself on the same placement (its slowdown); with *fault_costs*, the
-    cluster runs again without each fault in turn (what the fault cost each job).
+    cluster runs again without each fault in turn (what the fault cost each job); with *trace*, the run's timeline
+    is written there (a Chrome/Perfetto trace, each GPU's process named by its job and job rank).
 
     Raises:
         ConfigError: a placement that does not fit, a straggler or fault that names no GPU or link, jobs whose
@@ -400,6 +407,11 @@ def run_cluster(
     jobs = [
         _job_view(job, spec.jobs[i].start, run, mine[i], recorder, streams, renamed) for i, job in enumerate(placed)
     ]
+    if trace is not None:
+        from etsim.report.trace import write_chrome_trace
+
+        processes = {gpu: f"job {job.name} · rank {r} (GPU {gpu})" for job in placed for r, gpu in enumerate(job.gpus)}
+        write_chrome_trace(recorder, trace, links=False, process_names=processes)
     if alone:
         for i, job in enumerate(placed):
             by_itself = Simulation(

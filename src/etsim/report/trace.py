@@ -32,7 +32,7 @@ import io
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -149,9 +149,10 @@ def _node_args(trace: Any, j: int, call: CollectiveCall | None) -> dict[str, Any
 class _Builder:
     """Collects events as (ts_ns, text) per category, then writes those before the cut."""
 
-    def __init__(self, rec: RunRecorder, messages: bool) -> None:
+    def __init__(self, rec: RunRecorder, messages: bool, names: Mapping[int, str] | None = None) -> None:
         if rec.engine is None or not rec.complete:
             raise ConfigError("no trace: the recorder did not watch a completed run")
+        self.names = names or {}
         self.rec = rec
         self.engine = rec.engine
         self.with_messages = messages
@@ -280,9 +281,12 @@ class _Builder:
 
     def metadata(self) -> Iterator[str]:
         topo_pid = len(self.engine.runs)
+        order = {rank: i for i, rank in enumerate(self.names)}  # (named processes in the order named: a job's together)
         for rank, tracks in enumerate(self.tracks):
-            yield f'{{"ph":"M","pid":{rank},"name":"process_name","args":{{"name":"rank {rank}"}}}}'
-            yield f'{{"ph":"M","pid":{rank},"name":"process_sort_index","args":{{"sort_index":{rank}}}}}'
+            process = json.dumps(self.names.get(rank, f"rank {rank}"))
+            position = order.get(rank, len(order) + rank)
+            yield f'{{"ph":"M","pid":{rank},"name":"process_name","args":{{"name":{process}}}}}'
+            yield f'{{"ph":"M","pid":{rank},"name":"process_sort_index","args":{{"sort_index":{position}}}}}'
             for key, tid in tracks.items():
                 cat, lane, chunk = key
                 label = _TRACK_LABEL[cat] + (f" {lane + 1}" if lane > 0 or _has_lanes(tracks, cat) else "")
@@ -328,6 +332,7 @@ def write_chrome_trace(
     messages: bool = False,
     limit: int = DEFAULT_LIMIT,
     links: bool = True,
+    process_names: Mapping[int, str] | None = None,
 ) -> TraceSummary:
     """Write the run *rec* watched as a Chrome trace-event JSON file (gzipped if *path* ends in ``.gz``).
 
@@ -339,6 +344,8 @@ def write_chrome_trace(
         links: write per-link bytes-in-flight counters (needs recorded messages).
         limit: write at most this many events; a trace cut by it says so (``otherData``, an instant
             event at the cut) and an :class:`~etsim.errors.EtsimWarning` is issued.
+        process_names: rank → the name its process shows (default ``rank R``; a cluster names each job's); named
+            processes sort in the mapping's order, before the others.
 
     Returns:
         What was written.
@@ -349,7 +356,7 @@ def write_chrome_trace(
     """
     if limit < 1:
         raise ConfigError(f"the trace limit must be at least 1 event, got {limit}")
-    b = _Builder(rec, messages)
+    b = _Builder(rec, messages, process_names)
     b.nodes()
     if messages and rec.messages:
         b.messages()
