@@ -141,6 +141,8 @@ def test_a_straggler_delays_its_job_by_exactly_its_extra_compute_under_analytica
     assert slow.jobs[0].finish_ns == pytest.approx(healthy.jobs[0].finish_ns + 5_000, abs=1e-6)
     assert slow.jobs[0].result.ranks[2].compute_ns == 15_000  # job rank 2 runs on GPU 6
     assert slow.jobs[1].finish_ns == healthy.jobs[1].finish_ns  # the other job has no straggler
+    delayed = run_cluster(load_cluster(_cluster(tmp_path, **keys, stragglers=[{"gpus": [6], "delay": "3 us"}])))
+    assert delayed.jobs[0].finish_ns == pytest.approx(healthy.jobs[0].finish_ns + 3_000, abs=1e-6)  # extra per op
     windowed = [{"gpus": [6], "slowdown": 1.5, "from": "20 us"}]  # after the compute: changes nothing
     assert run_cluster(load_cluster(_cluster(tmp_path, **keys, stragglers=windowed))).jobs[0].finish_ns == (
         healthy.jobs[0].finish_ns

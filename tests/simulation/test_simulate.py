@@ -136,7 +136,7 @@ def test_a_rank_that_starts_late_delays_what_waits_for_it_by_exactly_its_start()
     ("value", "message"),
     [
         ({"rank_start": {1: "-1 us"}}, r"rank_start\.1: time '-1 us' is negative"),
-        ({"rank_start": [1]}, r"rank_start: expected a mapping of rank to a start time"),
+        ({"rank_start": [1]}, r"rank_start: expected a mapping of rank to a time"),
         ({"slowdown_windows": [{"ranks": [1]}]}, r"slowdown_windows\[0\]: expected \{ranks"),
         ({"slowdown_windows": [{"ranks": [1], "factor": 0}]}, r"slowdown_windows\[0\]\.factor: expected a finite"),
         ({"slowdown_windows": [{"ranks": [1], "factor": 2, "from": "2 us", "until": "1 us"}]}, r"until must come"),
@@ -216,3 +216,16 @@ def test_compute_jitter_draws_the_documented_factors_deterministically() -> None
     assert run.sim["not_folded"].startswith("compute_jitter draws different times per rank")
     # mean 1: over 200 nodes the total compute is within a few percent of the jitter-free 2 ms
     assert sum(r.compute_ns for r in run.ranks) == pytest.approx(4 * 50 * 10_000, rel=0.06)
+
+
+def test_a_compute_delay_adds_its_time_to_every_compute_node_after_the_factor() -> None:
+    from etsim.network import ring
+    from etsim.system.config import load_system_config
+
+    workload, topology = _chain_then_all_reduce([10, 10, 10]), ring(4, 50.0, 500.0)
+    healthy = simulate(workload, topology=topology, model="analytical")
+    system = load_system_config({"compute_delay": {1: "2 us"}, "compute_slowdown": {1: 1.5}})
+    slow = simulate(workload, topology=topology, model="analytical", system=system)
+    assert slow.ranks[1].compute_ns == 3 * (15_000 + 2_000)
+    assert slow.finish_ns == pytest.approx(healthy.finish_ns + 3 * (5_000 + 2_000), abs=1e-6)
+    assert slow.sim["not_folded"].startswith("compute_slowdown makes ranks differ")

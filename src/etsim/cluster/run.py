@@ -239,15 +239,22 @@ def _system(spec: ClusterSpec, gpus: Sequence[tuple[int, ...]], only: int | None
     if only is None:  # (alone, a job starts at 0)
         starts = {gpu: job.start for job, ranks in zip(spec.jobs, gpus, strict=True) for gpu in ranks if job.start}
     constant: dict[int, float] = dict(config.compute_slowdown)
+    delays: dict[int, float] = dict(config.compute_delay)
     windows = list(config.slowdown_windows)
     for straggler in spec.stragglers:
+        for gpu in straggler.gpus if straggler.delay else ():
+            delays[gpu] = delays.get(gpu, 0.0) + straggler.delay
+        if straggler.slowdown == 1.0:
+            continue
         if straggler.start == 0 and straggler.until is None:
             for gpu in straggler.gpus:
                 constant[gpu] = constant.get(gpu, 1.0) * straggler.slowdown
         else:
             until = float("inf") if straggler.until is None else straggler.until
             windows += [(gpu, straggler.start, until, straggler.slowdown) for gpu in straggler.gpus]
-    return config.with_overrides(compute_slowdown=constant, slowdown_windows=tuple(windows), rank_start=starts)
+    return config.with_overrides(
+        compute_slowdown=constant, compute_delay=delays, slowdown_windows=tuple(windows), rank_start=starts
+    )
 
 
 def _job_groups(spec: ClusterSpec, i: int, workload: Workload) -> CommGroups:

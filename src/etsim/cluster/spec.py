@@ -86,7 +86,8 @@ class StragglerEntry:
     """GPUs whose compute is slower (for a while, with ``from``/``until``)."""
 
     gpus: list[int] = option(help="the slow GPUs", parse=ListOf(Integer(0)))
-    slowdown: float = option(help="factor on each compute node's time (1.5 = 50% longer)", parse=Number(1e-9))
+    slowdown: float = option(1.0, "factor on each compute node's time (1.5 = 50% longer)", Number(1e-9))
+    delay: float = option(0.0, "time added to each compute node (after the factor; the whole run)", Time())
     start: float = option(0.0, "from when (``from:`` in the file: compute nodes starting from then)", Time())
     until: float | None = option(None, "until when (default: the end)", Time())
 
@@ -100,17 +101,17 @@ class _Stragglers(Nested):
     def __call__(self, value: Any, *, key: str) -> StragglerEntry:
         """The entry, ``from`` read as ``start`` and named ``from`` in messages."""
         if not isinstance(value, dict):
-            shape = "{gpus: [GPU, …], slowdown: F, from: TIME, until: TIME}"
+            shape = "{gpus: [GPU, …], slowdown: F, delay: TIME, from: TIME, until: TIME}"
             raise ConfigError(f"{key}: expected {shape}, got {value!r}")
         if "start" in value:
-            raise ConfigError(f"{key}: start: unknown key; valid keys: gpus, slowdown, from, until")
+            raise ConfigError(f"{key}: start: unknown key; valid keys: gpus, slowdown, delay, from, until")
         renamed = {("start" if k == "from" else k): v for k, v in value.items()}
         return StragglerEntry(
             **parse_options(
                 StragglerEntry,
                 renamed,
                 key=lambda n: f"{key}.{'from' if n == 'start' else n}",
-                unknown="{key}: unknown key; valid keys: gpus, slowdown, from, until",
+                unknown="{key}: unknown key; valid keys: gpus, slowdown, delay, from, until",
             )
         )
 
@@ -196,6 +197,10 @@ def load_cluster(source: str | os.PathLike[str]) -> ClusterSpec:
     for i, straggler in enumerate(top.stragglers):
         if straggler.until is not None and not straggler.start < straggler.until:
             raise values.error([f"stragglers[{i}].until"], "until must come after start")
+        if straggler.delay and (straggler.start or straggler.until is not None):
+            raise values.error(
+                [f"stragglers[{i}].delay"], "a delay holds for the whole run: give it without from/until"
+            )
     return ClusterSpec(
         name=top.name or path.stem,
         where=where,

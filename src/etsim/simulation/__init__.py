@@ -226,9 +226,8 @@ class Simulation:
             result.warnings = log.messages()
         result.sim["reruns"] = plan.reruns
         config = build.config
-        if (config.compute_slowdown or config.slowdown_windows or config.compute_jitter or config.rank_start) and (
-            plan.fold is None
-        ):
+        uneven = config.compute_slowdown or config.compute_delay or config.slowdown_windows or config.rank_start
+        if (uneven or config.compute_jitter) and plan.fold is None:
             result.sim["not_folded"] = plan.fold_note  # (a straggler: why every rank ran)
         self.report(build, result)
         return result
@@ -241,6 +240,7 @@ class Simulation:
             raise ConfigError("the workload has no ranks")
         for key, ranks in (
             ("compute_slowdown", config.compute_slowdown),
+            ("compute_delay", config.compute_delay),
             ("slowdown_windows", [row[0] for row in config.slowdown_windows]),
             ("rank_start", config.rank_start),
         ):
@@ -294,7 +294,8 @@ class Simulation:
             return Plan(None, "links change during the run: every rank is simulated", None)
         if not config.fold_replicas:
             return Plan(None, "replica folding is off", fast)
-        if any(factor != 1.0 for factor in config.compute_slowdown.values()) or config.slowdown_windows:
+        slowed = any(f != 1.0 for f in config.compute_slowdown.values()) or any(config.compute_delay.values())
+        if slowed or config.slowdown_windows:
             # A straggler's replica is no mirror image of the others': every rank runs.
             return Plan(None, "compute_slowdown makes ranks differ (a straggler): every rank is simulated", fast)
         if any(config.rank_start.values()):

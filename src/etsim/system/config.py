@@ -136,10 +136,10 @@ def _rank_key(rank: object, key: str) -> int:
     return int(text)
 
 
-def _rank_start(value: object, key: str = "rank_start") -> dict[int, float]:
-    """``{rank: time}``, checked: when each named rank starts (a job that arrives later)."""
+def _rank_times(value: object, key: str = "rank_start") -> dict[int, float]:
+    """``{rank: time}``, checked (when each named rank starts; what each compute node of a rank adds)."""
     if not isinstance(value, dict):
-        raise ConfigError(f"{key}: expected a mapping of rank to a start time ({{3: 10 us}}), got {value!r}")
+        raise ConfigError(f"{key}: expected a mapping of rank to a time ({{3: 10 us}}), got {value!r}")
     return {_rank_key(rank, key): Time()(when, key=f"{key}.{rank}") for rank, when in value.items()}
 
 
@@ -210,6 +210,14 @@ class SystemConfig:
     )
     """σ of the lognormal factor ``exp(N(−σ²/2, σ))`` (mean 1) drawn for every compute node of every rank, from
     ``numpy.random.default_rng([jitter_seed, rank])`` in node order: the same inputs and seed give the same run."""
+    compute_delay: dict[int, float] = option(
+        help="stragglers: {RANK: time}, each of the rank's compute nodes takes this much longer (after factors)",
+        parse=_rank_times,
+        default_factory=dict,
+        flag=False,
+    )
+    """Rank → time added to every compute node of the rank (a fixed cost per kernel: a slow launch, a noisy
+    neighbour), after :attr:`compute_slowdown`, jitter and windows multiplied it."""
     slowdown_windows: tuple[tuple[int, float, float, float], ...] = option(
         help="stragglers for a while: [{ranks: [R, ...], factor: F, from: TIME, until: TIME}], compute nodes that "
         "start in the window take factor times as long",
@@ -222,7 +230,7 @@ class SystemConfig:
     windows multiply). A node is timed once, when it starts: one that straddles a window's edge is not split."""
     rank_start: dict[int, float] = option(
         help="ranks that start late: {RANK: time} (a job arriving on a shared cluster; default: every rank at 0)",
-        parse=_rank_start,
+        parse=_rank_times,
         default_factory=dict,
         flag=False,
     )

@@ -17,13 +17,14 @@ __all__ = ["CostModel", "compute_scale", "window_factor"]
 
 def compute_scale(
     config: SystemConfig, rank: int, nodes: int
-) -> tuple[float, list[float] | None, tuple[tuple[float, float, float], ...]]:
+) -> tuple[float, list[float] | None, tuple[tuple[float, float, float], ...], float]:
     """What multiplies the compute times of *rank*: its straggler factor, with noise one factor per node, its windows.
 
     - ``compute_slowdown[rank]`` (1.0 when the rank has none: times stay exact);
     - with ``compute_jitter`` σ > 0, ``numpy.random.default_rng([jitter_seed, rank]).lognormal(−σ²/2, σ, nodes)``
       (mean 1), node *j* of the rank's trace taking factor *j*; else None;
-    - the rank's ``slowdown_windows`` as ``(from_ns, until_ns, factor)`` (a node starting inside one is slowed).
+    - the rank's ``slowdown_windows`` as ``(from_ns, until_ns, factor)`` (a node starting inside one is slowed);
+    - ``compute_delay[rank]``: ns added to each compute node after the factors (0.0 when the rank has none).
     """
     jitter = None
     if config.compute_jitter > 0:
@@ -32,7 +33,7 @@ def compute_scale(
         sigma = config.compute_jitter
         jitter = np.random.default_rng([config.jitter_seed, rank]).lognormal(-sigma * sigma / 2, sigma, nodes).tolist()
     windows = tuple((start, until, factor) for r, start, until, factor in config.slowdown_windows if r == rank)
-    return config.compute_slowdown.get(rank, 1.0), jitter, windows
+    return config.compute_slowdown.get(rank, 1.0), jitter, windows, config.compute_delay.get(rank, 0.0)
 
 
 def window_factor(windows: tuple[tuple[float, float, float], ...], now: float) -> float:

@@ -418,6 +418,7 @@ class WorkloadRun(GraphRun):
         "comm_ns",
         "compute_ns",
         "exposed_ns",
+        "extra",
         "finish_ns",
         "heaps",
         "holding",
@@ -450,7 +451,7 @@ class WorkloadRun(GraphRun):
         if mine:
             self.keys = [(mine.get(i, 0), i) for i in trace.ids]
         self.holding = 0
-        self.slowdown, self.jitter, self.windows = compute_scale(config, rank, trace.num_nodes)  # stragglers, noise
+        self.slowdown, self.jitter, self.windows, self.extra = compute_scale(config, rank, trace.num_nodes)
         classes = []
         for j, t in enumerate(trace.types):
             if trace.is_cpu_op[j] and t in (_T_COMP, _T_COLL):
@@ -553,7 +554,7 @@ class WorkloadRun(GraphRun):
                 duration *= self.jitter[j]
             if self.windows:
                 duration *= window_factor(self.windows, eng.env.now)
-            eng.delay(self, j, duration)
+            eng.delay(self, j, duration + self.extra)
         elif t == _T_SEND:
             self.account()
             self.n_comm += 1
