@@ -42,6 +42,7 @@ __all__ = [
     "Flops",
     "Integer",
     "ListOf",
+    "Name",
     "Nested",
     "Number",
     "Optional",
@@ -404,10 +405,7 @@ class Choice(Parser):
 
 
 class Size(Parser):
-    """A size (``1 MiB``, ``64 KB``) in whole bytes (an int: it never overflows), at most *maximum* if given.
-
-    Bare numbers are ``bare_unit``. Where the size is written to a file, the writer checks its field's range.
-    """
+    """A size (``1 MiB``) in whole bytes (an int), at most *maximum*; bare numbers are ``bare_unit``."""
 
     metavar = "SIZE"
 
@@ -562,6 +560,16 @@ class ListOf(Parser):
         return ",".join(self.item.show(v) for v in value)
 
 
+class Name(Parser):
+    """A name that is one path component of at most 100 letters, digits, ``.``, ``_``, ``-``; never ``.`` or ``..``."""
+
+    def __call__(self, value: Any, *, key: str) -> str:
+        """*value* if it names one file or directory."""
+        if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", value) or value in {".", ".."}:
+            raise ConfigError(f"{key}: expected a name of up to 100 letters, digits, '.', '_', '-', got {value!r}")
+        return value
+
+
 class Nested(Parser):
     """A mapping parsed as the options of another dataclass (``resources: {compute_streams: 2}``)."""
 
@@ -578,16 +586,13 @@ class Nested(Parser):
 
 def keys_named(where: str = "", prefix: str = "") -> Callable[[str], str]:
     """A *key* function for :func:`parse_options`: ``WHERE: PREFIXname`` (or ``PREFIXname`` with no *where*)."""
-    if where:
-        return lambda name: f"{where}: {prefix}{name}"
-    return lambda name: f"{prefix}{name}"
+    return (lambda name: f"{where}: {prefix}{name}") if where else (lambda name: f"{prefix}{name}")
 
 
 def describe_options(cls: type, *, skip: Sequence[str] = ()) -> list[tuple[str, str, str]]:
     """``(name, default as shown, help)`` of each option, for documentation tables."""
-    rows = []
-    for f in option_fields(cls):
-        if f.name in skip:
-            continue
-        rows.append((f.name, "required" if _required(f) else _shown_default(f) or str(f.default), f.metadata["help"]))
-    return rows
+    return [
+        (f.name, "required" if _required(f) else _shown_default(f) or str(f.default), f.metadata["help"])
+        for f in option_fields(cls)
+        if f.name not in skip
+    ]

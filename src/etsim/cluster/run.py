@@ -28,7 +28,6 @@ from etsim.cluster.placement import node_of, place
 from etsim.cluster.reliability import failure_rate, play
 from etsim.cluster.spec import ClusterSpec
 from etsim.errors import ConfigError, TopologyError
-from etsim.experiment.worker import point_workload
 from etsim.network import NETWORK_MODELS, NetworkConfig, load_network
 from etsim.network.faults import LinkChange
 from etsim.network.irregular import with_degraded, with_failures
@@ -37,6 +36,7 @@ from etsim.report.record import RunRecorder
 from etsim.report.result import Result
 from etsim.report.training import training_info, training_lines, training_report
 from etsim.simulation import DEFAULT_REPORTS, NO_REPORTS, Simulation
+from etsim.simulation.inputs import point_workload
 from etsim.system.config import SystemConfig, load_system_config
 from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
 

@@ -16,13 +16,12 @@ from typing import Any
 
 from etsim.cluster.reliability import Reliability
 from etsim.errors import ConfigError
-from etsim.experiment.spec import Name
-from etsim.experiment.values import Values
 from etsim.files import read_yaml_mapping
 from etsim.options import (
     Boolean,
     Integer,
     ListOf,
+    Name,
     Nested,
     Number,
     Optional,
@@ -32,6 +31,7 @@ from etsim.options import (
     option,
     parse_options,
 )
+from etsim.simulation.inputs import Values
 
 __all__ = ["ClusterFile", "ClusterSpec", "FaultEntry", "JobEntry", "Placement", "StragglerEntry", "load_cluster"]
 

@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from etsim.experiment.points import Axis, PlotSpec, error_at, label
+from etsim.experiment.points import Axis, PlotSpec, label
+from etsim.simulation.inputs import error_at
 
 __all__ = ["PlotSpec", "parse_plots", "zip_partners"]
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from etsim.errors import ConfigError
 from etsim.producers.workloads.base import WORKLOAD_GENERATORS
 
 __all__ = [
@@ -22,7 +21,6 @@ __all__ = [
     "PlotSpec",
     "Point",
     "PointSpec",
-    "error_at",
     "label",
 ]
 
@@ -168,9 +166,3 @@ def label(value: Any) -> str:
     if isinstance(value, Mapping | list):
         return yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1 << 30).strip()
     return str(value)
-
-
-def error_at(where: str, keys: Iterable[str], message: str) -> ConfigError:
-    """``WHERE: KEY, KEY: message`` (keys once each, in order), or ``WHERE: message`` without keys."""
-    names = ", ".join(dict.fromkeys(keys))
-    return ConfigError(f"{where}: {names}: {message}" if names else f"{where}: {message}")

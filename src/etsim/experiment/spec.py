@@ -31,19 +31,17 @@ model made explicit). A point's ``config.yaml`` is an experiment file without a 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from etsim.errors import ConfigError
 from etsim.experiment.plotspec import PlotSpec, parse_plots
 from etsim.experiment.points import METRIC_COLUMNS, POINT_KEYS, TAIL_COLUMNS, Axis, Experiment, Point, PointSpec
 from etsim.experiment.sweep import MAX_POINTS, expand, parse_axis, select_points
-from etsim.experiment.values import Values
 from etsim.files import read_yaml_mapping as read_yaml
-from etsim.options import Integer, Optional, Parser, Text, keys_named, option, parse_options
+from etsim.options import Integer, Name, Optional, Text, keys_named, option, parse_options
+from etsim.simulation.inputs import Values
 
 __all__ = [
     "POINT_KEYS",
@@ -58,16 +56,6 @@ __all__ = [
     "read_yaml",
     "select_points",
 ]
-
-
-class Name(Parser):
-    """A name that is one path component of at most 100 letters, digits, ``.``, ``_``, ``-``; never ``.`` or ``..``."""
-
-    def __call__(self, value: Any, *, key: str) -> str:
-        """*value* if it names one file or directory."""
-        if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", value) or value in (".", ".."):
-            raise ConfigError(f"{key}: expected a name of up to 100 letters, digits, '.', '_', '-', got {value!r}")
-        return value
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,9 +12,9 @@ import yaml
 
 from etsim.errors import ConfigError, EtsimError
 from etsim.experiment.points import POINT_KEYS, Axis, Experiment, Point, PointSpec, label
-from etsim.experiment.values import Values
 from etsim.options import option_help
 from etsim.producers.workloads.base import WORKLOAD_GENERATORS
+from etsim.simulation.inputs import Values
 from etsim.units import parse_size
 
 __all__ = ["expand", "parse_axis", "select_points"]

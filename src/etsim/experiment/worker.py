@@ -20,17 +20,17 @@ from typing import Any
 
 from etsim import progress
 from etsim.cache import BoundedCache
-from etsim.chakra import COLLECTIVE_NAMES, NodeType, Workload, load_workload
+from etsim.chakra import COLLECTIVE_NAMES, NodeType, Workload
 from etsim.chakra.graph import collective_buffer_bytes
 from etsim.errors import ConfigError, EtsimError
 from etsim.experiment.spec import PointSpec
 from etsim.files import ProcessDirectory
 from etsim.network import NetworkConfig, load_network
-from etsim.producers.workloads.base import generate
 from etsim.report.record import RunRecorder
 from etsim.report.result import Result
 from etsim.report.training import training_columns
 from etsim.simulation import Simulation
+from etsim.simulation.inputs import point_workload
 from etsim.system.config import SystemConfig, load_system_config
 
 # The synthesiser's public functions, imported here only (they may move; this is the one line to change).
@@ -40,7 +40,6 @@ from etsim.producers.tacos import synthesize, write_synthesis  # isort: skip
 __all__ = [
     "PointOutcome",
     "PointTask",
-    "point_workload",
     "remove_synthesis_dir",
     "run_batch",
     "run_point",
@@ -48,7 +47,6 @@ __all__ = [
 ]
 
 # A sweep revisits few distinct inputs, some of them large: each process keeps the last ones it built.
-_WORKLOADS: BoundedCache[Workload] = BoundedCache(16)
 _NETWORKS: BoundedCache[NetworkConfig] = BoundedCache(32)
 _SYSTEMS: BoundedCache[SystemConfig] = BoundedCache(64)
 _SYNTHESES: BoundedCache[str] = BoundedCache(64)
@@ -58,20 +56,6 @@ _SYNTHESIS_DIR = ProcessDirectory("etsim-synth-")
 
 def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
-
-
-def point_workload(spec: str | dict[str, Any]) -> Workload:
-    """A point's workload (a path or a generator mapping), built once per process."""
-    return _workload(spec)
-
-
-def _workload(spec: str | dict[str, Any]) -> Workload:
-    def build() -> Workload:
-        if isinstance(spec, dict):
-            return Workload(generate(spec), source=f"generate: {spec['generate']}")
-        return load_workload(spec)
-
-    return _WORKLOADS.get(_key(spec), build)
 
 
 def _network(spec: str | dict[str, Any] | None) -> NetworkConfig | None:
@@ -174,7 +158,7 @@ def simulate_point(spec: PointSpec, recorder: RunRecorder | None = None) -> Resu
     Raises:
         EtsimError: the point cannot be simulated (the message says why).
     """
-    workload = _workload(spec.workload)
+    workload = point_workload(spec.workload)
     net = _network(spec.topology)
     system = _system(spec.system)
     labels: dict[str, str] = {}

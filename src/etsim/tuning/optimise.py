@@ -45,9 +45,10 @@ from etsim.chakra.graph import COLLECTIVE_NAMES, NodeType, parse_collective
 from etsim.errors import ConfigError
 from etsim.experiment.engines import ENGINES
 from etsim.experiment.points import PointSpec
-from etsim.experiment.worker import PointOutcome, PointTask, point_workload
+from etsim.experiment.worker import PointOutcome, PointTask
 from etsim.options import Integer, ListOf, Optional, Parser, Text, Time, option
 from etsim.producers.workloads.base import generator_of, normalize
+from etsim.simulation.inputs import point_workload
 from etsim.system.algorithms.sources import claiming_source
 from etsim.workers import stop_on_signals
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from etsim.experiment.points import PointSpec
-from etsim.experiment.worker import point_workload
 from etsim.files import parse_yaml, read_text, write_text
+from etsim.simulation.inputs import point_workload
 from etsim.tuning.optimise import OptimiseResult, _recorded_run
 
 __all__ = ["write_outputs"]

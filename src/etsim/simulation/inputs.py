@@ -1,7 +1,10 @@
-"""Resolving an experiment's point keys: paths made absolute, generators normalised, files checked once.
+"""What input files name, resolved: workloads, topologies, systems, models and algorithms, against the file's place.
 
-:class:`Values` holds the state of one experiment file's validation (its directory, caches of resolved values),
-so that a key resolved for one point is not resolved again for the next.
+Experiment files and cluster files name their inputs the same way (a workload path or ``{generate: …}``, a topology
+file or inline mapping, a system mapping or file, a model and its options): :class:`Values` resolves them, paths
+made absolute, generators normalised, files checked once; it holds the state of one file's validation (its
+directory, caches of resolved values), so that a key resolved for one point is not resolved again for the next.
+:func:`point_workload` builds a resolved workload once per process.
 """
 
 from __future__ import annotations
@@ -14,19 +17,39 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from etsim.cache import BoundedCache
 from etsim.chakra import COLLECTIVE_NAMES, NodeType, load_workload, resolve_family
+from etsim.chakra.graph import Workload
 from etsim.errors import ConfigError, EtsimError
-from etsim.experiment.points import error_at
 from etsim.files import read_yaml_mapping
 from etsim.network import NETWORK_MODELS, NetworkConfig, load_network
 from etsim.options import keys_named, parse_options
 from etsim.producers.tacos.source import TacosParams
-from etsim.producers.workloads.base import generated_collectives, normalize
+from etsim.producers.workloads.base import generate, generated_collectives, normalize
 from etsim.system.config import load_system_config
 
-__all__ = ["Values"]
+__all__ = ["Values", "error_at", "point_workload"]
 
 _COLLECTIVE_KEYS = frozenset(COLLECTIVE_NAMES.values())
+# A sweep revisits few distinct inputs, some of them large: each process keeps the last workloads it built.
+_WORKLOADS: BoundedCache[Workload] = BoundedCache(16)
+
+
+def error_at(where: str, keys: Iterable[str], message: str) -> ConfigError:
+    """``WHERE: KEY, KEY: message`` (keys once each, in order), or ``WHERE: message`` without keys."""
+    names = ", ".join(dict.fromkeys(keys))
+    return ConfigError(f"{where}: {names}: {message}" if names else f"{where}: {message}")
+
+
+def point_workload(spec: str | dict[str, Any]) -> Workload:
+    """A resolved workload (a path or a generator mapping), built once per process."""
+
+    def build() -> Workload:
+        if isinstance(spec, dict):
+            return Workload(generate(spec), source=f"generate: {spec['generate']}")
+        return load_workload(spec)
+
+    return _WORKLOADS.get(json.dumps(spec, sort_keys=True), build)
 
 
 def _is_pathlike(value: str, base: Path) -> bool:
