@@ -588,3 +588,15 @@ def test_cluster_md_straggler_table_is_what_the_sweep_finds(tmp_path: Path) -> N
         factor = row["system.compute_slowdown"]
         step, exposed = float(row["finish_ns"]) / 1e6, float(row["exposed_comm_ns"]) / 1e6
         _quoted(rf"\| {re.escape(factor)}× \| {step:.3f} ms \| {exposed:.3f} ms \|", text, "docs/cluster.md")
+
+
+def test_cluster_md_random_placements_range_is_what_the_sweep_finds(tmp_path: Path) -> None:
+    """docs/cluster.md: every random placement's slowdown range (experiments/cluster_placements.yaml, ~3 s)."""
+    rows = _experiment_rows("cluster_placements.yaml", tmp_path / "placements")
+    slowdowns = [
+        float(r[f"{job}.slowdown"]) for r in rows if r["cluster.placement"].startswith("random") for job in "ab"
+    ]
+    quoted = _quoted(r"lands between ([\d.]+)× and ([\d.]+)×", _text("docs/cluster.md"), "docs/cluster.md")
+    assert quoted.groups() == (f"{min(slowdowns):.3f}", f"{max(slowdowns):.3f}")
+    packed = next(r for r in rows if r["cluster.placement"] == "packed")
+    assert float(packed["a.slowdown"]) == float(packed["b.slowdown"]) == 1.0

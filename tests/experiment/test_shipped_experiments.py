@@ -21,20 +21,23 @@ EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
 
 def test_the_experiments_are_shipped() -> None:
     assert [p.name for p in EXPERIMENTS] == [
-        "algorithms_vs_size.yaml", "degraded_mesh.yaml", "gpt3_parallelism.yaml", "moe_expert_parallelism.yaml",
-        "seed_fig4.yaml", "straggler_sweep.yaml",
+        "algorithms_vs_size.yaml", "cluster_placements.yaml", "degraded_mesh.yaml", "gpt3_parallelism.yaml",
+        "moe_expert_parallelism.yaml", "seed_fig4.yaml", "straggler_sweep.yaml",
     ]  # fmt: skip
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
 def test_every_shipped_experiment_validates_and_names_its_model(path: Path, capsys) -> None:
     exp = load_experiment(path)
-    # Training jobs take tens of seconds a point, a straggler's 1,024 ranks a minute; collective sweeps are cheap
-    # and wide.
+    # Training jobs take tens of seconds a point, a straggler's 1,024 ranks a minute, a cluster runs every job twice;
+    # collective sweeps are cheap and wide.
     workload = exp.points[0].spec.workload
     huge = isinstance(workload, dict) and workload.get("npus", 0) >= 1024
-    assert exp.plots and len(exp.points) >= (12 if exp.training else 6 if huge else 30)
-    assert "model:" in path.read_text()  # explicit, whatever the default model becomes
+    assert exp.plots and len(exp.points) >= (12 if exp.training or exp.jobs else 6 if huge else 30)
+    # The model is explicit, whatever the default model becomes (a cluster's, in its cluster file).
+    assert "model:" in (
+        path.read_text() if not exp.jobs else (REPO / "clusters" / "two_dp_jobs_packed.yaml").read_text()
+    )
     assert main(["experiment", "show", str(path)]) == 0
     assert f"{len(exp.points)} of {len(exp.points)} points" in capsys.readouterr().out
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from etsim.chakra.graph import COLLECTIVE_NAMES
 from etsim.chakra.io import load_workload, resolve_family
@@ -21,6 +22,9 @@ from etsim.system.algorithms.sources import claiming_source
 from etsim.system.config import SystemConfig, load_system_config
 from etsim.system.rules import SelectionRule
 from etsim.units import format_size
+
+if TYPE_CHECKING:
+    from etsim.cluster import ClusterResult
 
 #: --trace-limit's default (etsim.report.trace.DEFAULT_LIMIT, not imported here to keep start-up light).
 DEFAULT_LIMIT = 1_000_000
@@ -219,7 +223,7 @@ def _run_config(args: argparse.Namespace) -> int:
     return _report(args, simulate_config(args.config), f"point {args.config}")
 
 
-def _report(args: argparse.Namespace, result: Result, title: str) -> int:
+def _report(args: argparse.Namespace, result: Result | ClusterResult, title: str) -> int:
     if args.json == "-":
         sys.stdout.write(result.to_json() + "\n")
     elif args.json:
@@ -231,6 +235,6 @@ def _report(args: argparse.Namespace, result: Result, title: str) -> int:
         return 0
     print(title)
     print(result.table())
-    if result.critical_path is not None:
+    if isinstance(result, Result) and result.critical_path is not None:
         print("\n".join(critical_path_lines(result.critical_path)))
     return 0

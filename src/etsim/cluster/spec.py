@@ -10,6 +10,7 @@ against the cluster file's directory. Everything is checked before anything runs
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,16 @@ from etsim.options import (
 )
 from etsim.simulation.inputs import Values
 
-__all__ = ["ClusterFile", "ClusterSpec", "FaultEntry", "JobEntry", "Placement", "StragglerEntry", "load_cluster"]
+__all__ = [
+    "ClusterFile",
+    "ClusterSpec",
+    "FaultEntry",
+    "JobEntry",
+    "Placement",
+    "StragglerEntry",
+    "cluster_spec",
+    "load_cluster",
+]
 
 
 class Placement(Parser):
@@ -171,7 +181,15 @@ def load_cluster(source: str | os.PathLike[str]) -> ClusterSpec:
     """
     path = Path(source)
     data, _ = read_yaml_mapping(path, "cluster")
-    where = str(path)
+    return cluster_spec(data, where=str(path), base=path.resolve().parent, name=path.stem)
+
+
+def cluster_spec(data: Mapping[str, Any], *, where: str, base: Path, name: str = "cluster") -> ClusterSpec:
+    """Check a cluster file's mapping; *where* names it in messages, relative paths resolve against *base*.
+
+    Raises:
+        ConfigError: as :func:`load_cluster`.
+    """
     escaped = where.replace("{", "{{").replace("}", "}}")
     # (no stragglers or faults may be written as an empty list, as a sweep over them would write it)
     data = {k: v for k, v in data.items() if not (k in ("stragglers", "faults") and v in ([], None))}
@@ -185,15 +203,15 @@ def load_cluster(source: str | os.PathLike[str]) -> ClusterSpec:
             sort_valid=False,
         )
     )
-    values = Values(where, path.resolve().parent)
+    values = Values(where, base)
     topology, file_model = values.topology(top.topology, ["topology"])
     if topology is None:
         raise values.error(["topology"], "missing: a cluster file names its topology")
     model = values.model(top.model, file_model, ["model"])
     names = [job.name for job in top.jobs]
-    for i, name in enumerate(names):
-        if name in names[:i]:
-            raise values.error([f"jobs[{i}].name"], f"{name!r} names two jobs")
+    for i, job_name in enumerate(names):
+        if job_name in names[:i]:
+            raise values.error([f"jobs[{i}].name"], f"{job_name!r} names two jobs")
     for i, straggler in enumerate(top.stragglers):
         if straggler.until is not None and not straggler.start < straggler.until:
             raise values.error([f"stragglers[{i}].until"], "until must come after start")
@@ -202,7 +220,7 @@ def load_cluster(source: str | os.PathLike[str]) -> ClusterSpec:
                 [f"stragglers[{i}].delay"], "a delay holds for the whole run: give it without from/until"
             )
     return ClusterSpec(
-        name=top.name or path.stem,
+        name=top.name or name,
         where=where,
         topology=topology,
         model=model,

@@ -16,10 +16,11 @@ registered workload generator, :mod:`etsim.producers.workloads`), :mod:`~etsim.e
 ``docs/experiments.md``.
 """
 
+from etsim.cluster import ClusterResult
 from etsim.errors import ConfigError
 from etsim.experiment.runner import RunSummary, run_experiment
 from etsim.experiment.spec import Experiment, PlotSpec, Point, PointSpec, load_experiment, select_points
-from etsim.experiment.worker import simulate_point
+from etsim.experiment.worker import simulate_cluster_point, simulate_point
 from etsim.report.result import Result
 
 __all__ = [
@@ -55,6 +56,10 @@ def load_config_point(path: str) -> Point:
     return experiment.points[0]
 
 
-def simulate_config(path: str) -> Result:
-    """Simulate the one point of *path* exactly as a sweep ran it (``etsim run --config``)."""
-    return simulate_point(load_config_point(path).spec)
+def simulate_config(path: str) -> Result | ClusterResult:
+    """Simulate the one point of *path* exactly as a sweep ran it (``etsim run --config``).
+
+    A cluster point gives its :class:`~etsim.cluster.ClusterResult` (its jobs together, and each alone).
+    """
+    spec = load_config_point(path).spec
+    return simulate_cluster_point(spec) if spec.cluster is not None else simulate_point(spec)

@@ -12,6 +12,7 @@ import yaml
 from etsim.producers.workloads.base import WORKLOAD_GENERATORS
 
 __all__ = [
+    "JOB_COLUMNS",
     "METRIC_COLUMNS",
     "POINT_KEYS",
     "TAIL_COLUMNS",
@@ -25,7 +26,9 @@ __all__ = [
 ]
 
 #: Keys that make up a point (each may be a sweep axis).
-POINT_KEYS = ("workload", "topology", "algo", "model", "model_options", "system")
+POINT_KEYS = ("workload", "topology", "algo", "model", "model_options", "system", "cluster")
+#: The columns of each job of a cluster experiment (``JOB.duration_ns`` …; :mod:`etsim.cluster`).
+JOB_COLUMNS = ("duration_ns", "alone_ns", "slowdown")
 #: Result columns every results.csv has; ``<collective>_ns`` columns are inserted after ``exposed_comm_ns``.
 METRIC_COLUMNS = ("finish_ns", "compute_ns", "comm_ns", "exposed_comm_ns")
 TAIL_COLUMNS = ("messages", "bytes", "error", "warnings", "wall_s")
@@ -66,6 +69,9 @@ class PointSpec:
     model_options: dict[str, Any]
     system: dict[str, Any]
     """A system mapping (as :func:`~etsim.system.config.load_system_config` reads) with absolute paths."""
+    cluster: dict[str, Any] | None = None
+    """A cluster point: ``{file: the cluster file's mapping, base: the directory its paths resolve against, name}``
+    (then the other fields only describe it: the cluster file holds the workloads, topology, model and system)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a plain mapping."""
@@ -122,6 +128,8 @@ class Experiment:
     plots: list[PlotSpec]
     text: str = ""
     """The file as written."""
+    jobs: list[str] = field(default_factory=list)
+    """The jobs of a cluster experiment's points (each gets the :data:`JOB_COLUMNS`)."""
 
     @property
     def axis_keys(self) -> list[str]:
@@ -140,14 +148,20 @@ class Experiment:
         if self.repeat > 1:
             cols.append("repeat")
         cols += ["network_model", "status", *METRIC_COLUMNS, *(f"{c}_ns" for c in self.collectives)]
-        cols += [*(TRAINING_COLUMNS if self.training else ()), *TAIL_COLUMNS]
+        cols += [*self.job_columns, *(TRAINING_COLUMNS if self.training else ()), *TAIL_COLUMNS]
         return cols
+
+    @property
+    def job_columns(self) -> list[str]:
+        """``JOB.duration_ns``, ``JOB.alone_ns``, ``JOB.slowdown`` for each job of a cluster experiment."""
+        return [f"{job}.{column}" for job in self.jobs for column in JOB_COLUMNS]
 
     @property
     def numeric_columns(self) -> list[str]:
         """Result columns holding numbers (what a plot's ``y`` may name)."""
         training = TRAINING_COLUMNS if self.training else ()
-        return [*METRIC_COLUMNS, *(f"{c}_ns" for c in self.collectives), *training, "messages", "bytes", "wall_s"]
+        collectives = (f"{c}_ns" for c in self.collectives)
+        return [*METRIC_COLUMNS, *collectives, *self.job_columns, *training, "messages", "bytes", "wall_s"]
 
 
 def _training_generator(workload: Any) -> bool:

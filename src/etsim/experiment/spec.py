@@ -70,6 +70,7 @@ class ExperimentFile:
     model: Any = option(None, "network model name, module:Class or file.py:Class")
     model_options: Any = option(None, "the model's options")
     system: Any = option(None, "a system YAML's keys inline, or its path")
+    cluster: Any = option(None, "a cluster file (docs/cluster.md), or its mapping inline: its jobs run at each point")
     sweep: Any = option(None, "axes: KEY: [V1, V2] (Cartesian product)")
     zip: Any = option(None, "axes that vary together")
     repeat: int = option(1, "runs of every point (seeds advance)", Integer(1, MAX_POINTS))
@@ -140,10 +141,32 @@ def load_experiment(source: str | os.PathLike[str]) -> Experiment:
         if axis.key.startswith("model."):
             raise values.error([axis.key], "model is a name; it has no keys to set (use model_options.KEY)")
     _refuse_aliases(values, axes)
-    points, collectives = expand(values, data, axes, groups, repeat)
-    experiment = Experiment(path, name, description, axes, repeat, points, collectives, [], text)
+    _check_cluster(values, data, axes)
+    points, collectives, jobs = expand(values, data, axes, groups, repeat)
+    experiment = Experiment(path, name, description, axes, repeat, points, collectives, [], text, jobs)
     experiment.plots = parse_plots(where, data.get("plots"), axes, experiment.numeric_columns, data.get("zip"))
     return experiment
+
+
+#: What a cluster file holds: an experiment of clusters gives none of these itself.
+_CLUSTER_HOLDS = ("workload", "topology", "algo", "model", "model_options", "system")
+
+
+def _check_cluster(values: Values, data: Mapping[str, Any], axes: list[Axis]) -> None:
+    """An experiment of clusters (``cluster``, or axes of it) sweeps cluster keys only, and names no workload."""
+    roots = {axis.key.split(".")[0] for axis in axes}
+    if "cluster" not in data and "cluster" not in roots:
+        return
+    for key in _CLUSTER_HOLDS:
+        if key in data:
+            raise values.error([key], "an experiment of clusters names it in the cluster file (its jobs, topology …)")
+    for axis in axes:
+        if axis.key.split(".")[0] != "cluster":
+            raise values.error(
+                [axis.key],
+                "an experiment of clusters sweeps the cluster's keys: cluster, cluster.placement (every job's), "
+                "cluster.jobs, cluster.stragglers, cluster.faults, cluster.topology, cluster.system.KEY …",
+            )
 
 
 def _refuse_aliases(values: Values, axes: list[Axis]) -> None:
@@ -181,6 +204,11 @@ def point_config(spec: PointSpec, directory: str | os.PathLike[str]) -> dict[str
     def algo_value(v: str | dict[str, Any]) -> str | dict[str, Any]:
         return rel(v) if isinstance(v, str) and os.path.isabs(v) else v
 
+    if spec.cluster is not None:  # its mapping as written, its paths resolved from where they were
+        cluster = dict(spec.cluster["file"])
+        base = os.path.join(spec.cluster["base"], str(cluster.pop("paths_from", ".")))
+        named = {"name": spec.cluster["name"]} if "name" not in cluster else {}
+        return {"cluster": {**named, **cluster, "paths_from": rel(os.path.normpath(base))}}
     out: dict[str, Any] = {"workload": rel(spec.workload) if isinstance(spec.workload, str) else spec.workload}
     if spec.topology is not None:
         out["topology"] = rel(spec.topology) if isinstance(spec.topology, str) else spec.topology

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from etsim.cluster.spec import ClusterSpec, cluster_spec
 from etsim.errors import ConfigError, EtsimError
 from etsim.experiment.points import POINT_KEYS, Axis, Experiment, Point, PointSpec, label
 from etsim.options import option_help
@@ -87,8 +88,8 @@ MAX_POINTS = 100_000
 
 def expand(
     values: Values, data: Mapping[str, Any], axes: list[Axis], groups: list[list[int]], repeat: int
-) -> tuple[list[Point], list[str]]:
-    """Every point of the experiment *data*, and the collective types their workloads use.
+) -> tuple[list[Point], list[str], list[str]]:
+    """Every point of the experiment *data*, the collective types their workloads use, and a cluster's jobs.
 
     One point per combination of the axis *groups* (zipped axes move together), *repeat* times.
     """
@@ -108,6 +109,7 @@ def expand(
     width = max(4, len(str(total - 1)))
     points: list[Point] = []
     collectives: dict[str, None] = {}
+    jobs: dict[str, None] = {}
     choices = [range(len(axes[g[0]].values)) for g in groups]
     for combo in itertools.product(*choices):
         pick = [0] * len(axes)
@@ -127,20 +129,29 @@ def expand(
             root = parts[0]
             where = axis.where[pick[i]]
             try:
-                mapping = _as_mapping(values, root, raw[root], axis.key)
-                _set_dotted(mapping, parts[1:], axis.values[pick[i]], axis.key)
+                if root == "cluster":
+                    raw[root] = _set_cluster(values, raw[root], parts[1:], axis.values[pick[i]], axis.key)
+                else:
+                    mapping = _as_mapping(values, root, raw[root], axis.key)
+                    _set_dotted(mapping, parts[1:], axis.values[pick[i]], axis.key)
+                    raw[root] = mapping
             except EtsimError as exc:
                 raise values.error([where], str(exc)) from None
-            raw[root] = mapping
             origins[root] = [*origins[root], where]
-        spec = _resolve(values, raw, origins)
-        for name in values.collectives(spec.workload):
-            collectives[name] = None
+        if raw["cluster"] is not None:
+            spec, cluster = _resolve_cluster(values, raw["cluster"], origins["cluster"])
+            jobs.update((job.name, None) for job in cluster.jobs)
+            workloads = cluster.job_workloads
+        else:
+            spec = _resolve(values, raw, origins)
+            workloads = [spec.workload]
+        for workload in workloads:
+            collectives.update((name, None) for name in values.collectives(workload))
         labels = tuple(a.labels[pick[i]] for i, a in enumerate(axes))
         for r in range(repeat):
             index = len(points)
             points.append(Point(str(index).zfill(width), labels, r, _with_repeat(spec, r) if r else spec))
-    return points, list(collectives)
+    return points, list(collectives), list(jobs)
 
 
 def _with_repeat(spec: PointSpec, r: int) -> PointSpec:
@@ -152,7 +163,52 @@ def _with_repeat(spec: PointSpec, r: int) -> PointSpec:
     options = dict(spec.model_options)
     if isinstance(options.get("seed"), int) and not isinstance(options["seed"], bool):
         options["seed"] += r
-    return PointSpec(spec.workload, spec.topology, algo, spec.model, options, spec.system)
+    return PointSpec(spec.workload, spec.topology, algo, spec.model, options, spec.system, spec.cluster)
+
+
+def _cluster_source(values: Values, value: Any) -> dict[str, Any]:
+    """A cluster point's value as ``{file, base, name}``.
+
+    A cluster file is read (its paths resolve against its directory); an inline mapping's paths resolve against
+    the experiment's directory. ``paths_from: DIR`` in the mapping moves that base (a point's ``config.yaml``).
+    """
+    if isinstance(value, dict) and set(value) == {"file", "base", "name"}:
+        return value  # (already read: an earlier axis set a key of it)
+    if isinstance(value, str) and value:
+        path = Path(values.abspath(value))
+        return {"file": values.yaml_mapping(str(path), "cluster"), "base": str(path.parent), "name": path.stem}
+    if isinstance(value, Mapping):
+        return {"file": copy.deepcopy(dict(value)), "base": str(values.base), "name": "cluster"}
+    raise ConfigError(f"expected a cluster file or an inline cluster mapping, got {value!r}")
+
+
+def _set_cluster(values: Values, value: Any, path: list[str], new: Any, axis_key: str) -> dict[str, Any]:
+    """*value* (a cluster) with the key *path* set to *new*; ``cluster.placement`` sets every job's placement."""
+    source = _cluster_source(values, value)
+    mapping = copy.deepcopy(source["file"])
+    if path == ["placement"]:
+        jobs = mapping.get("jobs")
+        if not isinstance(jobs, list) or not all(isinstance(job, dict) for job in jobs):
+            raise ConfigError(f"{axis_key}: the cluster's jobs are not a list of mappings to place")
+        for job in jobs:
+            job["placement"] = copy.deepcopy(new)
+    else:
+        _set_dotted(mapping, path, new, axis_key)
+    return {**source, "file": mapping}
+
+
+def _resolve_cluster(values: Values, value: Any, origins: list[str]) -> tuple[PointSpec, ClusterSpec]:
+    """A cluster point's spec, and its cluster checked (once per distinct cluster)."""
+    source = values.cached("cluster_source", value, origins, lambda v: _cluster_source(values, v))
+
+    def check(s: dict[str, Any]) -> ClusterSpec:
+        base = Path(s["base"]) / str(s["file"].get("paths_from", "."))
+        file = {k: v for k, v in s["file"].items() if k != "paths_from"}
+        return cluster_spec(file, where=f"cluster {s['name']}", base=base.resolve(), name=s["name"])
+
+    cluster: ClusterSpec = values.cached("cluster", source, origins, check)
+    spec = PointSpec("", cluster.topology, {}, cluster.model, cluster.model_options, {}, source)
+    return spec, cluster
 
 
 def _resolve(values: Values, raw: Mapping[str, Any], origins: Mapping[str, list[str]]) -> PointSpec:

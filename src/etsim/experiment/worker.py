@@ -16,12 +16,15 @@ import traceback
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from etsim import progress
 from etsim.cache import BoundedCache
 from etsim.chakra import COLLECTIVE_NAMES, NodeType, Workload
 from etsim.chakra.graph import collective_buffer_bytes
+from etsim.cluster import ClusterResult, run_cluster
+from etsim.cluster.spec import cluster_spec
 from etsim.errors import ConfigError, EtsimError
 from etsim.experiment.spec import PointSpec
 from etsim.files import ProcessDirectory
@@ -40,9 +43,11 @@ from etsim.producers.tacos import synthesize, write_synthesis  # isort: skip
 __all__ = [
     "PointOutcome",
     "PointTask",
+    "cluster_columns",
     "remove_synthesis_dir",
     "run_batch",
     "run_point",
+    "simulate_cluster_point",
     "simulate_point",
 ]
 
@@ -158,6 +163,8 @@ def simulate_point(spec: PointSpec, recorder: RunRecorder | None = None) -> Resu
     Raises:
         EtsimError: the point cannot be simulated (the message says why).
     """
+    if spec.cluster is not None:
+        raise ConfigError("a cluster point runs its jobs together: simulate_cluster_point, or etsim cluster run")
     workload = point_workload(spec.workload)
     net = _network(spec.topology)
     system = _system(spec.system)
@@ -172,6 +179,26 @@ def simulate_point(spec: PointSpec, recorder: RunRecorder | None = None) -> Resu
     if labels:  # a synthesised family lives in a temporary directory: name it by its parameters instead
         result.collectives = [replace(c, algorithm=labels.get(c.algorithm, c.algorithm)) for c in result.collectives]
     return result
+
+
+def simulate_cluster_point(spec: PointSpec) -> ClusterResult:
+    """Run a cluster point: its jobs together, and each alone on its GPUs (their slowdown)."""
+    source = spec.cluster
+    if source is None:
+        raise ConfigError("not a cluster point")
+    base = Path(source["base"]) / str(source["file"].get("paths_from", "."))
+    file = {k: v for k, v in source["file"].items() if k != "paths_from"}
+    where, name = f"cluster {source['name']}", source["name"]
+    return run_cluster(cluster_spec(file, where=where, base=base.resolve(), name=name), alone=True)
+
+
+def cluster_columns(result: ClusterResult) -> dict[str, Any]:
+    """The results.csv columns of each job of a cluster point (``JOB.duration_ns`` …)."""
+    out: dict[str, Any] = {}
+    for job in result.jobs:
+        out.update({f"{job.name}.duration_ns": job.duration_ns, f"{job.name}.alone_ns": job.alone_ns})
+        out[f"{job.name}.slowdown"] = job.slowdown
+    return out
 
 
 @dataclass(frozen=True)
@@ -234,6 +261,11 @@ def run_point(task: PointTask) -> PointOutcome:
     with warnings.catch_warnings(record=True) as caught, progress.shown_on(None):  # the sweep shows its own
         warnings.simplefilter("always")
         try:
+            if task.spec.cluster is not None:
+                clustered = simulate_cluster_point(task.spec)
+                report = clustered.to_json(indent=None)
+                columns = {**metrics(clustered.result), **cluster_columns(clustered)}
+                return PointOutcome(task.id, "ok", columns, report, "", _since(t0), _messages(caught))
             result = simulate_point(task.spec)
         except EtsimError as exc:
             return PointOutcome(task.id, "failed", failed, None, str(exc), _since(t0), _messages(caught))
