@@ -219,8 +219,9 @@ _TOTAL_FIELDS = {"compute_ns": "num", "exposed_comm_ns": "num", "memory_ns": "nu
 _NODE_FIELDS = {
     "rank": "int?", "ranks": "ints?", "node_id": "int", "name": "str?", "type": "str", "start_ns": "num",
     "end_ns": "num", "compute_ns": "num", "exposed_comm_ns": "num", "memory_ns": "num", "other_ns": "num",
-    "wait_ns": "num",
+    "wait_ns": "num", "collective": "str?", "algorithm": "str?", "bytes": "num?", "group_size": "int?",
 }  # fmt: skip
+_HELD_FIELDS = {"rank": "int", "compute_ns": "num", "share": "num"}
 _SEGMENT_FIELDS = {
     "rank": "int", "node_id": "int", "kind": "str", "start_ns": "num", "end_ns": "num", "detail": "str",
 }  # fmt: skip
@@ -340,3 +341,11 @@ def _check_result(data: dict[str, Any], source: str) -> None:
         if "rank" not in node and not node.get("ranks"):
             raise _bad(source, f"critical_path.nodes[{i}]", "a rank or a list of ranks", node)
     _records(path, "segments", _SEGMENT_FIELDS, f"{source}: critical_path")
+    held = path.get("held_back")
+    if held is not None:
+        _fields(held, _HELD_FIELDS, "critical_path.held_back", source)
+        through = held.get("through")
+        if through is not None:
+            _fields(through, _NODE_FIELDS, "critical_path.held_back.through", source)
+            if "rank" not in through and not through.get("ranks"):
+                raise _bad(source, "critical_path.held_back.through", "a rank or a list of ranks", through)
