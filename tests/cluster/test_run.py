@@ -267,3 +267,30 @@ def test_the_timeline_shows_each_job_as_its_own_processes(tmp_path) -> None:
     assert names[4] == "job a · rank 2 (GPU 4)" and names[2] == "job b · rank 0 (GPU 2)"
     assert sorted(names, key=order.__getitem__) == [0, 1, 4, 5, 2, 3, 6, 7]  # a job's processes together
     assert any(e.get("ph") == "X" and e["pid"] == 6 for e in events)  # job b's work is on the timeline
+
+
+def test_a_gpu_that_fails_stops_its_job_and_says_what_was_lost(tmp_path) -> None:
+    dp = {"generate": "dp", "npus": 4, "layers": 4, "grad_size": "64 MiB", "fwd_us": 200, "bwd_us": 200}
+    jobs = [
+        {"name": "a", "workload": dp, "placement": [0, 1, 4, 5]},
+        {"name": "b", "workload": dp, "placement": [2, 3, 6, 7]},
+    ]
+    keys = {"topology": TWO_SWITCHES, "model": "flow", "jobs": jobs}
+    healthy = run_cluster(load_cluster(_cluster(tmp_path, **keys)))
+    result = run_cluster(load_cluster(_cluster(tmp_path, **keys, faults=[{"gpu": 5, "at": "3 ms"}])), fault_costs=True)
+    a, b = result.jobs
+    assert a.finish_ns == 3e6 and a.lost == {
+        "gpu": 5,
+        "at_ns": 3e6,
+        "step_ns": 3e6,
+        "gpu_ns": 12e6,
+        "collectives_done": 0,
+    }
+    assert a.slowdown is None
+    assert result.result.sim["failed"] == {str(g): 3e6 for g in (0, 1, 4, 5)}
+    # b no longer shares the spine once a's traffic has drained: it finishes sooner than beside a healthy a.
+    assert b.lost is None and b.duration_ns < healthy.jobs[1].duration_ns
+    assert result.faults == [
+        {"at_ns": 3e6, "gpu": 5, "job": "a", "cost_ns": {"a": None, "b": b.duration_ns - healthy.jobs[1].duration_ns}}
+    ]
+    assert "job a stopped at 3 ms: GPU 5 failed; its step is lost" in result.table()

@@ -229,3 +229,32 @@ def test_a_compute_delay_adds_its_time_to_every_compute_node_after_the_factor() 
     assert slow.ranks[1].compute_ns == 3 * (15_000 + 2_000)
     assert slow.finish_ns == pytest.approx(healthy.finish_ns + 3 * (5_000 + 2_000), abs=1e-6)
     assert slow.sim["not_folded"].startswith("compute_slowdown makes ranks differ")
+
+
+def test_ranks_whose_gpu_fails_stop_and_the_others_finish_as_before() -> None:
+    """Groups {0, 1} and {2, 3} each compute and all-reduce three times; 0 and 1 fail at 25 µs."""
+    from etsim.chakra import CollectiveType, TraceBuilder
+    from etsim.network import ring
+    from etsim.system.config import load_system_config
+
+    traces = []
+    for rank in range(4):
+        b = TraceBuilder(rank)
+        last = None
+        for k in range(3):
+            c = b.comp(f"c{k}", duration_micros=10, deps=[last] if last is not None else [])
+            last = b.collective(CollectiveType.ALL_REDUCE, 1 << 20, deps=[c], pg_name="1" if rank < 2 else "2")
+        traces.append(b.build(rank=rank))
+    from etsim.system.groups import GROUPS_ATTR
+
+    for trace in traces:
+        trace.metadata.attr.add(name=GROUPS_ATTR, string_val='{"1": [0, 1], "2": [2, 3]}')
+    workload, topology = Workload(traces), ring(4, 50.0, 500.0)
+    healthy = simulate(workload, topology=topology, model="analytical")
+    system = load_system_config({"rank_fail": {0: "25 us", 1: "25 us"}})
+    failed = simulate(workload, topology=topology, model="analytical", system=system)
+    assert failed.sim["failed"] == {"0": 25_000.0, "1": 25_000.0}
+    assert [r.finish_ns for r in failed.ranks[:2]] == [25_000.0, 25_000.0]
+    assert failed.ranks[2:] == healthy.ranks[2:]  # (analytical: the failed pair's traffic takes nothing from them)
+    assert sum(1 for c in failed.collectives if c.rank == 0) < sum(1 for c in healthy.collectives if c.rank == 0)
+    assert failed.sim["not_folded"] == "rank_fail stops ranks: every rank is simulated"

@@ -75,6 +75,9 @@ class JobResult:
     """The job's duration when it runs alone on the same placement (with ``alone``)."""
     goodput: dict[str, Any] | None = None
     """With the cluster file's ``reliability:``, the period played out (:func:`etsim.cluster.reliability.play`)."""
+    lost: dict[str, Any] | None = None
+    """A job whose GPU failed: ``{gpu, at_ns, step_ns, gpu_ns, collectives_done}``: its step is lost, ``step_ns`` of
+    it on each of its GPUs (``gpu_ns`` in all), when its rank 0 had finished ``collectives_done`` collectives."""
 
     @property
     def duration_ns(self) -> float:
@@ -83,8 +86,8 @@ class JobResult:
 
     @property
     def slowdown(self) -> float | None:
-        """Its duration over its duration alone (with ``alone``)."""
-        if self.alone_ns is None or self.alone_ns <= 0:
+        """Its duration over its duration alone (with ``alone``; None for a job that failed)."""
+        if self.alone_ns is None or self.alone_ns <= 0 or self.lost is not None:
             return None
         return self.duration_ns / self.alone_ns
 
@@ -99,6 +102,7 @@ class JobResult:
             "alone_ns": self.alone_ns,
             "slowdown": self.slowdown,
             **({"goodput": self.goodput} if self.goodput is not None else {}),
+            **({"lost": self.lost} if self.lost is not None else {}),
             "result": self.result.to_dict(),
         }
 
@@ -165,11 +169,24 @@ class ClusterResult:
                 lines.append(f"job {job.name}:")
                 lines += [f"  {line}" for line in training_lines(job.result.training)]
         for fault in self.faults:
-            u, v = fault["link"]
-            what = "fails" if fault["bandwidth"] == 0 else f"runs at {fault['bandwidth']:.0%}"
+            if "gpu" in fault:
+                what = f"GPU {fault['gpu']} fails at {format_time(fault['at_ns'])}"
+            else:
+                u, v = fault["link"]
+                how = "fails" if fault["bandwidth"] == 0 else f"runs at {fault['bandwidth']:.0%}"
+                what = f"link {u} - {v} {how} from {format_time(fault['at_ns'])}"
             cost = fault.get("cost_ns")
-            costs = "" if cost is None else ": costs " + ", ".join(f"{n} {format_time(c)}" for n, c in cost.items())
-            lines.append(f"fault: link {u} - {v} {what} from {format_time(fault['at_ns'])}{costs}")
+            spent = {n: "its step (failed)" if c is None else format_time(c) for n, c in (cost or {}).items()}
+            costs = "" if cost is None else ": costs " + ", ".join(f"{n} {c}" for n, c in spent.items())
+            lines.append(f"fault: {what}{costs}")
+        for job in self.jobs:
+            if job.lost is not None:
+                lost = job.lost
+                lines.append(
+                    f"job {job.name} stopped at {format_time(lost['at_ns'])}: GPU {lost['gpu']} failed; its step is "
+                    f"lost ({format_time(lost['step_ns'])} on each of its {len(job.gpus)} GPUs, "
+                    f"{lost['collectives_done']} collectives done)"
+                )
         return "\n".join(lines)
 
     def to_json(self, *, indent: int | None = 1) -> str:
@@ -200,6 +217,8 @@ def _network(spec: ClusterSpec) -> NetworkConfig:
     for i, fault in enumerate(spec.faults):
         key = f"{spec.where}: faults[{i}]"
         link = fault.link
+        if link is None:  # (a GPU: the system's rank_fail)
+            continue
         if not isinstance(link, list) or len(link) != 2:
             raise ConfigError(f"{key}.link: expected [U, V], got {link!r}")
         try:
@@ -252,8 +271,17 @@ def _system(spec: ClusterSpec, gpus: Sequence[tuple[int, ...]], only: int | None
         else:
             until = float("inf") if straggler.until is None else straggler.until
             windows += [(gpu, straggler.start, until, straggler.slowdown) for gpu in straggler.gpus]
+    failing: dict[int, float] = {}
+    for fault in spec.faults:  # a GPU that fails stops its whole job (the others wait for it forever)
+        job = next((ranks for ranks in gpus if fault.gpu in ranks), ())
+        for gpu in job:
+            failing[gpu] = min(failing.get(gpu, fault.at), fault.at)
     return config.with_overrides(
-        compute_slowdown=constant, compute_delay=delays, slowdown_windows=tuple(windows), rank_start=starts
+        compute_slowdown=constant,
+        compute_delay=delays,
+        slowdown_windows=tuple(windows),
+        rank_start=starts,
+        rank_fail=failing,
     )
 
 
@@ -425,16 +453,32 @@ def run_cluster(
                 merge_jobs([job], topo.npus), topology=net, system=_system(spec, gpus, only=i), reports=NO_REPORTS
             ).run()
             jobs[i].alone_ns = max(by_itself.ranks[g].finish_ns for g in job.gpus)
+    failing = run.sim.get("failed", {})
     faults = []
     for i, fault in enumerate(spec.faults):
-        entry: dict[str, Any] = {"link": list(fault.link), "at_ns": fault.at, "bandwidth": fault.bandwidth}
+        entry: dict[str, Any] = {"at_ns": fault.at}
+        if fault.link is not None:
+            entry.update(link=list(fault.link), bandwidth=fault.bandwidth)
+        else:
+            entry.update(gpu=fault.gpu, job=next((j.name for j in placed if fault.gpu in j.gpus), None))
         if fault_costs:
             without = dataclasses.replace(spec, faults=[f for k, f in enumerate(spec.faults) if k != i])
-            healthy = Simulation(merged, topology=_network(without), system=system, reports=NO_REPORTS).run()
-            entry["cost_ns"] = {
-                name: d - h for name, d, h in zip(names, durations, _durations(spec, gpus, healthy), strict=True)
+            settings = _system(without, gpus).with_overrides(fold_replicas=system.fold_replicas)
+            healthy = Simulation(merged, topology=_network(without), system=settings, reports=NO_REPORTS).run()
+            entry["cost_ns"] = {  # (a job that failed did not finish: no duration to compare)
+                name: None if str(placed[k].gpus[0]) in failing else d - h
+                for k, (name, d, h) in enumerate(zip(names, durations, _durations(spec, gpus, healthy), strict=True))
             }
         faults.append(entry)
+    failed = {int(r): t for r, t in run.sim.get("failed", {}).items()}
+    for done, job in zip(jobs, placed, strict=True):
+        when = min((failed[g] for g in job.gpus if g in failed), default=None)
+        if when is not None:
+            gpu = next(f.gpu for f in spec.faults if f.gpu in job.gpus and f.at == when)
+            finished = sum(1 for c in done.result.collectives if c.rank == 0 and c.end_ns <= when)
+            step = when - done.start_ns
+            done.lost = {"gpu": gpu, "at_ns": when, "step_ns": step, "gpu_ns": step * len(job.gpus),
+                         "collectives_done": finished}  # fmt: skip
     if spec.reliability is not None:
         nodes = node_of(topo)
         for i, done in enumerate(jobs):

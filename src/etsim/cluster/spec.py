@@ -128,9 +128,10 @@ class _Stragglers(Nested):
 
 @dataclass(frozen=True, kw_only=True)
 class FaultEntry:
-    """A link that degrades or fails."""
+    """A link that degrades or fails, or a GPU that fails (its job stops)."""
 
-    link: list[Any] = option(help="[U, V]: the link's two ends (NPUs, or switches by name)")
+    link: list[Any] | None = option(None, "[U, V]: the link's two ends (NPUs, or switches by name)")
+    gpu: int | None = option(None, "a GPU that fails: its job stops there and then", Optional(Integer(0)))
     at: float = option(0.0, "when (0: from the start; later ones need the flow model)", Time())
     bandwidth: float = option(0.0, "what is left of its bandwidth: 0% fails it, 100% restores it", Fraction())
     bidirectional: bool = option(True, "both directions", Boolean())
@@ -212,6 +213,11 @@ def cluster_spec(data: Mapping[str, Any], *, where: str, base: Path, name: str =
     for i, job_name in enumerate(names):
         if job_name in names[:i]:
             raise values.error([f"jobs[{i}].name"], f"{job_name!r} names two jobs")
+    for i, fault in enumerate(top.faults):
+        if (fault.link is None) == (fault.gpu is None):
+            raise values.error([f"faults[{i}]"], "give a link: [U, V] or a gpu: G (one of them)")
+        if fault.gpu is not None and fault.at <= 0:
+            raise values.error([f"faults[{i}].at"], "a GPU that fails at 0 runs nothing: give a later time")
     for i, straggler in enumerate(top.stragglers):
         if straggler.until is not None and not straggler.start < straggler.until:
             raise values.error([f"stragglers[{i}].until"], "until must come after start")

@@ -227,7 +227,7 @@ class Simulation:
         result.sim["reruns"] = plan.reruns
         config = build.config
         uneven = config.compute_slowdown or config.compute_delay or config.slowdown_windows or config.rank_start
-        if (uneven or config.compute_jitter) and plan.fold is None:
+        if (uneven or config.compute_jitter or config.rank_fail) and plan.fold is None:
             result.sim["not_folded"] = plan.fold_note  # (a straggler: why every rank ran)
         self.report(build, result)
         return result
@@ -243,6 +243,7 @@ class Simulation:
             ("compute_delay", config.compute_delay),
             ("slowdown_windows", [row[0] for row in config.slowdown_windows]),
             ("rank_start", config.rank_start),
+            ("rank_fail", config.rank_fail),
         ):
             outside = sorted(r for r in ranks if r >= n)
             if outside:
@@ -292,6 +293,8 @@ class Simulation:
         fast: frozenset[Hashable] | None = frozenset() if config.fast_path else None
         if build.network.changes:  # (the fast path and folding assume links that never change)
             return Plan(None, "links change during the run: every rank is simulated", None)
+        if config.rank_fail:  # (the fast path evaluates ahead of time: it cannot see a GPU fail)
+            return Plan(None, "rank_fail stops ranks: every rank is simulated", None)
         if not config.fold_replicas:
             return Plan(None, "replica folding is off", fast)
         slowed = any(f != 1.0 for f in config.compute_slowdown.values()) or any(config.compute_delay.values())
@@ -365,7 +368,7 @@ class Simulation:
         fast_excluded = set(plan.fast_excluded) if plan.fast_excluded is not None else None
         engine = Engine(env, network, system, traces, config, self.observer, fast_excluded, fold=fold)
         self._run_loop(engine, expected)
-        if engine.ranks_done < len(traces):
+        if engine.ranks_done + len(engine.failed) < len(traces):
             if engine.fast is not None and (engine.fast.parts or engine.fast.pending):
                 # Parts evaluated ahead (or still waiting for members) make a poor report: redo on the event path.
                 raise FastPathConflict("the run cannot progress", None)
@@ -468,6 +471,7 @@ class Simulation:
                 "events": engine.events,
                 "wall_s": attempt.wall,
                 "bulk_parts": engine.fast.parts if engine.fast else 0,
+                **({"failed": {str(r): t for r, t in sorted(engine.failed.items())}} if engine.failed else {}),
                 **({"folded": fold.description} if fold is not None else {}),
             },
             links=link_entries(stats, finish),

@@ -235,6 +235,14 @@ class SystemConfig:
         flag=False,
     )
     """Rank → when its first nodes are issued (ns); ranks not named start at 0."""
+    rank_fail: dict[int, float] = option(
+        help="ranks whose GPU fails: {RANK: time}, after which they issue nothing (their job stops)",
+        parse=_rank_times,
+        default_factory=dict,
+        flag=False,
+    )
+    """Rank → when it fails (ns): from then on it starts no node; what it had in flight drains. The run ends when
+    every other rank has finished; a failed rank's result ends at its failure (``Result.sim["failed"]``)."""
     jitter_seed: int = option(0, "seed of compute_jitter's random factors", Integer(0), metavar="N")
     """The seed of :attr:`compute_jitter` (one stream per rank)."""
     chunks: int = option(1, "split each collective into N pipelined chunks", Integer(1), metavar="N")

@@ -99,6 +99,8 @@ class Engine:
         self._draining = False
         self._depth = 0
         self.ranks_done = 0
+        #: Ranks whose GPU failed (``rank_fail``) before they finished → when.
+        self.failed: dict[int, float] = {}
         self.runs = [WorkloadRun(self, trace, rank, config) for rank, trace in enumerate(traces)]
         #: Replica folding (``workload/fold.py``): the fold of a folded run (``fold.rep[r]``: the rank whose results
         #: rank r takes), or None.
@@ -245,6 +247,16 @@ class Engine:
 
     # -- the run --
 
+    def fail(self, rank: int) -> None:
+        """Rank *rank*'s GPU failed now: it starts no node from now on (unless it had finished)."""
+        run = self.runs[rank]
+        if run.remaining == 0 or rank in self.failed:
+            return
+        run.account()
+        run.finish_ns = self.env.now
+        run.__class__ = FailedRun  # (its next node, and every one after, does nothing: no test on the hot path)
+        self.failed[rank] = self.env.now
+
     def rank_done(self, run: WorkloadRun) -> None:
         """A rank's workload completed."""
         run.account()
@@ -255,6 +267,8 @@ class Engine:
         """Issue every rank's dependency-free nodes."""
         if self.observer is not None:
             self.observer.attach(self)
+        for rank, when in sorted(self.config.rank_fail.items()):
+            self.after(when, partial(self.fail, rank))
         starts = self.config.rank_start
         for run in self.runs:
             when = starts.get(run.rank, 0.0)
@@ -265,7 +279,9 @@ class Engine:
 
     def check_all_received(self) -> None:
         """Raise :class:`~etsim.errors.DeadlockError` if a workload SEND's message was never received."""
-        report = unreceived_messages(self.workload_channels)
+        failed = self.failed
+        channels = {k: ch for k, ch in self.workload_channels.items() if k[0] not in failed and k[1] not in failed}
+        report = unreceived_messages(channels)
         if report:
             raise DeadlockError(
                 "every rank finished, but messages were sent that no receive took (a SEND without its RECV):\n"
@@ -332,3 +348,12 @@ def _end_order(entry: tuple[int, Hashable, CollectiveCall, AlgoRun]) -> tuple[in
 def _ranks(ranks: list[int], limit: int = 12) -> str:
     text = ", ".join(map(str, ranks[:limit]))
     return f"[{text}{', …' if len(ranks) > limit else ''}]"
+
+
+class FailedRun(WorkloadRun):
+    """A rank whose GPU failed (:meth:`Engine.fail`): a node it would start does nothing and never finishes."""
+
+    __slots__ = ()
+
+    def execute(self, j: int) -> None:
+        """Nothing: the GPU is gone."""
