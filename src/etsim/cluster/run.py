@@ -430,6 +430,10 @@ def run_cluster(
     reports = dataclasses.replace(DEFAULT_REPORTS, training=False)
     merged = merge_jobs(placed, topo.npus)
     run = Simulation(merged, topology=net, system=system, reports=reports, observer=recorder, progress=progress).run()
+    if len(placed) > 1:
+        run.sim.setdefault(
+            "not_folded", "several jobs: every rank of every job is simulated, each message charged to its job"
+        )
     durations = _durations(spec, gpus, run)
     names = [job.name for job in spec.jobs]
     if len(placed) > 1:
