@@ -457,32 +457,18 @@ def run_cluster(
                 merge_jobs([job], topo.npus), topology=net, system=_system(spec, gpus, only=i), reports=NO_REPORTS
             ).run()
             jobs[i].alone_ns = max(by_itself.ranks[g].finish_ns for g in job.gpus)
-    failing = run.sim.get("failed", {})
-    faults = []
-    for i, fault in enumerate(spec.faults):
-        entry: dict[str, Any] = {"at_ns": fault.at}
-        if fault.link is not None:
-            entry.update(link=list(fault.link), bandwidth=fault.bandwidth)
-        else:
-            entry.update(gpu=fault.gpu, job=next((j.name for j in placed if fault.gpu in j.gpus), None))
-        if fault_costs:
+    failed = {int(r): t for r, t in run.sim.get("failed", {}).items()}
+    _mark_lost(spec, jobs, failed)
+    faults = [_fault_entry(spec, i, placed) for i in range(len(spec.faults))]
+    if fault_costs:
+        for i, entry in enumerate(faults):
             without = dataclasses.replace(spec, faults=[f for k, f in enumerate(spec.faults) if k != i])
             settings = _system(without, gpus).with_overrides(fold_replicas=system.fold_replicas)
             healthy = Simulation(merged, topology=_network(without), system=settings, reports=NO_REPORTS).run()
             entry["cost_ns"] = {  # (a job that failed did not finish: no duration to compare)
-                name: None if str(placed[k].gpus[0]) in failing else d - h
-                for k, (name, d, h) in enumerate(zip(names, durations, _durations(spec, gpus, healthy), strict=True))
+                job.name: None if job.lost is not None else d - h
+                for job, d, h in zip(jobs, durations, _durations(spec, gpus, healthy), strict=True)
             }
-        faults.append(entry)
-    failed = {int(r): t for r, t in run.sim.get("failed", {}).items()}
-    for done, job in zip(jobs, placed, strict=True):
-        when = min((failed[g] for g in job.gpus if g in failed), default=None)
-        if when is not None:
-            gpu = next(f.gpu for f in spec.faults if f.gpu in job.gpus and f.at == when)
-            finished = sum(1 for c in done.result.collectives if c.rank == 0 and c.end_ns <= when)
-            step = when - done.start_ns
-            done.lost = {"gpu": gpu, "at_ns": when, "step_ns": step, "gpu_ns": step * len(job.gpus),
-                         "collectives_done": finished}  # fmt: skip
     if spec.reliability is not None:
         nodes = node_of(topo)
         for i, done in enumerate(jobs):
@@ -490,6 +476,30 @@ def run_cluster(
             rate = failure_rate(spec.reliability, len(done.gpus), used, len(done.result.links))
             done.goodput = play(spec.reliability, rate, done.duration_ns, stream=i)
     return ClusterResult(spec.name, jobs, shared, run, list(run.warnings), faults)
+
+
+def _fault_entry(spec: ClusterSpec, i: int, placed: Sequence[PlacedJob]) -> dict[str, Any]:
+    """Fault *i* as the result lists it: its link and bandwidth left, or its GPU and the job it stopped."""
+    fault = spec.faults[i]
+    entry: dict[str, Any] = {"at_ns": fault.at}
+    if fault.link is not None:
+        entry.update(link=list(fault.link), bandwidth=fault.bandwidth)
+    else:
+        entry.update(gpu=fault.gpu, job=next((j.name for j in placed if fault.gpu in j.gpus), None))
+    return entry
+
+
+def _mark_lost(spec: ClusterSpec, jobs: Sequence[JobResult], failed: dict[int, float]) -> None:
+    """Each job whose GPUs failed (``failed``: GPU → when) says what it lost."""
+    for job in jobs:
+        when = min((failed[g] for g in job.gpus if g in failed), default=None)
+        if when is None:
+            continue
+        gpu = next(f.gpu for f in spec.faults if f.gpu in job.gpus and f.at == when)
+        finished = sum(1 for c in job.result.collectives if c.rank == 0 and c.end_ns <= when)
+        step = when - job.start_ns
+        job.lost = {"gpu": gpu, "at_ns": when, "step_ns": step, "gpu_ns": step * len(job.gpus),
+                    "collectives_done": finished}  # fmt: skip
 
 
 def _durations(spec: ClusterSpec, gpus: Sequence[tuple[int, ...]], run: Result) -> list[float]:
