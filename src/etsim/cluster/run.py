@@ -412,16 +412,8 @@ def run_cluster(
     """
     net = _network(spec)
     topo = net.topology
-    workloads = [point_workload(w) for w in spec.job_workloads]
-    gpus = place([job.placement for job in spec.jobs], [w.num_ranks for w in workloads], topo, spec.where)
-    for i, straggler in enumerate(spec.stragglers):
-        outside = [g for g in straggler.gpus if g >= topo.npus]
-        if outside:
-            raise ConfigError(f"{spec.where}: stragglers[{i}].gpus: GPU {outside[0]} is not one of 0..{topo.npus - 1}")
-    placed = [
-        PlacedJob(job.name, w, _job_groups(spec, i, w), gpus[i])
-        for i, (job, w) in enumerate(zip(spec.jobs, workloads, strict=True))
-    ]
+    placed = _placed(spec, net)
+    gpus = [job.gpus for job in placed]
     owner = {gpu: i for i, ranks in enumerate(gpus) for gpu in ranks}
     recorder = _TrafficByPair()
     system = _system(spec, gpus)
@@ -452,7 +444,7 @@ def run_cluster(
         processes = {gpu: f"job {job.name} · rank {r} (GPU {gpu})" for job in placed for r, gpu in enumerate(job.gpus)}
         write_chrome_trace(recorder, trace, links=False, process_names=processes)
     if alone:
-        for i, job in enumerate(placed):
+        for i, job in enumerate(placed):  # (the same stragglers and faults, from time 0)
             by_itself = Simulation(
                 merge_jobs([job], topo.npus), topology=net, system=_system(spec, gpus, only=i), reports=NO_REPORTS
             ).run()
@@ -476,6 +468,21 @@ def run_cluster(
             rate = failure_rate(spec.reliability, len(done.gpus), used, len(done.result.links))
             done.goodput = play(spec.reliability, rate, done.duration_ns, stream=i)
     return ClusterResult(spec.name, jobs, shared, run, list(run.warnings), faults)
+
+
+def _placed(spec: ClusterSpec, net: NetworkConfig) -> list[PlacedJob]:
+    """The jobs with their workloads built, their groups read and their GPUs chosen (stragglers' GPUs checked)."""
+    topo = net.topology
+    workloads = [point_workload(w) for w in spec.job_workloads]
+    gpus = place([job.placement for job in spec.jobs], [w.num_ranks for w in workloads], topo, spec.where)
+    for i, straggler in enumerate(spec.stragglers):
+        outside = [g for g in straggler.gpus if g >= topo.npus]
+        if outside:
+            raise ConfigError(f"{spec.where}: stragglers[{i}].gpus: GPU {outside[0]} is not one of 0..{topo.npus - 1}")
+    return [
+        PlacedJob(job.name, w, _job_groups(spec, i, w), gpus[i])
+        for i, (job, w) in enumerate(zip(spec.jobs, workloads, strict=True))
+    ]
 
 
 def _fault_entry(spec: ClusterSpec, i: int, placed: Sequence[PlacedJob]) -> dict[str, Any]:
