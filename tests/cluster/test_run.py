@@ -13,6 +13,7 @@ import yaml
 
 from etsim.chakra import CollectiveType, TraceBuilder, Workload, write_workload
 from etsim.cluster import load_cluster, run_cluster
+from etsim.errors import ConfigError
 from etsim.producers import collective_workload
 
 S = 8 * 2**20  # bytes of one message
@@ -294,3 +295,25 @@ def test_a_gpu_that_fails_stops_its_job_and_says_what_was_lost(tmp_path) -> None
         {"at_ns": 3e6, "gpu": 5, "job": "a", "cost_ns": {"a": None, "b": b.duration_ns - healthy.jobs[1].duration_ns}}
     ]
     assert "job a stopped at 3 ms: GPU 5 failed; its step is lost" in result.table()
+
+
+def test_a_nic_fault_degrades_the_gpus_links_to_the_fabric(tmp_path) -> None:
+    """GPU 3 and GPU 11 (same rail, two nodes) exchange S: with GPU 3's NIC at half rate, S takes S/B_nic longer."""
+    from etsim.cluster.run import _fabric_links
+    from etsim.network import load_network
+
+    dgx = {"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": 16}
+    topo = load_network(dgx).topology
+    (nic,) = _fabric_links(topo, 3, "nic")
+    rate = topo.bandwidths[topo.link_ids[nic]]
+    assert nic[0] == 3 and rate == 25.0  # one 200 Gb/s HDR NIC per A100
+    jobs = [{**_sendrecv([3, 11], "x"), "system": {"algorithms": {"default": "ring"}}}]
+    healthy = run_cluster(load_cluster(_cluster(tmp_path, topology=dgx, model="flow", jobs=jobs)))
+    slow = run_cluster(
+        load_cluster(_cluster(tmp_path, topology=dgx, model="flow", jobs=jobs, faults=[{"nic": 3, "bandwidth": "50%"}]))
+    )
+    assert slow.jobs[0].duration_ns - healthy.jobs[0].duration_ns == pytest.approx(S / rate, abs=1e-6)
+    assert slow.faults == [{"at_ns": 0.0, "nic": 3, "bandwidth": 0.5}]
+    with pytest.raises(ConfigError, match=r"faults\[0\]\.nic: GPU 3 has no link to a switch that reaches other nodes"):
+        node = {"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": 8}
+        run_cluster(load_cluster(_cluster(tmp_path, topology=node, model="flow", jobs=jobs[:1], faults=[{"nic": 3}])))

@@ -62,7 +62,7 @@ def test_placements_packed_spread_random_and_lists() -> None:
          r"stragglers\[0\]\.until: until must come after start"),
         ({"jobs": [_job("a")], "stragglers": [{"gpus": [1], "slowdown": 0}]}, r"stragglers\[0\]\.slowdown: expected"),
         ({"jobs": [_job("a"), _job("a")]}, r"jobs\[1\]\.name: 'a' names two jobs"),
-        ({"jobs": [_job("a")], "faults": [{"at": "1 ms"}]}, r"faults\[0\]: give a link: \[U, V\] or a gpu: G"),
+        ({"jobs": [_job("a")], "faults": [{"at": "1 ms"}]}, r"faults\[0\]: give a link: \[U, V\], a nic: G or a gpu"),
         ({"jobs": [_job("a")], "faults": [{"gpu": 3}]}, r"faults\[0\]\.at: a GPU that fails at 0 runs nothing"),
         ({"jobs": [_job("a")], "stragglers": [{"gpus": [1], "delay": "1 us", "until": "1 ms"}]},
          r"stragglers\[0\]\.delay: a delay holds for the whole run"),

@@ -28,7 +28,7 @@ from etsim.cluster.placement import node_of, place
 from etsim.cluster.reliability import failure_rate, play
 from etsim.cluster.spec import ClusterSpec
 from etsim.errors import ConfigError, TopologyError
-from etsim.network import NETWORK_MODELS, NetworkConfig, load_network
+from etsim.network import NETWORK_MODELS, NetworkConfig, Topology, load_network
 from etsim.network.faults import LinkChange
 from etsim.network.irregular import with_degraded, with_failures
 from etsim.network.routing import make_router
@@ -171,6 +171,9 @@ class ClusterResult:
         for fault in self.faults:
             if "gpu" in fault:
                 what = f"GPU {fault['gpu']} fails at {format_time(fault['at_ns'])}"
+            elif "nic" in fault:
+                how = "fails" if fault["bandwidth"] == 0 else f"runs at {fault['bandwidth']:.0%}"
+                what = f"GPU {fault['nic']}'s NIC {how} from {format_time(fault['at_ns'])}"
             else:
                 u, v = fault["link"]
                 how = "fails" if fault["bandwidth"] == 0 else f"runs at {fault['bandwidth']:.0%}"
@@ -216,26 +219,42 @@ def _network(spec: ClusterSpec) -> NetworkConfig:
     changes = []
     for i, fault in enumerate(spec.faults):
         key = f"{spec.where}: faults[{i}]"
-        link = fault.link
-        if link is None:  # (a GPU: the system's rank_fail)
+        if fault.gpu is not None:  # (a GPU: the system's rank_fail)
             continue
-        if not isinstance(link, list) or len(link) != 2:
-            raise ConfigError(f"{key}.link: expected [U, V], got {link!r}")
-        try:
-            if fault.at > 0:
-                change = LinkChange(fault.at, (link[0], link[1]), fault.bandwidth, fault.bidirectional)
-                change.link_ids(topo)
-                changes.append(change)
-            elif fault.bandwidth == 0:
-                topo = with_failures(topo, links=[(link[0], link[1])], bidirectional=fault.bidirectional)
-            elif fault.bandwidth < 1:
-                topo = with_degraded(topo, [(link[0], link[1])], fault.bandwidth, bidirectional=fault.bidirectional)
-        except (TopologyError, ConfigError) as exc:
-            raise ConfigError(f"{key}.link: {exc}") from None
+        links = _fabric_links(topo, fault.nic, f"{key}.nic") if fault.nic is not None else [fault.link]
+        for link in links:
+            if not isinstance(link, list | tuple) or len(link) != 2:
+                raise ConfigError(f"{key}.link: expected [U, V], got {link!r}")
+            try:
+                if fault.at > 0:
+                    change = LinkChange(fault.at, (link[0], link[1]), fault.bandwidth, fault.bidirectional)
+                    change.link_ids(topo)
+                    changes.append(change)
+                elif fault.bandwidth == 0:
+                    topo = with_failures(topo, links=[(link[0], link[1])], bidirectional=fault.bidirectional)
+                elif fault.bandwidth < 1:
+                    bidirectional = fault.bidirectional
+                    topo = with_degraded(topo, [(link[0], link[1])], fault.bandwidth, bidirectional=bidirectional)
+            except (TopologyError, ConfigError) as exc:
+                raise ConfigError(f"{key}.link: {exc}") from None
     label = spec.topology if isinstance(spec.topology, str) else (topo.name or "topology")
     return dataclasses.replace(
         net, topology=topo, model=spec.model, options=dict(spec.model_options), label=label, changes=tuple(changes)
     )
+
+
+def _fabric_links(topology: Topology, gpu: int, key: str) -> list[tuple[Any, Any]]:
+    """The links from *gpu* to the switches that reach other nodes' GPUs: its NIC's (a rail's, on a gpu_cluster)."""
+    if not 0 <= gpu < topology.npus:
+        raise ConfigError(f"{key}: GPU {gpu} is not one of 0..{topology.npus - 1}")
+    nodes, switches, graph = node_of(topology), set(topology.switches), topology.graph
+    fabric = [
+        s for s in graph.successors(gpu)
+        if s in switches and any(isinstance(g, int) and nodes[g] != nodes[gpu] for g in graph.successors(s))
+    ]  # fmt: skip
+    if not fabric:
+        raise ConfigError(f"{key}: GPU {gpu} has no link to a switch that reaches other nodes (no NIC to fault)")
+    return [(gpu, s) for s in sorted(fabric, key=str)]
 
 
 def _system(spec: ClusterSpec, gpus: Sequence[tuple[int, ...]], only: int | None = None) -> SystemConfig:
@@ -491,6 +510,8 @@ def _fault_entry(spec: ClusterSpec, i: int, placed: Sequence[PlacedJob]) -> dict
     entry: dict[str, Any] = {"at_ns": fault.at}
     if fault.link is not None:
         entry.update(link=list(fault.link), bandwidth=fault.bandwidth)
+    elif fault.nic is not None:
+        entry.update(nic=fault.nic, bandwidth=fault.bandwidth)
     else:
         entry.update(gpu=fault.gpu, job=next((j.name for j in placed if fault.gpu in j.gpus), None))
     return entry

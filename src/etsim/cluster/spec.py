@@ -132,6 +132,9 @@ class FaultEntry:
 
     link: list[Any] | None = option(None, "[U, V]: the link's two ends (NPUs, or switches by name)")
     gpu: int | None = option(None, "a GPU that fails: its job stops there and then", Optional(Integer(0)))
+    nic: int | None = option(
+        None, "the NIC of this GPU: its links to the fabric (degraded or failed)", Optional(Integer(0))
+    )
     at: float = option(0.0, "when (0: from the start; later ones need the flow model)", Time())
     bandwidth: float = option(0.0, "what is left of its bandwidth: 0% fails it, 100% restores it", Fraction())
     bidirectional: bool = option(True, "both directions", Boolean())
@@ -214,8 +217,8 @@ def cluster_spec(data: Mapping[str, Any], *, where: str, base: Path, name: str =
         if job_name in names[:i]:
             raise values.error([f"jobs[{i}].name"], f"{job_name!r} names two jobs")
     for i, fault in enumerate(top.faults):
-        if (fault.link is None) == (fault.gpu is None):
-            raise values.error([f"faults[{i}]"], "give a link: [U, V] or a gpu: G (one of them)")
+        if [fault.link is not None, fault.gpu is not None, fault.nic is not None].count(True) != 1:
+            raise values.error([f"faults[{i}]"], "give a link: [U, V], a nic: G or a gpu: G (one of them)")
         if fault.gpu is not None and fault.at <= 0:
             raise values.error([f"faults[{i}].at"], "a GPU that fails at 0 runs nothing: give a later time")
     for i, straggler in enumerate(top.stragglers):
