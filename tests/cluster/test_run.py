@@ -317,3 +317,19 @@ def test_a_nic_fault_degrades_the_gpus_links_to_the_fabric(tmp_path) -> None:
     with pytest.raises(ConfigError, match=r"faults\[0\]\.nic: GPU 3 has no link to a switch that reaches other nodes"):
         node = {"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": 8}
         run_cluster(load_cluster(_cluster(tmp_path, topology=node, model="flow", jobs=jobs[:1], faults=[{"nic": 3}])))
+
+
+def test_jobs_may_run_their_collectives_with_different_algorithms(tmp_path) -> None:
+    """Job a's all-reduces run as a ring, job b's as direct (its own `algorithms`), each as it would alone."""
+    a = {**_all_reduce("a", 4, "4 MiB", [0, 1, 2, 3]), "system": {"algorithms": {"all_reduce": "ring"}}}
+    b = {**_all_reduce("b", 4, "4 MiB", [4, 5, 6, 7]), "system": {"algorithms": [{"default": "direct"}]}}
+    keys = {"topology": TWO_SWITCHES, "model": "flow", "system": {"algorithms": {"default": "halving_doubling"}}}
+    result = run_cluster(load_cluster(_cluster(tmp_path, **keys, jobs=[a, b])), alone=True)
+    assert {c.algorithm for c in result.jobs[0].result.collectives} == {"ring"}
+    assert {c.algorithm for c in result.jobs[1].result.collectives} == {"direct"}
+    assert [job.slowdown for job in result.jobs] == [1.0, 1.0]  # (alone, each keeps its own algorithm)
+    third = _all_reduce("c", 4, "4 MiB", [8, 9, 10, 11])  # (no algorithms of its own: the cluster's)
+    sixteen = {**TWO_SWITCHES, "npus": 16, "links": [{"src": r, "dst": "s0" if r < 8 else "s1"} for r in range(16)]}
+    sixteen["links"].append({"src": "s0", "dst": "s1"})
+    more = run_cluster(load_cluster(_cluster(tmp_path, **{**keys, "topology": sixteen}, jobs=[a, b, third])))
+    assert {c.algorithm for c in more.jobs[2].result.collectives} == {"halving_doubling"}

@@ -257,13 +257,26 @@ def _fabric_links(topology: Topology, gpu: int, key: str) -> list[tuple[Any, Any
     return [(gpu, s) for s in sorted(fabric, key=str)]
 
 
-def _system(spec: ClusterSpec, gpus: Sequence[tuple[int, ...]], only: int | None = None) -> SystemConfig:
-    """The run's settings: the cluster's and the jobs' (which must agree), starts and stragglers by GPU."""
+def _system(
+    spec: ClusterSpec,
+    gpus: Sequence[tuple[int, ...]],
+    only: int | None = None,
+    groups: Sequence[Sequence[str]] | None = None,
+) -> SystemConfig:
+    """The run's settings: the cluster's and the jobs' (which must agree), starts and stragglers by GPU.
+
+    With *groups* (each job's merged group names), a job's own ``algorithms`` become selection rules for its groups
+    (:func:`_job_rules`), before the cluster's: jobs may use different algorithms.
+    """
     merged = {k: v for k, v in spec.system.items() if k != "comm_groups"}
     setter: dict[str, int] = {}
+    rules: list[dict[str, Any]] = []
     for i, system in enumerate(spec.job_systems):
         for key, value in system.items():
             if key == "comm_groups":
+                continue
+            if key == "algorithms" and groups is not None:
+                rules += _job_rules(value, spec.jobs[i].name, groups[i])
                 continue
             if key in setter and merged[key] != value:
                 raise ConfigError(
@@ -272,6 +285,8 @@ def _system(spec: ClusterSpec, gpus: Sequence[tuple[int, ...]], only: int | None
                 )
             setter.setdefault(key, i)
             merged[key] = value
+    if rules:
+        merged["algorithms"] = rules + _job_rules(merged.get("algorithms", {}), None, None)
     config = load_system_config(merged)
     starts = {}
     if only is None:  # (alone, a job starts at 0)
@@ -302,6 +317,28 @@ def _system(spec: ClusterSpec, gpus: Sequence[tuple[int, ...]], only: int | None
         rank_start=starts,
         rank_fail=failing,
     )
+
+
+def _job_rules(algorithms: Any, job: str | None, names: Sequence[str] | None) -> list[dict[str, Any]]:
+    """A system's ``algorithms`` (a mapping or a selection table) as rules, limited to *job*'s groups *names*."""
+    if isinstance(algorithms, dict):
+        table = [
+            {"algorithm": a} if c == "default" else {"collective": c, "algorithm": a} for c, a in algorithms.items()
+        ]
+    elif isinstance(algorithms, list):
+        table = [
+            {"algorithm": r["default"]} if isinstance(r, dict) and set(r) == {"default"} else r for r in algorithms
+        ]
+    else:
+        raise ConfigError(f"algorithms: expected a mapping or a list of rules, got {algorithms!r}")
+    if job is None or names is None:
+        return table
+    out = []
+    for rule in table:
+        own = rule.get("pg_name") if isinstance(rule, dict) else None
+        named = [job_pg_name(job, str(g)) for g in (own if isinstance(own, list) else [own])] if own else list(names)
+        out.append({**rule, "pg_name": named})
+    return out
 
 
 def _job_groups(spec: ClusterSpec, i: int, workload: Workload) -> CommGroups:
@@ -435,7 +472,10 @@ def run_cluster(
     gpus = [job.gpus for job in placed]
     owner = {gpu: i for i, ranks in enumerate(gpus) for gpu in ranks}
     recorder = _TrafficByPair()
-    system = _system(spec, gpus)
+    renamed = not is_whole_cluster(placed, topo.npus)
+    group_names = [[job_pg_name(j.name, None), *(job_pg_name(j.name, g) for g in j.groups.groups)] for j in placed]
+    groups = group_names if renamed else None
+    system = _system(spec, gpus, groups=groups)
     if len(placed) > 1:  # (every message must be seen to be charged to its job: a folded run shows a few)
         system = system.with_overrides(fold_replicas=False)
     reports = dataclasses.replace(DEFAULT_REPORTS, training=False)
@@ -453,7 +493,6 @@ def run_cluster(
     else:  # one job: every link's traffic is its own (a folded run's mirrored, exactly)
         mine, shared = [run.links], []
     streams = system.resources.comm_streams
-    renamed = not is_whole_cluster(placed, topo.npus)
     jobs = [
         _job_view(job, spec.jobs[i].start, run, mine[i], recorder, streams, renamed) for i, job in enumerate(placed)
     ]
@@ -465,7 +504,7 @@ def run_cluster(
     if alone:
         for i, job in enumerate(placed):  # (the same stragglers and faults, from time 0)
             by_itself = Simulation(
-                merge_jobs([job], topo.npus), topology=net, system=_system(spec, gpus, only=i), reports=NO_REPORTS
+                merge_jobs([job], topo.npus), topology=net, system=_system(spec, gpus, i, groups), reports=NO_REPORTS
             ).run()
             jobs[i].alone_ns = max(by_itself.ranks[g].finish_ns for g in job.gpus)
     failed = {int(r): t for r, t in run.sim.get("failed", {}).items()}
@@ -474,7 +513,7 @@ def run_cluster(
     if fault_costs:
         for i, entry in enumerate(faults):
             without = dataclasses.replace(spec, faults=[f for k, f in enumerate(spec.faults) if k != i])
-            settings = _system(without, gpus).with_overrides(fold_replicas=system.fold_replicas)
+            settings = _system(without, gpus, groups=groups).with_overrides(fold_replicas=system.fold_replicas)
             healthy = Simulation(merged, topology=_network(without), system=settings, reports=NO_REPORTS).run()
             entry["cost_ns"] = {  # (a job that failed did not finish: no duration to compare)
                 job.name: None if job.lost is not None else d - h
