@@ -333,3 +333,16 @@ def test_jobs_may_run_their_collectives_with_different_algorithms(tmp_path) -> N
     sixteen["links"].append({"src": "s0", "dst": "s1"})
     more = run_cluster(load_cluster(_cluster(tmp_path, **{**keys, "topology": sixteen}, jobs=[a, b, third])))
     assert {c.algorithm for c in more.jobs[2].result.collectives} == {"halving_doubling"}
+
+
+def test_a_job_whose_send_names_a_rank_it_lacks_is_refused_by_name(tmp_path, capsys) -> None:
+    from etsim.cli import main
+
+    sender, receiver = TraceBuilder(0), TraceBuilder(1)
+    sender.send(5, S)
+    receiver.recv(0, S)
+    write_workload(Workload([sender.build(rank=0), receiver.build(rank=1)]), tmp_path / "bad" / "bad")
+    path = _cluster(tmp_path, topology=TWO_SWITCHES, jobs=[{"name": "x", "workload": "bad/bad", "placement": [0, 4]}])
+    assert main(["cluster", "run", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "job 'x':" in err and "sends to rank 5, but the job has 2 ranks" in err and err.count("\n") == 1

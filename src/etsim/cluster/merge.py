@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from etsim.chakra.graph import NodeType, Trace, Workload
 from etsim.chakra.schema import et_def_pb2 as pb
+from etsim.errors import ConfigError
 from etsim.system.groups import GROUPS_ATTR, CommGroups
 
 __all__ = ["PlacedJob", "is_whole_cluster", "job_group", "job_pg_name", "merge_jobs"]
@@ -63,6 +64,12 @@ def _placed_trace(trace: Trace, job: PlacedJob, gpu: int, groups: dict[str, list
     travel in the metadata (*groups*, on the job's first rank only).
     """
     gpus = job.gpus
+    for column, what in ((trace.comm_src, "receives from"), (trace.comm_dst, "sends to")):
+        bad = next((j for j, p in enumerate(column) if p is not None and not 0 <= p < len(gpus)), None)
+        if bad is not None:
+            raise ConfigError(
+                f"job {job.name!r}: {trace.describe(bad)} {what} rank {column[bad]}, but the job has {len(gpus)} ranks"
+            )
     return dataclasses.replace(
         trace,
         nodes=[],
@@ -88,6 +95,7 @@ def merge_jobs(jobs: Sequence[PlacedJob], npus: int) -> Workload:
     One job on every GPU in order is its own workload, its group names kept (:func:`is_whole_cluster`).
 
     Raises:
+        ConfigError: a job's send or receive names a rank the job does not have.
         ValueError: a GPU out of range or used twice (callers check placements first, naming the key).
     """
     if is_whole_cluster(jobs, npus):
