@@ -92,3 +92,26 @@ def test_a_bad_reliability_block_is_named(tmp_path, capsys) -> None:
     assert "reliability.checkpoint_every: missing" in capsys.readouterr().err
     assert main(["cluster", "run", str(_file(tmp_path, {"checkpoint_every": "1 h", "mtbf": "1 h"}))]) == 1
     assert "reliability.mtbf" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ({"checkpoint_every": "0 s"}, "reliability.checkpoint_every: expected a time longer than 0"),
+        ({"checkpoint_every": "1 ns", "hours": 1000}, "checkpoint intervals and"),
+        ({"checkpoint_every": "1 h", "gpu_mtbf": "1 ns", "hours": 1000}, "failures, more than 10,000,000"),
+    ],
+)
+def test_a_period_that_would_not_end_is_refused(keys, message) -> None:
+    from etsim.errors import ConfigError
+
+    r = Reliability(**{k: v for k, v in keys.items() if k == "hours"}, checkpoint_every=_ns(keys["checkpoint_every"]),
+                    gpu_mtbf=_ns(keys["gpu_mtbf"]) if "gpu_mtbf" in keys else None)  # fmt: skip
+    with pytest.raises(ConfigError, match=message):
+        play(r, failure_rate(r, gpus=1, nodes=0, links=0), step_ns=1e9)
+
+
+def _ns(text: str) -> float:
+    from etsim.units import parse_time
+
+    return parse_time(text)

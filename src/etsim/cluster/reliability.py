@@ -27,9 +27,11 @@ from typing import Any
 from etsim.errors import ConfigError
 from etsim.options import Integer, Number, Time, option
 
-__all__ = ["Reliability", "expected_goodput", "play"]
+__all__ = ["MAX_EVENTS", "Reliability", "expected_goodput", "failure_rate", "play"]
 
 _HOUR_NS = 3600e9
+#: The most checkpoint intervals or failures one period may play (each costs a few microseconds).
+MAX_EVENTS = 10_000_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +79,14 @@ def play(reliability: Reliability, rate: float, step_ns: float, stream: int = 0)
     rng = np.random.default_rng([reliability.seed, stream])
     horizon = reliability.hours * _HOUR_NS
     every, write, restart = reliability.checkpoint_every, reliability.checkpoint_time, reliability.restart_time
+    if not every > 0:
+        raise ConfigError("reliability.checkpoint_every: expected a time longer than 0")
+    segments, failures_expected = horizon / (every + write), horizon * rate
+    if max(segments, failures_expected) > MAX_EVENTS:
+        raise ConfigError(
+            f"reliability: {reliability.hours:g} h would play {segments:.3g} checkpoint intervals and "
+            f"{failures_expected:.3g} failures, more than {MAX_EVENTS:,}: a shorter period or longer intervals"
+        )
     now = kept = lost = restarting = writing = 0.0
     failures = 0
     next_failure = rng.exponential(1 / rate) if rate > 0 else math.inf
