@@ -346,3 +346,16 @@ def test_a_job_whose_send_names_a_rank_it_lacks_is_refused_by_name(tmp_path, cap
     assert main(["cluster", "run", str(path)]) == 1
     err = capsys.readouterr().err
     assert "job 'x':" in err and "sends to rank 5, but the job has 2 ranks" in err and err.count("\n") == 1
+
+
+def test_etsim_report_on_a_cluster_result_says_where_the_jobs_results_are(tmp_path, capsys) -> None:
+    from etsim.cli import main
+
+    path = _cluster(tmp_path, topology=TWO_SWITCHES, model="flow", jobs=[_sendrecv([0, 4], "a")])
+    out = tmp_path / "c.json"
+    assert main(["cluster", "run", str(path), "--json", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 1
+    assert "a cluster's result (etsim cluster run), not one run's: each job's is under jobs[i].result" in (
+        capsys.readouterr().err
+    )

@@ -125,6 +125,10 @@ class Result:
         Raises:
             ConfigError: *data* is not an etsim result (names *source* and what is missing or wrong).
         """
+        if isinstance(data, dict) and "cluster" in data and isinstance(data.get("jobs"), list):
+            raise ConfigError(
+                f"{source}: a cluster's result (etsim cluster run), not one run's: each job's is under jobs[i].result"
+            )
         if not isinstance(data, dict) or "finish_ns" not in data or "ranks" not in data:
             raise ConfigError(f"{source}: not an etsim result (expected a JSON object with finish_ns and ranks)")
         _check_result(data, source)
