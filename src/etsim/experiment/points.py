@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from etsim.cluster.spec import ClusterSpec, cluster_spec
 from etsim.producers.workloads.base import WORKLOAD_GENERATORS
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "Point",
     "PointSpec",
     "label",
+    "point_cluster",
 ]
 
 #: Keys that make up a point (each may be a sweep axis).
@@ -162,6 +164,16 @@ class Experiment:
         training = TRAINING_COLUMNS if self.training else ()
         collectives = (f"{c}_ns" for c in self.collectives)
         return [*METRIC_COLUMNS, *collectives, *self.job_columns, *training, "messages", "bytes", "wall_s"]
+
+
+def point_cluster(source: Mapping[str, Any]) -> ClusterSpec:
+    """A cluster point's cluster (``PointSpec.cluster``), checked.
+
+    Its file's mapping, paths resolved from ``base`` (moved by the mapping's ``paths_from``).
+    """
+    base = Path(source["base"]) / str(source["file"].get("paths_from", "."))
+    file = {k: v for k, v in source["file"].items() if k != "paths_from"}
+    return cluster_spec(file, where=f"cluster {source['name']}", base=base.resolve(), name=source["name"])
 
 
 def _training_generator(workload: Any) -> bool:

@@ -10,9 +10,9 @@ from typing import Any
 
 import yaml
 
-from etsim.cluster.spec import ClusterSpec, cluster_spec
+from etsim.cluster.spec import ClusterSpec
 from etsim.errors import ConfigError, EtsimError
-from etsim.experiment.points import POINT_KEYS, Axis, Experiment, Point, PointSpec, label
+from etsim.experiment.points import POINT_KEYS, Axis, Experiment, Point, PointSpec, label, point_cluster
 from etsim.options import option_help
 from etsim.producers.workloads.base import WORKLOAD_GENERATORS
 from etsim.simulation.inputs import Values
@@ -201,12 +201,7 @@ def _resolve_cluster(values: Values, value: Any, origins: list[str]) -> tuple[Po
     """A cluster point's spec, and its cluster checked (once per distinct cluster)."""
     source = values.cached("cluster_source", value, origins, lambda v: _cluster_source(values, v))
 
-    def check(s: dict[str, Any]) -> ClusterSpec:
-        base = Path(s["base"]) / str(s["file"].get("paths_from", "."))
-        file = {k: v for k, v in s["file"].items() if k != "paths_from"}
-        return cluster_spec(file, where=f"cluster {s['name']}", base=base.resolve(), name=s["name"])
-
-    cluster: ClusterSpec = values.cached("cluster", source, origins, check)
+    cluster: ClusterSpec = values.cached("cluster", source, origins, point_cluster)
     spec = PointSpec("", cluster.topology, {}, cluster.model, cluster.model_options, {}, source)
     return spec, cluster
 

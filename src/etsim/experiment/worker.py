@@ -16,7 +16,6 @@ import traceback
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from etsim import progress
@@ -24,8 +23,8 @@ from etsim.cache import BoundedCache
 from etsim.chakra import COLLECTIVE_NAMES, NodeType, Workload
 from etsim.chakra.graph import collective_buffer_bytes
 from etsim.cluster import ClusterResult, run_cluster
-from etsim.cluster.spec import cluster_spec
 from etsim.errors import ConfigError, EtsimError
+from etsim.experiment.points import point_cluster
 from etsim.experiment.spec import PointSpec
 from etsim.files import ProcessDirectory
 from etsim.network import NetworkConfig, load_network
@@ -186,10 +185,7 @@ def simulate_cluster_point(spec: PointSpec) -> ClusterResult:
     source = spec.cluster
     if source is None:
         raise ConfigError("not a cluster point")
-    base = Path(source["base"]) / str(source["file"].get("paths_from", "."))
-    file = {k: v for k, v in source["file"].items() if k != "paths_from"}
-    where, name = f"cluster {source['name']}", source["name"]
-    return run_cluster(cluster_spec(file, where=where, base=base.resolve(), name=name), alone=True)
+    return run_cluster(point_cluster(source), alone=True)
 
 
 def cluster_columns(result: ClusterResult) -> dict[str, Any]:
