@@ -190,19 +190,11 @@ def test_compute_jitter_draws_the_documented_factors_deterministically() -> None
     """compute_jitter σ: node j of rank r takes default_rng([seed, r]).lognormal(−σ²/2, σ)[j] times its duration."""
     import numpy as np
 
-    from etsim.chakra import CollectiveType, TraceBuilder, Workload
     from etsim.network import ring
     from etsim.system.config import SystemConfig
 
-    traces = []
-    for rank in range(4):
-        b = TraceBuilder(rank)
-        last = None
-        for k in range(50):
-            last = b.comp(f"c{k}", duration_micros=10, deps=[last] if last is not None else [])
-        b.collective(CollectiveType.ALL_REDUCE, 1 << 20, deps=[last])
-        traces.append(b.build(rank=rank))
-    workload, topology = Workload(traces), ring(4, 50.0, 500.0)
+    workload, topology = _chain_then_all_reduce([10] * 50), ring(4, 50.0, 500.0)
+    traces = workload.traces
     sigma, seed = 0.2, 7
     run = simulate(workload, topology=topology, system=SystemConfig(compute_jitter=sigma, jitter_seed=seed))
     for rank in range(4):
