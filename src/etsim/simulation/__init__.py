@@ -225,9 +225,7 @@ class Simulation:
             result = self.collect(build, outcome)
             result.warnings = log.messages()
         result.sim["reruns"] = plan.reruns
-        config = build.config
-        uneven = config.compute_slowdown or config.compute_delay or config.slowdown_windows or config.rank_start
-        if (uneven or config.compute_jitter or config.rank_fail) and plan.fold is None:
+        if (build.config.ranks_named(in_effect=True) or build.config.compute_jitter) and plan.fold is None:
             result.sim["not_folded"] = plan.fold_note  # (a straggler: why every rank ran)
         self.report(build, result)
         return result
@@ -238,13 +236,7 @@ class Simulation:
         n = self.workload.num_ranks
         if n == 0:
             raise ConfigError("the workload has no ranks")
-        for key, ranks in (
-            ("compute_slowdown", config.compute_slowdown),
-            ("compute_delay", config.compute_delay),
-            ("slowdown_windows", [row[0] for row in config.slowdown_windows]),
-            ("rank_start", config.rank_start),
-            ("rank_fail", config.rank_fail),
-        ):
+        for key, ranks in config.ranks_named().items():
             outside = sorted(r for r in ranks if r >= n)
             if outside:
                 raise ConfigError(f"{key}: rank {outside[0]} is not a rank of the workload (ranks 0..{n - 1})")
@@ -297,11 +289,11 @@ class Simulation:
             return Plan(None, "rank_fail stops ranks: every rank is simulated", None)
         if not config.fold_replicas:
             return Plan(None, "replica folding is off", fast)
-        slowed = any(f != 1.0 for f in config.compute_slowdown.values()) or any(config.compute_delay.values())
-        if slowed or config.slowdown_windows:
+        apart = config.ranks_named(in_effect=True)
+        if apart.keys() & {"compute_slowdown", "compute_delay", "slowdown_windows"}:
             # A straggler's replica is no mirror image of the others': every rank runs.
             return Plan(None, "compute_slowdown makes ranks differ (a straggler): every rank is simulated", fast)
-        if any(config.rank_start.values()):
+        if "rank_start" in apart:
             return Plan(None, "rank_start starts ranks at different times: every rank is simulated", fast)
         if config.compute_jitter > 0:
             return Plan(None, "compute_jitter draws different times per rank: every rank is simulated", fast)

@@ -371,6 +371,21 @@ class SystemConfig:
     )
     """NCCL's knobs for the ``nccl`` algorithm (``system/algorithms/nccl/settings.py``; ``docs/nccl.md``)."""
 
+    def ranks_named(self, *, in_effect: bool = False) -> dict[str, list[int]]:
+        """The per-rank settings (straggler factors, delays, windows, late starts, failures) → the ranks they name.
+
+        With *in_effect*, only the entries that change something (a factor of 1, a delay or start of 0 do not):
+        each makes its ranks differ from their replicas, so a run with any simulates every rank.
+        """
+        named = {
+            "compute_slowdown": [r for r, f in self.compute_slowdown.items() if f != 1.0 or not in_effect],
+            "compute_delay": [r for r, d in self.compute_delay.items() if d or not in_effect],
+            "slowdown_windows": [row[0] for row in self.slowdown_windows],
+            "rank_start": [r for r, t in self.rank_start.items() if t or not in_effect],
+            "rank_fail": list(self.rank_fail),
+        }
+        return {key: ranks for key, ranks in named.items() if ranks}
+
     def with_overrides(self, **changes: Any) -> SystemConfig:
         """A copy with some fields replaced (``None`` values are ignored)."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
