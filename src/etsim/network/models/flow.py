@@ -86,7 +86,6 @@ class FlowNetwork(NetworkModel):
         self._f_done: list[simpy.Event | None] = []
         self._f_lat: list[float] = []
         self._f_version: list[int] = []
-        self._f_pair: list[tuple[int, int]] = []
         self._free_slots: list[int] = []
         # Scratch of the allocation: per link the capacity left and the flows not yet fixed; per slot its share.
         self._left_cap = [0.0] * n
@@ -142,7 +141,6 @@ class FlowNetwork(NetworkModel):
             return env.timeout(latency)
         done = env.event()
         slot = self._new_flow(links, size, latency, done, now)
-        self._f_pair[slot] = (src, dst)
         self._admit(slot, now)
         return done
 
@@ -174,7 +172,6 @@ class FlowNetwork(NetworkModel):
         self._f_done.append(done)
         self._f_lat.append(latency)
         self._f_version.append(0)
-        self._f_pair.append((-1, -1))
         self._fixed.append(-1.0)
         return len(self._f_route) - 1
 
@@ -327,10 +324,10 @@ class FlowNetwork(NetworkModel):
             for link in route:
                 del self._on_link[link][slot]
                 self._dirty[link] = None
+            src, dst = self.topology.links[route[0]][0], self.topology.links[route[-1]][1]  # (a route joins them)
             try:
-                links, latency, _ = self._route(*self._f_pair[slot])
+                links, latency, _ = self._route(src, dst)  # type: ignore[arg-type]
             except SimulationError as exc:
-                src, dst = self._f_pair[slot]
                 raise SimulationError(
                     f"at t = {now:.1f} ns a message from NPU {src} to NPU {dst} was in flight with "
                     f"{self._f_left[slot]:.0f} bytes left when its route failed, and has no other: {exc}"
