@@ -102,6 +102,10 @@ class StragglerEntry:
     until: float | None = option(None, "until when (default: the end)", Time())
 
 
+#: A straggler entry's keys as the file writes them.
+_STRAGGLER_KEYS = "gpus, slowdown, delay, from, until"
+
+
 class _Stragglers(Nested):
     """:class:`StragglerEntry` mappings, whose ``start`` is written ``from:`` (a Python keyword)."""
 
@@ -114,14 +118,14 @@ class _Stragglers(Nested):
             shape = "{gpus: [GPU, …], slowdown: F, delay: TIME, from: TIME, until: TIME}"
             raise ConfigError(f"{key}: expected {shape}, got {value!r}")
         if "start" in value:
-            raise ConfigError(f"{key}: start: unknown key; valid keys: gpus, slowdown, delay, from, until")
+            raise ConfigError(f"{key}: start: unknown key; valid keys: {_STRAGGLER_KEYS}")
         renamed = {("start" if k == "from" else k): v for k, v in value.items()}
         return StragglerEntry(
             **parse_options(
                 StragglerEntry,
                 renamed,
                 key=lambda n: f"{key}.{'from' if n == 'start' else n}",
-                unknown="{key}: unknown key; valid keys: gpus, slowdown, delay, from, until",
+                unknown="{key}: unknown key; valid keys: " + _STRAGGLER_KEYS,
             )
         )
 
