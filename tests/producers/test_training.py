@@ -226,7 +226,25 @@ def test_collectives_are_issued_in_the_same_order_on_every_group_member_and_vali
     ("values", "message"),
     [
         ({"global_batch": 10, "dp": 4}, "not a multiple of micro_batch × dp"),
-        ({"pp": 3}, "do not split into pp 3"),
+        ({"pp": 5}, "4 layers are fewer than pp 5 × 1 chunks"),
+        (
+            {"pp": 2, "pipeline_layers": [3, 2]},
+            "pipeline_layers: expected 2 counts (pp 2 × 1 chunks) of at least 1 "
+            "layer adding up to the model's 4 layers, got 3,2 (2 counts, 5 layers)",
+        ),
+        (
+            {"pp": 2, "pipeline_layers": "even"},
+            "pipeline_layers: expected auto or layer counts per model chunk such as 8,8,8,6, got 'even'",
+        ),
+        (
+            {"pp": 3, "first_stage_layers": 1},
+            "4 layers less the first/last stages' 1 do not split evenly over the other 2 stages",
+        ),
+        ({"pp": 2, "first_stage_layers": 1, "pipeline_layers": "auto"}, "not both"),
+        (
+            {"pp": 2, "schedule": "interleaved", "virtual_stages": 2, "first_stage_layers": 1},
+            "need one chunk per stage",
+        ),
         ({"tp": 3}, "heads (8) is not a multiple of tp 3"),
         ({"schedule": "interleaved", "virtual_stages": 2, "pp": 2, "global_batch": 3}, "multiple of pp 2"),
         ({"virtual_stages": 2}, "needs schedule interleaved"),

@@ -233,7 +233,8 @@ _DIM_FIELDS = {"kind": "str", "npus": "int"}
 _TRAINING_FIELDS = {
     "iteration_ns": "num", "tokens_per_s": "num", "model_tflops_per_gpu": "num", "hardware_tflops_per_gpu": "num",
     "mfu": "num", "hfu": "num", "bubble_fraction": "num", "exposed_comm_ns": "dict", "peak_activation_bytes": "list?",
-    "memory_bytes_per_gpu": "list?", "fits_in_memory": "bool|null?", "job": "dict?",
+    "memory_bytes_per_gpu": "list?", "fits_in_memory": "bool|null?", "job": "dict?", "memory_terms": "dict?",
+    "stage_compute_ns": "list?", "pipeline_layers": "list?",
 }  # fmt: skip
 
 _EXPECTED = {

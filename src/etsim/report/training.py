@@ -14,8 +14,11 @@ layout, which ``pg_name`` is which parallelism). From it and a recorded run:
 - ``bubble_fraction``: mean over ranks of idle / busy, where busy is compute plus exposed non-pipeline
   communication and idle is the rest of the iteration: with free communication and equal stages it is the
   reference's ``(p − 1) / (v · m)``;
-- ``peak_activation_bytes`` per stage (micro-batches in flight under the schedule × per-layer activations of
-  Korthikanti et al.) and the estimated ``memory_bytes_per_gpu`` per stage;
+- ``peak_activation_bytes`` per stage (the most the schedule holds of what each micro-batch stores for its
+  backward) and the estimated ``memory_bytes_per_gpu`` per stage, with ``memory_terms`` (the largest stage's
+  estimate term by term: :mod:`etsim.producers.training.memory`);
+- ``stage_compute_ns``: per pipeline stage, the mean compute time of its GPUs, and ``pipeline_layers``: the layers
+  of each model chunk (an uneven split shows here);
 - ``fits_in_memory``: whether the largest stage's estimate fits in the GPU's memory (None when either is unknown);
   a job that does not fit is also warned about.
 """
@@ -117,7 +120,10 @@ def training_report(
         "exposed_comm_ns": exposed,
         "peak_activation_bytes": info.get("activation_bytes_in_flight", []),
         "memory_bytes_per_gpu": memory,
+        "memory_terms": info.get("memory_terms", {}),
         "fits_in_memory": fits,
+        "stage_compute_ns": _stage_compute(info, result),
+        "pipeline_layers": info.get("pipeline_layers", []),
         "job": {k: info[k] for k in ("model", "gpus", "gpu", "tp", "pp", "dp", "cp", "ep", "sp", "schedule",
                                       "virtual_stages", "micro_batches", "global_batch", "zero", "recompute")
                 if k in info},
@@ -139,9 +145,41 @@ def training_lines(report: dict[str, Any]) -> list[str]:
         "  exposed comm (mean per GPU): "
         + ", ".join(f"{role} {format_time(ns)}" for role, ns in report["exposed_comm_ns"].items()),
     ]
+    stages = report.get("stage_compute_ns") or []
+    if len(stages) > 1:
+        layers = report.get("pipeline_layers") or []
+        pp = len(stages)
+        per_stage = [sum(layers[k] for k in range(s, len(layers), pp)) for s in range(pp)] if layers else []
+        slowest = max(range(pp), key=lambda s: stages[s])
+        shown = (
+            ", ".join(format_time(ns) for ns in stages)
+            if pp <= 8
+            else (f"{format_time(min(stages))} to {format_time(max(stages))}")
+        )
+        lines.append(
+            f"  compute per stage (mean per GPU): {shown}; slowest stage {slowest}"
+            + (f" ({per_stage[slowest]} layers)" if per_stage else "")
+        )
     if report.get("memory_bytes_per_gpu"):
-        lines.append(f"  memory per GPU (estimate, largest stage): {format_size(max(report['memory_bytes_per_gpu']))}")
+        terms = report.get("memory_terms") or {}
+        detail = ", ".join(f"{name} {format_size(value)}" for name, value in terms.items()
+                           if name not in ("stage", "total") and value)  # fmt: skip
+        where = f"stage {terms['stage']}" if "stage" in terms else "largest stage"
+        lines.append(
+            f"  memory per GPU (estimate, {where}): {format_size(max(report['memory_bytes_per_gpu']))}"
+            + (f" = {detail}" if detail else "")
+        )
     return lines
+
+
+def _stage_compute(info: dict[str, Any], result: Result) -> list[float]:
+    """Per pipeline stage, the mean compute time of its GPUs (ranks in Megatron-LM's order: the stage slowest)."""
+    pp = int(info.get("pp", 1))
+    per_stage = len(result.ranks) // pp if pp else 0
+    if pp < 1 or not per_stage or per_stage * pp != len(result.ranks):
+        return []
+    return [sum(r.compute_ns for r in result.ranks[s * per_stage:(s + 1) * per_stage]) / per_stage
+            for s in range(pp)]  # fmt: skip
 
 
 def training_columns(report: dict[str, Any]) -> dict[str, float]:

@@ -15,13 +15,15 @@ Every collective is issued in the same order on every member of its group.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 from etsim.chakra.builder import TraceBuilder
 from etsim.chakra.graph import CollectiveType, Trace
 from etsim.producers.training.describe import TRAINING_ATTR, rank_metadata
+from etsim.producers.training.memory import stage_memory
 from etsim.producers.training.model import ModelSpec
-from etsim.producers.training.parallel import Layout, Op, in_flight, schedule
+from etsim.producers.training.parallel import Layout, Op, schedule
 from etsim.producers.training.relabel import relabelled
 from etsim.system.gpus import Efficiency, Gpu
 
@@ -31,8 +33,6 @@ __all__ = ["ACTIVATION_BYTES", "GRAD_BYTES", "PARAM_BYTES", "TRAINING_ATTR", "Jo
 ACTIVATION_BYTES = PARAM_BYTES = GRAD_BYTES = 2
 #: Bytes per parameter the optimizer step reads and writes (Adam: fp32 master weights and two moments).
 OPTIMIZER_BYTES = 30
-#: Bytes of optimizer state per parameter (fp32 master weights and two moments), for the memory estimate.
-STATE_BYTES = 12
 
 AR, AG, RS = CollectiveType.ALL_REDUCE, CollectiveType.ALL_GATHER, CollectiveType.REDUCE_SCATTER
 A2A = CollectiveType.ALL_TO_ALL
@@ -55,16 +55,30 @@ class JobSpec:
     gpu: Gpu
     efficiency: Efficiency
     bucket_bytes: int
+    attention: str = "fused"
+    """``fused`` (flash attention: the score matrix is never stored) or ``unfused`` (for the memory estimate)."""
+    pipeline_layers: tuple[int, ...] = ()
+    """Layers of each model chunk, chunk 0 first (``p · v`` counts); empty: ``layers / (p · v)`` each."""
 
     @property
     def micro_batches(self) -> int:
         """Micro-batches per pipeline per iteration: ``B / (b · d)``."""
         return self.global_batch // (self.micro_batch * self.layout.dp)
 
-    @property
-    def layers_per_chunk(self) -> int:
-        """Layers of one model chunk (``layers / (p · v)``)."""
-        return self.model.layers // (self.layout.pp * self.chunks)
+    @cached_property
+    def chunk_layers(self) -> tuple[int, ...]:
+        """Layers of each model chunk (model chunk ``k`` runs on stage ``k mod p``)."""
+        chunks = self.layout.pp * self.chunks
+        return self.pipeline_layers or (self.model.layers // chunks,) * chunks
+
+    def layers_of(self, chunk: int) -> range:
+        """The layers of model *chunk*."""
+        first = sum(self.chunk_layers[:chunk])
+        return range(first, first + self.chunk_layers[chunk])
+
+    def with_recompute(self, recompute: str) -> JobSpec:
+        """The same job with another recomputation mode."""
+        return replace(self, recompute=recompute)
 
 
 @dataclass
@@ -270,11 +284,9 @@ class _Rank:
         """The rank's trace: the passes of its pipeline schedule in order, then the optimizer step."""
         job = self.job
         self.b.metadata = rank_metadata(self.rank, info, group_ids, members)
-        lpc = job.layers_per_chunk
         for op in schedule(job.schedule, job.layout.pp, self.p, job.micro_batches, job.chunks):
             model_chunk = self.stage_chunks[op.chunk]
-            first_layer = model_chunk * lpc
-            layers = range(first_layer, first_layer + lpc)
+            layers = job.layers_of(model_chunk)
             if op.kind == "F":
                 self._forward_pass(op, model_chunk, layers)
             else:
@@ -354,7 +366,7 @@ class _Rank:
     def _layer_gradients(self, layer: int, made: int, tag: str) -> None:
         """*layer*'s gradients (made by node *made*) into a bucket, or reduced at once (ZeRO-3, experts)."""
         job, grad_role = self.job, self.grad_role
-        dense, expert = _layer_parameters(job.model, layer, job.layout)
+        dense, expert = layer_parameters(job.model, layer, job.layout)
         if job.zero == 3 and grad_role:
             self.grad_collectives.append(
                 self._coll(RS, dense * GRAD_BYTES, [made], f"{tag}_l{layer}_grad_rs", grad_role)
@@ -395,12 +407,12 @@ class _Rank:
         job = self.job
         if job.zero != 3 or "dp" not in self.groups:
             return deps, deps
-        dense, _ = _layer_parameters(job.model, layer, job.layout)
+        dense, _ = layer_parameters(job.model, layer, job.layout)
         gather = self._coll(AG, dense * PARAM_BYTES / job.layout.dp, start, name, "dp")
         return [*deps, gather], deps
 
 
-def _layer_parameters(model: ModelSpec, layer: int, layout: Layout) -> tuple[float, float]:
+def layer_parameters(model: ModelSpec, layer: int, layout: Layout) -> tuple[float, float]:
     """Per-rank (dense, expert) parameters of *layer*: dense weights split by tensor parallelism, experts by ep."""
     total = model.layer_parameters(layer)
     if not model.is_moe(layer):
@@ -460,25 +472,12 @@ def rank_parameters(job: JobSpec, stage: int) -> float:
     total = 0.0
     for k in range(job.chunks):
         chunk = k * lay.pp + stage
-        for layer in range(chunk * job.layers_per_chunk, (chunk + 1) * job.layers_per_chunk):
-            dense, expert = _layer_parameters(model, layer, lay)
+        for layer in job.layers_of(chunk):
+            dense, expert = layer_parameters(model, layer, lay)
             total += dense + expert
         if chunk == 0:
             total += model.embedding_parameters() / lay.tp
     return total
-
-
-def activation_bytes(job: JobSpec) -> float:
-    """Activation memory of one micro-batch through one layer on one rank (Korthikanti et al. 2022, Eq. 2 ff.)."""
-    m, lay = job.model, job.layout
-    s, b, h, a, t = m.seq / lay.cp, job.micro_batch, m.hidden, m.heads, lay.tp
-    if job.recompute == "full":
-        return 2 * s * b * h / (t if job.sp else 1)
-    if job.recompute == "selective":
-        return 34 * s * b * h / t if job.sp else s * b * h * (10 + 24 / t)
-    if job.sp:
-        return s * b * h * (34 + 5 * a * s / h) / t
-    return s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
 
 
 def job_info(job: JobSpec, roles: dict[str, str]) -> str:
@@ -491,16 +490,8 @@ def job_info(job: JobSpec, roles: dict[str, str]) -> str:
         recompute_flops = sequences * model.seq * (model.forward_flops_per_token() - 2 * model.hidden * model.vocab)
     elif job.recompute == "selective":
         recompute_flops = sequences * model.seq * model.layers * 4 * model.seq * model.hidden
-    peak_activations = []
-    memory = []
-    for stage in range(lay.pp):
-        ops = schedule(job.schedule, lay.pp, stage, job.micro_batches, job.chunks)
-        peak_activations.append(in_flight(ops) * job.layers_per_chunk * activation_bytes(job))
-        params = rank_parameters(job, stage)
-        weights = params * PARAM_BYTES / (lay.dp if job.zero == 3 else 1)
-        grads = params * GRAD_BYTES / (lay.dp if job.zero >= 2 else 1)
-        states = params * STATE_BYTES / (lay.dp if job.zero >= 1 else 1)
-        memory.append(weights + grads + states + peak_activations[-1])
+    stages = [stage_memory(job, stage) for stage in range(lay.pp)]
+    largest = max(range(lay.pp), key=lambda stage: stages[stage]["total"])
     return json.dumps(
         {
             "model": model.name,
@@ -518,8 +509,11 @@ def job_info(job: JobSpec, roles: dict[str, str]) -> str:
             "micro_batch": job.micro_batch, "global_batch": job.global_batch, "zero": job.zero,
             "recompute": job.recompute,
             "groups": roles,
-            "activation_bytes_in_flight": peak_activations,
-            "memory_bytes_per_gpu": memory,
+            "activation_bytes_in_flight": [terms["activations"] for terms in stages],
+            "memory_bytes_per_gpu": [terms["total"] for terms in stages],
+            "memory_terms": {"stage": largest, **stages[largest]},
+            "attention": job.attention,
+            "pipeline_layers": list(job.chunk_layers),
         },
         sort_keys=True,
     )  # fmt: skip

@@ -7,15 +7,17 @@ The traces are built by :mod:`etsim.producers.training.job`; this module declare
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from etsim.chakra.graph import Trace
 from etsim.errors import ConfigError
-from etsim.options import Boolean, Choice, Integer, Parser, Size, option
+from etsim.options import Boolean, Choice, Integer, ListOf, Parser, Size, option
+from etsim.options import Optional as OptionalOf
 from etsim.producers.training.job import JobSpec, build_job, job_groups
 from etsim.producers.training.model import MODELS, ModelSpec, load_model
 from etsim.producers.training.parallel import SCHEDULES, Layout
+from etsim.producers.training.stages import split_layers
 from etsim.producers.workloads.base import WORKLOAD_GENERATORS, Rewrite, WorkloadGenerator
 from etsim.system.gpus import GPUS, gpu_preset, parse_efficiency
 
@@ -48,7 +50,7 @@ class Efficiencies(Parser):
         if isinstance(value, str):
             return self.from_text(value, key=key)
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{key}: expected a mapping such as {{gemm: 0.7}}, got {value!r}")
+            raise ConfigError(f"{key}: expected a mapping such as {{gemm: 0.7}}, got {value!r}") from None
         parse_efficiency(value, key)
         return {str(k): float(v) for k, v in value.items()}
 
@@ -66,9 +68,36 @@ class Efficiencies(Parser):
         return self(values, key=key)
 
 
+class PipelineLayers(Parser):
+    """``auto``, or the layers of each model chunk: ``8,8,8,6`` (or a list)."""
+
+    metavar = "auto|N,N,…"
+
+    def __call__(self, value: Any, *, key: str) -> Any:
+        """``"auto"``, None, or the counts as a list of integers >= 1."""
+        if value is None or value == "auto":
+            return value
+        try:
+            return ListOf(Integer(1), example="[8, 8, 8, 6]", what="layer counts")(value, key=key)
+        except ConfigError:
+            expected = "expected auto or layer counts per model chunk such as 8,8,8,6"
+            raise ConfigError(f"{key}: {expected}, got {value!r}") from None
+
+    def from_text(self, text: str, *, key: str) -> Any:
+        """``auto`` or comma-separated counts."""
+        return self(text.strip(), key=key)
+
+
 def job_spec(options: Any) -> JobSpec:
     """The :class:`~etsim.producers.training.job.JobSpec` of checked options."""
     o = options
+    job = _job_spec(o)
+    split = split_layers(job, o.pipeline_layers, o.first_stage_layers, o.last_stage_layers, "pipeline_layers")
+    return replace(job, pipeline_layers=split)
+
+
+def _job_spec(o: Any) -> JobSpec:
+    """The job with an even split of its layers (:func:`job_spec` then splits them as the options say)."""
     model = load_model(o.model, "model")
     return JobSpec(
         model=model,
@@ -84,6 +113,7 @@ def job_spec(options: Any) -> JobSpec:
         gpu=gpu_preset(o.gpu, "gpu"),
         efficiency=parse_efficiency(o.efficiency, "efficiency"),
         bucket_bytes=o.bucket_size,
+        attention=o.attention,
     )
 
 
@@ -124,6 +154,25 @@ class TransformerGenerator(WorkloadGenerator):
         precision: str = option("bf16", "GEMM precision", Choice("bf16", "fp8"))
         gpu: str = option("a100-80gb", "GPU preset", Choice(*GPUS))
         bucket_size: int = option(80_000_000, "data-parallel gradient bucket", Size(1))
+        attention: str = option(
+            "fused",
+            "attention kernels, for the memory estimate: fused (flash: no score matrix kept) or unfused",
+            Choice("fused", "unfused"),
+        )
+        pipeline_layers: Any = option(
+            None, "layers of each model chunk (p·v counts, e.g. 8,8,8,6), or auto: balanced by compute time "
+            "(default: even, or auto when the layers do not divide)", PipelineLayers(),
+        )  # fmt: skip
+        first_stage_layers: int | None = option(
+            None,
+            "layers of the first pipeline stage (Megatron-LM's; the other stages share the rest)",
+            OptionalOf(Integer(1)),
+        )
+        last_stage_layers: int | None = option(
+            None,
+            "layers of the last pipeline stage (Megatron-LM's; the other stages share the rest)",
+            OptionalOf(Integer(1)),
+        )
         efficiency: dict[str, float] = option(
             help="compute-efficiency overrides, e.g. gemm=0.7,attention=0.5", parse=Efficiencies(), default_factory=dict
         )
@@ -146,8 +195,11 @@ class TransformerGenerator(WorkloadGenerator):
                 f"{key('schedule')} interleaved needs {key('virtual_stages')} >= 2 (model chunks per stage); with 1 it "
                 f"is 1F1B: give {key('virtual_stages')} 2 or more, or {key('schedule')} 1f1b"
             )
-        if model.layers % (o.pp * v):
-            raise ConfigError(f"the model's {model.layers} layers do not split into {key('pp')} {o.pp} × {v} chunks")
+        if o.pipeline_layers is not None or o.first_stage_layers is not None or o.last_stage_layers is not None:
+            split_layers(_job_spec(o), o.pipeline_layers, o.first_stage_layers, o.last_stage_layers,
+                         key("pipeline_layers"))  # fmt: skip
+        elif model.layers < o.pp * v:
+            raise ConfigError(f"the model's {model.layers} layers are fewer than {key('pp')} {o.pp} × {v} chunks")
         m = o.global_batch // (o.micro_batch * o.dp)
         if o.schedule == "interleaved" and m % o.pp:
             raise ConfigError(

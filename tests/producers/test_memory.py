@@ -1,0 +1,142 @@
+"""The memory model of training jobs against Korthikanti et al.'s formulas, term for term, and published jobs.
+
+Activations per layer equal Table 2 of Korthikanti et al. 2022 (shared/reference/training.md's source) exactly
+(Fractions) for GPT layers under every tensor/sequence parallelism and recomputation mode; fused attention drops
+exactly the 5as/h term; the schedule holds p − stage micro-batches under 1F1B; ZeRO shards what each stage says;
+and every published configuration of the reference fits in its GPUs' 80 GB.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from etsim.producers.training.job import JobSpec
+from etsim.producers.training.memory import (
+    FRAGMENTATION,
+    WORKSPACE_BYTES,
+    layer_activations,
+    stage_memory,
+)
+from etsim.producers.workloads.base import parse
+from etsim.producers.workloads.transformer import job_spec
+
+GPT = {"layers": 8, "hidden": 1024, "heads": 16, "vocab": 0, "seq": 2048}
+
+
+def job(**values: Any) -> JobSpec:
+    _, options = parse("transformer", {"model": GPT, "global_batch": 8, **values})
+    return job_spec(options)
+
+
+def per_layer(spec: JobSpec, layer: int = 0) -> Fraction:
+    return sum(layer_activations(spec, layer).values(), Fraction(0))
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+@pytest.mark.parametrize("b", [1, 4])
+def test_activations_per_layer_are_korthikanti_table_2(t: int, b: int) -> None:
+    s, h, a = GPT["seq"], GPT["hidden"], GPT["heads"]
+    sbh = s * b * h
+    base = {"tp": t, "micro_batch": b, "global_batch": 8 * b}
+    sp = {"sp": True} if t > 1 else {}
+    # Table 2: no recomputation, unfused attention (the s x s scores kept), without and with SP
+    assert per_layer(job(**base, attention="unfused")) == sbh * (10 + Fraction(24, t) + Fraction(5 * a * s, h * t))
+    if sp:
+        assert per_layer(job(**base, **sp, attention="unfused")) == Fraction(sbh, t) * (34 + Fraction(5 * a * s, h))
+    # selective recomputation: the attention core is recomputed
+    assert per_layer(job(**base, recompute="selective")) == sbh * (10 + Fraction(24, t))
+    if sp:
+        assert per_layer(job(**base, **sp, recompute="selective")) == 34 * Fraction(sbh, t)
+    # full recomputation: each layer's input only
+    assert per_layer(job(**base, recompute="full")) == 2 * sbh
+    if sp:
+        assert per_layer(job(**base, **sp, recompute="full")) == 2 * Fraction(sbh, t)
+    # fused (flash) attention, the default: selective's figure plus the FP32 log-sum-exp per head and token
+    assert per_layer(job(**base)) == sbh * (10 + Fraction(24, t)) + Fraction(4 * a * s * b, t)
+
+
+def test_the_unfused_score_term_is_what_made_long_sequences_not_fit() -> None:
+    long = {**GPT, "seq": 8192, "heads": 96, "hidden": 12288}
+    fused = job(model=long, tp=8, sp=True)
+    unfused = job(model=long, tp=8, sp=True, attention="unfused")
+    s, h, a = 8192, 12288, 96
+    # with SP: 34 sbh/t against sbh/t (34 + 5as/h): at s = 8192 the score term is 320, ten times the rest
+    assert Fraction(5 * a * s, h) == 320
+    assert per_layer(unfused) - per_layer(fused) == Fraction(s * h, 8) * 320 - Fraction(4 * a * s, 8)
+
+
+def test_gated_mlp_and_grouped_query_attention_store_their_own_shapes() -> None:
+    llama = {**GPT, "arch": "llama", "kv_heads": 4, "ffn": 2816}
+    s, h, b, f, hkv = GPT["seq"], GPT["hidden"], 1, 2816, 1024 * 4 // 16
+    terms = layer_activations(job(model=llama, tp=2), 0)
+    assert terms["query, key, value"] == Fraction(2 * s * b * (h + 2 * hkv), 2)
+    assert terms["mlp inner"] == Fraction(6 * s * b * f, 2)  # gate, up and their product
+    assert "dropout masks" not in terms  # no dropout in a llama model
+
+
+@pytest.mark.parametrize("p", [2, 4])
+def test_1f1b_holds_p_minus_stage_micro_batches(p: int) -> None:
+    spec = job(pp=p, recompute="selective")
+    layers = GPT["layers"] // p
+    for stage in range(p):
+        held = stage_memory(spec, stage)["activations"]
+        assert held == float((p - stage) * layers * per_layer(spec))
+    gpipe = job(pp=p, schedule="gpipe", recompute="selective")
+    assert stage_memory(gpipe, p - 1)["activations"] == float(8 * layers * per_layer(gpipe))  # all m
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_zero_shards_states_then_gradients_then_weights_over_the_data_parallel_group(zero: int) -> None:
+    spec = job(dp=4, cp=2, zero=zero, recompute="full")
+    terms = stage_memory(spec, 0)
+    params = spec.model.parameters()
+    shard = 4 * 2  # (the data-parallel group holds the context-parallel ranks too)
+    assert terms["optimizer states"] == pytest.approx(12 * params / (shard if zero >= 1 else 1), rel=1e-15)
+    assert terms["gradients"] == pytest.approx(2 * params / (shard if zero >= 2 else 1), rel=1e-15)
+    assert terms["weights"] == pytest.approx(2 * params / (shard if zero >= 3 else 1), rel=1e-15)
+    assert ("gathered layers" in terms) == (zero == 3)
+    tensors = sum(v for k, v in terms.items() if k not in ("fragmentation", "workspace", "total"))
+    assert terms["fragmentation"] == pytest.approx(tensors * float(FRAGMENTATION), rel=1e-12)
+    assert terms["workspace"] == WORKSPACE_BYTES
+    assert terms["total"] == pytest.approx(sum(v for k, v in terms.items() if k != "total"), rel=1e-12)
+
+
+def test_embeddings_and_the_output_layer_sit_on_their_stages() -> None:
+    with_vocab = {**GPT, "vocab": 32000}
+    spec = job(model=with_vocab, pp=2, recompute="full")
+    first, last = stage_memory(spec, 0), stage_memory(spec, 1)
+    h, v, s = GPT["hidden"], 32000, GPT["seq"]
+    # a gpt model's tied embedding: the input one (words and positions) on the first stage, its copy on the last
+    layers = sum(spec.model.layer_parameters(i) for i in range(4))
+    assert first["weights"] == 2 * (layers + (v + s) * h)
+    assert last["weights"] == 2 * (layers + v * h)
+
+
+PUBLISHED = [  # shared/reference/training.md: Korthikanti et al. (SP + selective), Narayanan et al. (full recompute)
+    ({"model": "megatron-22b", "tp": 8, "sp": True, "recompute": "selective", "global_batch": 4, "micro_batch": 4}),
+    ({"model": "gpt3-175b", "tp": 8, "pp": 8, "sp": True, "recompute": "selective", "schedule": "interleaved",
+      "virtual_stages": 3, "global_batch": 64}),
+    ({"model": "megatron-530b", "tp": 8, "pp": 35, "sp": True, "recompute": "selective", "schedule": "interleaved",
+      "virtual_stages": 3, "global_batch": 280}),
+    ({"model": "megatron-1t", "tp": 8, "pp": 64, "sp": True, "recompute": "selective", "global_batch": 512}),
+    ({"model": "megatron-1.7b", "dp": 32, "recompute": "full", "global_batch": 512}),
+    ({"model": "megatron-18b", "tp": 8, "dp": 32, "recompute": "full", "global_batch": 1024}),
+    ({"model": "megatron-145b", "tp": 8, "pp": 8, "dp": 24, "recompute": "full", "global_batch": 2304,
+      "schedule": "interleaved", "virtual_stages": 2}),
+    ({"model": "megatron-530b", "tp": 8, "pp": 35, "dp": 9, "recompute": "full", "global_batch": 2520,
+      "schedule": "interleaved", "virtual_stages": 3}),
+    ({"model": "megatron-1t", "tp": 8, "pp": 64, "dp": 6, "recompute": "full", "global_batch": 3072,
+      "schedule": "interleaved", "virtual_stages": 2}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("values", PUBLISHED, ids=lambda v: f"{v['model']}-{v['recompute']}")
+def test_every_published_configuration_fits_in_80_gb(values: dict[str, Any]) -> None:
+    _, options = parse("transformer", values)
+    spec = job_spec(options)
+    largest = max(stage_memory(spec, stage)["total"] for stage in range(spec.layout.pp))
+    assert largest <= spec.gpu.memory == 80e9
+    assert largest > 0.3 * spec.gpu.memory  # (and not trivially: these jobs were sized to fill their GPUs)
