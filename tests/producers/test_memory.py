@@ -104,6 +104,18 @@ def test_zero_shards_states_then_gradients_then_weights_over_the_data_parallel_g
     assert terms["total"] == pytest.approx(sum(v for k, v in terms.items() if k != "total"), rel=1e-12)
 
 
+@pytest.mark.parametrize(("zero", "per_parameter"), [(0, 16), (1, 4 + Fraction(12, 64)), (2, 2 + Fraction(14, 64)),
+                                                      (3, Fraction(16, 64))])  # fmt: skip
+def test_model_states_are_zero_figure_1(zero: int, per_parameter: Fraction) -> None:
+    # Rajbhandari et al. 2020, Fig. 1: a 7.5B model on 64 GPUs needs 120, 31.4, 16.6, 1.9 GB of model states
+    spec = job(dp=64, zero=zero, global_batch=64)
+    terms = stage_memory(spec, 0)
+    states = terms["weights"] + terms["gradients"] + terms["optimizer states"]
+    assert states == pytest.approx(float(spec.model.parameters() * per_parameter), rel=1e-15)
+    assert [round(7.5 * float(f), 1) for f in (16, 4 + Fraction(12, 64), 2 + Fraction(14, 64), Fraction(16, 64))] == [
+        120.0, 31.4, 16.6, 1.9]  # fmt: skip
+
+
 def test_embeddings_and_the_output_layer_sit_on_their_stages() -> None:
     with_vocab = {**GPT, "vocab": 32000}
     spec = job(model=with_vocab, pp=2, recompute="full")

@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 
 __all__ = ["ROLES", "TRAINING_ATTR", "training_columns", "training_info", "training_lines", "training_report"]
 
+#: The memory estimate's terms, in the order the report prints them (:mod:`etsim.producers.training.memory`).
+MEMORY_TERMS = ("weights", "gradients", "optimizer states", "gathered layers", "fp8 weight copies", "activations",
+                "recomputed layer", "fragmentation", "workspace")  # fmt: skip
+
 #: The parallelisms the report splits exposed communication by.
 ROLES = ("tp", "pp", "dp", "ep", "cp")
 
@@ -151,24 +155,17 @@ def training_lines(report: dict[str, Any]) -> list[str]:
         pp = len(stages)
         per_stage = [sum(layers[k] for k in range(s, len(layers), pp)) for s in range(pp)] if layers else []
         slowest = max(range(pp), key=lambda s: stages[s])
-        shown = (
-            ", ".join(format_time(ns) for ns in stages)
-            if pp <= 8
-            else (f"{format_time(min(stages))} to {format_time(max(stages))}")
-        )
         lines.append(
-            f"  compute per stage (mean per GPU): {shown}; slowest stage {slowest}"
-            + (f" ({per_stage[slowest]} layers)" if per_stage else "")
+            f"  compute per stage (mean per GPU): {format_time(min(stages))} to {format_time(max(stages))}, "
+            f"slowest stage {slowest}" + (f" ({per_stage[slowest]} layers)" if per_stage else "")
         )
     if report.get("memory_bytes_per_gpu"):
         terms = report.get("memory_terms") or {}
-        detail = ", ".join(f"{name} {format_size(value)}" for name, value in terms.items()
-                           if name not in ("stage", "total") and value)  # fmt: skip
         where = f"stage {terms['stage']}" if "stage" in terms else "largest stage"
-        lines.append(
-            f"  memory per GPU (estimate, {where}): {format_size(max(report['memory_bytes_per_gpu']))}"
-            + (f" = {detail}" if detail else "")
-        )
+        lines.append(f"  memory per GPU (estimate, {where}): {format_size(max(report['memory_bytes_per_gpu']))}")
+        shown = [f"{name} {format_size(terms[name])}" for name in MEMORY_TERMS if terms.get(name)]
+        if shown:
+            lines.append("    " + ", ".join(shown))
     return lines
 
 
