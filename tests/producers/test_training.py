@@ -62,6 +62,33 @@ def test_presets_have_their_published_sizes(name: str, billions: float) -> None:
     assert MODELS[name].parameters() / 1e9 == pytest.approx(billions, rel=0.03)
 
 
+def test_gpt_oss_has_its_published_total_and_active_parameters_with_its_own_head_width() -> None:
+    # OpenAI's model card: 116.83B parameters, 5.13B active per token (the input embedding not counted).
+    m = MODELS["gpt-oss-120b"]
+    assert m.head_dim == 64 != m.hidden // m.heads
+    assert m.parameters() / 1e9 == pytest.approx(116.83, rel=0.01)
+    active = sum(m.layer_matmul_weights(i) for i in range(m.layers)) + m.vocab * m.hidden
+    assert active / 1e9 == pytest.approx(5.13, rel=0.01)
+    assert m.attention_weights() == 2880 * (64 * 64 + 2 * 8 * 64) + 64 * 64 * 2880
+
+
+def test_head_dim_and_kv_channels_set_the_attention_width() -> None:
+    base = {"layers": 2, "hidden": 256, "heads": 8, "vocab": 0, "seq": 128}
+    wide = load_model({**base, "head_dim": 64})
+    assert wide.q_hidden == 512 and wide.kv_hidden == 512
+    assert load_model({**base, "kv_channels": 64}) == wide
+    # the attention core's FLOPs follow the heads' width: 4·s·heads·head_dim per token and layer
+    narrow = load_model(base)
+    core = 4 * 128 * (512 - 256)
+    weights = 2 * (wide.attention_weights() - narrow.attention_weights())
+    assert wide.forward_flops_per_token() - narrow.forward_flops_per_token() == 2 * (core + weights)
+    with pytest.raises(ConfigError, match="head_dim 32 and kv_channels 64 differ"):
+        load_model({**base, "head_dim": 32, "kv_channels": 64})
+    with pytest.raises(ConfigError, match="hidden 250 is not a multiple of heads 8 \\(or give head_dim\\)"):
+        load_model({**base, "hidden": 250})
+    assert load_model({**base, "hidden": 250, "head_dim": 32}).q_hidden == 256
+
+
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 @pytest.mark.parametrize("layout", [{"tp": 2, "pp": 2, "dp": 2}, {"tp": 2, "sp": True, "cp": 2, "pp": 2}])
 def test_the_compute_nodes_execute_exactly_the_model_and_recomputation_flops(recompute: str, layout: dict) -> None:

@@ -159,12 +159,12 @@ class _Rank:
         cost = _Cost()
         if not core_only:
             if qkv:
-                self._gemm(cost, n, (h + 2 * m.kv_hidden) / t, h, factor)
-            self._gemm(cost, n, h, h / t, factor)
+                self._gemm(cost, n, (m.q_hidden + 2 * m.kv_hidden) / t, h, factor)
+            self._gemm(cost, n, h, m.q_hidden / t, factor)
             norm_tokens = n / t if job.sp else n
             self._kernel(cost, "memory", 0, 8 * norm_tokens * h * ACTIVATION_BYTES * factor)
-        core = 4.0 * n * m.seq * h / t * factor
-        self._kernel(cost, "attention", core, 4 * n * h / t * ACTIVATION_BYTES * factor)
+        core = 4.0 * n * m.seq * m.q_hidden / t * factor
+        self._kernel(cost, "attention", core, 4 * n * m.q_hidden / t * ACTIVATION_BYTES * factor)
         return cost
 
     def _mlp(self, factor: float) -> _Cost:
@@ -231,7 +231,7 @@ class _Rank:
         if self.job.layout.cp > 1:
             qkv = _Cost()
             h, m = self.job.model.hidden, self.job.model
-            self._gemm(qkv, self.n, (h + 2 * m.kv_hidden) / self.job.layout.tp, h)
+            self._gemm(qkv, self.n, (m.q_hidden + 2 * m.kv_hidden) / self.job.layout.tp, h)
             deps = [self._comp(f"{p}_qkv", qkv, deps)]
             deps = self._kv_exchange(deps, f"{p}_kv_ag", backward=False)
         deps = [self._comp(f"{p}_attn", self._attention(1.0, qkv=self.job.layout.cp == 1), deps)]
@@ -489,7 +489,7 @@ def job_info(job: JobSpec, roles: dict[str, str]) -> str:
     if job.recompute == "full":
         recompute_flops = sequences * model.seq * (model.forward_flops_per_token() - 2 * model.hidden * model.vocab)
     elif job.recompute == "selective":
-        recompute_flops = sequences * model.seq * model.layers * 4 * model.seq * model.hidden
+        recompute_flops = sequences * model.seq * model.layers * 4 * model.seq * model.q_hidden
     stages = [stage_memory(job, stage) for stage in range(lay.pp)]
     largest = max(range(lay.pp), key=lambda stage: stages[stage]["total"])
     return json.dumps(

@@ -72,8 +72,8 @@ def layer_activations(job: JobSpec, layer: int) -> dict[str, Fraction]:
     terms = {
         "norm inputs": 4 * sbh / whole,
         "attention input": 2 * sbh / whole,
-        "query, key, value": 2 * s * b * (h + 2 * m.kv_hidden) / t,
-        "attention output": 2 * sbh / t,
+        "query, key, value": 2 * s * b * (m.q_hidden + 2 * m.kv_hidden) / t,
+        "attention output": 2 * s * b * m.q_hidden / t,
     }
     if job.recompute == "selective":
         pass  # the attention core is recomputed: nothing of it is kept

@@ -40,6 +40,8 @@ class ModelSpec:
     heads: int
     kv_heads: int = 0
     """Key/value heads (0: ``heads``, plain multi-head attention)."""
+    head_dim: int = 0
+    """Width of one attention head (0: ``hidden / heads``); Megatron-LM calls it ``kv_channels``."""
     ffn: int = 0
     """MLP inner size (0: ``4 · hidden``)."""
     vocab: int
@@ -57,9 +59,14 @@ class ModelSpec:
 
     # -- derived sizes
     @property
+    def q_hidden(self) -> int:
+        """Width of the query projection (and of the attention output): ``heads · head_dim``."""
+        return self.heads * self.head_dim
+
+    @property
     def kv_hidden(self) -> int:
-        """Width of the key (and of the value) projection."""
-        return self.hidden * self.kv_heads // self.heads
+        """Width of the key (and of the value) projection: ``kv_heads · head_dim``."""
+        return self.kv_heads * self.head_dim
 
     @property
     def gated(self) -> bool:
@@ -76,15 +83,15 @@ class ModelSpec:
 
     def attention_weights(self) -> int:
         """Weights of a layer's query, key, value and output projections."""
-        h = self.hidden
-        return h * (h + 2 * self.kv_hidden) + h * h
+        h, q = self.hidden, self.q_hidden
+        return h * (q + 2 * self.kv_hidden) + q * h
 
     def layer_parameters(self, layer: int) -> int:
         """Parameters of *layer* (weights, biases, norms; routed experts all counted)."""
         h = self.hidden
         attention = self.attention_weights()
         if self.arch == "gpt":
-            attention += (h + 2 * self.kv_hidden) + h  # biases
+            attention += (self.q_hidden + 2 * self.kv_hidden) + h  # biases
             norms = 4 * h  # two LayerNorms: scale and bias
         else:
             norms = 2 * h  # two RMSNorms: scale
@@ -120,7 +127,7 @@ class ModelSpec:
 
     def forward_flops_per_token(self) -> int:
         """Forward FLOPs of one token through the whole model (attention scores at full sequence length)."""
-        layers = sum(2 * self.layer_matmul_weights(i) + 4 * self.seq * self.hidden for i in range(self.layers))
+        layers = sum(2 * self.layer_matmul_weights(i) + 4 * self.seq * self.q_hidden for i in range(self.layers))
         return layers + 2 * self.hidden * self.vocab
 
     def model_flops(self, sequences: int) -> int:
@@ -134,9 +141,12 @@ def _preset(name: str, **values: Any) -> ModelSpec:
 
 def _complete(spec: ModelSpec, where: str) -> ModelSpec:
     """*spec* with defaults that depend on other keys filled in, checked."""
+    if spec.head_dim == 0 and spec.hidden % max(spec.heads, 1):
+        raise ConfigError(f"{where}: hidden {spec.hidden} is not a multiple of heads {spec.heads} (or give head_dim)")
     spec = replace(
         spec,
         kv_heads=spec.kv_heads or spec.heads,
+        head_dim=spec.head_dim or spec.hidden // max(spec.heads, 1),
         ffn=spec.ffn or 4 * spec.hidden,
         expert_ffn=spec.expert_ffn or spec.ffn or 4 * spec.hidden,
     )
@@ -145,8 +155,6 @@ def _complete(spec: ModelSpec, where: str) -> ModelSpec:
     for key in ("layers", "hidden", "heads", "seq"):
         if getattr(spec, key) < 1:
             raise ConfigError(f"{where}: {key}: expected an integer >= 1, got {getattr(spec, key)}")
-    if spec.hidden % spec.heads:
-        raise ConfigError(f"{where}: hidden {spec.hidden} is not a multiple of heads {spec.heads}")
     if spec.heads % spec.kv_heads:
         raise ConfigError(f"{where}: heads {spec.heads} is not a multiple of kv_heads {spec.kv_heads}")
     if spec.experts and not 1 <= spec.top_k <= spec.experts:
@@ -155,7 +163,9 @@ def _complete(spec: ModelSpec, where: str) -> ModelSpec:
 
 
 #: Model presets (published architectures; ``gpt3-175b`` as in Brown et al. 2020, Megatron-LM's models as in
-#: Narayanan et al. 2021, Llama 3 as in its model cards, Mixtral as released; ``deepseek-v3-like`` keeps
+#: Narayanan et al. 2021, Llama 3 as in its model cards, Mixtral as released, ``gpt-oss-120b`` as in OpenAI's model
+#: card (2025; its head width 64 is not hidden/heads = 45; sliding-window attention on alternate layers, attention
+#: sinks and biases are not modelled: its attention is counted at full length); ``deepseek-v3-like`` keeps
 #: DeepSeek-V3's sizes and expert layout with plain multi-head attention in place of MLA).
 MODELS: dict[str, ModelSpec] = {
     m.name: m
@@ -175,6 +185,8 @@ MODELS: dict[str, ModelSpec] = {
                 vocab=128256, seq=8192),
         _preset("mixtral-8x7b", arch="llama", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000,
                 seq=4096, experts=8, top_k=2),
+        _preset("gpt-oss-120b", arch="llama", layers=36, hidden=2880, heads=64, kv_heads=8, head_dim=64, ffn=2880,
+                vocab=201088, seq=4096, experts=128, top_k=4, expert_ffn=2880),
         _preset("deepseek-v3-like", arch="llama", layers=61, hidden=7168, heads=128, ffn=18432, vocab=129280,
                 seq=4096, experts=256, top_k=8, first_dense=3, expert_ffn=2048, shared_experts=1),
     )
@@ -201,10 +213,15 @@ def load_model(spec: str | Mapping[str, Any], key: str = "--model") -> ModelSpec
         where, data, name = key, spec, "custom"
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping of model keys ({', '.join(sorted(_KEYS))})")
-    unknown = sorted(set(data) - _KEYS - {"name"})
+    unknown = sorted(set(data) - _KEYS - {"name", "kv_channels"})
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r}; valid: {', '.join(sorted(_KEYS))}")
     values: dict[str, Any] = {"name": str(data.get("name", name))}
+    if "kv_channels" in data:  # (Megatron-LM's name for head_dim)
+        if "head_dim" in data and data["head_dim"] != data["kv_channels"]:
+            raise ConfigError(f"{where}: head_dim {data['head_dim']} and kv_channels {data['kv_channels']} differ "
+                              "(kv_channels is Megatron-LM's name for head_dim: give one)")  # fmt: skip
+        data = {("head_dim" if k == "kv_channels" else k): v for k, v in data.items()}
     for k, v in data.items():
         if k == "name":
             continue
