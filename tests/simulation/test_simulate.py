@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from etsim.chakra import Workload
-from etsim.chakra.graph import Trace
+from etsim.chakra.graph import CollectiveType, Trace
+from etsim.chakra.io import write_workload
 from etsim.chakra.schema import et_def_pb2 as pb
 from etsim.errors import SimulationError
 from etsim.simulation import simulate
+from etsim.system.config import load_system_config
 
 
 def test_duplicate_ids_are_rejected_before_the_run() -> None:
@@ -250,3 +254,18 @@ def test_ranks_whose_gpu_fails_stop_and_the_others_finish_as_before() -> None:
     assert failed.ranks[2:] == healthy.ranks[2:]  # (analytical: the failed pair's traffic takes nothing from them)
     assert sum(1 for c in failed.collectives if c.rank == 0) < sum(1 for c in healthy.collectives if c.rank == 0)
     assert failed.sim["not_folded"] == "rank_fail stops ranks: every rank is simulated"
+
+
+def test_simulate_reads_a_workload_and_a_system_given_as_paths_and_names_a_wrong_type(tmp_path: Path) -> None:
+    from etsim.chakra.io import load_workload
+    from etsim.producers import collective_workload
+
+    write_workload(collective_workload(CollectiveType.ALL_REDUCE, 1 << 20, 4), tmp_path / "ar")
+    (tmp_path / "sys.yaml").write_text("algorithms: {all_reduce: direct}\n")
+    by_path = simulate(str(tmp_path / "ar"), system=str(tmp_path / "sys.yaml"))
+    loaded = simulate(load_workload(str(tmp_path / "ar")), system=load_system_config(str(tmp_path / "sys.yaml")))
+    assert by_path.finish_ns == loaded.finish_ns and by_path.collectives[0].algorithm == "direct"
+    with pytest.raises(TypeError, match="workload: expected a Workload or a trace path, got int"):
+        simulate(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="system: expected a SystemConfig or a system YAML path, got dict"):
+        simulate(str(tmp_path / "ar"), system={"chunks": 2})  # type: ignore[arg-type]

@@ -57,7 +57,7 @@ from etsim.simulation.collect import instance_records, link_entries, mirror_resu
 from etsim.simulation.phases import DEFAULT_REPORTS, NO_REPORTS, Plan, Reports, WarningLog, collector_paused
 from etsim.system.algorithms import DeferredChecks
 from etsim.system.collective import System
-from etsim.system.config import SystemConfig
+from etsim.system.config import SystemConfig, load_system_config
 from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
 from etsim.units import format_bandwidth, format_time
 from etsim.workload.engine import Engine
@@ -135,12 +135,12 @@ class Simulation:
     """One run of *workload* on a network, in the phases the module docstring lists; :meth:`run` makes them all.
 
     Args:
-        workload: one trace per rank.
+        workload: one trace per rank, or the path of a trace family (read with :func:`etsim.load_workload`).
         topology: a topology YAML path, a built :class:`~etsim.network.Topology`, a loaded
             :class:`~etsim.network.NetworkConfig`, or None for :func:`default_topology`.
         model: network model name (overrides the topology file's ``network.model``; default :data:`DEFAULT_MODEL`).
         model_options: the model's options (override the file's).
-        system: system parameters (default :class:`~etsim.system.config.SystemConfig`).
+        system: system parameters, or the path of a system YAML (default :class:`~etsim.system.config.SystemConfig`).
         reports: what the result reports beyond the run's own figures (default: groups and the training report).
         observer: a :class:`~etsim.workload.observe.RunObserver` that watches the run (timelines, critical path), or
             None. A :class:`~etsim.report.record.RunRecorder` given here also serves the reports; with another
@@ -156,17 +156,28 @@ class Simulation:
 
     def __init__(
         self,
-        workload: Workload,
+        workload: Workload | str | os.PathLike[str],
         *,
         topology: str | os.PathLike[str] | Topology | NetworkConfig | None = None,
         model: str | None = None,
         model_options: Mapping[str, Any] | None = None,
-        system: SystemConfig | None = None,
+        system: SystemConfig | str | os.PathLike[str] | None = None,
         reports: Reports = DEFAULT_REPORTS,
         observer: RunObserver | None = None,
         progress: TextIO | None = None,
         progress_interval: float = 0.5,
     ) -> None:
+        # (paths are read here, as topologies are: a wrong type is named rather than failing deep in a phase)
+        if isinstance(workload, str | os.PathLike):
+            from etsim.chakra.io import load_workload
+
+            workload = load_workload(workload)
+        elif not isinstance(workload, Workload):
+            raise TypeError(f"workload: expected a Workload or a trace path, got {type(workload).__name__}")
+        if isinstance(system, str | os.PathLike):
+            system = load_system_config(system)
+        elif system is not None and not isinstance(system, SystemConfig):
+            raise TypeError(f"system: expected a SystemConfig or a system YAML path, got {type(system).__name__}")
         self.workload = workload
         self.topology = topology
         self.model = model
@@ -489,12 +500,12 @@ class Simulation:
 
 
 def simulate(
-    workload: Workload,
+    workload: Workload | str | os.PathLike[str],
     *,
     topology: str | os.PathLike[str] | Topology | NetworkConfig | None = None,
     model: str | None = None,
     model_options: Mapping[str, Any] | None = None,
-    system: SystemConfig | None = None,
+    system: SystemConfig | str | os.PathLike[str] | None = None,
     progress: TextIO | None = None,
     progress_interval: float = 0.5,
     observer: RunObserver | None = None,
