@@ -152,3 +152,20 @@ def test_every_published_configuration_fits_in_80_gb(values: dict[str, Any]) -> 
     largest = max(stage_memory(spec, stage)["total"] for stage in range(spec.layout.pp))
     assert largest <= spec.gpu.memory == 80e9
     assert largest > 0.3 * spec.gpu.memory  # (and not trivially: these jobs were sized to fill their GPUs)
+
+
+def test_latent_attention_and_windows_store_their_own_shapes() -> None:
+    mla = {"arch": "llama", "layers": 2, "hidden": 256, "heads": 4, "head_dim": 32, "vocab": 0, "seq": 512,
+           "q_lora_rank": 64, "kv_lora_rank": 32, "rope_head_dim": 16, "v_head_dim": 32}  # fmt: skip
+    terms = layer_activations(job(model=mla, tp=2, sp=True), 0)
+    s = 512
+    # the up-projected query and key (heads of 32 + 16), the values, and the latents they came from
+    assert terms["query, key, value"] == Fraction(2 * s * (2 * 4 * 48 + 4 * 32 + 64 + 32 + 16), 2)
+    windowed = {**GPT, "arch": "llama", "window": 256}
+    unfused = layer_activations(job(model=windowed, attention="unfused"), 0)
+    assert unfused["attention scores"] == 2 * GPT["heads"] * GPT["seq"] * 256  # s · window scores per head
+    gen, options = parse("transformer", {"model": mla, "tp": 2, "sp": True, "pp": 2, "global_batch": 2})
+    from etsim.chakra.graph import Workload
+    from etsim.chakra.validate import validate_workload
+
+    validate_workload(Workload(gen.generate(options)))

@@ -336,3 +336,46 @@ def test_ranks_relabelled_from_their_stage_equal_ranks_built_from_scratch() -> N
         alone = _build_rank(job, rank, groups, members, info)
         assert serialize_trace(trace) == serialize_trace(alone), rank
         assert all(getattr(trace, c) == getattr(alone, c) for c in columns.split()), rank
+
+
+@pytest.mark.parametrize(
+    ("name", "total", "active", "rel"),
+    [("qwen3-235b-a22b", 235.0, 22.0, 0.01), ("deepseek-v3", 671.0, 37.0, 0.015),
+     ("llama3.1-405b", 405.85, None, 0.01)],
+)  # fmt: skip
+def test_2025_presets_have_their_published_total_and_active_parameters(
+    name: str, total: float, active: float | None, rel: float
+) -> None:
+    # Qwen3's and DeepSeek-V3's cards: 235B/22B and 671B/37B (rounded to the billion: DeepSeek's 37B is ±1.4%).
+    m = MODELS[name]
+    assert m.parameters() / 1e9 == pytest.approx(total, rel=0.01)
+    if active is not None:
+        used = sum(m.layer_matmul_weights(i) for i in range(m.layers)) + 2 * m.vocab * m.hidden
+        assert used / 1e9 == pytest.approx(active, rel=rel)
+
+
+def test_latent_attention_counts_every_projection_and_its_wider_scores() -> None:
+    m = MODELS["deepseek-v3"]
+    h, heads = 7168, 128
+    weights = h * 1536 + 1536 * heads * 192 + h * (512 + 64) + 512 * heads * (128 + 128) + heads * 128 * h
+    assert m.mla and m.attention_weights() == weights
+    assert m.layer_parameters(0) == weights + m.mlp_weights(18432) + 2 * h + 1536 + 512  # norms: the latents' too
+    # scores over 128 + 64 wide query/key heads, values of 128: 2·s·heads·(192 + 128) FLOPs per token
+    assert m.attention_core_flops(0) == 2 * m.seq * heads * (192 + 128)
+    with pytest.raises(ConfigError, match="kv_lora_rank \\(latent attention\\) needs arch llama"):
+        load_model({**SMALL, "kv_lora_rank": 16})
+
+
+def test_sliding_window_layers_attend_to_the_window_and_sinks_add_a_logit_per_head() -> None:
+    base = {**SMALL, "arch": "llama", "seq": 1024}
+    full = load_model(base)
+    windowed = load_model({**base, "window": 128, "full_every": 2, "sinks": True})
+    assert [windowed.keys_attended(i) for i in range(4)] == [128, 1024, 128, 1024]
+    saved = 2 * (4 * (1024 - 128) * 256)  # two of four layers: 4·(s − w)·h per token fewer
+    assert full.forward_flops_per_token() - windowed.forward_flops_per_token() == saved
+    assert windowed.parameters() - full.parameters() == 4 * 8  # a sink logit per head and layer
+    _, info = generate(model={**base, "window": 128}, recompute="selective")
+    core = 4 * 8 * 1024 * sum(min(128, 1024) * 256 for _ in range(4))  # sequences · s · Σ 4·w·h
+    assert info["hardware_flops"] - info["model_flops"] == core
+    with pytest.raises(ConfigError, match="full_every 2 needs a window"):
+        load_model({**base, "full_every": 2})

@@ -152,18 +152,18 @@ class _Rank:
         return node
 
     # -- blocks
-    def _attention(self, factor: float, core_only: bool = False, qkv: bool = True) -> _Cost:
+    def _attention(self, layer: int, factor: float, core_only: bool = False, qkv: bool = True) -> _Cost:
         """The attention block's kernels (*factor* 1 forward, 2 backward; *qkv* False: its own node made them)."""
         job, m, lay = self.job, self.job.model, self.job.layout
         t, n, h = lay.tp, self.n, m.hidden
         cost = _Cost()
         if not core_only:
             if qkv:
-                self._gemm(cost, n, (m.q_hidden + 2 * m.kv_hidden) / t, h, factor)
-            self._gemm(cost, n, h, m.q_hidden / t, factor)
+                self._gemm(cost, n, m.in_projection_width() / t, h, factor)
+            self._gemm(cost, n, h, m.o_hidden / t, factor)
             norm_tokens = n / t if job.sp else n
             self._kernel(cost, "memory", 0, 8 * norm_tokens * h * ACTIVATION_BYTES * factor)
-        core = 4.0 * n * m.seq * m.q_hidden / t * factor
+        core = n * m.attention_core_flops(layer) / t * factor
         self._kernel(cost, "attention", core, 4 * n * m.q_hidden / t * ACTIVATION_BYTES * factor)
         return cost
 
@@ -231,10 +231,10 @@ class _Rank:
         if self.job.layout.cp > 1:
             qkv = _Cost()
             h, m = self.job.model.hidden, self.job.model
-            self._gemm(qkv, self.n, (m.q_hidden + 2 * m.kv_hidden) / self.job.layout.tp, h)
+            self._gemm(qkv, self.n, m.in_projection_width() / self.job.layout.tp, h)
             deps = [self._comp(f"{p}_qkv", qkv, deps)]
             deps = self._kv_exchange(deps, f"{p}_kv_ag", backward=False)
-        deps = [self._comp(f"{p}_attn", self._attention(1.0, qkv=self.job.layout.cp == 1), deps)]
+        deps = [self._comp(f"{p}_attn", self._attention(layer, 1.0, qkv=self.job.layout.cp == 1), deps)]
         deps = self._tp_after(deps, f"{p}_attn_rs" if self.job.sp else f"{p}_attn_ar")
         if self.job.model.is_moe(layer):
             deps = self._moe_exchange(deps, f"{p}_dispatch")
@@ -256,9 +256,9 @@ class _Rank:
             deps = [self._comp(f"{p}_mlp_bwd", self._mlp(2.0), deps)]
             deps = self._tp_after(deps, f"{p}_mlp_grad_rs" if self.job.sp else f"{p}_mlp_grad_ar")
         deps = self._tp_before(deps, f"{p}_attn_grad_ag")
-        cost = self._attention(2.0)
+        cost = self._attention(layer, 2.0)
         if self.job.recompute == "selective":
-            extra = self._attention(1.0, core_only=True)
+            extra = self._attention(layer, 1.0, core_only=True)
             cost.flops += extra.flops
             cost.nbytes += extra.nbytes
             cost.ns += extra.ns
@@ -489,7 +489,7 @@ def job_info(job: JobSpec, roles: dict[str, str]) -> str:
     if job.recompute == "full":
         recompute_flops = sequences * model.seq * (model.forward_flops_per_token() - 2 * model.hidden * model.vocab)
     elif job.recompute == "selective":
-        recompute_flops = sequences * model.seq * model.layers * 4 * model.seq * model.q_hidden
+        recompute_flops = sequences * model.seq * sum(model.attention_core_flops(i) for i in range(model.layers))
     stages = [stage_memory(job, stage) for stage in range(lay.pp)]
     largest = max(range(lay.pp), key=lambda stage: stages[stage]["total"])
     return json.dumps(

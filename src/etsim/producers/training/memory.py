@@ -69,16 +69,19 @@ def layer_activations(job: JobSpec, layer: int) -> dict[str, Fraction]:
     if job.recompute == "full":
         return {"layer input": 2 * sbh / whole}
     dropout = m.arch == "gpt"
+    # latent attention keeps the up-projected query, key and value, and the latents they came from
+    latents = m.q_lora_rank + m.kv_lora_rank + m.rope_head_dim
+    qkv = 2 * m.q_hidden + m.o_hidden + latents if m.mla else m.q_hidden + 2 * m.kv_hidden
     terms = {
         "norm inputs": 4 * sbh / whole,
         "attention input": 2 * sbh / whole,
-        "query, key, value": 2 * s * b * (m.q_hidden + 2 * m.kv_hidden) / t,
-        "attention output": 2 * s * b * m.q_hidden / t,
+        "query, key, value": 2 * s * b * qkv / t,
+        "attention output": 2 * s * b * m.o_hidden / t,
     }
     if job.recompute == "selective":
         pass  # the attention core is recomputed: nothing of it is kept
     elif job.attention == "unfused":
-        terms["attention scores"] = (5 if dropout else 2) * m.heads * s * m.seq * b / t
+        terms["attention scores"] = (5 if dropout else 2) * m.heads * s * m.keys_attended(layer) * b / t
     else:
         terms["softmax statistics"] = 4 * m.heads * s * b / t
     inner_factor = 6 if m.gated else 4  # SwiGLU keeps its gate, up and product; GeLU its input and output

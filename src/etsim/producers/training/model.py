@@ -4,11 +4,16 @@ Two architectures: ``gpt`` (learned position embeddings, LayerNorm and biases, a
 and output embeddings tied) and ``llama`` (rotary positions, RMSNorm, no biases, a three-matrix SwiGLU MLP,
 untied output embedding). Grouped-query attention (``kv_heads`` < ``heads``) and mixture-of-experts layers
 (``experts``, ``top_k``, every ``moe_every``-th layer from ``first_dense`` on, ``shared_experts`` always
-active) apply to both.
+active) apply to both, as do a head width of its own (``head_dim``), sliding-window attention (``window``; every
+``full_every``-th layer full), attention sinks (``sinks``: a logit per head) and, for ``llama``, multi-head latent
+attention (DeepSeek-V2/V3: ``kv_lora_rank`` > 0, ``q_lora_rank``, ``rope_head_dim``, ``v_head_dim``: the query
+through a low-rank latent, keys and values up-projected from a shared latent of ``kv_lora_rank`` plus the shared
+rotary key; every projection's weights counted, the attention core over ``head_dim + rope_head_dim`` wide scores).
 
 FLOPs follow the convention of Narayanan et al. (2021) and Korthikanti et al. (2022): a multiply-add is two
 operations, only matrix products count, attention scores are counted without causal masking (``4·s·h`` per
-token and layer), the backward pass costs twice the forward. For a ``gpt`` model with ``ffn = 4·h`` and
+token and layer; a windowed layer's queries attend to ``min(window, s)`` keys), the backward pass costs twice the
+forward. For a ``gpt`` model with ``ffn = 4·h`` and
 ``kv_heads = heads`` :meth:`ModelSpec.parameters` is ``12·l·h²·(1 + 13/(12h) + (V+s)/(12lh))`` and
 :meth:`ModelSpec.model_flops` ``72·B·l·s·h²·(1 + s/(6h) + V/(12hl))`` exactly.
 """
@@ -56,16 +61,57 @@ class ModelSpec:
     expert_ffn: int = 0
     """An expert's MLP inner size (0: ``ffn``)."""
     shared_experts: int = 0
+    window: int = 0
+    """Sliding-window attention: the keys each query attends to (0: the whole sequence)."""
+    full_every: int = 0
+    """With a window: every ``full_every``-th layer attends to the whole sequence (0: every layer is windowed)."""
+    sinks: int = 0
+    """1: learned attention-sink logits, one per head and layer (GPT-OSS)."""
+    q_lora_rank: int = 0
+    """Multi-head latent attention: the query's low-rank width (0: a full-rank query projection)."""
+    kv_lora_rank: int = 0
+    """Multi-head latent attention (DeepSeek-V2/V3) when > 0: keys and values from a latent of this width."""
+    rope_head_dim: int = 0
+    """With latent attention: each head's decoupled rotary part of query and key (the key's shared by heads)."""
+    v_head_dim: int = 0
+    """With latent attention: each head's value width (0: ``head_dim``)."""
 
     # -- derived sizes
     @property
+    def mla(self) -> bool:
+        """Whether attention is multi-head latent attention."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one head's query and key (with latent attention, the rotary part included)."""
+        return self.head_dim + (self.rope_head_dim if self.mla else 0)
+
+    @property
+    def o_hidden(self) -> int:
+        """Width of the attention output (the output projection's input): ``heads · v_head_dim``."""
+        return self.heads * (self.v_head_dim or self.head_dim)
+
+    def keys_attended(self, layer: int) -> int:
+        """Keys each query of *layer* attends to: the sequence, or the window on a windowed layer."""
+        if self.window and (self.full_every == 0 or (layer + 1) % self.full_every):
+            return min(self.window, self.seq)
+        return self.seq
+
+    def attention_core_flops(self, layer: int) -> int:
+        """Forward FLOPs of *layer*'s attention core per token: scores and their product with the values."""
+        return 2 * self.keys_attended(layer) * (self.heads * self.qk_head_dim + self.o_hidden)
+
+    @property
     def q_hidden(self) -> int:
-        """Width of the query projection (and of the attention output): ``heads · head_dim``."""
-        return self.heads * self.head_dim
+        """Width of the query projection: ``heads · head_dim`` (with latent attention, the rotary part too)."""
+        return self.heads * self.qk_head_dim
 
     @property
     def kv_hidden(self) -> int:
-        """Width of the key (and of the value) projection: ``kv_heads · head_dim``."""
+        """Width of the key (and of the value) projection: ``kv_heads · head_dim`` (latent attention: its latent)."""
+        if self.mla:
+            return self.kv_lora_rank + self.rope_head_dim
         return self.kv_heads * self.head_dim
 
     @property
@@ -82,9 +128,18 @@ class ModelSpec:
         return (3 if self.gated else 2) * self.hidden * inner
 
     def attention_weights(self) -> int:
-        """Weights of a layer's query, key, value and output projections."""
-        h, q = self.hidden, self.q_hidden
-        return h * (q + 2 * self.kv_hidden) + q * h
+        """Weights of a layer's query, key, value and output projections (latent attention: down and up too)."""
+        h, q, o = self.hidden, self.q_hidden, self.o_hidden
+        if not self.mla:
+            return h * (q + 2 * self.kv_hidden) + o * h
+        query = h * self.q_lora_rank + self.q_lora_rank * q if self.q_lora_rank else h * q
+        latent = h * (self.kv_lora_rank + self.rope_head_dim)
+        up = self.kv_lora_rank * self.heads * (self.head_dim + (self.v_head_dim or self.head_dim))
+        return query + latent + up + o * h
+
+    def in_projection_width(self) -> float:
+        """Columns of the attention's input-side projections as one GEMM (query, key, value; latents' too)."""
+        return (self.attention_weights() - self.o_hidden * self.hidden) / self.hidden
 
     def layer_parameters(self, layer: int) -> int:
         """Parameters of *layer* (weights, biases, norms; routed experts all counted)."""
@@ -94,7 +149,9 @@ class ModelSpec:
             attention += (self.q_hidden + 2 * self.kv_hidden) + h  # biases
             norms = 4 * h  # two LayerNorms: scale and bias
         else:
-            norms = 2 * h  # two RMSNorms: scale
+            norms = 2 * h + (self.q_lora_rank + self.kv_lora_rank if self.mla else 0)  # RMSNorms (latents' too)
+        if self.sinks:
+            norms += self.heads  # (one sink logit per head)
         if self.is_moe(layer):
             experts = self.experts + self.shared_experts
             mlp = experts * self.mlp_weights(self.expert_ffn) + h * self.experts  # and the router
@@ -127,7 +184,7 @@ class ModelSpec:
 
     def forward_flops_per_token(self) -> int:
         """Forward FLOPs of one token through the whole model (attention scores at full sequence length)."""
-        layers = sum(2 * self.layer_matmul_weights(i) + 4 * self.seq * self.q_hidden for i in range(self.layers))
+        layers = sum(2 * self.layer_matmul_weights(i) + self.attention_core_flops(i) for i in range(self.layers))
         return layers + 2 * self.hidden * self.vocab
 
     def model_flops(self, sequences: int) -> int:
@@ -155,6 +212,12 @@ def _complete(spec: ModelSpec, where: str) -> ModelSpec:
     for key in ("layers", "hidden", "heads", "seq"):
         if getattr(spec, key) < 1:
             raise ConfigError(f"{where}: {key}: expected an integer >= 1, got {getattr(spec, key)}")
+    if spec.mla and spec.arch != "llama":
+        raise ConfigError(f"{where}: kv_lora_rank (latent attention) needs arch llama (no biases, RMSNorm)")
+    if spec.full_every and not spec.window:
+        raise ConfigError(f"{where}: full_every {spec.full_every} needs a window (sliding-window attention)")
+    if spec.sinks not in (0, 1):
+        raise ConfigError(f"{where}: sinks: expected 0 or 1 (or false/true), got {spec.sinks}")
     if spec.heads % spec.kv_heads:
         raise ConfigError(f"{where}: heads {spec.heads} is not a multiple of kv_heads {spec.kv_heads}")
     if spec.experts and not 1 <= spec.top_k <= spec.experts:
@@ -164,8 +227,9 @@ def _complete(spec: ModelSpec, where: str) -> ModelSpec:
 
 #: Model presets (published architectures; ``gpt3-175b`` as in Brown et al. 2020, Megatron-LM's models as in
 #: Narayanan et al. 2021, Llama 3 as in its model cards, Mixtral as released, ``gpt-oss-120b`` as in OpenAI's model
-#: card (2025; its head width 64 is not hidden/heads = 45; sliding-window attention on alternate layers, attention
-#: sinks and biases are not modelled: its attention is counted at full length); ``deepseek-v3-like`` keeps
+#: card (2025: heads of 64 where hidden/heads = 45, a 128-token window on alternate layers, attention sinks; its
+#: biases are not counted), ``qwen3-235b-a22b`` and ``deepseek-v3`` (multi-head latent attention) as in their
+#: released configurations, ``llama3.1-405b`` as Llama 3's 405B model card; ``deepseek-v3-like`` keeps
 #: DeepSeek-V3's sizes and expert layout with plain multi-head attention in place of MLA).
 MODELS: dict[str, ModelSpec] = {
     m.name: m
@@ -185,8 +249,15 @@ MODELS: dict[str, ModelSpec] = {
                 vocab=128256, seq=8192),
         _preset("mixtral-8x7b", arch="llama", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000,
                 seq=4096, experts=8, top_k=2),
+        _preset("llama3.1-405b", arch="llama", layers=126, hidden=16384, heads=128, kv_heads=8, ffn=53248,
+                vocab=128256, seq=8192),
         _preset("gpt-oss-120b", arch="llama", layers=36, hidden=2880, heads=64, kv_heads=8, head_dim=64, ffn=2880,
-                vocab=201088, seq=4096, experts=128, top_k=4, expert_ffn=2880),
+                vocab=201088, seq=4096, experts=128, top_k=4, expert_ffn=2880, window=128, full_every=2, sinks=1),
+        _preset("qwen3-235b-a22b", arch="llama", layers=94, hidden=4096, heads=64, kv_heads=4, head_dim=128,
+                ffn=12288, vocab=151936, seq=4096, experts=128, top_k=8, expert_ffn=1536),
+        _preset("deepseek-v3", arch="llama", layers=61, hidden=7168, heads=128, head_dim=128, ffn=18432,
+                vocab=129280, seq=4096, experts=256, top_k=8, first_dense=3, expert_ffn=2048, shared_experts=1,
+                q_lora_rank=1536, kv_lora_rank=512, rope_head_dim=64, v_head_dim=128),
         _preset("deepseek-v3-like", arch="llama", layers=61, hidden=7168, heads=128, ffn=18432, vocab=129280,
                 seq=4096, experts=256, top_k=8, first_dense=3, expert_ffn=2048, shared_experts=1),
     )
@@ -228,6 +299,8 @@ def load_model(spec: str | Mapping[str, Any], key: str = "--model") -> ModelSpec
         if k == "arch":
             values[k] = v
             continue
+        if k == "sinks" and isinstance(v, bool):
+            v = int(v)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ConfigError(f"{where}: {k}: expected an integer >= 0, got {v!r}")
         values[k] = v

@@ -31,7 +31,7 @@ def layer_times(job: JobSpec) -> tuple[list[float], float, float]:
     times = []
     for layer in range(m.layers):
         gemm = passes * 2 * n * m.layer_matmul_weights(layer) / t
-        attention = (passes + (1 if job.recompute == "selective" else 0)) * 4 * n * m.seq * m.q_hidden / t
+        attention = (passes + (1 if job.recompute == "selective" else 0)) * n * m.attention_core_flops(layer) / t
         dim = min(n, m.hidden)
         core = eff.kernel_ns(gpu, fp, "attention", attention, 0.0)
         times.append(eff.kernel_ns(gpu, fp, "gemm", gemm, 0.0, dim) + core)
