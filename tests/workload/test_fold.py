@@ -256,3 +256,24 @@ def test_a_node_priority_on_some_replicas_only_is_not_folded_away() -> None:
     groups = groups_of(workload)
     _, why = find_fold(workload.traces, groups, cluster(8), "default", {f"0:{node}": -1})
     assert why.startswith(f"node_priorities: 0:{node} has no counterpart on rank")
+
+
+def test_groups_with_the_same_members_map_one_to_one_and_an_expert_job_with_ep_dp_folds() -> None:
+    # ep = dp: each expert-gradient group has the members of a tensor-parallel group (distinct communicators); a
+    # shift maps each onto its own image, and the job folds exactly.
+    workload = job(MOE, tp=2, sp=True, ep=4, dp=4, pp=2)
+    groups = groups_of(workload)
+    twins = [m for m in (frozenset(v) for v in groups.groups.values())]
+    assert len(twins) > len(set(twins))  # (the case: two groups with one member set)
+    folded, full = both(workload, cluster(16), "flow", RING)
+    assert "folded" in folded.sim
+    assert equal(folded, full)
+
+
+def test_a_fold_that_does_not_hold_says_why_every_rank_ran() -> None:
+    # NCCL's all-to-all over members on two nodes, several per node: a graph per GPU, which mirrors cannot run.
+    workload = job(MOE, tp=2, sp=True, ep=4, dp=8)
+    result = simulate(workload, topology=cluster(16), model="flow", system=TRAINING)
+    assert "folded" not in result.sim
+    assert result.sim["not_folded"].startswith("the fold did not hold: ")
+    assert "mirrored replicas need" in result.sim["not_folded"]

@@ -236,8 +236,9 @@ class Simulation:
             result = self.collect(build, outcome)
             result.warnings = log.messages()
         result.sim["reruns"] = plan.reruns
-        if (build.config.ranks_named(in_effect=True) or build.config.compute_jitter) and plan.fold is None:
-            result.sim["not_folded"] = plan.fold_note  # (a straggler: why every rank ran)
+        apart = build.config.ranks_named(in_effect=True) or build.config.compute_jitter
+        if (apart or plan.dropped) and plan.fold is None:
+            result.sim["not_folded"] = plan.fold_note  # (a straggler, or a fold that did not hold: why every rank ran)
         self.report(build, result)
         return result
 

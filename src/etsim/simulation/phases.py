@@ -70,11 +70,13 @@ class Plan:
     fold_note: str
     fast_excluded: frozenset[Hashable] | None
     reruns: int = 0
+    dropped: bool = False
+    """A fold was planned and did not hold (``fold_note`` says why): every rank ran."""
 
     def after(self, conflict: FoldConflict | FastPathConflict) -> Plan:
         """The plan that rules out what *conflict* found: every rank runs, or that part takes the event path."""
         if isinstance(conflict, FoldConflict):
-            return dataclasses.replace(self, fold=None, fold_note="replica folding is off")
+            return dataclasses.replace(self, fold=None, fold_note=f"the fold did not hold: {conflict}", dropped=True)
         reruns = self.reruns + 1
         if conflict.namespace is None:  # nothing in particular: every collective on the event path
             reruns = MAX_FAST_RERUNS

@@ -148,13 +148,10 @@ class ReplicaFold:
 
     def bind_groups(self, groups: CommGroups) -> None:
         """Learn where each shift maps each group (every shift maps groups onto groups: :func:`find_fold` checked)."""
-        name_of = {frozenset(members): name for name, members in groups.groups.items()}
         self._step = []
         for shift in self.shifts:
-            perm = shift.permutation(self.ranks)
-            self._step.append(
-                {name: name_of[frozenset(perm[r] for r in members)] for name, members in groups.groups.items()}
-            )
+            images = group_images(groups, shift.permutation(self.ranks))
+            self._step.append({name: image for name, image in images.items() if image is not None})
 
     def bind_links(self, topology: Topology) -> None:
         """Compute each link's orbit representative (the link of its orbit attached to a simulated rank)."""
@@ -189,18 +186,19 @@ def replica_shifts(traces: Sequence[Trace]) -> list[list[Shift]]:
     """The shifts a generated training job may be invariant under, per role, the smallest first.
 
     Ranks follow Megatron-LM's order, ``rank = t + T·(c + C·(d + D·p))``: ``tp`` moves every rank to the next
-    tensor-parallel rank, ``dp`` by ``s`` data-parallel replicas (whole expert-parallel blocks: ``ep`` divides
-    ``s``). Empty for a workload that does not describe its layout (the ``etsim_training`` metadata).
+    tensor-parallel rank, ``dp`` by ``s`` data-parallel replicas (any divisor of ``dp``: the checks of
+    :func:`find_fold` decide, expert-parallel groups included, whose positions a shift rotates). Empty for a
+    workload that does not describe its layout (the ``etsim_training`` metadata).
     """
     layout = parallel_layout(traces)
     if layout is None:
         return []
-    tp, cp, dp, ep = layout.tp, layout.cp, layout.dp, layout.ep
+    tp, cp, dp = layout.tp, layout.cp, layout.dp
     roles = []
     if tp > 1:
         roles.append([Shift(1, tp, 1, "tp")])
     if dp > 1:
-        roles.append([Shift(tp * cp, dp, s, "dp") for s in range(ep, dp, ep) if dp % s == 0])
+        roles.append([Shift(tp * cp, dp, s, "dp") for s in range(1, dp) if dp % s == 0])
     return roles
 
 
@@ -290,12 +288,27 @@ def _groups_symmetric(groups: CommGroups, shift: list[int], world: bool = False)
     return None
 
 
+def group_images(groups: CommGroups, shift: Sequence[int]) -> dict[str, str | None]:
+    """Each group's name → the name of the group τ maps it onto (None: no group has its image's members).
+
+    Groups with the same members are distinct communicators (a job's tensor-parallel group may also be its
+    expert-gradient group): the k-th of the groups with the image's members, in the order groups were named, is
+    the image of the k-th with the group's own members.
+    """
+    names_of: dict[frozenset[int], list[str]] = {}
+    for name, members in groups.groups.items():
+        names_of.setdefault(frozenset(members), []).append(name)
+    out: dict[str, str | None] = {}
+    for members, names in names_of.items():
+        images = names_of.get(frozenset(shift[r] for r in members), [])
+        for k, name in enumerate(names):
+            out[name] = images[k] if len(images) == len(names) else None
+    return out
+
+
 def _traces_symmetric(traces: Sequence[Trace], shift: list[int], groups: CommGroups) -> str | None:
     """None if every rank's image runs the rank's trace with peers and groups relabelled by τ."""
-    name_of = {frozenset(members): name for name, members in groups.groups.items()}
-    image_name: dict[str | None, str | None] = {None: None, "": "", "0": "0"}
-    for name, members in groups.groups.items():
-        image_name[name] = name_of.get(frozenset(shift[r] for r in members))
+    image_name: dict[str | None, str | None] = {None: None, "": "", "0": "0", **group_images(groups, shift)}
     for r, trace in enumerate(traces):
         other = traces[shift[r]]
         for column in _SAME_COLUMNS:
