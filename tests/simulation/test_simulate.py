@@ -269,3 +269,36 @@ def test_simulate_reads_a_workload_and_a_system_given_as_paths_and_names_a_wrong
         simulate(3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="system: expected a SystemConfig or a system YAML path, got dict"):
         simulate(str(tmp_path / "ar"), system={"chunks": 2})  # type: ignore[arg-type]
+
+
+def test_the_group_report_leaves_the_fast_path_on_and_equals_the_event_path() -> None:
+    """Two groups of 64 ranks each run a ring all-reduce: the per-group report records the workload's nodes only,
+    so the collectives go in bulk, and every figure equals the event path's (fast path off)."""
+    from etsim.chakra import CollectiveType, TraceBuilder
+    from etsim.network import switch
+    from etsim.simulation import DEFAULT_REPORTS, Simulation
+    from etsim.system.config import SystemConfig
+    from etsim.system.groups import GROUPS_ATTR
+
+    traces = []
+    for rank in range(128):
+        b = TraceBuilder(rank)
+        c = b.comp("c", duration_micros=10 + rank % 3)
+        b.collective(CollectiveType.ALL_REDUCE, 4 << 20, deps=[c], pg_name="1" if rank < 64 else "2")
+        traces.append(b.build(rank=rank))
+    for trace in traces:
+        trace.metadata.attr.add(name=GROUPS_ATTR, string_val=f'{{"1": {list(range(64))}, "2": {list(range(64, 128))}}}')
+    workload = Workload(traces)
+    ring = SystemConfig().with_overrides(algorithms={"all_reduce": "ring"})
+    topology = switch(128, 50.0, 500.0)
+    runs = [
+        Simulation(workload, topology=topology, model="flow", system=system, reports=DEFAULT_REPORTS).run()
+        for system in (ring, ring.with_overrides(fast_path=False))
+    ]
+    bulk, walked = runs
+    assert bulk.sim["bulk_parts"] > 0 and walked.sim["bulk_parts"] == 0
+    assert bulk.sim["events"] < walked.sim["events"]
+    assert bulk.groups and [g["group"] for g in bulk.groups] == ["1", "2"]
+    a, b = bulk.to_dict(), walked.to_dict()
+    a.pop("sim"), b.pop("sim")
+    assert a == b

@@ -39,6 +39,9 @@ class RunRecorder(RunObserver):
         message_limit: stop recording messages after this many (None: no limit). The send time of
             the first message left out is kept in :attr:`messages_cut_ns`, so a reader knows up to
             when the record is complete.
+        internals: record every collective part and reduction too (timelines, the critical path); False records
+            the workload's nodes only (what exposure per group and the step report read), which leaves the fast
+            path on. Recording messages implies it.
 
     Attributes (filled during the run; times in ns):
         engine: the engine of the run (set by ``attach``).
@@ -53,8 +56,9 @@ class RunRecorder(RunObserver):
         complete: the run completed (``finished`` was called).
     """
 
-    def __init__(self, *, messages: bool = False, message_limit: int | None = None) -> None:
+    def __init__(self, *, messages: bool = False, message_limit: int | None = None, internals: bool = True) -> None:
         self.messages = messages
+        self.internals = internals or messages
         self.message_limit = message_limit
         self.engine: Engine | None = None
         self._env: Any = None
@@ -91,6 +95,8 @@ class RunRecorder(RunObserver):
         self._env = engine.env
         self.start = [[_NAN] * len(run.indeg) for run in engine.runs]
         self.finish = [[_NAN] * len(run.indeg) for run in engine.runs]
+        self.part_start, self.part_end = {}, {}  # (an attempt redone after a conflict starts afresh)
+        self.reductions, self.reduction_ending = {}, {}
 
     def finished(self, engine: Engine) -> None:
         """The run completed."""

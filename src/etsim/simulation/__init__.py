@@ -207,7 +207,12 @@ class Simulation:
                 raise ConfigError("the critical path needs the run recorded: pass a RunRecorder as the observer")
             return None
         messages = reports.messages or reports.critical_path
-        return RunRecorder(messages=messages, message_limit=None if reports.critical_path else reports.message_limit)
+        internals = reports.timeline or reports.critical_path or reports.messages  # (else nodes only: fast path on)
+        return RunRecorder(
+            messages=messages,
+            message_limit=None if reports.critical_path else reports.message_limit,
+            internals=internals,
+        )
 
     # -- the lifecycle ---------------------------------------------------------------------------------------------
 

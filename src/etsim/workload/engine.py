@@ -107,10 +107,11 @@ class Engine:
         self.fold = fold
         if fold is not None:
             self.mailbox.mirror(fold.channel)
-        #: Bulk evaluation of collectives (None: every message takes the event path). An observer sees
-        #: every node and message, so it turns the fast path off.
+        #: Bulk evaluation of collectives (None: every message takes the event path). An observer that sees every
+        #: part and message (``internals``) turns the fast path off.
         self.fast: FastPath | None = None
-        if config.fast_path and observer is None and network.offers_bulk_timing():
+        watched = observer is not None and observer.internals
+        if config.fast_path and not watched and network.offers_bulk_timing():
             self.fast = FastPath(self, fast_excluded if fast_excluded is not None else set())
 
     # -- counters --

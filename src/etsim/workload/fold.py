@@ -299,8 +299,8 @@ def group_images(groups: CommGroups, shift: Sequence[int]) -> dict[str, str | No
     for name, members in groups.groups.items():
         names_of.setdefault(frozenset(members), []).append(name)
     out: dict[str, str | None] = {}
-    for members, names in names_of.items():
-        images = names_of.get(frozenset(shift[r] for r in members), [])
+    for member_set, names in names_of.items():
+        images = names_of.get(frozenset(shift[r] for r in member_set), [])
         for k, name in enumerate(names):
             out[name] = images[k] if len(images) == len(names) else None
     return out
@@ -308,7 +308,8 @@ def group_images(groups: CommGroups, shift: Sequence[int]) -> dict[str, str | No
 
 def _traces_symmetric(traces: Sequence[Trace], shift: list[int], groups: CommGroups) -> str | None:
     """None if every rank's image runs the rank's trace with peers and groups relabelled by τ."""
-    image_name: dict[str | None, str | None] = {None: None, "": "", "0": "0", **group_images(groups, shift)}
+    image_name: dict[str | None, str | None] = {None: None, "": "", "0": "0"}
+    image_name.update(group_images(groups, shift))
     for r, trace in enumerate(traces):
         other = traces[shift[r]]
         for column in _SAME_COLUMNS:

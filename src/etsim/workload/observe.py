@@ -40,10 +40,17 @@ class RunObserver:
       recv_j, size)`` when the receive that matches it completes (delivery or posting, whichever is later).
       An observer whose :attr:`messages` is False is not told about messages at all, so it costs the run
       nothing per message.
+    - An observer whose :attr:`internals` is False needs the workload's nodes only: the fast path may then
+      evaluate collectives in bulk (``workload/bulk.py``), and the part, reduction and message hooks are not called
+      for the parts it takes. Node, collective and ``attach``/``finished`` hooks are called as always, at the
+      same times (the fast path's results are the event path's, bit for bit).
     """
 
     #: Whether the engine calls the message hooks (False: no cost per message).
     messages: bool = True
+    #: Whether every collective part, reduction and message must be walked for this observer (False: the fast path
+    #: may evaluate collectives in bulk; only the workload's node hooks are guaranteed).
+    internals: bool = True
 
     def attach(self, engine: Engine) -> None:
         """Called once before the run."""
