@@ -379,3 +379,22 @@ def test_sliding_window_layers_attend_to_the_window_and_sinks_add_a_logit_per_he
     assert info["hardware_flops"] - info["model_flops"] == core
     with pytest.raises(ConfigError, match="full_every 2 needs a window"):
         load_model({**base, "full_every": 2})
+
+
+def test_a_schedule_with_no_effect_or_off_a_published_run_is_warned_about() -> None:
+    from etsim.errors import EtsimWarning
+
+    gen, options = parse("transformer", {"model": SMALL, "global_batch": 8, "schedule": "interleaved",
+                                         "virtual_stages": 2})  # fmt: skip
+    with pytest.warns(EtsimWarning, match="schedule interleaved with pp 1 has no effect"):
+        gen.generate(options)
+    from etsim.producers.workloads.transformer import layout_notes
+
+    _, gpt3 = parse("transformer", {"model": "gpt3-175b", "tp": 8, "pp": 8, "global_batch": 8})
+    (note,) = layout_notes(gpt3)
+    assert "gpt3-175b was trained with tp 8 pp 8 on the interleaved schedule, 3 chunks per stage" in note
+    _, published = parse("transformer", {"model": "gpt3-175b", "tp": 8, "pp": 8, "global_batch": 8,
+                                         "schedule": "interleaved", "virtual_stages": 3})  # fmt: skip
+    assert layout_notes(published) == []
+    _, other = parse("transformer", {"model": "gpt3-175b", "tp": 4, "pp": 8, "global_batch": 8})
+    assert layout_notes(other) == []  # (another layout: the published run says nothing about it)

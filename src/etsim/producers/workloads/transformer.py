@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from etsim.chakra.graph import Trace
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, warn
 from etsim.options import Boolean, Choice, Integer, ListOf, Parser, Size, option
 from etsim.options import Optional as OptionalOf
 from etsim.producers.training.job import JobSpec, build_job, job_groups
@@ -115,6 +115,40 @@ def _job_spec(o: Any) -> JobSpec:
         bucket_bytes=o.bucket_size,
         attention=o.attention,
     )
+
+
+#: The published training runs of presets whose source states their layout: what a job with the same tensor and
+#: pipeline parallelism is told when it runs another schedule.
+PUBLISHED_RUNS: dict[str, dict[str, Any]] = {
+    "gpt3-175b": {"tp": 8, "pp": 8, "schedule": "interleaved", "virtual_stages": 3, "sp": True,
+                  "recompute": "selective", "source": "Korthikanti et al. 2022 (64 A100s, 13.75 s per step)"},
+    "megatron-530b": {"tp": 8, "pp": 35, "schedule": "interleaved", "virtual_stages": 3, "sp": True,
+                      "recompute": "selective", "source": "Korthikanti et al. 2022 (280 A100s, 37.83 s per step)"},
+}  # fmt: skip
+
+
+def layout_notes(options: Any) -> list[str]:
+    """What a job's layout does not do that its user may expect (each a warning when the job is generated).
+
+    A schedule with no effect (interleaving one stage), or a preset's published run on the same tensor and pipeline
+    parallelism with another schedule (:data:`PUBLISHED_RUNS`).
+    """
+    o, notes = options, []
+    if o.pp == 1 and o.schedule == "interleaved":
+        notes.append(
+            f"schedule interleaved with pp 1 has no effect: its {o.virtual_stages} model chunks all run on the one "
+            "stage, which 1F1B does with fewer transfers; interleaving shortens a bubble of several stages"
+        )
+    published = PUBLISHED_RUNS.get(o.model) if isinstance(o.model, str) else None
+    if published and (o.tp, o.pp) == (published["tp"], published["pp"]):
+        wanted = (published["schedule"], published["virtual_stages"])
+        if (o.schedule, o.virtual_stages if o.schedule == "interleaved" else 1) != wanted:
+            notes.append(
+                f"{o.model} was trained with tp {o.tp} pp {o.pp} on the {wanted[0]} schedule, {wanted[1]} chunks per "
+                f"stage ({published['source']}); this job runs {o.schedule}: give schedule {wanted[0]} and "
+                f"virtual_stages {wanted[1]} to reproduce it"
+            )
+    return notes
 
 
 #: How many nodes relabelled from a stage's first rank cost as much memory as one built node (measured: about 43
@@ -235,7 +269,9 @@ class TransformerGenerator(WorkloadGenerator):
         return o.pp * per_rank + (ranks - o.pp) * per_rank // RELABELLED_SHARE
 
     def generate(self, options: Any) -> list[Trace]:
-        """One trace per rank."""
+        """One trace per rank (a layout with no effect, or off a preset's published run, is warned about)."""
+        for note in layout_notes(options):
+            warn(note)
         return build_job(job_spec(options))
 
     def rewrites(self, options: Any) -> list[Rewrite]:
