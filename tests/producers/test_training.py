@@ -398,3 +398,30 @@ def test_a_schedule_with_no_effect_or_off_a_published_run_is_warned_about() -> N
     assert layout_notes(published) == []
     _, other = parse("transformer", {"model": "gpt3-175b", "tp": 4, "pp": 8, "global_batch": 8})
     assert layout_notes(other) == []  # (another layout: the published run says nothing about it)
+
+
+def test_expert_blocks_move_the_gating_and_permutation_bytes_and_run_grouped_gemms() -> None:
+    moe = {**SMALL, "arch": "llama", "experts": 8, "top_k": 2, "expert_ffn": 512}
+    h, f, e, k = 256, 512, 8, 2
+
+    def expert_node(**values: Any) -> tuple[int, int, int]:
+        traces, _ = generate(model=moe, global_batch=4, **values)
+        tr = traces[0]
+        j = next(j for j, name in enumerate(tr.names) if name.endswith("_l0_experts"))
+        return tr.tensor_size[j], tr.num_ops[j], tr.duration_micros[j]
+
+    size, ops, _ = expert_node(ep=2, dp=2)
+    t = 128  # tokens of one micro-batch on the GPU
+    router = (t * h + h * e + t * e) * 2
+    gating = 3 * t * e * 4  # softmax and top-k over FP32 logits
+    permutation = 2 * 2 * (t + t * k) * h * 2  # every copy's row gathered before, scattered back after
+    local = e // 2
+    up = t * k * h + local * h * 2 * f + t * k * 2 * f  # (rows, each expert's weights, output) x 2 bytes
+    down = t * k * f + local * f * h + t * k * h
+    experts = (up + 3 * t * k * f + down) * 2
+    assert size == router + gating + permutation + experts
+    assert ops == 2 * t * e * h + 2 * t * k * (h * 2 * f + f * h)  # FLOPs: the router and the routed copies only
+    # the same FLOPs over twice the local experts: each grouped GEMM runs half the rows per expert, less efficiently
+    _, ops_all, time_all = expert_node(ep=1, dp=2)
+    _, ops_half, time_half = expert_node(ep=2, dp=2)
+    assert ops_all == ops_half and time_all > time_half

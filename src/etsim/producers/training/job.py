@@ -124,11 +124,18 @@ class _Rank:
         cost.nbytes += nbytes
         cost.ns += job.efficiency.kernel_ns(job.gpu, job.precision, kind, flops, nbytes, dim)
 
-    def _gemm(self, cost: _Cost, rows: float, cols: float, inner: float, factor: float = 1.0) -> None:
-        """A GEMM of (rows × inner) · (inner × cols), *factor* times (2 for a backward: input and weight grads)."""
+    def _gemm(
+        self, cost: _Cost, rows: float, cols: float, inner: float, factor: float = 1.0, groups: float = 1.0
+    ) -> None:
+        """A GEMM of (rows × inner) · (inner × cols), *factor* times (2 for a backward: input and weight grads).
+
+        *groups* > 1: a grouped GEMM, the rows split evenly over that many weight matrices (one per expert): its
+        efficiency is that of one group's rows, and each group reads its own weights.
+        """
         ab = ACTIVATION_BYTES
-        nbytes = (rows * inner + inner * cols + rows * cols) * ab
-        self._kernel(cost, "gemm", 2.0 * rows * cols * inner * factor, nbytes * factor, min(rows, cols, inner))
+        nbytes = (rows * inner + groups * inner * cols + rows * cols) * ab
+        dim = min(rows / groups, cols, inner)
+        self._kernel(cost, "gemm", 2.0 * rows * cols * inner * factor, nbytes * factor, dim)
 
     def _comp(self, name: str, cost: _Cost, deps: list[int]) -> int:
         node = self.b.comp(
@@ -179,17 +186,29 @@ class _Rank:
         return cost
 
     def _experts(self, factor: float) -> _Cost:
+        """An MoE block: router, gating, token permutation, the experts as grouped GEMMs, unpermutation.
+
+        Tokens are balanced over the experts: each GPU receives as many routed copies as it dispatches (``top_k``
+        per token), spread evenly over its ``experts / ep`` local experts, whose grouped GEMMs run at the
+        efficiency of one expert's rows.
+        """
         m, lay = self.job.model, self.job.layout
         tokens = self.n / lay.tp  # sequence parallel: each tensor-parallel rank routes its own share
         h = m.hidden
         cost = _Cost()
         self._gemm(cost, tokens, m.experts, h, factor)  # router
+        # gating: softmax and top-k over the FP32 logits (read, probabilities written and read)
+        self._kernel(cost, "memory", 0, 3 * tokens * m.experts * 4 * factor)
+        copies = tokens * m.top_k
+        # permutation before the experts and (weighted) unpermutation after: each reads and writes every copy's row
+        self._kernel(cost, "memory", 0, 2 * 2 * (tokens + copies) * h * ACTIVATION_BYTES * factor)
         inner = m.expert_ffn * (2 if m.gated else 1)
-        for share in (tokens * m.top_k, tokens * m.shared_experts):
+        local = max(1, m.experts // lay.ep)
+        for share, groups in ((copies, local), (tokens * m.shared_experts, m.shared_experts)):
             if share:
-                self._gemm(cost, share, inner, h, factor)
+                self._gemm(cost, share, inner, h, factor, groups)
                 self._kernel(cost, "memory", 0, 3 * share * m.expert_ffn * ACTIVATION_BYTES * factor)
-                self._gemm(cost, share, h, m.expert_ffn, factor)
+                self._gemm(cost, share, h, m.expert_ffn, factor, groups)
         return cost
 
     def _tp_before(self, deps: list[int], name: str) -> list[int]:
