@@ -79,6 +79,9 @@ inputs are generated in the work directory before the clock starts; see PROCESS_
   train-gpt3-1024-full the same step with replica folding off (every rank simulated: the fold's reference)
   run-nccl-h100-1024-8b, run-nccl-h100-1024-1g  an 8-byte and a 1 GiB all-reduce on 128 DGX H100 nodes (the
                        default nccl algorithm: Tree/LL and NVLS tree, 1,024 GPUs)
+  cluster-gpt3-4x256   ``etsim cluster run`` of four GPT-3 175B jobs (t 8, p 8, d 4, 16 micro-batches of 1) packed on a
+                       1,024-GPU dgx-a100 cluster under flow, GPU 3 (job a) 1.2x slower: issue 37's budget case (the
+                       jobs share no link, so each runs apart: b, c and d folded, a in full)
   train-gpt3-4096      the same model on 4,096 GPUs (d 64, 512 sequences): the top of docs/training.md's scaling table
   write-1m             (in process) write the 1,000,000-node trace of load-1m back to disk
 
@@ -523,6 +526,7 @@ PROCESS_CASES: dict[str, tuple[list[str], str]] = {
          "--force", "-q"],
         "gpt3_1024",
     ),
+    "cluster-gpt3-4x256": (["cluster", "run", "{w}/cluster4x256.yaml", "-q"], "cluster4x256"),
     "train-gpt3-4096": (
         ["experiment", "run", "{w}/gpt3_4096.yaml", "--out", "{w}/gpt3_4096", "--jobs", "1", "--no-plots", "--force",
          "-q"],
@@ -585,6 +589,14 @@ def prepare(kind: str, workdir: Path) -> None:
                 f"model: flow\nsystem: {{resources: {{comm_streams: 0}}{extra}}}\n"
                 "sweep: {workload.micro_batch: [1]}\n"
             )
+    elif kind == "cluster4x256":
+        job = "{generate: transformer, model: gpt3-175b, tp: 8, pp: 8, dp: 4, global_batch: 64, micro_batch: 1}"
+        jobs = "".join(f"  - {{name: {name}, workload: {job}}}\n" for name in "abcd")
+        (workdir / "cluster4x256.yaml").write_text(
+            "topology: {kind: gpu_cluster, preset: dgx-a100, gpus: 1024}\nmodel: flow\njobs:\n"
+            + jobs
+            + "stragglers:\n  - {gpus: [3], slowdown: 1.2}\n"
+        )
     elif kind == "nccl1024":
         all_reduce(8, 1024, "ar8b1024")
         all_reduce(2**30, 1024, "ar1g1024")

@@ -23,15 +23,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from etsim.chakra.graph import Workload
+from etsim.cluster.apart import combined, restricted, run_apart, share_no_link
+from etsim.cluster.links import TrafficByPair, link_tables, traffic
 from etsim.cluster.merge import PlacedJob, is_whole_cluster, job_group, job_pg_name, merge_jobs
 from etsim.cluster.placement import node_of, place
 from etsim.cluster.reliability import failure_rate, play
 from etsim.cluster.spec import ClusterSpec
 from etsim.errors import ConfigError, TopologyError
-from etsim.network import NETWORK_MODELS, NetworkConfig, Topology, load_network
+from etsim.network import NetworkConfig, Topology, load_network
 from etsim.network.faults import LinkChange
 from etsim.network.irregular import with_degraded, with_failures
-from etsim.network.routing import make_router
 from etsim.report.record import RunRecorder
 from etsim.report.result import Result
 from etsim.report.training import training_info, training_lines, training_report
@@ -41,23 +42,6 @@ from etsim.system.config import SystemConfig, load_system_config
 from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
 
 __all__ = ["ClusterResult", "JobResult", "run_cluster"]
-
-
-class _TrafficByPair(RunRecorder):
-    """A run recorder that also adds up every message by (source, destination) rank: [bytes, messages]."""
-
-    def __init__(self) -> None:
-        super().__init__(messages=True, message_limit=0)
-        self.pairs: dict[tuple[int, int], list[float]] = {}
-
-    def message_sent(self, run: Any, j: int, src: int, dst: int, tag: int, size: float) -> None:
-        """Count the message's bytes (no row is kept)."""
-        use = self.pairs.get((src, dst))
-        if use is None:
-            self.pairs[(src, dst)] = [size, 1]
-        else:
-            use[0] += size
-            use[1] += 1
 
 
 @dataclass
@@ -397,54 +381,61 @@ def _job_view(
     return JobResult(job.name, job.gpus, start, finish, result)
 
 
-def _traffic(
-    net: NetworkConfig, pairs: dict[tuple[int, int], list[float]], owner: dict[int, int], jobs: int
-) -> dict[int, list[list[float]]]:
-    """Link id → per job, the [bytes, messages] its messages put on it (each charged along its route)."""
-    router = make_router(NETWORK_MODELS.get(net.model).checked_options(net.options).router, net.topology)
-    per_link: dict[int, list[list[float]]] = {}
-    for (src, dst), (size, count) in sorted(pairs.items()):
-        if src == dst:
-            continue
-        job = owner[src]
-        for link in router.route(src, dst):
-            use = per_link.setdefault(link, [[0.0, 0] for _ in range(jobs)])[job]
-            use[0] += size
-            use[1] += count
-    return per_link
+@dataclass
+class _Runs:
+    """What the simulations of a cluster give: the whole run, each job's view of a run, links and durations."""
+
+    run: Result
+    seen: list[tuple[Result, RunRecorder]]
+    """Per job, the run its view reads and the recorder of its step report."""
+    mine: list[list[dict[str, Any]]]
+    shared: list[dict[str, Any]]
+    durations: list[float]
+    system: SystemConfig
+    sent: list[tuple[int, float]] = field(default_factory=list)
+    """In a shared run of several jobs, each job's messages and bytes."""
 
 
-def _link_tables(
+def _simulate(
+    spec: ClusterSpec,
     net: NetworkConfig,
-    per_link: dict[int, list[list[float]]],
-    run_links: list[dict[str, Any]],
-    names: Sequence[str],
-    durations: Sequence[float],
-) -> tuple[list[list[dict[str, Any]]], list[dict[str, Any]]]:
-    """Each job's links and the links jobs shared.
-
-    A link one job used alone is the run's entry for it (busy time as the model measured it); on a shared link a
-    job's busy time is its bytes at the link's rate. Utilisation is over the job's duration.
-    """
-    topo = net.topology
-    measured = {entry["link"]: entry for entry in run_links}
-    mine: list[list[dict[str, Any]]] = [[] for _ in names]
-    shared = []
-    for link in sorted(per_link):
-        src, dst = topo.links[link]
-        rate = topo.bandwidths[link]
-        uses = [(j, use) for j, use in enumerate(per_link[link]) if use[0] > 0]
-        users = {}
-        for j, (nbytes, count) in uses:
-            busy = measured[link]["busy_ns"] if len(uses) == 1 and link in measured else nbytes / rate
-            share = busy / durations[j] if durations[j] > 0 else None
-            entry = {"link": link, "src": src, "dst": dst, "bytes": nbytes, "busy_ns": busy, "messages": int(count),
-                     "bandwidth_GBps": rate, "utilisation": share}  # fmt: skip
-            mine[j].append(entry)
-            users[names[j]] = {"bytes": nbytes, "busy_ns": busy, "utilisation": share}
-        if len(users) > 1:
-            shared.append({"link": link, "src": src, "dst": dst, "bandwidth_GBps": rate, "jobs": users})
-    return mine, shared
+    placed: Sequence[PlacedJob],
+    system: SystemConfig,
+    recorder: TrafficByPair,
+    may_part: bool,
+    progress: Any,
+) -> _Runs:
+    """Run the jobs: apart when no link lies on two jobs' routes (and *may_part*), else in one simulation."""
+    reports = dataclasses.replace(DEFAULT_REPORTS, training=False)
+    gpus = [job.gpus for job in placed]
+    names = [job.name for job in spec.jobs]
+    if len(placed) > 1 and may_part and share_no_link(net, placed):
+        own = run_apart(net, placed, system, reports, progress)
+        run = combined([r for r, _ in own], placed)
+        durations = _durations(spec, gpus, run)
+        per_link = {e["link"]: [[e["bytes"], e["messages"]] if k == i else [0.0, 0] for k in range(len(placed))]
+                    for i, (r, _) in enumerate(own) for e in r.links}  # fmt: skip
+        mine, shared = link_tables(net, per_link, run.links, names, durations)
+        return _Runs(run, list(own), mine, shared, durations, system)
+    if len(placed) > 1:  # (every message must be seen to be charged to its job: a folded run shows a few)
+        system = system.with_overrides(fold_replicas=False)
+    merged = merge_jobs(placed, net.topology.npus)
+    run = Simulation(merged, topology=net, system=system, reports=reports, observer=recorder, progress=progress).run()
+    durations = _durations(spec, gpus, run)
+    if len(placed) == 1:  # one job: every link's traffic is its own (a folded run's mirrored, exactly)
+        return _Runs(run, [(run, recorder)], [run.links], [], durations, system)  # type: ignore[list-item]
+    run.sim.setdefault(
+        "not_folded",
+        "several jobs that may share links: every rank of every job is simulated, each message charged to its job",
+    )
+    owner = {gpu: i for i, ranks in enumerate(gpus) for gpu in ranks}
+    mine, shared = link_tables(net, traffic(net, recorder.pairs, owner, len(placed)), run.links, names, durations)
+    sent = [[0, 0.0] for _ in placed]
+    for (src, _), (size, count) in sorted(recorder.pairs.items()):
+        sent[owner[src]][0] += int(count)
+        sent[owner[src]][1] += size
+    seen: list[tuple[Result, RunRecorder]] = [(run, recorder)] * len(placed)
+    return _Runs(run, seen, mine, shared, durations, system, [(int(c), float(b)) for c, b in sent])
 
 
 def run_cluster(
@@ -454,8 +445,12 @@ def run_cluster(
     fault_costs: bool = False,
     trace: str | os.PathLike[str] | None = None,
     progress: Any = None,
+    together: bool = False,
 ) -> ClusterResult:
     """Run every job of *spec* on its cluster; the options run more, to compare.
+
+    Jobs whose routes share no link run apart, each its own simulation (:mod:`etsim.cluster.apart`: the same
+    figures, folded where a job is symmetric); *together* runs them in one simulation all the same.
 
     With *alone*, each job also runs by itself on the same placement (its slowdown); with *fault_costs*, the
     cluster runs again without each fault in turn (what the fault cost each job); with *trace*, the run's timeline
@@ -470,32 +465,21 @@ def run_cluster(
     topo = net.topology
     placed = _placed(spec, net)
     gpus = [job.gpus for job in placed]
-    owner = {gpu: i for i, ranks in enumerate(gpus) for gpu in ranks}
-    recorder = _TrafficByPair()
+    recorder = TrafficByPair()
     renamed = not is_whole_cluster(placed, topo.npus)
     group_names = [[job_pg_name(j.name, None), *(job_pg_name(j.name, g) for g in j.groups.groups)] for j in placed]
     groups = group_names if renamed else None
     system = _system(spec, gpus, groups=groups)
-    if len(placed) > 1:  # (every message must be seen to be charged to its job: a folded run shows a few)
-        system = system.with_overrides(fold_replicas=False)
-    reports = dataclasses.replace(DEFAULT_REPORTS, training=False)
     merged = merge_jobs(placed, topo.npus)
-    run = Simulation(merged, topology=net, system=system, reports=reports, observer=recorder, progress=progress).run()
-    if len(placed) > 1:
-        run.sim.setdefault(
-            "not_folded", "several jobs: every rank of every job is simulated, each message charged to its job"
-        )
-    durations = _durations(spec, gpus, run)
-    names = [job.name for job in spec.jobs]
-    if len(placed) > 1:
-        traffic = _traffic(net, recorder.pairs, owner, len(placed))
-        mine, shared = _link_tables(net, traffic, run.links, names, durations)
-    else:  # one job: every link's traffic is its own (a folded run's mirrored, exactly)
-        mine, shared = [run.links], []
+    runs = _simulate(spec, net, placed, system, recorder, trace is None and not together, progress)
+    run, durations, mine, shared, system = runs.run, runs.durations, runs.mine, runs.shared, runs.system
     streams = system.resources.comm_streams
     jobs = [
-        _job_view(job, spec.jobs[i].start, run, mine[i], recorder, streams, renamed) for i, job in enumerate(placed)
+        _job_view(job, spec.jobs[i].start, runs.seen[i][0], mine[i], runs.seen[i][1], streams, renamed)
+        for i, job in enumerate(placed)
     ]
+    for done, sent in zip(jobs, runs.sent, strict=False):  # (a shared run: each job's own messages and bytes)
+        done.result.network.update(messages=sent[0], bytes=sent[1])
     if trace is not None:
         from etsim.report.trace import write_chrome_trace
 
@@ -503,8 +487,14 @@ def run_cluster(
         write_chrome_trace(recorder, trace, links=False, process_names=processes)
     if alone:
         for i, job in enumerate(placed):  # (the same stragglers and faults, from time 0)
+            if "apart" in run.sim and not spec.jobs[i].start:  # (its own run was this one)
+                jobs[i].alone_ns = jobs[i].duration_ns
+                continue
             by_itself = Simulation(
-                merge_jobs([job], topo.npus), topology=net, system=_system(spec, gpus, i, groups), reports=NO_REPORTS
+                merge_jobs([job], topo.npus),
+                topology=net,
+                system=restricted(_system(spec, gpus, i, groups), job.gpus),
+                reports=NO_REPORTS,
             ).run()
             jobs[i].alone_ns = max(by_itself.ranks[g].finish_ns for g in job.gpus)
     failed = {int(r): t for r, t in run.sim.get("failed", {}).items()}

@@ -36,7 +36,7 @@ from etsim.errors import FoldConflict
 from etsim.network.routing import Router
 from etsim.network.symmetry import link_images, symmetry_violation
 from etsim.network.topology import Topology
-from etsim.producers.training.describe import parallel_layout
+from etsim.producers.training.describe import ParallelLayout, parallel_layout
 from etsim.system.groups import CommGroups
 
 __all__ = ["FoldedRouter", "ReplicaFold", "Shift", "find_fold", "mirrored_trace", "replica_shifts"]
@@ -190,7 +190,7 @@ def replica_shifts(traces: Sequence[Trace]) -> list[list[Shift]]:
     :func:`find_fold` decide, expert-parallel groups included, whose positions a shift rotates). Empty for a
     workload that does not describe its layout (the ``etsim_training`` metadata).
     """
-    layout = parallel_layout(traces)
+    layout = parallel_layout(traces) or _placed_layout(traces)
     if layout is None:
         return []
     tp, cp, dp = layout.tp, layout.cp, layout.dp
@@ -200,6 +200,22 @@ def replica_shifts(traces: Sequence[Trace]) -> list[list[Shift]]:
     if dp > 1:
         roles.append([Shift(tp * cp, dp, s, "dp") for s in range(1, dp) if dp % s == 0])
     return roles
+
+
+def _placed_layout(traces: Sequence[Trace]) -> ParallelLayout | None:
+    """The layout of one job placed on a block of a larger cluster's GPUs, the others idle (``etsim cluster``).
+
+    The job's ranks must be a contiguous block starting at a multiple of ``tp·cp·dp``: the shifts, digit
+    arithmetic on GPU numbers, then move the job's GPUs among themselves and the idle GPUs among themselves.
+    """
+    busy = [r for r, trace in enumerate(traces) if len(trace.types)]
+    if not busy or busy[-1] - busy[0] + 1 != len(busy) or len(busy) == len(traces):
+        return None
+    first = busy[0]
+    layout = parallel_layout(traces[first : busy[-1] + 1])
+    if layout is None or first % (layout.tp * layout.cp * layout.dp):
+        return None
+    return layout
 
 
 def find_fold(
@@ -220,11 +236,13 @@ def find_fold(
     if router != "default" or not topology.regular or topology.npus != len(traces):
         return None, "folding needs an intact product topology of the workload's ranks and dimension-order routing"
     n = len(traces)
-    world = any(
-        t == NodeType.COMM_COLL_NODE and pg_name in (None, "", "0")
+    used = {
+        pg_name
         for trace in traces
         for t, pg_name in zip(trace.types, trace.pg_name, strict=True)
-    )
+        if t == NodeType.COMM_COLL_NODE
+    }
+    world = bool(used & {None, "", "0"})
     chosen: list[Shift] = []
     why = "no shift of the replicas is a symmetry of the topology"
     for options in roles:
@@ -233,7 +251,7 @@ def find_fold(
             reason = (
                 symmetry_violation(topology, perm)
                 or _priorities_symmetric(priorities or {}, perm)
-                or _groups_symmetric(groups, perm, world)
+                or _groups_symmetric(groups, perm, world, used)
                 or _traces_symmetric(traces, perm, groups)
             )
             if reason is None:
@@ -244,9 +262,17 @@ def find_fold(
         return None, why
     fold = ReplicaFold(chosen, n)
     parts = " × ".join(f"{s.role} ({s.modulus // s.step})" for s in chosen)
-    fold.description = (
-        f"{parts}: simulated {len(fold.simulated)} of {n} ranks, each standing for {fold.replicas} that mirror it"
-    )
+    busy = [r for r in range(n) if len(traces[r].types)]
+    if len(busy) < n:  # (a job placed on part of a cluster: its own ranks counted, the idle GPUs cost nothing)
+        simulated = sum(1 for r in fold.simulated if len(traces[r].types))
+        fold.description = (
+            f"{parts}: simulated {simulated} of the job's {len(busy)} ranks, each standing for {fold.replicas} that "
+            "mirror it"
+        )
+    else:
+        fold.description = (
+            f"{parts}: simulated {len(fold.simulated)} of {n} ranks, each standing for {fold.replicas} that mirror it"
+        )
     fold.bind_links(topology)
     fold.bind_groups(groups)
     return fold, ""
@@ -269,10 +295,14 @@ def _rotates(members: Sequence[int], image: Sequence[int]) -> bool:
     return turn >= 0 and all(where.get(x) == (p + turn) % n for p, x in enumerate(image))
 
 
-def _groups_symmetric(groups: CommGroups, shift: list[int], world: bool = False) -> str | None:
+def _groups_symmetric(
+    groups: CommGroups, shift: list[int], world: bool = False, used: set[str | None] | None = None
+) -> str | None:
     """None if τ maps every group onto a group, shifting the positions of groups it maps to themselves cyclically.
 
-    *world*: the workload also has collectives over every rank (no ``pg_name``), which τ must rotate too.
+    *world*: the workload also has collectives over every rank (no ``pg_name``), which τ must rotate too. *used*:
+    the groups some collective names (None: all); a group no collective uses need not be rotated (a placed job's
+    world, declared for its ranks, say).
     """
     if world and not _rotates(range(len(shift)), shift):
         return "the replica shift does not rotate the ranks of the workload's collectives over every rank"
@@ -281,7 +311,7 @@ def _groups_symmetric(groups: CommGroups, shift: list[int], world: bool = False)
         image = [shift[r] for r in members]
         if frozenset(image) not in known:
             return f"the replica shift does not map communicator group {name!r} onto a group"
-        if frozenset(image) != frozenset(members):
+        if frozenset(image) != frozenset(members) or (used is not None and name not in used):
             continue
         if not _rotates(members, image):
             return f"the replica shift does not rotate communicator group {name!r}"
