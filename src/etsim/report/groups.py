@@ -71,8 +71,19 @@ def _rank_intervals(
     """A recorded rank's compute intervals, and its communication ones as ``(group, node, interval)``.
 
     Compute: COMP nodes and host-side collectives; communication: collectives (group ``pg_name``, ``"0"`` for the
-    world) and workload SEND/RECV (group :data:`P2P`). Nodes that never started are left out.
+    world) and workload SEND/RECV (group :data:`P2P`). Nodes that never started are left out. Kept on the recorder
+    (the group and the step reports both read them: a rank's walk once).
     """
+    found = rec.rank_intervals.get(run.rank)
+    if found is None:
+        found = rec.rank_intervals[run.rank] = _intervals(rec, run)
+    return found
+
+
+def _intervals(
+    rec: RunRecorder, run: Any
+) -> tuple[list[tuple[float, float]], list[tuple[str, int, tuple[float, float]]]]:
+    """:func:`_rank_intervals`, computed."""
     tr = run.trace
     starts, finishes = rec.start[run.rank], rec.finish[run.rank]
     mine: list[tuple[float, float]] = []

@@ -84,6 +84,8 @@ class RunRecorder(RunObserver):
         self.complete = False
         #: Reductions on the shared reduction unit: (part, node) -> (start, finish), and per (rank, finish)
         #: the reduction that ended then (the one a queued reduction waited for).
+        #: Per rank, its compute and communication intervals as the reports read them (``report.groups``), once.
+        self.rank_intervals: dict[int, Any] = {}
         self.reductions: dict[tuple[AlgoRun, int], tuple[float, float]] = {}
         self.reduction_ending: dict[tuple[int, float], tuple[AlgoRun, int]] = {}
 
@@ -96,6 +98,7 @@ class RunRecorder(RunObserver):
         self.start = [[_NAN] * len(run.indeg) for run in engine.runs]
         self.finish = [[_NAN] * len(run.indeg) for run in engine.runs]
         self.part_start, self.part_end = {}, {}  # (an attempt redone after a conflict starts afresh)
+        self.rank_intervals = {}  # (what the reports derived from the last attempt)
         self.reductions, self.reduction_ending = {}, {}
 
     def finished(self, engine: Engine) -> None:
