@@ -87,3 +87,24 @@ def test_a_link_that_changes_during_the_run_keeps_the_jobs_together(tmp_path: Pa
                                                            "bandwidth": "50%"}])  # fmt: skip
     net = _network(spec)
     assert net.changes and not share_no_link(net, _placed(spec, net))
+
+
+def test_the_command_runs_apart_jobs_two_at_a_time_with_the_same_figures(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    spec = _spec(tmp_path, [_job("a"), _job("b")], stragglers=[{"gpus": [40], "slowdown": 1.25}])
+    out = tmp_path / "apart.json"
+    done = subprocess.run([sys.executable, "-m", "etsim", "cluster", "run", spec.where, "--json", str(out), "-q"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    apart = json.loads(out.read_text())
+    assert apart["sim"]["apart"].endswith("(1 of them in a second process, at the same time)")
+    together = json.loads(run_cluster(spec, together=True).to_json())
+    for data in (apart, together):
+        data.pop("sim")
+        for job in data["jobs"]:
+            job["result"].pop("sim")
+            job["result"].pop("collectives")
+    assert apart == together

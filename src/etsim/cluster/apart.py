@@ -12,8 +12,8 @@ where the shared run must simulate every rank to charge each message to its job.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from etsim.cluster.merge import PlacedJob, merge_jobs
 from etsim.network import NETWORK_MODELS, NetworkConfig
@@ -22,6 +22,9 @@ from etsim.report.record import RunRecorder
 from etsim.report.result import Result
 from etsim.simulation import Reports, Simulation
 from etsim.system.config import SystemConfig
+from etsim.workers import BackgroundLost, fork_call
+
+V = TypeVar("V")
 
 __all__ = ["combined", "run_apart", "share_no_link"]
 
@@ -59,25 +62,65 @@ def restricted(system: SystemConfig, gpus: Sequence[int]) -> SystemConfig:
 
 
 def run_apart(
-    net: NetworkConfig, jobs: Sequence[PlacedJob], system: SystemConfig, reports: Reports, progress: Any = None
-) -> list[tuple[Result, RunRecorder]]:
-    """Each job's own run on the cluster (the others idle), with the recorder its step report reads."""
-    out = []
-    for job in jobs:
+    net: NetworkConfig,
+    jobs: Sequence[PlacedJob],
+    system: SystemConfig,
+    reports: Reports,
+    view: Callable[[int, Result, RunRecorder], V],
+    progress: Any = None,
+) -> tuple[list[tuple[Result, V]], int]:
+    """Each job's own run on the cluster (the others idle) and what *view* makes of it; how many ran in a copy.
+
+    With a CPU to spare, the jobs of the larger share of the work (by the nodes they will walk: every rank of a job
+    with a straggler, fault or late start, else those of a few ranks) run in a forked copy of this process while
+    this one runs the others; the figures are the same either way, and a copy that fails has its jobs run here.
+    """
+
+    def one(i: int, shown: Any) -> tuple[Result, V]:
+        job = jobs[i]
         recorder = RunRecorder(internals=False)  # (the workload's nodes: the fast path and folding stay on)
-        run = Simulation(
-            merge_jobs([job], net.topology.npus),
-            topology=net,
-            system=restricted(system, job.gpus),
-            reports=reports,
-            observer=recorder,
-            progress=progress,
-        ).run()
-        out.append((run, recorder))
-    return out
+        settings = restricted(system, job.gpus)
+        workload = merge_jobs([job], net.topology.npus)
+        run = Simulation(workload, topology=net, system=settings, reports=reports, observer=recorder,
+                         progress=shown).run()  # fmt: skip
+        return run, view(i, run, recorder)
+
+    def some(indices: list[int]) -> list[tuple[Result, V]]:
+        return [one(i, None) for i in indices]
+
+    cost = [_walk_estimate(job, restricted(system, job.gpus)) for job in jobs]
+    order = sorted(range(len(jobs)), key=lambda i: (-cost[i], i))
+    away: list[int] = []
+    for i in order:  # (the heaviest first, until the copy holds half the work)
+        if sum(cost[k] for k in away) * 2 < sum(cost):
+            away.append(i)
+    here = [i for i in range(len(jobs)) if i not in away]
+    background = fork_call(some, sorted(away)) if here and away else None
+    out: dict[int, tuple[Result, V]] = {}
+    try:
+        for i in here if background is not None else range(len(jobs)):
+            out[i] = one(i, progress)
+    except BaseException:
+        if background is not None:
+            background.cancel()
+        raise
+    copied = 0
+    if background is not None:
+        try:
+            out.update(zip(sorted(away), background.result(), strict=True))
+            copied = len(away)
+        except BackgroundLost:  # (run here: its error, if it has one, is raised as itself)
+            out.update((i, one(i, progress)) for i in sorted(away))
+    return [out[i] for i in range(len(jobs))], copied
 
 
-def combined(runs: Sequence[Result], jobs: Sequence[PlacedJob]) -> Result:
+def _walk_estimate(job: PlacedJob, system: SystemConfig) -> float:
+    """The nodes a job's run will walk, roughly: all of them when something sets its ranks apart, else a tenth."""
+    nodes = sum(len(trace.types) for trace in job.workload.traces)
+    return float(nodes) if system.ranks_named(in_effect=True) or system.compute_jitter else nodes / 10
+
+
+def combined(runs: Sequence[Result], jobs: Sequence[PlacedJob], copied: int = 0) -> Result:
     """The whole cluster's result from the jobs' own runs: each GPU from its job's run, links and counts summed."""
     owner = {gpu: i for i, job in enumerate(jobs) for gpu in job.gpus}
     first = runs[0]
@@ -94,7 +137,8 @@ def combined(runs: Sequence[Result], jobs: Sequence[PlacedJob]) -> Result:
         "wall_s": sum(run.sim.get("wall_s", 0.0) for run in runs),
         "bulk_parts": sum(run.sim.get("bulk_parts", 0) for run in runs),
         "reruns": sum(run.sim.get("reruns", 0) for run in runs),
-        "apart": f"{len(runs)} jobs share no link: each ran as its own simulation",
+        "apart": f"{len(runs)} jobs share no link: each ran as its own simulation"
+        + (f" ({copied} of them in a second process, at the same time)" if copied else ""),
     }
     failed = {k: v for run in runs for k, v in run.sim.get("failed", {}).items()}
     if failed:

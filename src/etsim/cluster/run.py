@@ -28,7 +28,7 @@ from etsim.cluster.links import TrafficByPair, link_tables, traffic
 from etsim.cluster.merge import PlacedJob, is_whole_cluster, job_group, job_pg_name, merge_jobs
 from etsim.cluster.placement import node_of, place
 from etsim.cluster.reliability import failure_rate, play
-from etsim.cluster.spec import ClusterSpec
+from etsim.cluster.spec import ClusterSpec, JobEntry
 from etsim.errors import ConfigError, TopologyError
 from etsim.network import NetworkConfig, Topology, load_network
 from etsim.network.faults import LinkChange
@@ -394,6 +394,8 @@ class _Runs:
     system: SystemConfig
     sent: list[tuple[int, float]] = field(default_factory=list)
     """In a shared run of several jobs, each job's messages and bytes."""
+    views: list[JobResult] | None = None
+    """Jobs that ran apart: each one's result, made from its own run."""
 
 
 def _simulate(
@@ -410,13 +412,21 @@ def _simulate(
     gpus = [job.gpus for job in placed]
     names = [job.name for job in spec.jobs]
     if len(placed) > 1 and may_part and share_no_link(net, placed):
-        own = run_apart(net, placed, system, reports, progress)
-        run = combined([r for r, _ in own], placed)
-        durations = _durations(spec, gpus, run)
-        per_link = {e["link"]: [[e["bytes"], e["messages"]] if k == i else [0.0, 0] for k in range(len(placed))]
-                    for i, (r, _) in enumerate(own) for e in r.links}  # fmt: skip
-        mine, shared = link_tables(net, per_link, run.links, names, durations)
-        return _Runs(run, list(own), mine, shared, durations, system)
+        streams = system.resources.comm_streams
+
+        def view(i: int, own: Result, recorder: RunRecorder) -> JobResult:
+            """Job *i*'s result from its own run: its links its own, its step report from its recorder."""
+            (duration,) = _durations(spec, [placed[i].gpus], own, [spec.jobs[i]])
+            per_link = {e["link"]: [[e["bytes"], e["messages"]] if k == i else [0.0, 0] for k in range(len(placed))]
+                        for e in own.links}  # fmt: skip
+            durations = [duration if k == i else 0.0 for k in range(len(placed))]
+            mine, _ = link_tables(net, per_link, own.links, names, durations)
+            return _job_view(placed[i], spec.jobs[i].start, own, mine[i], recorder, streams)
+
+        own, copied = run_apart(net, placed, system, reports, view, progress)
+        run = combined([r for r, _ in own], placed, copied)
+        views = [v for _, v in own]
+        return _Runs(run, [], [v.result.links for v in views], [], _durations(spec, gpus, run), system, [], views)
     if len(placed) > 1:  # (every message must be seen to be charged to its job: a folded run shows a few)
         system = system.with_overrides(fold_replicas=False)
     merged = merge_jobs(placed, net.topology.npus)
@@ -474,7 +484,7 @@ def run_cluster(
     runs = _simulate(spec, net, placed, system, recorder, trace is None and not together, progress)
     run, durations, mine, shared, system = runs.run, runs.durations, runs.mine, runs.shared, runs.system
     streams = system.resources.comm_streams
-    jobs = [
+    jobs = runs.views or [
         _job_view(job, spec.jobs[i].start, runs.seen[i][0], mine[i], runs.seen[i][1], streams, renamed)
         for i, job in enumerate(placed)
     ]
@@ -559,7 +569,9 @@ def _mark_lost(spec: ClusterSpec, jobs: Sequence[JobResult], failed: dict[int, f
                     "collectives_done": finished}  # fmt: skip
 
 
-def _durations(spec: ClusterSpec, gpus: Sequence[tuple[int, ...]], run: Result) -> list[float]:
-    """Each job's duration in *run*: its last rank's finish minus its start."""
+def _durations(
+    spec: ClusterSpec, gpus: Sequence[tuple[int, ...]], run: Result, jobs: Sequence[JobEntry] | None = None
+) -> list[float]:
+    """Each job's duration in *run*: its last rank's finish minus its start (*jobs*: these of the file's jobs)."""
     finishes = [max((run.ranks[g].finish_ns for g in ranks), default=0.0) for ranks in gpus]
-    return [f - job.start for f, job in zip(finishes, spec.jobs, strict=True)]
+    return [f - job.start for f, job in zip(finishes, spec.jobs if jobs is None else jobs, strict=True)]
