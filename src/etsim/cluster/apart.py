@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from etsim.cluster.merge import PlacedJob, merge_jobs
 from etsim.network import NETWORK_MODELS, NetworkConfig
 from etsim.network.routing import make_router
+from etsim.progress import shown_on
 from etsim.report.record import RunRecorder
 from etsim.report.result import Result
 from etsim.simulation import Reports, Simulation
@@ -86,7 +87,8 @@ def run_apart(
         return run, view(i, run, recorder)
 
     def some(indices: list[int]) -> list[tuple[Result, V]]:
-        return [one(i, None) for i in indices]
+        with shown_on(None):  # (the copy draws no progress over this process's)
+            return [one(i, None) for i in indices]
 
     cost = [_walk_estimate(job, restricted(system, job.gpus)) for job in jobs]
     order = sorted(range(len(jobs)), key=lambda i: (-cost[i], i))
