@@ -383,19 +383,14 @@ def _job_view(
 
 @dataclass
 class _Runs:
-    """What the simulations of a cluster give: the whole run, each job's view of a run, links and durations."""
+    """What the simulations of a cluster give: the whole run, each job's result, the links jobs shared."""
 
     run: Result
-    seen: list[tuple[Result, RunRecorder]]
-    """Per job, the run its view reads and the recorder of its step report."""
-    mine: list[list[dict[str, Any]]]
+    jobs: list[JobResult]
     shared: list[dict[str, Any]]
     durations: list[float]
     system: SystemConfig
-    sent: list[tuple[int, float]] = field(default_factory=list)
-    """In a shared run of several jobs, each job's messages and bytes."""
-    views: list[JobResult] | None = None
-    """Jobs that ran apart: each one's result, made from its own run."""
+    """The settings the jobs ran under (a shared run of several jobs: folding off)."""
 
 
 def _simulate(
@@ -411,8 +406,9 @@ def _simulate(
     reports = dataclasses.replace(DEFAULT_REPORTS, training=False)
     gpus = [job.gpus for job in placed]
     names = [job.name for job in spec.jobs]
+    streams = system.resources.comm_streams
+    renamed = not is_whole_cluster(placed, net.topology.npus)
     if len(placed) > 1 and may_part and share_no_link(net, placed):
-        streams = system.resources.comm_streams
 
         def view(i: int, own: Result, recorder: RunRecorder) -> JobResult:
             """Job *i*'s result from its own run: its links its own, its step report from its recorder."""
@@ -425,27 +421,31 @@ def _simulate(
 
         own, copied = run_apart(net, placed, system, reports, view, progress)
         run = combined([r for r, _ in own], placed, copied)
-        views = [v for _, v in own]
-        return _Runs(run, [], [v.result.links for v in views], [], _durations(spec, gpus, run), system, [], views)
+        return _Runs(run, [v for _, v in own], [], _durations(spec, gpus, run), system)
     if len(placed) > 1:  # (every message must be seen to be charged to its job: a folded run shows a few)
         system = system.with_overrides(fold_replicas=False)
     merged = merge_jobs(placed, net.topology.npus)
     run = Simulation(merged, topology=net, system=system, reports=reports, observer=recorder, progress=progress).run()
     durations = _durations(spec, gpus, run)
     if len(placed) == 1:  # one job: every link's traffic is its own (a folded run's mirrored, exactly)
-        return _Runs(run, [(run, recorder)], [run.links], [], durations, system)  # type: ignore[list-item]
+        job = _job_view(placed[0], spec.jobs[0].start, run, run.links, recorder, streams, renamed)
+        return _Runs(run, [job], [], durations, system)
     run.sim.setdefault(
         "not_folded",
         "several jobs that may share links: every rank of every job is simulated, each message charged to its job",
     )
     owner = {gpu: i for i, ranks in enumerate(gpus) for gpu in ranks}
     mine, shared = link_tables(net, traffic(net, recorder.pairs, owner, len(placed)), run.links, names, durations)
-    sent = [[0, 0.0] for _ in placed]
+    jobs = [
+        _job_view(job, spec.jobs[i].start, run, mine[i], recorder, streams, renamed) for i, job in enumerate(placed)
+    ]
+    sent = [[0, 0.0] for _ in placed]  # (each job's own messages and bytes, as its own run would count them)
     for (src, _), (size, count) in sorted(recorder.pairs.items()):
         sent[owner[src]][0] += int(count)
         sent[owner[src]][1] += size
-    seen: list[tuple[Result, RunRecorder]] = [(run, recorder)] * len(placed)
-    return _Runs(run, seen, mine, shared, durations, system, [(int(c), float(b)) for c, b in sent])
+    for done, (count, nbytes) in zip(jobs, sent, strict=True):
+        done.result.network.update(messages=count, bytes=nbytes)
+    return _Runs(run, jobs, shared, durations, system)
 
 
 def run_cluster(
@@ -480,16 +480,8 @@ def run_cluster(
     group_names = [[job_pg_name(j.name, None), *(job_pg_name(j.name, g) for g in j.groups.groups)] for j in placed]
     groups = group_names if renamed else None
     system = _system(spec, gpus, groups=groups)
-    merged = merge_jobs(placed, topo.npus)
     runs = _simulate(spec, net, placed, system, recorder, trace is None and not together, progress)
-    run, durations, mine, shared, system = runs.run, runs.durations, runs.mine, runs.shared, runs.system
-    streams = system.resources.comm_streams
-    jobs = runs.views or [
-        _job_view(job, spec.jobs[i].start, runs.seen[i][0], mine[i], runs.seen[i][1], streams, renamed)
-        for i, job in enumerate(placed)
-    ]
-    for done, sent in zip(jobs, runs.sent, strict=False):  # (a shared run: each job's own messages and bytes)
-        done.result.network.update(messages=sent[0], bytes=sent[1])
+    run, jobs, durations, shared, system = runs.run, runs.jobs, runs.durations, runs.shared, runs.system
     if trace is not None:
         from etsim.report.trace import write_chrome_trace
 
@@ -514,7 +506,9 @@ def run_cluster(
         for i, entry in enumerate(faults):
             without = dataclasses.replace(spec, faults=[f for k, f in enumerate(spec.faults) if k != i])
             settings = _system(without, gpus, groups=groups).with_overrides(fold_replicas=system.fold_replicas)
-            healthy = Simulation(merged, topology=_network(without), system=settings, reports=NO_REPORTS).run()
+            healthy = Simulation(
+                merge_jobs(placed, topo.npus), topology=_network(without), system=settings, reports=NO_REPORTS
+            ).run()
             entry["cost_ns"] = {  # (a job that failed did not finish: no duration to compare)
                 job.name: None if job.lost is not None else d - h
                 for job, d, h in zip(jobs, durations, _durations(spec, gpus, healthy), strict=True)
