@@ -262,17 +262,13 @@ def find_fold(
         return None, why
     fold = ReplicaFold(chosen, n)
     parts = " × ".join(f"{s.role} ({s.modulus // s.step})" for s in chosen)
-    busy = [r for r in range(n) if len(traces[r].types)]
-    if len(busy) < n:  # (a job placed on part of a cluster: its own ranks counted, the idle GPUs cost nothing)
-        simulated = sum(1 for r in fold.simulated if len(traces[r].types))
-        fold.description = (
-            f"{parts}: simulated {simulated} of the job's {len(busy)} ranks, each standing for {fold.replicas} that "
-            "mirror it"
-        )
-    else:
-        fold.description = (
-            f"{parts}: simulated {len(fold.simulated)} of {n} ranks, each standing for {fold.replicas} that mirror it"
-        )
+    busy = sum(1 for trace in traces if len(trace.types))
+    # (a job placed on part of a cluster: its own ranks counted, the idle GPUs cost nothing)
+    whose = "" if busy == n else "the job's "
+    simulated = sum(1 for r in fold.simulated if len(traces[r].types)) if whose else len(fold.simulated)
+    fold.description = (
+        f"{parts}: simulated {simulated} of {whose}{busy} ranks, each standing for {fold.replicas} that mirror it"
+    )
     fold.bind_links(topology)
     fold.bind_groups(groups)
     return fold, ""
