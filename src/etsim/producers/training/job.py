@@ -436,7 +436,7 @@ def layer_parameters(model: ModelSpec, layer: int, layout: Layout) -> tuple[floa
     total = model.layer_parameters(layer)
     if not model.is_moe(layer):
         return total / layout.tp, 0.0
-    experts = (model.experts + model.shared_experts) * model.mlp_weights(model.expert_ffn)
+    experts = model.expert_weights(layer)
     return (total - experts) / layout.tp, experts / layout.ep
 
 

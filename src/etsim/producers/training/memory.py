@@ -130,7 +130,7 @@ def _stage_parameters(job: JobSpec, stage: int) -> tuple[Fraction, Fraction, Fra
         chunk = k * lay.pp + stage
         for layer in job.layers_of(chunk):
             total = m.layer_parameters(layer)
-            experts = (m.experts + m.shared_experts) * m.mlp_weights(m.expert_ffn) if m.is_moe(layer) else 0
+            experts = m.expert_weights(layer)
             d = Fraction(total - experts, lay.tp)  # (as the trace splits them: experts by ep, the rest by tp)
             dense, expert, largest = dense + d, expert + Fraction(experts, lay.ep), max(largest, d)
         if m.vocab and chunk == 0:

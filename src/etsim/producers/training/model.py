@@ -137,6 +137,13 @@ class ModelSpec:
         up = self.kv_lora_rank * self.heads * (self.head_dim + (self.v_head_dim or self.head_dim))
         return query + latent + up + o * h
 
+    def expert_weights(self, layer: int) -> int:
+        """The experts' MLP weights of *layer*, routed and shared (0 for a dense layer).
+
+        Expert parallelism splits these; tensor parallelism splits the rest of the layer.
+        """
+        return (self.experts + self.shared_experts) * self.mlp_weights(self.expert_ffn) if self.is_moe(layer) else 0
+
     def in_projection_width(self) -> float:
         """Columns of the attention's input-side projections as one GEMM (query, key, value; latents' too)."""
         return (self.attention_weights() - self.o_hidden * self.hidden) / self.hidden
