@@ -425,3 +425,77 @@ def test_expert_blocks_move_the_gating_and_permutation_bytes_and_run_grouped_gem
     _, ops_all, time_all = expert_node(ep=1, dp=2)
     _, ops_half, time_half = expert_node(ep=2, dp=2)
     assert ops_all == ops_half and time_all > time_half
+
+
+def test_expert_tensor_parallelism_groups_split_each_expert_over_consecutive_tensor_parallel_ranks() -> None:
+    lay = Layout(tp=4, cp=1, dp=2, pp=1, ep=2, experts=True, etp=2)
+    groups = lay.groups()
+    assert groups["etp"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    # the same experts (d mod ep) and the same half of each (t mod etp)
+    assert groups["edp"] == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert groups["ep"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert Layout(tp=4, cp=1, dp=2, pp=1, ep=2, experts=True).groups()["edp"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert Layout(tp=4, cp=1, dp=2, pp=1, ep=2, experts=True, etp=4).groups()["etp"] == groups["tp"]
+
+
+@pytest.mark.parametrize("etp", [2, 4])
+def test_expert_tensor_parallelism_gathers_the_copies_and_splits_the_weights(etp: int) -> None:
+    moe = {**SMALL, "arch": "llama", "experts": 8, "top_k": 2, "expert_ffn": 512}
+    h, f, e, k, tp = 256, 512, 8, 2, 4
+
+    def expert_node(traces: list[Any], name: str = "_l0_experts") -> tuple[int, int]:
+        tr = traces[0]
+        j = next(j for j, n in enumerate(tr.names) if n.endswith(name))
+        return tr.tensor_size[j], tr.num_ops[j]
+
+    base, base_info = generate(model=moe, global_batch=4, tp=tp, sp=True, ep=2, dp=2)
+    split, info = generate(model=moe, global_batch=4, tp=tp, sp=True, ep=2, dp=2, etp=etp)
+    assert info["etp"] == etp and "etp" not in base_info
+    # The same FLOPs: etp times the rows on 1/etp of each expert's columns; each expert's weights read 1/etp, the
+    # gathered rows' inputs (h wide) and outputs (h wide) read and written etp times over.
+    size1, ops1 = expert_node(base)
+    size2, ops2 = expert_node(split)
+    assert ops1 == ops2
+    local = e // 2
+    weights = local * (h * 2 * f + f * h) * 2
+    copies = 128 // tp * k  # tokens of one micro-batch on one tensor-parallel rank, top_k copies each
+    assert size1 - size2 == weights - weights // etp - 2 * (etp - 1) * copies * h * ACT
+    # Every MoE layer and pass: the copies a rank received gathered over its etp ranks, the outputs reduce-scattered.
+    got = volumes(split, info)
+    ranks, micro_batches, passes = 8, 2, 2  # (tp 4 × dp 2; 4 sequences over dp 2; forward and backward)
+    per_rank = copies * h * ACT * L * micro_batches * passes  # (the small model's 4 layers all have experts)
+    assert got[("etp", "all_gather")] == got[("etp", "reduce_scatter")] == ranks * per_rank * etp
+    assert ("etp", "all_gather") not in volumes(base, base_info)
+    # Expert gradients: each rank holds 1/etp of its experts and reduces them with the ranks holding the same share.
+    experts = L * e // 2 * (h * 2 * f + f * h)
+    # (etp 4: each rank holds the only copy of its share, nothing to reduce)
+    copies_of_share = ranks // (2 * etp)
+    assert got.get(("edp", "all_reduce"), 0) == (ranks * experts / etp * 2 if copies_of_share > 1 else 0)
+    assert volumes(base, base_info)[("edp", "all_reduce")] == ranks * experts * 2
+
+
+def test_expert_tensor_parallelism_divides_the_expert_memory() -> None:
+    from etsim.producers.training.memory import layer_activations, stage_memory
+    from etsim.producers.workloads.transformer import job_spec
+
+    moe = {**SMALL, "arch": "llama", "experts": 8, "top_k": 2, "expert_ffn": 512}
+    values = {"model": moe, "global_batch": 4, "tp": 4, "sp": True, "ep": 2, "dp": 2, "zero": 1}
+    jobs = {etp: job_spec(parse("transformer", {**values, "etp": etp})[1]) for etp in (1, 4)}
+    mem = {etp: stage_memory(job, 0) for etp, job in jobs.items()}
+    experts = Fraction(L * 8 * 3 * 256 * 512, 2)  # routed experts' weights per rank under ep 2
+    assert Fraction(mem[1]["weights"]) - Fraction(mem[4]["weights"]) == 2 * (experts - experts / 4)
+    # ZeRO-1 shards the experts' states over the ranks holding the same share: 8 / (2·1) of them for the whole
+    # experts, 8 / (2·4) = 1 for a quarter of each: the same bytes per rank either way.
+    assert mem[1]["optimizer states"] == mem[4]["optimizer states"]
+    assert mem[1]["gradients"] - mem[4]["gradients"] == mem[1]["weights"] - mem[4]["weights"]
+    sbh = Fraction(128 * 256)
+    acts = {etp: layer_activations(job, 0)["expert inputs and outputs"] for etp, job in jobs.items()}
+    assert acts[4] - acts[1] == 2 * 2 * 3 * sbh / 4  # top_k copies' inputs kept gathered over 4 ranks, not 1
+
+
+def test_expert_tensor_parallelism_needs_experts_and_a_divisor_of_tp() -> None:
+    moe = {**SMALL, "experts": 4, "top_k": 2}
+    with pytest.raises(ConfigError, match="etp 3 must divide tp 4"):
+        parse("transformer", {"model": moe, "global_batch": 8, "tp": 4, "sp": True, "etp": 3})
+    with pytest.raises(ConfigError, match="needs a model with experts"):
+        parse("transformer", {"model": SMALL, "global_batch": 8, "tp": 2, "etp": 2})

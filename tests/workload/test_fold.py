@@ -258,6 +258,20 @@ def test_a_node_priority_on_some_replicas_only_is_not_folded_away() -> None:
     assert why.startswith(f"node_priorities: 0:{node} has no counterpart on rank")
 
 
+def test_expert_tensor_parallelism_folds_by_whole_expert_shards() -> None:
+    # etp = tp: each expert split over the tensor-parallel group, whose shift maps every expert shard onto the next
+    workload = job(MOE, tp=2, sp=True, ep=2, etp=2, dp=4)
+    folded, full = both(workload, cluster(8), "flow", RING)
+    assert "tp (2) × dp (2): simulated 2 of 8 ranks" in folded.sim["folded"]
+    assert equal(folded, full)
+    # etp 2 of tp 4: a shift by one tensor-parallel rank would split the pairs an expert is split over, and by two it
+    # swaps the members of each expert-gradient group (not a rotation): the tensor-parallel ranks all run.
+    workload = job(MOE, tp=4, sp=True, ep=2, etp=2, dp=4)
+    folded, full = both(workload, cluster(16), "flow", RING)
+    assert "dp (2): simulated 8 of 16 ranks" in folded.sim["folded"]
+    assert equal(folded, full)
+
+
 def test_groups_with_the_same_members_map_one_to_one_and_an_expert_job_with_ep_dp_folds() -> None:
     # ep = dp: each expert-gradient group has the members of a tensor-parallel group (distinct communicators); a
     # shift maps each onto its own image, and the job folds exactly.

@@ -75,7 +75,8 @@ def training_report(
     peak = info["peak_flops_per_gpu"]
     model_rate = info["model_flops"] / seconds / gpus if seconds > 0 else 0.0
     hardware_rate = info["hardware_flops"] / seconds / gpus if seconds > 0 else 0.0
-    roles = {str(k): ("dp" if v == "edp" else v) for k, v in info.get("groups", {}).items()}
+    # expert gradients count as data-parallel communication, the gathers of expert tensor parallelism as tensor-parallel
+    roles = {str(k): {"edp": "dp", "etp": "tp"}.get(v, v) for k, v in info.get("groups", {}).items()}
     exposed = dict.fromkeys(ROLES, 0.0)
     bubble = 0.0
     if recorder is not None and recorder.engine is not None:
@@ -128,7 +129,7 @@ def training_report(
         "fits_in_memory": fits,
         "stage_compute_ns": _stage_compute(info, result),
         "pipeline_layers": info.get("pipeline_layers", []),
-        "job": {k: info[k] for k in ("model", "gpus", "gpu", "tp", "pp", "dp", "cp", "ep", "sp", "schedule",
+        "job": {k: info[k] for k in ("model", "gpus", "gpu", "tp", "pp", "dp", "cp", "ep", "etp", "sp", "schedule",
                                       "virtual_stages", "micro_batches", "global_batch", "zero", "recompute")
                 if k in info},
     }  # fmt: skip
@@ -137,7 +138,7 @@ def training_report(
 def training_lines(report: dict[str, Any]) -> list[str]:
     """The report as table lines."""
     job = report.get("job", {})
-    layout = " ".join(f"{k}={job[k]}" for k in ("tp", "pp", "dp", "cp", "ep") if k in job)
+    layout = " ".join(f"{k}={job[k]}" for k in ("tp", "pp", "dp", "cp", "ep", "etp") if k in job)
     lines = [
         f"training step ({job.get('model', '?')} on {job.get('gpus', '?')} x {job.get('gpu', '?')}, {layout}, "
         f"{job.get('schedule', '?')}, {job.get('micro_batches', '?')} micro-batches):",

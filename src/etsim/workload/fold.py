@@ -185,8 +185,9 @@ class ReplicaFold:
 def replica_shifts(traces: Sequence[Trace]) -> list[list[Shift]]:
     """The shifts a generated training job may be invariant under, per role, the smallest first.
 
-    Ranks follow Megatron-LM's order, ``rank = t + T·(c + C·(d + D·p))``: ``tp`` moves every rank to the next
-    tensor-parallel rank, ``dp`` by ``s`` data-parallel replicas (any divisor of ``dp``: the checks of
+    Ranks follow Megatron-LM's order, ``rank = t + T·(c + C·(d + D·p))``: ``tp`` moves every rank by ``s``
+    tensor-parallel ranks (any divisor of ``tp``: 1 unless expert tensor parallelism's groups need more), ``dp`` by
+    ``s`` data-parallel replicas (any divisor of ``dp``: the checks of
     :func:`find_fold` decide, expert-parallel groups included, whose positions a shift rotates). Empty for a
     workload that does not describe its layout (the ``etsim_training`` metadata).
     """
@@ -196,7 +197,7 @@ def replica_shifts(traces: Sequence[Trace]) -> list[list[Shift]]:
     tp, cp, dp = layout.tp, layout.cp, layout.dp
     roles = []
     if tp > 1:
-        roles.append([Shift(1, tp, 1, "tp")])
+        roles.append([Shift(1, tp, s, "tp") for s in range(1, tp) if tp % s == 0])
     if dp > 1:
         roles.append([Shift(tp * cp, dp, s, "dp") for s in range(1, dp) if dp % s == 0])
     return roles

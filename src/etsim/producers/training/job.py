@@ -190,7 +190,8 @@ class _Rank:
 
         Tokens are balanced over the experts: each GPU receives as many routed copies as it dispatches (``top_k``
         per token), spread evenly over its ``experts / ep`` local experts, whose grouped GEMMs run at the
-        efficiency of one expert's rows.
+        efficiency of one expert's rows. With expert tensor parallelism the ``etp`` ranks of an expert gathered
+        their copies: each runs ``etp`` times the rows on ``1 / etp`` of every expert's weights.
         """
         m, lay = self.job.model, self.job.layout
         tokens = self.n / lay.tp  # sequence parallel: each tensor-parallel rank routes its own share
@@ -202,14 +203,30 @@ class _Rank:
         copies = tokens * m.top_k
         # permutation before the experts and (weighted) unpermutation after: each reads and writes every copy's row
         self._kernel(cost, "memory", 0, 2 * 2 * (tokens + copies) * h * ACTIVATION_BYTES * factor)
-        inner = m.expert_ffn * (2 if m.gated else 1)
         local = max(1, m.experts // lay.ep)
-        for share, groups in ((copies, local), (tokens * m.shared_experts, m.shared_experts)):
+        etp = lay.etp
+        for share, groups, split in ((copies * etp, local, etp), (tokens * m.shared_experts, m.shared_experts, 1)):
             if share:
-                self._gemm(cost, share, inner, h, factor, groups)
-                self._kernel(cost, "memory", 0, 3 * share * m.expert_ffn * ACTIVATION_BYTES * factor)
-                self._gemm(cost, share, h, m.expert_ffn, factor, groups)
+                ffn = m.expert_ffn / split
+                self._gemm(cost, share, ffn * (2 if m.gated else 1), h, factor, groups)
+                self._kernel(cost, "memory", 0, 3 * share * ffn * ACTIVATION_BYTES * factor)
+                self._gemm(cost, share, h, ffn, factor, groups)
         return cost
+
+    def _experts_block(self, deps: list[int], name: str, factor: float) -> list[int]:
+        """The experts' node, between the gather and the reduce-scatter of their tokens under expert tensor parallelism.
+
+        Forward: the ``etp`` ranks of an expert gather the copies each received, and reduce-scatter the partial
+        outputs; backward: the same pair on the gradients (a gather's gradient is a reduce-scatter and back).
+        """
+        lay = self.job.layout
+        if lay.etp == 1:
+            return [self._comp(name, self._experts(factor), deps)]
+        m = self.job.model
+        size = self.n / lay.tp * m.top_k * m.hidden * ACTIVATION_BYTES  # the copies one rank received
+        deps = [self._coll(AG, size, deps, f"{name}_etp_ag", "etp")]
+        deps = [self._comp(name, self._experts(factor), deps)]
+        return [self._coll(RS, size * lay.etp, deps, f"{name}_etp_rs", "etp")]
 
     def _tp_before(self, deps: list[int], name: str) -> list[int]:
         """With sequence parallelism, the all-gather that starts a block (forward) or ends it (backward)."""
@@ -257,7 +274,7 @@ class _Rank:
         deps = self._tp_after(deps, f"{p}_attn_rs" if self.job.sp else f"{p}_attn_ar")
         if self.job.model.is_moe(layer):
             deps = self._moe_exchange(deps, f"{p}_dispatch")
-            deps = [self._comp(f"{p}_experts", self._experts(1.0), deps)]
+            deps = self._experts_block(deps, f"{p}_experts", 1.0)
             return self._moe_exchange(deps, f"{p}_combine")
         deps = self._tp_before(deps, f"{p}_mlp_ag")
         deps = [self._comp(f"{p}_mlp", self._mlp(1.0), deps)]
@@ -268,7 +285,7 @@ class _Rank:
         p = f"{tag}_l{layer}"
         if self.job.model.is_moe(layer):
             deps = self._moe_exchange(deps, f"{p}_combine_grad")
-            deps = [self._comp(f"{p}_experts_bwd", self._experts(2.0), deps)]
+            deps = self._experts_block(deps, f"{p}_experts_bwd", 2.0)
             deps = self._moe_exchange(deps, f"{p}_dispatch_grad")
         else:
             deps = self._tp_before(deps, f"{p}_mlp_grad_ag")
@@ -432,12 +449,12 @@ class _Rank:
 
 
 def layer_parameters(model: ModelSpec, layer: int, layout: Layout) -> tuple[float, float]:
-    """Per-rank (dense, expert) parameters of *layer*: dense weights split by tensor parallelism, experts by ep."""
+    """Per-rank (dense, expert) parameters of *layer*: dense weights split by tp, experts by ep and etp."""
     total = model.layer_parameters(layer)
     if not model.is_moe(layer):
         return total / layout.tp, 0.0
     experts = model.expert_weights(layer)
-    return (total - experts) / layout.tp, experts / layout.ep
+    return (total - experts) / layout.tp, experts / (layout.ep * layout.etp)
 
 
 def _build_rank(
@@ -486,7 +503,7 @@ def build_job(job: JobSpec) -> list[Trace]:
 
 
 def rank_parameters(job: JobSpec, stage: int) -> float:
-    """Parameters one rank of pipeline *stage* holds (dense ones split by tp, experts by ep)."""
+    """Parameters one rank of pipeline *stage* holds (dense ones split by tp, experts by ep and etp)."""
     lay, model = job.layout, job.model
     total = 0.0
     for k in range(job.chunks):
@@ -524,6 +541,7 @@ def job_info(job: JobSpec, roles: dict[str, str]) -> str:
             "model_flops": model_flops,
             "hardware_flops": model_flops + recompute_flops,
             "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "sp": job.sp,
+            **({"etp": lay.etp} if lay.etp > 1 else {}),
             "schedule": job.schedule, "virtual_stages": job.chunks, "micro_batches": job.micro_batches,
             "micro_batch": job.micro_batch, "global_batch": job.global_batch, "zero": job.zero,
             "recompute": job.recompute,

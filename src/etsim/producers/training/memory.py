@@ -5,12 +5,12 @@ Per pipeline stage, on one GPU of it (bytes; every term is an exact rational unt
 - **weights** ``2·P`` (BF16, also under FP8: Transformer Engine keeps BF16 weights and FP32 masters), **gradients**
   ``2·P`` (BF16, as the data-parallel collectives of the trace carry them) and **optimizer states** ``12·P`` (Adam:
   FP32 master weights and two moments), P the parameters the GPU holds: its layers' (dense ones split by tensor
-  parallelism, experts by expert parallelism), the input embedding on the first model chunk, the output layer on
-  the last (a ``gpt`` model's tied embedding has its copy there, as Megatron-LM keeps one); ZeRO-1 shards the
-  states, ZeRO-2 the gradients too, ZeRO-3 the weights too, over the data-parallel group (``dp·cp`` ranks; expert
-  weights over their expert-data-parallel group, ``tp·cp·dp/ep``). ZeRO-3 adds the two layers it holds gathered
-  (the one computing and the one prefetched); FP8 adds the FP8 copy of each weight and its transpose, which
-  Transformer Engine caches across micro-batches.
+  parallelism, experts by expert and expert tensor parallelism), the input embedding on the first model chunk, the
+  output layer on the last (a ``gpt`` model's tied embedding has its copy there, as Megatron-LM keeps one); ZeRO-1
+  shards the states, ZeRO-2 the gradients too, ZeRO-3 the weights too, over the data-parallel group (``dp·cp``
+  ranks; expert weights over their expert-data-parallel group, ``tp·cp·dp/(ep·etp)``). ZeRO-3 adds the two layers
+  it holds gathered (the one computing and the one prefetched); FP8 adds the FP8 copy of each weight and its
+  transpose, which Transformer Engine caches across micro-batches.
 - **activations**: what each micro-batch leaves stored for its backward (:func:`layer_activations`, Korthikanti et
   al. 2022 §4, generalised to grouped-query attention and gated MLPs), summed over the layers of a model chunk, plus
   the embedding's dropout mask on the first chunk and the output layer's inputs and FP32 logits on the last; the
@@ -88,7 +88,8 @@ def layer_activations(job: JobSpec, layer: int) -> dict[str, Fraction]:
     if m.is_moe(layer):
         copies = m.top_k + m.shared_experts  # each token's expert inputs, inner activations and outputs
         terms["router"] = (2 * sbh + 4 * s * b * m.experts) / t
-        terms["expert inputs and outputs"] = copies * 4 * sbh / t
+        # (expert tensor parallelism keeps the routed copies' inputs gathered over the etp ranks of an expert)
+        terms["expert inputs and outputs"] = (copies * 4 + m.top_k * 2 * (lay.etp - 1)) * sbh / t
         terms["expert inner"] = copies * inner_factor * s * b * m.expert_ffn / t
     else:
         terms["mlp input"] = 2 * sbh / whole
@@ -131,8 +132,8 @@ def _stage_parameters(job: JobSpec, stage: int) -> tuple[Fraction, Fraction, Fra
         for layer in job.layers_of(chunk):
             total = m.layer_parameters(layer)
             experts = m.expert_weights(layer)
-            d = Fraction(total - experts, lay.tp)  # (as the trace splits them: experts by ep, the rest by tp)
-            dense, expert, largest = dense + d, expert + Fraction(experts, lay.ep), max(largest, d)
+            d = Fraction(total - experts, lay.tp)  # (as the trace splits them: experts by ep·etp, the rest by tp)
+            dense, expert, largest = dense + d, expert + Fraction(experts, lay.ep * lay.etp), max(largest, d)
         if m.vocab and chunk == 0:
             dense += Fraction(m.vocab * m.hidden + (m.seq * m.hidden if m.arch == "gpt" else 0), lay.tp)
         if m.vocab and chunk == last and (chunk != 0 or m.arch == "llama"):  # (a tied embedding: its copy)
@@ -145,7 +146,7 @@ def stage_memory(job: JobSpec, stage: int) -> dict[str, float]:
     lay = job.layout
     dense, expert, largest = _stage_parameters(job, stage)
     shard = lay.dp * lay.cp
-    expert_shard = max(1, lay.tp * lay.cp * lay.dp // lay.ep)
+    expert_shard = max(1, lay.tp * lay.cp * lay.dp // (lay.ep * lay.etp))
 
     def held(per_param: int, sharded: bool) -> Fraction:
         return per_param * (dense / shard + expert / expert_shard if sharded else dense + expert)

@@ -138,11 +138,12 @@ class ModelSpec:
         return query + latent + up + o * h
 
     def expert_weights(self, layer: int) -> int:
-        """The experts' MLP weights of *layer*, routed and shared (0 for a dense layer).
+        """The routed experts' MLP weights of *layer* (0 for a dense layer).
 
-        Expert parallelism splits these; tensor parallelism splits the rest of the layer.
+        Expert (and expert tensor) parallelism splits these; tensor parallelism splits the rest of the layer, shared
+        experts included: every rank runs them, as a dense MLP, on its own tokens (Megatron-Core's shared experts).
         """
-        return (self.experts + self.shared_experts) * self.mlp_weights(self.expert_ffn) if self.is_moe(layer) else 0
+        return self.experts * self.mlp_weights(self.expert_ffn) if self.is_moe(layer) else 0
 
     def in_projection_width(self) -> float:
         """Columns of the attention's input-side projections as one GEMM (query, key, value; latents' too)."""

@@ -2,7 +2,12 @@
 
 Ranks follow Megatron-LM's order, tensor-parallel fastest: ``rank = tp + T·(cp + C·(dp + D·pp))``, so a
 tensor-parallel group is consecutive ranks (one node's NVSwitch), then context, data and pipeline. Expert
-parallelism splits each data-parallel group into blocks of ``E`` consecutive data-parallel ranks.
+parallelism splits each data-parallel group into blocks of ``E`` consecutive data-parallel ranks; expert tensor
+parallelism splits each expert over ``ETP`` consecutive tensor-parallel ranks, which hold the same experts. With
+``ETP = T`` this is Megatron-Core's expert layout (its rank order ``etp, ep, edp`` with the tensor-parallel ranks
+fastest); with ``ETP = 1`` each tensor-parallel rank holds whole experts and exchanges tokens with its own
+data-parallel peers (Megatron-LM's layout before Megatron-Core's "parallel folding", which also lets ``ep`` span
+tensor-parallel ranks: not modelled).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ class Layout:
     ep: int = 1
     experts: bool = False
     """Whether the model has experts (then the ``edp`` groups exist, whatever ``ep``)."""
+    etp: int = 1
+    """Expert tensor parallelism: the tensor-parallel ranks (consecutive) each expert is split over."""
 
     @property
     def ranks(self) -> int:
@@ -50,8 +57,9 @@ class Layout:
         """Communicator groups by role: ``{role: [ranks of each group]}``, for roles whose groups have 2+ ranks.
 
         Roles: ``tp``, ``cp``, ``dp`` (data-parallel gradients: the data- and context-parallel ranks that hold
-        the same weights), ``ep`` (expert-parallel all-to-alls) and ``edp`` (expert gradients: every rank of a
-        stage that holds the same experts, whatever its tensor-parallel rank).
+        the same weights), ``ep`` (expert-parallel all-to-alls), ``etp`` (the ranks one expert is split over: the
+        gathers and reduce-scatters of its tokens) and ``edp`` (expert gradients: every rank of a stage that holds
+        the same share of the same experts).
         """
         out: dict[str, list[list[int]]] = {}
         coords = [self.coords(r) for r in range(self.ranks)]
@@ -64,14 +72,16 @@ class Layout:
             if groups:
                 out[role] = groups
 
-        ep = self.ep
+        ep, etp = self.ep, self.etp
         by("tp", lambda c: (c[1], c[2], c[3]))
         by("cp", lambda c: (c[0], c[2], c[3]))
         by("dp", lambda c: (c[0], c[3]))
         if ep > 1:
             by("ep", lambda c: (c[0], c[1], c[3], c[2] // ep))
+        if self.experts and etp > 1:
+            by("etp", lambda c: (c[1], c[2], c[3], c[0] // etp))
         if self.experts:
-            by("edp", lambda c: (c[3], c[2] % ep))
+            by("edp", lambda c: (c[3], c[2] % ep, c[0] % etp))
         return out
 
 

@@ -101,7 +101,7 @@ def _job_spec(o: Any) -> JobSpec:
     model = load_model(o.model, "model")
     return JobSpec(
         model=model,
-        layout=Layout(tp=o.tp, cp=o.cp, dp=o.dp, pp=o.pp, ep=o.ep, experts=model.experts > 0),
+        layout=Layout(tp=o.tp, cp=o.cp, dp=o.dp, pp=o.pp, ep=o.ep, experts=model.experts > 0, etp=o.etp),
         sp=o.sp,
         global_batch=o.global_batch,
         micro_batch=o.micro_batch,
@@ -178,6 +178,10 @@ class TransformerGenerator(WorkloadGenerator):
         dp: int = option(1, "data-parallel degree", Integer(1))
         cp: int = option(1, "context-parallel degree", Integer(1))
         ep: int = option(1, "expert-parallel degree (divides dp)", Integer(1))
+        etp: int = option(
+            1, "expert tensor-parallel degree: the tensor-parallel ranks each expert is split over (divides tp)",
+            Integer(1),
+        )  # fmt: skip
         sp: bool = option(False, "sequence parallelism with tensor parallelism", Boolean())
         global_batch: int = option(help="sequences per iteration (B)", parse=Integer(1))
         micro_batch: int = option(1, "sequences per micro-batch (b)", Integer(1))
@@ -249,6 +253,13 @@ class TransformerGenerator(WorkloadGenerator):
             raise ConfigError(
                 f"{key('ep')} {o.ep} must divide {key('dp')} {o.dp} and the model's experts ({model.experts})"
             )
+        if o.etp > 1 and (o.tp % o.etp or not model.experts):
+            raise ConfigError(
+                f"{key('etp')} {o.etp} must divide {key('tp')} {o.tp} and needs a model with experts"
+                + ("" if model.experts else f" ({model.name} has none)")
+            )
+        if o.etp > 1 and model.expert_ffn % o.etp:
+            raise ConfigError(f"the model's expert_ffn ({model.expert_ffn}) is not a multiple of {key('etp')} {o.etp}")
         if model.experts and o.tp > 1 and not o.sp:
             raise ConfigError(f"a mixture-of-experts model with {key('tp')} > 1 needs {key('sp')} (as in Megatron-LM)")
         if o.precision == "fp8":
