@@ -71,7 +71,8 @@ def _rank_intervals(
     """A recorded rank's compute intervals, and its communication ones as ``(group, node, interval)``.
 
     Compute: COMP nodes and host-side collectives; communication: collectives (group ``pg_name``, ``"0"`` for the
-    world) and workload SEND/RECV (group :data:`P2P`). Nodes that never started are left out. Kept on the recorder
+    world) and workload SEND/RECV (group :data:`P2P`, or the ``pg_name`` they name: an all-to-all of unequal parts
+    sent peer by peer). Nodes that never started are left out. Kept on the recorder
     (the group and the step reports both read them: a rank's walk once).
     """
     found = rec.rank_intervals.get(run.rank)
@@ -96,7 +97,7 @@ def _intervals(
         if t == _T_COMP or (t == _T_COLL and cpu):
             mine.append((s, finishes[j]))
         elif t == _T_COLL or t in _T_P2P:
-            comm.append(((tr.pg_name[j] or "0") if t == _T_COLL else P2P, j, (s, finishes[j])))
+            comm.append(((tr.pg_name[j] or "0") if t == _T_COLL else (tr.pg_name[j] or P2P), j, (s, finishes[j])))
     return mine, comm
 
 
@@ -169,7 +170,7 @@ def single_group(traces: Sequence[Trace]) -> str | None:
             if t == _T_COLL and not tr.is_cpu_op[j]:
                 names.add(tr.pg_name[j] or "0")
             elif t in _T_P2P:
-                names.add(P2P)
+                names.add(tr.pg_name[j] or P2P)
             else:
                 continue
             if len(names) > 1:

@@ -44,6 +44,13 @@ __all__ = ["ROLES", "TRAINING_ATTR", "training_columns", "training_info", "train
 MEMORY_TERMS = ("weights", "gradients", "optimizer states", "gathered layers", "fp8 weight copies", "activations",
                 "recomputed layer", "fragmentation", "workspace")  # fmt: skip
 
+#: What a job with an unbalanced router says of it (:mod:`etsim.producers.training.routing`).
+ROUTING = ("expert_imbalance", "capacity_factor", "routing_seed", "expert_load_peak", "dropped_copies")
+
+#: Groups counted with another parallelism: expert gradients as data-parallel communication, the gathers of expert
+#: tensor parallelism as tensor-parallel.
+COUNTED_AS = {"edp": "dp", "etp": "tp"}
+
 #: The parallelisms the report splits exposed communication by.
 ROLES = ("tp", "pp", "dp", "ep", "cp")
 
@@ -75,8 +82,7 @@ def training_report(
     peak = info["peak_flops_per_gpu"]
     model_rate = info["model_flops"] / seconds / gpus if seconds > 0 else 0.0
     hardware_rate = info["hardware_flops"] / seconds / gpus if seconds > 0 else 0.0
-    # expert gradients count as data-parallel communication, the gathers of expert tensor parallelism as tensor-parallel
-    roles = {str(k): {"edp": "dp", "etp": "tp"}.get(v, v) for k, v in info.get("groups", {}).items()}
+    roles = {str(k): COUNTED_AS.get(v, v) for k, v in info.get("groups", {}).items()}
     exposed = dict.fromkeys(ROLES, 0.0)
     bubble = 0.0
     if recorder is not None and recorder.engine is not None:
@@ -129,6 +135,7 @@ def training_report(
         "fits_in_memory": fits,
         "stage_compute_ns": _stage_compute(info, result),
         "pipeline_layers": info.get("pipeline_layers", []),
+        **({"routing": {k: info[k] for k in ROUTING if k in info}} if "expert_load_peak" in info else {}),
         "job": {k: info[k] for k in ("model", "gpus", "gpu", "tp", "pp", "dp", "cp", "ep", "etp", "sp", "schedule",
                                       "virtual_stages", "micro_batches", "global_batch", "zero", "recompute")
                 if k in info},
@@ -160,6 +167,15 @@ def training_lines(report: dict[str, Any]) -> list[str]:
             f"  compute per stage (mean per GPU): {format_time(min(stages))} to {format_time(max(stages))}, "
             f"slowest stage {slowest}" + (f" ({per_stage[slowest]} layers)" if per_stage else "")
         )
+    routing = report.get("routing")
+    if routing:
+        capacity = routing.get("capacity_factor")
+        lines.append(
+            f"  experts: busiest expert-parallel rank {routing['expert_load_peak']:.3f}x the mean load (imbalance "
+            f"{routing['expert_imbalance']:g}, seed {routing['routing_seed']})"
+            + (f", {100 * routing['dropped_copies']:.2f}% of copies dropped (capacity factor {capacity:g})"
+               if capacity is not None else ", dropless")
+        )  # fmt: skip
     if report.get("memory_bytes_per_gpu"):
         terms = report.get("memory_terms") or {}
         where = f"stage {terms['stage']}" if "stage" in terms else "largest stage"

@@ -15,7 +15,7 @@ Every collective is issued in the same order on every member of its group.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from etsim.chakra.builder import TraceBuilder
@@ -25,6 +25,7 @@ from etsim.producers.training.memory import stage_memory
 from etsim.producers.training.model import ModelSpec
 from etsim.producers.training.parallel import Layout, Op, schedule
 from etsim.producers.training.relabel import relabelled
+from etsim.producers.training.routing import MOE_TAG_BASE, Routing, exchange, load_summary, rank_shares
 from etsim.system.gpus import Efficiency, Gpu
 
 __all__ = ["ACTIVATION_BYTES", "GRAD_BYTES", "PARAM_BYTES", "TRAINING_ATTR", "JobSpec", "build_job", "job_groups"]
@@ -59,6 +60,8 @@ class JobSpec:
     """``fused`` (flash attention: the score matrix is never stored) or ``unfused`` (for the memory estimate)."""
     pipeline_layers: tuple[int, ...] = ()
     """Layers of each model chunk, chunk 0 first (``p · v`` counts); empty: ``layers / (p · v)`` each."""
+    routing: Routing = field(default_factory=Routing)
+    """How the router spreads tokens over the experts (:mod:`~etsim.producers.training.routing`)."""
 
     @property
     def micro_batches(self) -> int:
@@ -116,6 +119,7 @@ class _Rank:
         self.grad_role = "dp" if "dp" in self.groups else None
         #: What the next pass waits for: the previous pass's last compute and tensor-parallel collectives.
         self.prev: list[int] = []
+        self.micro_batch = 0  # of the pass being built (the experts' loads are drawn per micro-batch and layer)
 
     # -- kernels
     def _kernel(self, cost: _Cost, kind: str, flops: float, nbytes: float, dim: float = 0.0) -> None:
@@ -185,13 +189,23 @@ class _Rank:
         self._kernel(cost, "memory", 0, 8 * norm_tokens * h * ACTIVATION_BYTES * factor)
         return cost
 
-    def _experts(self, factor: float) -> _Cost:
+    def _received(self, layer: int) -> float:
+        """The routed copies this rank's experts process in *layer* (``top_k`` per token when balanced)."""
+        job, lay = self.job, self.job.layout
+        copies = self.n / lay.tp * job.model.top_k
+        if job.routing.balanced or (lay.ep == 1 and job.routing.capacity_factor is None):
+            return copies
+        shares = rank_shares(job.routing, job.model.experts, lay.ep, self.micro_batch, layer)
+        return copies * lay.ep * shares[self.d % lay.ep]
+
+    def _experts(self, factor: float, received: float | None = None) -> _Cost:
         """An MoE block: router, gating, token permutation, the experts as grouped GEMMs, unpermutation.
 
         Tokens are balanced over the experts: each GPU receives as many routed copies as it dispatches (``top_k``
         per token), spread evenly over its ``experts / ep`` local experts, whose grouped GEMMs run at the
         efficiency of one expert's rows. With expert tensor parallelism the ``etp`` ranks of an expert gathered
-        their copies: each runs ``etp`` times the rows on ``1 / etp`` of every expert's weights.
+        their copies: each runs ``etp`` times the rows on ``1 / etp`` of every expert's weights. *received*: the
+        copies this rank's experts process, when the router is not balanced.
         """
         m, lay = self.job.model, self.job.layout
         tokens = self.n / lay.tp  # sequence parallel: each tensor-parallel rank routes its own share
@@ -201,11 +215,12 @@ class _Rank:
         # gating: softmax and top-k over the FP32 logits (read, probabilities written and read)
         self._kernel(cost, "memory", 0, 3 * tokens * m.experts * 4 * factor)
         copies = tokens * m.top_k
+        routed = copies if received is None else received
         # permutation before the experts and (weighted) unpermutation after: each reads and writes every copy's row
         self._kernel(cost, "memory", 0, 2 * 2 * (tokens + copies) * h * ACTIVATION_BYTES * factor)
         local = max(1, m.experts // lay.ep)
         etp = lay.etp
-        for share, groups, split in ((copies * etp, local, etp), (tokens * m.shared_experts, m.shared_experts, 1)):
+        for share, groups, split in ((routed * etp, local, etp), (tokens * m.shared_experts, m.shared_experts, 1)):
             if share:
                 ffn = m.expert_ffn / split
                 self._gemm(cost, share, ffn * (2 if m.gated else 1), h, factor, groups)
@@ -213,19 +228,21 @@ class _Rank:
                 self._gemm(cost, share, h, ffn, factor, groups)
         return cost
 
-    def _experts_block(self, deps: list[int], name: str, factor: float) -> list[int]:
+    def _experts_block(self, deps: list[int], name: str, factor: float, layer: int) -> list[int]:
         """The experts' node, between the gather and the reduce-scatter of their tokens under expert tensor parallelism.
 
         Forward: the ``etp`` ranks of an expert gather the copies each received, and reduce-scatter the partial
         outputs; backward: the same pair on the gradients (a gather's gradient is a reduce-scatter and back).
         """
         lay = self.job.layout
+        received = None if self.job.routing.balanced else self._received(layer)
         if lay.etp == 1:
-            return [self._comp(name, self._experts(factor), deps)]
+            return [self._comp(name, self._experts(factor, received), deps)]
         m = self.job.model
-        size = self.n / lay.tp * m.top_k * m.hidden * ACTIVATION_BYTES  # the copies one rank received
+        copies = self.n / lay.tp * m.top_k if received is None else received
+        size = copies * m.hidden * ACTIVATION_BYTES  # the copies one rank received
         deps = [self._coll(AG, size, deps, f"{name}_etp_ag", "etp")]
-        deps = [self._comp(name, self._experts(factor), deps)]
+        deps = [self._comp(name, self._experts(factor, received), deps)]
         return [self._coll(RS, size * lay.etp, deps, f"{name}_etp_rs", "etp")]
 
     def _tp_before(self, deps: list[int], name: str) -> list[int]:
@@ -253,12 +270,25 @@ class _Rank:
             return [self._coll(RS, size * lay.cp, deps, name, "cp")]
         return [self._coll(AG, size, deps, name, "cp")]
 
-    def _moe_exchange(self, deps: list[int], name: str) -> list[int]:
-        m, lay = self.job.model, self.job.layout
+    def _moe_exchange(self, deps: list[int], name: str, layer: int, phase: int) -> list[int]:
+        """An expert-parallel all-to-all; with an unbalanced router, each peer's part as a send and a receive.
+
+        *phase*: 0 dispatch, 1 combine, 2 and 3 their gradients, 4 and 5 their recomputation (tags apart).
+        """
+        job, m, lay = self.job, self.job.model, self.job.layout
         if lay.ep == 1:
             return deps
         size = self.n / lay.tp * m.hidden * m.top_k * ACTIVATION_BYTES
-        return [self._coll(A2A, size, deps, name, "ep")]
+        if job.routing.balanced:
+            return [self._coll(A2A, size, deps, name, "ep")]
+        shares = rank_shares(job.routing, m.experts, lay.ep, self.micro_batch, layer)
+        first = self.d - self.d % lay.ep
+        members = [lay.rank(self.t, self.c, first + q, self.p) for q in range(lay.ep)]
+        tag = MOE_TAG_BASE + (self.micro_batch * m.layers + layer) * 6 + phase
+        sizes = [size * share for share in shares]
+        to_experts = phase in (0, 2, 4)
+        made = exchange(self.b, self.groups["ep"], members, self.d % lay.ep, sizes, to_experts, tag, deps, name)
+        return made or deps
 
     def layer_forward(self, layer: int, deps: list[int], tag: str) -> list[int]:
         """One layer's forward on one micro-batch; returns the nodes the next step waits for."""
@@ -273,9 +303,10 @@ class _Rank:
         deps = [self._comp(f"{p}_attn", self._attention(layer, 1.0, qkv=self.job.layout.cp == 1), deps)]
         deps = self._tp_after(deps, f"{p}_attn_rs" if self.job.sp else f"{p}_attn_ar")
         if self.job.model.is_moe(layer):
-            deps = self._moe_exchange(deps, f"{p}_dispatch")
-            deps = self._experts_block(deps, f"{p}_experts", 1.0)
-            return self._moe_exchange(deps, f"{p}_combine")
+            again = 4 if tag.startswith("R_") else 0  # (recomputation exchanges the tokens again)
+            deps = self._moe_exchange(deps, f"{p}_dispatch", layer, again)
+            deps = self._experts_block(deps, f"{p}_experts", 1.0, layer)
+            return self._moe_exchange(deps, f"{p}_combine", layer, again + 1)
         deps = self._tp_before(deps, f"{p}_mlp_ag")
         deps = [self._comp(f"{p}_mlp", self._mlp(1.0), deps)]
         return self._tp_after(deps, f"{p}_mlp_rs" if self.job.sp else f"{p}_mlp_ar")
@@ -284,9 +315,9 @@ class _Rank:
         """One layer's backward; returns the nodes the next step waits for and the node that makes its gradients."""
         p = f"{tag}_l{layer}"
         if self.job.model.is_moe(layer):
-            deps = self._moe_exchange(deps, f"{p}_combine_grad")
-            deps = self._experts_block(deps, f"{p}_experts_bwd", 2.0)
-            deps = self._moe_exchange(deps, f"{p}_dispatch_grad")
+            deps = self._moe_exchange(deps, f"{p}_combine_grad", layer, 2)
+            deps = self._experts_block(deps, f"{p}_experts_bwd", 2.0, layer)
+            deps = self._moe_exchange(deps, f"{p}_dispatch_grad", layer, 3)
         else:
             deps = self._tp_before(deps, f"{p}_mlp_grad_ag")
             deps = [self._comp(f"{p}_mlp_bwd", self._mlp(2.0), deps)]
@@ -334,6 +365,7 @@ class _Rank:
         """One micro-batch's forward pass through one model chunk (receive, embedding, layers, head or send)."""
         lay, model, b = self.job.layout, self.job.model, self.b
         tag = f"mb{op.micro_batch}_c{model_chunk}"
+        self.micro_batch = op.micro_batch
         prev = self.prev
         deps = list(prev)
         if model_chunk > 0:
@@ -363,6 +395,7 @@ class _Rank:
         """One micro-batch's backward pass through one model chunk; the last micro-batch's reduces the gradients."""
         job, lay, model, b = self.job, self.job.layout, self.job.model, self.b
         tag = f"mb{op.micro_batch}_c{model_chunk}"
+        self.micro_batch = op.micro_batch
         last_mb = job.micro_batches - 1
         prev = self.prev
         deps = list(prev)
@@ -490,15 +523,19 @@ def build_job(job: JobSpec) -> list[Trace]:
     info = job_info(job, roles)
     traces: list[Trace | None] = [None] * lay.ranks
     # Every rank of a pipeline stage runs the same graph: build the stage's first rank, relabel it for the others.
+    # An unbalanced router loads each expert-parallel position differently: one built rank per position.
+    positions = 1 if job.routing.balanced else lay.ep
     for stage in range(lay.pp):
-        first = lay.rank(0, 0, 0, stage)
-        template = traces[first] = _Rank(job, first, group_ids).build(members, info, group_ids)
+        templates = [lay.rank(0, 0, q, stage) for q in range(positions)]
+        for first in templates:
+            traces[first] = _Rank(job, first, group_ids).build(members, info, group_ids)
         for t in range(lay.tp):
             for c in range(lay.cp):
                 for d in range(lay.dp):
                     rank = lay.rank(t, c, d, stage)
-                    if rank != first:
-                        traces[rank] = relabelled(template, rank, info, group_ids, roles, members)
+                    if rank not in templates:
+                        template = traces[templates[d % positions]]
+                        traces[rank] = relabelled(template, rank, info, group_ids, roles, members)  # type: ignore[arg-type]
     return traces  # type: ignore[return-value]
 
 
@@ -551,6 +588,7 @@ def job_info(job: JobSpec, roles: dict[str, str]) -> str:
             "memory_terms": {"stage": largest, **stages[largest]},
             "attention": job.attention,
             "pipeline_layers": list(job.chunk_layers),
+            **load_summary(job.routing, model, lay.ep, job.micro_batches),
         },
         sort_keys=True,
     )  # fmt: skip

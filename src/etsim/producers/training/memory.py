@@ -25,7 +25,7 @@ Attention is fused (flash attention) by default: the ``s × s`` score matrix is 
 FP32 log-sum-exp per head and token; ``attention: unfused`` stores Korthikanti's ``5·a·s²·b`` (softmax output,
 dropout mask and output; ``2·a·s²·b`` for a ``llama`` model, which has no dropout). Not modelled: FP8 activations
 (saved inputs are counted in BF16), temporary buffers inside one kernel, the pipeline's send/receive buffers,
-token imbalance between experts.
+token imbalance between experts (an unbalanced router's busiest rank keeps more than the balanced estimate).
 """
 
 from __future__ import annotations

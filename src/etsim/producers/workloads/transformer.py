@@ -12,11 +12,12 @@ from typing import Any
 
 from etsim.chakra.graph import Trace
 from etsim.errors import ConfigError, warn
-from etsim.options import Boolean, Choice, Integer, ListOf, Parser, Size, option
+from etsim.options import Boolean, Choice, Integer, ListOf, Number, Parser, Size, option
 from etsim.options import Optional as OptionalOf
 from etsim.producers.training.job import JobSpec, build_job, job_groups
 from etsim.producers.training.model import MODELS, ModelSpec, load_model
 from etsim.producers.training.parallel import SCHEDULES, Layout
+from etsim.producers.training.routing import Routing
 from etsim.producers.training.stages import split_layers
 from etsim.producers.workloads.base import WORKLOAD_GENERATORS, Rewrite, WorkloadGenerator
 from etsim.system.gpus import GPUS, gpu_preset, parse_efficiency
@@ -114,6 +115,7 @@ def _job_spec(o: Any) -> JobSpec:
         efficiency=parse_efficiency(o.efficiency, "efficiency"),
         bucket_bytes=o.bucket_size,
         attention=o.attention,
+        routing=Routing(o.expert_imbalance, o.capacity_factor, o.routing_seed),
     )
 
 
@@ -183,6 +185,15 @@ class TransformerGenerator(WorkloadGenerator):
             Integer(1),
         )  # fmt: skip
         sp: bool = option(False, "sequence parallelism with tensor parallelism", Boolean())
+        expert_imbalance: float = option(
+            0.0, "coefficient of variation of the experts' loads, drawn per micro-batch and layer (0: balanced)",
+            Number(0.0, 10.0),
+        )  # fmt: skip
+        capacity_factor: float | None = option(
+            None, "each expert keeps at most this many times its mean load, dropping the rest (default: dropless)",
+            OptionalOf(Number(0.01)),
+        )  # fmt: skip
+        routing_seed: int = option(0, "seed of the experts' loads", Integer(0))
         global_batch: int = option(help="sequences per iteration (B)", parse=Integer(1))
         micro_batch: int = option(1, "sequences per micro-batch (b)", Integer(1))
         schedule: str = option("1f1b", "pipeline schedule", Choice(*SCHEDULES))
@@ -258,6 +269,9 @@ class TransformerGenerator(WorkloadGenerator):
                 f"{key('etp')} {o.etp} must divide {key('tp')} {o.tp} and needs a model with experts"
                 + ("" if model.experts else f" ({model.name} has none)")
             )
+        if (o.expert_imbalance or o.capacity_factor is not None) and not model.experts:
+            what = key("expert_imbalance") if o.expert_imbalance else key("capacity_factor")
+            raise ConfigError(f"{what} needs a model with experts ({model.name} has none)")
         if o.etp > 1 and model.expert_ffn % o.etp:
             raise ConfigError(f"the model's expert_ffn ({model.expert_ffn}) is not a multiple of {key('etp')} {o.etp}")
         if model.experts and o.tp > 1 and not o.sp:
@@ -273,11 +287,15 @@ class TransformerGenerator(WorkloadGenerator):
         m = o.global_batch // (o.micro_batch * o.dp)
         passes = 3 if o.recompute == "full" else 2
         per_layer = 12 if (o.sp or o.cp > 1) else 6
+        unbalanced = (o.expert_imbalance or o.capacity_factor is not None) and o.ep > 1
+        if unbalanced:  # each all-to-all as a send and a receive per peer
+            per_layer += 2 * 2 * (o.ep - 1)
         ranks = o.tp * o.pp * o.dp * o.cp
         per_rank = m * model.layers // o.pp * passes * per_layer + 8 * m + 64
-        # One rank per stage is built; the others are relabelled copies sharing its columns and nodes (three new
-        # list slots a node): counted as a share of a built node (RELABELLED_SHARE).
-        return o.pp * per_rank + (ranks - o.pp) * per_rank // RELABELLED_SHARE
+        # One rank per stage (per expert-parallel position, unbalanced) is built; the others are relabelled copies
+        # sharing its columns and nodes (three new list slots a node): counted as a share of a built node.
+        built = o.pp * (o.ep if unbalanced else 1)
+        return built * per_rank + (ranks - built) * per_rank // RELABELLED_SHARE
 
     def generate(self, options: Any) -> list[Trace]:
         """One trace per rank (a layout with no effect, or off a preset's published run, is warned about)."""
