@@ -111,9 +111,10 @@ def test_nccl_folds_where_its_graphs_turn_with_the_ranks() -> None:
     assert {c.algorithm.split("/")[0] for c in full.collectives} <= {"nccl:Ring", "nccl:PAT", "nccl:Tree"}
     assert equal(folded, full)
     # Two GPUs of each data-parallel group per node: NCCL's rings leave each node through the rails, a graph per
-    # GPU; the job runs every rank (and says nothing it did not check).
-    alone, every = both(job(tp=4, dp=4, pp=2), cluster(32), "flow")
-    assert "folded" not in alone.sim and comparable(alone) == comparable(every)
+    # GPU; a shift by two replicas moves each GPU's graph onto the next node's, which its mirrors take.
+    folded, full = both(job(tp=4, dp=4, pp=2), cluster(32), "flow")
+    assert "tp (4) × dp (2): simulated 4 of 32 ranks" in folded.sim["folded"]
+    assert equal(folded, full)
 
 
 def test_experts_fold_by_whole_expert_parallel_blocks() -> None:
@@ -284,10 +285,21 @@ def test_groups_with_the_same_members_map_one_to_one_and_an_expert_job_with_ep_d
     assert equal(folded, full)
 
 
-def test_a_fold_that_does_not_hold_says_why_every_rank_ran() -> None:
-    # NCCL's all-to-all over members on two nodes, several per node: a graph per GPU, which mirrors cannot run.
+def test_nccl_all_to_alls_fold_where_each_gpus_graph_moves_with_the_ranks() -> None:
+    # NCCL's all-to-all over members on two nodes, several per node: a graph per GPU, each the image of the graph of
+    # the GPU it mirrors (its peers moved by the shift), so the mirrors run it.
     workload = job(MOE, tp=2, sp=True, ep=4, dp=8)
-    result = simulate(workload, topology=cluster(16), model="flow", system=TRAINING)
+    folded, full = both(workload, cluster(16), "flow")
+    assert "dp (2): simulated 8 of 16 ranks" in folded.sim["folded"]
+    assert {c.algorithm.split("/")[0] for c in full.collectives if c.type == "ALL_TO_ALL"} == {"nccl:P2P"}
+    assert equal(folded, full)
+
+
+def test_a_fold_that_does_not_hold_says_why_every_rank_ran() -> None:
+    # A binary tree over a data-parallel group with mirrored members: position 4's graph is no image of position 0's.
+    tree = load_system_config({**RESOURCES, "algorithms": {"default": "ring", "all_reduce": "tree"}})
+    workload = job(MOE, tp=2, sp=True, ep=4, dp=8)
+    result = simulate(workload, topology=cluster(16), model="flow", system=tree)
     assert "folded" not in result.sim
     assert result.sim["not_folded"].startswith("the fold did not hold: ")
-    assert "mirrored replicas need" in result.sim["not_folded"]
+    assert "graphs its mirrored members can take" in result.sim["not_folded"]

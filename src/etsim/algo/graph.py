@@ -95,6 +95,20 @@ class AlgoGraph:
         """Number of nodes."""
         return len(self.kinds)
 
+    def runs_like(self, other: AlgoGraph) -> bool:
+        """Whether *other* runs as this graph but for its peers: kinds, tags, sizes, durations, dependencies, gates."""
+        return (
+            self.kinds == other.kinds
+            and self.tags == other.tags
+            and self.chunks == other.chunks
+            and self.durations_ns == other.durations_ns
+            and self.deps_ptr == other.deps_ptr
+            and self.deps_idx == other.deps_idx
+            and self.exits == other.exits
+            and self.gates == other.gates
+            and self.total_chunks == other.total_chunks
+        )
+
     def successors(self) -> tuple[list[int], list[int], list[int]]:
         """``(succ_ptr, succ_idx, indegree)``, computed once and cached."""
         if self._succ is None:

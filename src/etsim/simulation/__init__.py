@@ -372,7 +372,10 @@ class Simulation:
         check_workload(Workload(traces), config)
         dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
         simulated = frozenset(fold.simulated) if fold is not None else None
-        system = System(config, build.groups, dims=dims, topology=topo, simulated=simulated, checks=checks)
+        mirror_of = fold.mirror if fold is not None else None
+        system = System(
+            config, build.groups, dims=dims, topology=topo, simulated=simulated, mirror_of=mirror_of, checks=checks
+        )
         expected = self._check_message_count(system, traces, network, config)
         fast_excluded = set(plan.fast_excluded) if plan.fast_excluded is not None else None
         engine = Engine(env, network, system, traces, config, self.observer, fast_excluded, fold=fold)

@@ -24,6 +24,7 @@ from etsim.errors import ConfigError, EtsimError, FoldConflict, SimulationError,
 from etsim.system.algorithms import CollectiveAlgorithm, DeferredCheck, DeferredChecks, Phase
 from etsim.system.config import SystemConfig, chunk_sizes
 from etsim.system.groups import CommGroups
+from etsim.system.mirrors import Mirrors
 from etsim.system.rules import CallInfo
 from etsim.system.selection import AlgorithmSelection, Choice, NoRuleError, default_algorithm
 
@@ -114,6 +115,9 @@ class System:
         dims: dimension sizes of the topology (for hierarchical algorithms), or None.
         topology: the run's topology (the dimension a group spans; algorithms synthesised for it), or None.
         simulated: the ranks that run when others mirror them (replica folding, ``workload/fold.py``), or None: all.
+        mirror_of: for a mirrored rank, its representative and the map that takes the representative's ranks to the
+            mirror's (``g``: ``g(rep)`` is the rank), for algorithms whose graphs differ by position; None: those
+            are refused where members are mirrored.
         checks: where verifications running beside the simulation leave their checks (the simulation settles them
             before it reports anything), or None: every algorithm is verified when a collective first uses it.
     """
@@ -126,6 +130,7 @@ class System:
         topology: Topology | None = None,
         *,
         simulated: frozenset[int] | None = None,
+        mirror_of: Callable[[int], tuple[int, Callable[[int], int]]] | None = None,
         checks: DeferredChecks | None = None,
     ) -> None:
         self.config = config
@@ -153,7 +158,7 @@ class System:
         self._sends: dict[int, tuple[AlgoGraph, int]] = {}
         #: The ranks that run when others mirror them (replica folding, ``workload/fold.py``), or None: all run.
         self.simulated = simulated
-        self._members_run: dict[tuple[int, ...], int] = {}
+        self.mirrors = Mirrors(simulated, mirror_of)
         self._checks = checks
 
     def _warn_once(self, key: tuple[str, ...], message: str) -> None:
@@ -189,20 +194,20 @@ class System:
 
     def members_run(self, group: tuple[int, ...]) -> int:
         """How many members of *group* run (all of them unless others mirror some, see :attr:`simulated`)."""
-        if self.simulated is None:
-            return len(group)
-        found = self._members_run.get(group)
-        if found is None:
-            found = self._members_run[group] = sum(1 for r in group if r in self.simulated)
-        return found
+        return self.mirrors.members_run(group)
 
-    def _check_mirrored(self, graph: AlgoGraph | None, group: tuple[int, ...], label: str, where: str) -> None:
-        """Refuse an algorithm a group with mirrored members cannot run: one graph, peers relative to the rank."""
-        if self.members_run(group) < len(group) and (graph is None or not graph.relative_peers):
-            raise FoldConflict(
-                f"{where}: algorithm {label!r} does not run one graph with peers relative to the rank, which "
-                "mirrored replicas need"
-            )
+    def _check_mirrors(
+        self,
+        graph: AlgoGraph | None,
+        group: tuple[int, ...],
+        label: str,
+        where: str,
+        algorithm: CollectiveAlgorithm,
+        lookup: CollectiveType,
+    ) -> None:
+        """:meth:`Mirrors.check <etsim.system.mirrors.Mirrors.check>` of *algorithm*'s graphs over *group*."""
+        graph_at = functools.partial(self._graph_at, algorithm, lookup, len(group))
+        self.mirrors.check(graph, group, label, where, graph_at, algorithm)
 
     def join(
         self,
@@ -278,7 +283,7 @@ class System:
         phased = type(inst.algorithm).phases is not CollectiveAlgorithm.phases
         graph = None if phased else self._graph_at(inst.algorithm, lookup, n, position)
         if self.simulated is not None:
-            self._check_mirrored(graph, group, inst.label, where)
+            self._check_mirrors(graph, group, inst.label, where, inst.algorithm, lookup)
         if self.config.families_as_written and inst.algorithm.source == "chakra-et" and graph is not None:
             share.parts.append(self._part_as_written(inst, lookup, graph, position, group, where))
             return share
@@ -495,7 +500,7 @@ class System:
                             sends_of[key] = (phases[0].graph, sends)
                             if self.simulated is not None:
                                 graph = phases[0].graph if len(phases) == 1 else None
-                                self._check_mirrored(graph, group, label, trace.describe(pos))
+                                self._check_mirrors(graph, group, label, trace.describe(pos), algo, lookup)
                 except (NoRuleError, FoldConflict):
                     raise
                 except (EtsimError, ValueError):

@@ -13,9 +13,10 @@ the others mirroring their representative. The simulation of the quotient:
 - every link of a route is replaced by the representative of its orbit (the link attached to a rank of S): the
   links of S carry exactly the flows that each link of their orbit carries in the full run, so contention is the
   full run's;
-- collectives over groups with mirrored members run only their members in S: G must rotate the group's positions
-  and the algorithm's graph must be one graph with peers relative to the rank (ring, direct), which a rotation
-  leaves unchanged.
+- collectives over groups with mirrored members run only their members in S: the algorithm's graph must be one
+  graph with peers relative to the rank (ring, direct) over positions G rotates, or graphs by position (NCCL's, laid
+  over nodes and NICs) where each mirrored member's is its representative's with every peer moved by ``g``
+  (checked when the collective first runs: ``system/mirrors.py``).
 
 Folding applies when every condition is checked true (:func:`find_fold`): the workload names its layout (a
 generated training job's ``etsim_training``), each rank's trace equals its image's with peers and groups
@@ -110,6 +111,11 @@ class ReplicaFold:
             if k:
                 rank = s.move(rank, k)
         return rank
+
+    def mirror(self, rank: int) -> tuple[int, Callable[[int], int]]:
+        """*rank*'s representative and the map of its ranks to *rank*'s (``g`` with ``g(rep) = rank``)."""
+        g = self.elem[rank]
+        return self.rep[rank], lambda r: self.apply(g, r)
 
     def back(self, rank: int, g: Sequence[int]) -> int:
         """``g⁻¹(rank)``."""

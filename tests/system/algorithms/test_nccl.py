@@ -22,7 +22,7 @@ from etsim.network import load_network
 from etsim.producers import collective_workload
 from etsim.simulation import simulate
 from etsim.system.algorithms.nccl import NcclAlgorithm, NcclCall, NcclSettings
-from etsim.system.algorithms.nccl.graphs import RING_STEPS, ring_steps
+from etsim.system.algorithms.nccl.graphs import RING_STEPS, Layout, p2p_rounds, ring_steps
 from etsim.system.algorithms.nccl.timing import wire_overhead
 from etsim.system.algorithms.sources import AlgorithmContext, resolve_algorithm
 from etsim.system.config import load_system_config
@@ -304,3 +304,21 @@ def test_workload_sends_run_as_ncclsend_its_launch_then_its_peer_copy() -> None:
     assert plain.finish_ns == pytest.approx(700 + size / 450, rel=1e-12)
     ring = simulate(sendrecv(8, size), topology=topo, system=load_system_config({"algorithms": {"default": "ring"}}))
     assert ring.finish_ns == plain.finish_ns  # the natives' runs keep plain messages
+
+
+def test_all_to_alls_follow_nccls_peer_to_peer_schedule() -> None:
+    # One node of 16: local distances by triangular numbers modulo 16 (NCCL's p2pSchedule), sending ahead and
+    # receiving from behind.
+    flat = Layout([0] * 16, list(range(16)))
+    deltas = [1, 3, 6, 10, 15, 5, 12, 4, 13, 7, 2, 14, 11, 9, 8]
+    assert p2p_rounds(flat, 5) == [((5 + d) % 16, (5 - d) % 16) for d in deltas]
+    # Two nodes of 4 (positions 0-3 and 4-7): node distance first, then local distance (0, 1, 3, 2).
+    two = Layout([0, 0, 0, 0, 1, 1, 1, 1], [0, 1, 2, 3] * 2)
+    assert p2p_rounds(two, 1) == [(2, 0), (0, 2), (3, 3), (5, 5), (6, 4), (4, 6), (7, 7)]
+    for layout in (flat, two):
+        n = len(layout.nodes)
+        for q in range(n):
+            rounds = p2p_rounds(layout, q)
+            assert sorted(s for s, _ in rounds) == sorted(r for _, r in rounds) == [p for p in range(n) if p != q]
+    # relative: a shift of whole nodes moves every position's rounds with it
+    assert p2p_rounds(two, 5) == [((s + 4) % 8, (r + 4) % 8) for s, r in p2p_rounds(two, 1)]

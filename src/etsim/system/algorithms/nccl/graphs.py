@@ -322,9 +322,43 @@ _TAGS = {"rs": 0, "xrs": 1, "xag": 2, "ag": 3, "up": 4, "down": 6}
 
 
 def _all_to_all(b: AlgorithmBuilder, nbytes: float, position: int, layout: Layout, plan: Plan, launch: int) -> None:
+    """A send to and a receive from every peer, in the order of NCCL's peer-to-peer schedule (:func:`p2p_rounds`)."""
     n = len(layout.nodes)
     piece = nbytes / n
-    for q in range(n):
-        if q != position:
-            b.send(q, _wire(piece * _scale(layout, plan, position, q)), 0, deps=[launch], name=f"a2a_send{q}")
-            b.recv(q, _wire(piece * _scale(layout, plan, q, position)), 0, deps=[launch], name=f"a2a_recv{q}")
+    for to, come in p2p_rounds(layout, position):
+        b.send(to, _wire(piece * _scale(layout, plan, position, to)), 0, deps=[launch], name=f"a2a_send{to}")
+        b.recv(come, _wire(piece * _scale(layout, plan, come, position)), 0, deps=[launch], name=f"a2a_recv{come}")
+
+
+def _deltas(count: int) -> list[int]:
+    """0 … count-1 in the order of triangular numbers modulo the next power of two (those below *count*)."""
+    size = 1 << max(0, count - 1).bit_length()
+    out, delta = [], 0
+    for step in range(1, size + 1):
+        if delta < count:
+            out.append(delta)
+        delta = (delta + step) & (size - 1)
+    return out
+
+
+def p2p_rounds(layout: Layout, position: int) -> list[tuple[int, int]]:
+    """The (send peer, receive peer) of each round of NCCL's grouped sends and receives from *position*, self apart.
+
+    As NCCL's communicator schedules them (``p2pSchedule``, NCCL 2.19–2.23): by node distance, then by local
+    distance, each enumerated by triangular numbers modulo a power of two; round r sends r steps ahead and receives
+    from r steps behind. Nodes with unequal GPU counts are one flat list. Relative by construction: a shift of the
+    nodes or of the GPUs in every node moves every position's rounds with it.
+    """
+    nodes = [layout.by_node[node] for node in layout.node_ids]
+    if len({len(m) for m in nodes}) > 1:
+        nodes = [list(range(len(layout.nodes)))]
+    node = next(k for k, members in enumerate(nodes) if position in members)
+    local = nodes[node].index(position)
+    count, per = len(nodes), len(nodes[0])
+    rounds = []
+    for nd in _deltas(count):
+        ahead, behind = nodes[(node + nd) % count], nodes[(node - nd) % count]
+        for ld in _deltas(per):
+            if nd or ld:
+                rounds.append((ahead[(local + ld) % per], behind[(local - ld) % per]))
+    return rounds
