@@ -499,3 +499,25 @@ def test_expert_tensor_parallelism_needs_experts_and_a_divisor_of_tp() -> None:
         parse("transformer", {"model": moe, "global_batch": 8, "tp": 4, "sp": True, "etp": 3})
     with pytest.raises(ConfigError, match="needs a model with experts"):
         parse("transformer", {"model": SMALL, "global_batch": 8, "tp": 2, "etp": 2})
+
+
+def test_an_untied_output_layer_is_reduced_and_stepped_on_the_last_stage() -> None:
+    from etsim.producers.training.job import rank_parameters
+    from etsim.producers.workloads.transformer import job_spec
+
+    llama = {**SMALL, "arch": "llama"}
+    values = {"model": llama, "global_batch": 8, "pp": 2, "dp": 2}
+    traces, info = generate(**values)
+    job = job_spec(parse("transformer", values)[1])
+    h, v = 256, 1000
+    per_stage = [rank_parameters(job, stage) for stage in range(2)]
+    layer = load_model(llama).layer_parameters(0)
+    assert per_stage == [2 * layer + v * h, 2 * layer + v * h + h]  # input embedding first, output layer and norm last
+    for rank, stage in ((0, 0), (2, 1)):  # (rank = dp + 2·pp)
+        tr = traces[rank]
+        reduced = [tr.comm_size[j] for j, t in enumerate(tr.types) if t == NodeType.COMM_COLL_NODE]
+        assert sum(reduced) == per_stage[stage] * 2  # every parameter's BF16 gradient, once
+    # the output layer's gradients are ready first: they open the last stage's first bucket
+    tr = traces[2]
+    first = next(j for j, t in enumerate(tr.types) if t == NodeType.COMM_COLL_NODE)
+    assert tr.names[first].endswith("_grad_bucket0") and tr.comm_size[first] >= (v * h + h) * 2

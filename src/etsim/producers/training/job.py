@@ -407,6 +407,8 @@ class _Rank:
             logits = _Cost()
             self._gemm(logits, self.n, model.vocab / lay.tp, model.hidden, 2.0)
             deps = [self._comp(f"{tag}_logits_bwd", logits, deps)]
+            if op.micro_batch == last_mb:  # (an untied output layer's gradients: the first ready, the first bucket's)
+                self.pending_bytes += model.output_layer_parameters(lay.tp)
         if job.recompute == "full":
             start = deps
             for layer in layers:
@@ -423,7 +425,7 @@ class _Rank:
             self._kernel(emb_bwd, "memory", 0, 2 * self.n * model.hidden * ACTIVATION_BYTES)
             deps = [self._comp(f"{tag}_embedding_bwd", emb_bwd, deps)]
             if op.micro_batch == last_mb:
-                self.pending_bytes += model.embedding_parameters() / lay.tp
+                self.pending_bytes += model.input_embedding_parameters() / lay.tp
         if op.micro_batch == last_mb:
             self._flush([self.last_compute], f"{tag}_grad_bucket{len(self.bucket_sizes)}")  # type: ignore[list-item]
         if model_chunk > 0:
@@ -549,7 +551,9 @@ def rank_parameters(job: JobSpec, stage: int) -> float:
             dense, expert = layer_parameters(model, layer, lay)
             total += dense + expert
         if chunk == 0:
-            total += model.embedding_parameters() / lay.tp
+            total += model.input_embedding_parameters() / lay.tp
+        if chunk == lay.pp * job.chunks - 1:
+            total += model.output_layer_parameters(lay.tp)
     return total
 
 

@@ -171,11 +171,24 @@ class ModelSpec:
 
     def embedding_parameters(self) -> int:
         """Input embedding (and position embedding; untied output embedding and final norm for ``llama``)."""
+        untied = self.vocab * self.hidden + self.hidden if self.vocab and self.arch == "llama" else 0
+        return self.input_embedding_parameters() + untied
+
+    def input_embedding_parameters(self) -> int:
+        """The first model chunk's: the input embedding (and for ``gpt`` the position embedding)."""
         if self.vocab == 0:
             return 0
         if self.arch == "gpt":
             return (self.vocab + self.seq) * self.hidden  # the reference formula counts no final norm
-        return 2 * self.vocab * self.hidden + self.hidden
+        return self.vocab * self.hidden
+
+    def output_layer_parameters(self, tp: int = 1) -> float:
+        """The last model chunk's own parameters on one of *tp* tensor-parallel ranks.
+
+        A ``llama`` model's untied output layer (split by tp) and final norm (whole); none for ``gpt``, whose output
+        layer is the input embedding, tied.
+        """
+        return self.vocab * self.hidden / tp + self.hidden if self.vocab and self.arch == "llama" else 0.0
 
     def parameters(self) -> int:
         """All parameters."""
