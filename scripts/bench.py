@@ -527,6 +527,16 @@ PROCESS_CASES: dict[str, tuple[list[str], str]] = {
         "gpt3_1024",
     ),
     "cluster-gpt3-4x256": (["cluster", "run", "{w}/cluster4x256.yaml", "-q"], "cluster4x256"),
+    # issue 36's budget: a DeepSeek-V3-like job on 1,024 H100s (t 2, p 8 × 4 chunks, e 64), NCCL's collectives
+    # (the default), and the same with native ring and direct all-to-alls (which fold)
+    **{
+        f"train-deepseek-1024{suffix}": (
+            ["experiment", "run", "{w}/" + f"deepseek_1024{suffix}.yaml", "--out", "{w}/" + f"deepseek{suffix}",
+             "--jobs", "1", "--no-plots", "--force", "-q"],
+            "deepseek1024",
+        )
+        for suffix in ("", "-native")
+    },
     "train-gpt3-4096": (
         ["experiment", "run", "{w}/gpt3_4096.yaml", "--out", "{w}/gpt3_4096", "--jobs", "1", "--no-plots", "--force",
          "-q"],
@@ -597,6 +607,17 @@ def prepare(kind: str, workdir: Path) -> None:
             + jobs
             + "stragglers:\n  - {gpus: [3], slowdown: 1.2}\n"
         )
+    elif kind == "deepseek1024":
+        for suffix, algorithms in (("", ""), ("-native", ", algorithms: {default: ring, all_to_all: direct}")):
+            (workdir / f"deepseek_1024{suffix}.yaml").write_text(
+                f"name: deepseek_1024{suffix}\n"
+                "workload: {generate: transformer, model: deepseek-v3-like, tp: 2, sp: true, pp: 8, "
+                "schedule: interleaved,\n           virtual_stages: 4, dp: 64, ep: 64, global_batch: 8192, "
+                "micro_batch: 1, gpu: h100-sxm}\n"
+                "topology: {kind: gpu_cluster, preset: dgx-h100, gpus: 1024}\n"
+                f"model: flow\nsystem: {{resources: {{comm_streams: 0}}{algorithms}}}\n"
+                "sweep: {workload.micro_batch: [1]}\n"
+            )
     elif kind == "nccl1024":
         all_reduce(8, 1024, "ar8b1024")
         all_reduce(2**30, 1024, "ar1g1024")

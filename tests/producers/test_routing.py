@@ -136,3 +136,23 @@ def test_routing_needs_experts() -> None:
         parse("transformer", {"model": dense, "global_batch": 8, "expert_imbalance": 0.5})
     with pytest.raises(ConfigError, match="capacity_factor needs a model with experts"):
         parse("transformer", {"model": dense, "global_batch": 8, "capacity_factor": 1.0})
+
+
+def test_the_memory_estimate_counts_the_busiest_ranks_routed_copies() -> None:
+    from fractions import Fraction
+
+    from etsim.producers.training.memory import layer_activations
+    from etsim.producers.training.routing import busiest_load
+    from etsim.producers.workloads.transformer import job_spec
+
+    jobs = {c: job_spec(parse("transformer", {"model": MOE, "global_batch": 8, "dp": 4, "ep": 4,
+                                              "expert_imbalance": c})[1]) for c in (0.0, 0.5)}  # fmt: skip
+    load = busiest_load(Routing(0.5), 8, 4, 2, 0)
+    per_position = [sum(rank_shares(Routing(0.5), 8, 4, mb, 0)[q] * 4 for mb in range(2)) / 2 for q in range(4)]
+    assert load == max(per_position) > 1 and busiest_load(Routing(), 8, 4, 2, 0) == 1
+    terms = {c: layer_activations(job, 0) for c, job in jobs.items()}
+    sbh = Fraction(128 * 256)
+    # the routed copies' inputs and outputs (4·sbh each, top_k of them) and inner activations scale with the load
+    extra = terms[0.5]["expert inputs and outputs"] - terms[0.0]["expert inputs and outputs"]
+    assert extra == 2 * 4 * sbh * (Fraction(load) - 1)
+    assert terms[0.5]["expert inner"] / terms[0.0]["expert inner"] == Fraction(load)

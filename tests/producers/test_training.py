@@ -507,7 +507,7 @@ def test_an_untied_output_layer_is_reduced_and_stepped_on_the_last_stage() -> No
 
     llama = {**SMALL, "arch": "llama"}
     values = {"model": llama, "global_batch": 8, "pp": 2, "dp": 2}
-    traces, info = generate(**values)
+    traces, _ = generate(**values)
     job = job_spec(parse("transformer", values)[1])
     h, v = 256, 1000
     per_stage = [rank_parameters(job, stage) for stage in range(2)]

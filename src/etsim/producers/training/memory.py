@@ -25,7 +25,8 @@ Attention is fused (flash attention) by default: the ``s × s`` score matrix is 
 FP32 log-sum-exp per head and token; ``attention: unfused`` stores Korthikanti's ``5·a·s²·b`` (softmax output,
 dropout mask and output; ``2·a·s²·b`` for a ``llama`` model, which has no dropout). Not modelled: FP8 activations
 (saved inputs are counted in BF16), temporary buffers inside one kernel, the pipeline's send/receive buffers,
-token imbalance between experts (an unbalanced router's busiest rank keeps more than the balanced estimate).
+the order of an unbalanced router's loads (a MoE layer's routed copies are counted at the busiest expert-parallel
+rank's mean load over the micro-batches, whichever micro-batches are in flight).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from etsim.producers.training.parallel import Op, schedule
+from etsim.producers.training.routing import busiest_load
 
 if TYPE_CHECKING:
     from etsim.producers.training.job import JobSpec
@@ -86,10 +88,13 @@ def layer_activations(job: JobSpec, layer: int) -> dict[str, Fraction]:
         terms["softmax statistics"] = 4 * m.heads * s * b / t
     inner_factor = 6 if m.gated else 4  # SwiGLU keeps its gate, up and product; GeLU its input and output
     if m.is_moe(layer):
-        copies = m.top_k + m.shared_experts  # each token's expert inputs, inner activations and outputs
+        # each token's expert inputs, inner activations and outputs: its routed copies (as many as the busiest
+        # expert-parallel rank receives under an unbalanced router) and its shared experts'
+        load = Fraction(busiest_load(job.routing, m.experts, lay.ep, job.micro_batches, layer))
+        copies = m.top_k * load + m.shared_experts
         terms["router"] = (2 * sbh + 4 * s * b * m.experts) / t
         # (expert tensor parallelism keeps the routed copies' inputs gathered over the etp ranks of an expert)
-        terms["expert inputs and outputs"] = (copies * 4 + m.top_k * 2 * (lay.etp - 1)) * sbh / t
+        terms["expert inputs and outputs"] = (copies * 4 + m.top_k * load * 2 * (lay.etp - 1)) * sbh / t
         terms["expert inner"] = copies * inner_factor * s * b * m.expert_ffn / t
     else:
         terms["mlp input"] = 2 * sbh / whole

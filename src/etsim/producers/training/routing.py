@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from etsim.chakra.builder import TraceBuilder
     from etsim.producers.training.model import ModelSpec
 
-__all__ = ["MOE_TAG_BASE", "Routing", "exchange", "expert_shares", "load_summary", "rank_shares"]
+__all__ = ["MOE_TAG_BASE", "Routing", "busiest_load", "exchange", "expert_shares", "load_summary", "rank_shares"]
 
 #: Tags of the expert-parallel sends and receives start here (pipeline transfers use small tags).
 MOE_TAG_BASE = 1 << 24
@@ -43,7 +43,7 @@ class Routing:
         return self.imbalance == 0 and (self.capacity_factor is None or self.capacity_factor >= 1)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1 << 16)
 def expert_shares(routing: Routing, experts: int, micro_batch: int, layer: int) -> tuple[float, ...]:
     """Each expert's share of the copies it keeps in *layer* for *micro_batch* (they sum to 1 less the dropped)."""
     if routing.imbalance == 0:
@@ -65,6 +65,20 @@ def rank_shares(routing: Routing, experts: int, ep: int, micro_batch: int, layer
     shares = expert_shares(routing, experts, micro_batch, layer)
     local = experts // ep
     return tuple(sum(shares[q * local : (q + 1) * local]) for q in range(ep))
+
+
+def busiest_load(routing: Routing, experts: int, ep: int, micro_batches: int, layer: int) -> float:
+    """The busiest expert-parallel position's load in *layer* over the balanced one (1 for a balanced router).
+
+    Averaged over the micro-batches: what its experts keep of their inputs, for the memory estimate.
+    """
+    if routing.balanced or (ep == 1 and routing.capacity_factor is None):
+        return 1.0
+    loads = [0.0] * ep
+    for mb in range(micro_batches):
+        for q, share in enumerate(rank_shares(routing, experts, ep, mb, layer)):
+            loads[q] += share * ep / micro_batches
+    return max(loads)
 
 
 def exchange(
