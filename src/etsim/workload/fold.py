@@ -95,6 +95,7 @@ class ReplicaFold:
     _step: list[dict[str, str]] = field(default_factory=list)
     _orbits: dict[tuple[int, ...], int] = field(default_factory=dict)
     _link_rep: list[int] = field(default_factory=list)
+    _senders: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rep, self.elem = [], []
@@ -130,7 +131,11 @@ class ReplicaFold:
         rep = self.rep[dst]
         if rep == dst:
             return src, dst, tag
-        return self.back(src, self.elem[dst]), rep, tag
+        key = src * self.ranks + dst  # (a message per call: the sender's image computed once per pair)
+        sender = self._senders.get(key)
+        if sender is None:
+            sender = self._senders[key] = self.back(src, self.elem[dst])
+        return sender, rep, tag
 
     def group_orbit(self, group: Sequence[int]) -> int:
         """How many groups the elements map *group* onto (itself included)."""
