@@ -223,6 +223,17 @@ def test_a_run_too_large_to_walk_is_refused_and_says_why_it_was_not_folded(monke
         simulate(workload, topology=mesh, system=TRAINING)
 
 
+def test_a_run_with_too_many_messages_says_why_it_was_not_folded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import etsim.simulation
+
+    workload = job(tp=2, dp=4)
+    monkeypatch.setattr(etsim.simulation, "MAX_MESSAGES", 100)
+    monkeypatch.setattr(etsim.simulation, "MESSAGE_WARNING", 100)
+    off = TRAINING.with_overrides(fold_replicas=False, fast_path=False)
+    with pytest.raises(ConfigError, match=r"messages one by one, .* \(every rank runs: replica folding is off\)"):
+        simulate(workload, topology=cluster(8), system=off)
+
+
 @pytest.mark.parametrize(
     "settings",
     [{}, {"chunks": 2}, {"endpoint_delay": "1 us", "reduction_bandwidth": "100 GB/s"}],

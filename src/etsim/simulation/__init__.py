@@ -363,11 +363,11 @@ class Simulation:
         network = build_model(env, topo, build.model, build.options, routing=routing)
         schedule_link_changes(env, network, build.network.changes)
         walked_nodes = sum(t.num_nodes for t in traces)
+        unfolded = "" if fold is not None else plan.fold_note  # (why every rank runs, for a refusal)
         if walked_nodes > MAX_WALKED_NODES:
-            why = "" if fold is not None else f" (every rank runs: {plan.fold_note})"
             raise ConfigError(
                 f"this run would walk {walked_nodes:,} workload nodes, more than etsim's limit of {MAX_WALKED_NODES:,}"
-                f"{why}; fewer micro-batches or ranks make it smaller"
+                f"{f' (every rank runs: {unfolded})' if unfolded else ''}; fewer micro-batches or ranks make it smaller"
             )
         check_workload(Workload(traces), config)
         dims = [d.npus for d in topo.dims] if len(getattr(topo, "dims", ())) > 1 else None
@@ -376,7 +376,7 @@ class Simulation:
         system = System(
             config, build.groups, dims=dims, topology=topo, simulated=simulated, mirror_of=mirror_of, checks=checks
         )
-        expected = self._check_message_count(system, traces, network, config)
+        expected = self._check_message_count(system, traces, network, config, unfolded)
         fast_excluded = set(plan.fast_excluded) if plan.fast_excluded is not None else None
         engine = Engine(env, network, system, traces, config, self.observer, fast_excluded, fold=fold)
         self._run_loop(engine, expected)
@@ -391,9 +391,12 @@ class Simulation:
         return _Attempt(network, system, engine, fold, time.perf_counter() - wall0)
 
     def _check_message_count(
-        self, system: System, traces: list[Any], network: NetworkModel, config: SystemConfig
+        self, system: System, traces: list[Any], network: NetworkModel, config: SystemConfig, unfolded: str = ""
     ) -> int:
-        """The messages the run is expected to send; refuse a run that would walk too many, warn about a long one."""
+        """The messages the run is expected to send; refuse a run that would walk too many, warn about a long one.
+
+        *unfolded*: why every rank runs (a refusal says it: folding is what would have made the run smaller).
+        """
         expected = system.message_estimate(traces)
         walked = expected
         if expected > min(MESSAGE_WARNING, MAX_MESSAGES) and config.fast_path and network.offers_bulk_timing():
@@ -403,7 +406,9 @@ class Simulation:
         if walked > MAX_MESSAGES:
             raise ConfigError(
                 f"this run would send about {walked:,} messages one by one, more than etsim's limit of "
-                f"{MAX_MESSAGES:,} (about ten minutes); use fewer chunks or smaller groups"
+                f"{MAX_MESSAGES:,} (about ten minutes)"
+                + (f" (every rank runs: {unfolded})" if unfolded else "")
+                + "; use fewer chunks or smaller groups"
             )
         if walked > MESSAGE_WARNING:
             warn(
