@@ -155,11 +155,16 @@ def test_a_replica_that_differs_is_never_folded() -> None:
     assert "folded" not in folded.sim and comparable(folded) == comparable(full)
 
 
-def test_an_algorithm_mirrors_cannot_run_makes_the_run_simulate_every_rank() -> None:
-    # Halving-doubling pairs ranks by XOR, which a cyclic shift of the group does not preserve.
+def test_an_algorithm_mirrors_cannot_run_makes_the_run_fold_less_or_simulate_every_rank() -> None:
+    # Halving-doubling pairs ranks by XOR, which a cyclic shift of the group does not preserve: the data-parallel
+    # shift does not hold, the tensor-parallel one (mapping each data-parallel group onto another) does.
     system = TRAINING.with_overrides(algorithms={"all_reduce": "halving_doubling"})
     folded, full = both(job(tp=2, dp=4), cluster(8), "flow", system)
-    assert "folded" not in folded.sim
+    assert folded.sim["folded"].startswith("tp (2): simulated 4 of 8 ranks")
+    assert equal(folded, full)
+    # with the data-parallel shift alone, every rank runs, and says why
+    folded, full = both(job(dp=8), cluster(8), "flow", system)
+    assert "folded" not in folded.sim and "halving_doubling" in folded.sim["not_folded"]
     assert equal(folded, full)
 
 

@@ -26,6 +26,7 @@ no other layer's object is changed after it is built.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -61,7 +62,7 @@ from etsim.system.config import SystemConfig, load_system_config
 from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
 from etsim.units import format_bandwidth, format_time
 from etsim.workload.engine import Engine
-from etsim.workload.fold import FoldedRouter, ReplicaFold, find_fold, mirrored_trace
+from etsim.workload.fold import FoldedRouter, ReplicaFold, find_fold, mirrored_trace, smaller_fold
 from etsim.workload.observe import RunObserver
 
 __all__ = [
@@ -237,7 +238,7 @@ class Simulation:
                 outcome = self.run_attempt(build, plan)
                 if isinstance(outcome, _Attempt):
                     break
-                plan = self.plan = plan.after(outcome)
+                plan = self.plan = self._smaller_fold(build, plan, outcome) or plan.after(outcome)
             result = self.collect(build, outcome)
             result.warnings = log.messages()
         result.sim["reruns"] = plan.reruns
@@ -318,6 +319,13 @@ class Simulation:
         topo = build.network.topology
         fold, note = find_fold(self.workload.traces, build.groups, topo, router, config.node_priorities)
         return Plan(fold, note, fast)
+
+    def _smaller_fold(self, build: _Build, plan: Plan, conflict: FoldConflict | FastPathConflict) -> Plan | None:
+        """After a fold that did not hold, the plan under the same fold less its data-parallel shift (or None)."""
+        if not isinstance(conflict, FoldConflict) or plan.fold is None:
+            return None
+        smaller = smaller_fold(plan.fold, self.workload.traces, build.groups, build.network.topology)
+        return None if smaller is None else dataclasses.replace(plan, fold=smaller)
 
     def run_attempt(self, build: _Build, plan: Plan) -> _Attempt | FoldConflict | FastPathConflict:
         """Phase 3 (and 4): one attempt of the event loop under *plan*, its deferred checks settled.

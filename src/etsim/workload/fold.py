@@ -22,7 +22,8 @@ Folding applies when every condition is checked true (:func:`find_fold`): the wo
 generated training job's ``etsim_training``), each rank's trace equals its image's with peers and groups
 relabelled, every shift maps every communicator group onto one, the topology is an intact product whose
 dimensions a shift permutes are switches, fully connected or rings it rotates, routing is dimension-order, and node
-priorities are the same on a rank and its image. Anything else runs in full: folding only ever saves time.
+priorities are the same on a rank and its image. A fold whose collectives turn out not to hold is tried again
+without its data-parallel shift (:func:`smaller_fold`); anything else runs in full: folding only ever saves time.
 ``tests/workload/test_fold.py`` compares folded and full runs.
 """
 
@@ -40,7 +41,7 @@ from etsim.network.topology import Topology
 from etsim.producers.training.describe import ParallelLayout, parallel_layout
 from etsim.system.groups import CommGroups
 
-__all__ = ["FoldedRouter", "ReplicaFold", "Shift", "find_fold", "mirrored_trace", "replica_shifts"]
+__all__ = ["FoldedRouter", "ReplicaFold", "Shift", "find_fold", "mirrored_trace", "replica_shifts", "smaller_fold"]
 
 # Trace columns a replica's image must hold unchanged (peers and groups are compared relabelled).
 _SAME_COLUMNS = (
@@ -272,6 +273,26 @@ def find_fold(
             why = reason
     if not chosen:
         return None, why
+    return _fold_of(chosen, traces, groups, topology), ""
+
+
+def smaller_fold(
+    fold: ReplicaFold, traces: Sequence[Trace], groups: CommGroups, topology: Topology
+) -> ReplicaFold | None:
+    """*fold* without its last shift (the data-parallel one), or None if it has one shift only.
+
+    For a fold that did not hold: the collectives of the groups a data-parallel shift rotates may not be
+    mirrored (NCCL's trees over nodes), where a tensor-parallel shift, which maps each such group onto another
+    group, all of whose members then mirror, still holds.
+    """
+    if len(fold.shifts) < 2:
+        return None
+    return _fold_of(fold.shifts[:-1], traces, groups, topology)
+
+
+def _fold_of(chosen: list[Shift], traces: Sequence[Trace], groups: CommGroups, topology: Topology) -> ReplicaFold:
+    """The fold of the *chosen* shifts, described and bound to the topology's links and the groups."""
+    n = len(traces)
     fold = ReplicaFold(chosen, n)
     parts = " × ".join(f"{s.role} ({s.modulus // s.step})" for s in chosen)
     busy = sum(1 for trace in traces if len(trace.types))
@@ -283,7 +304,7 @@ def find_fold(
     )
     fold.bind_links(topology)
     fold.bind_groups(groups)
-    return fold, ""
+    return fold
 
 
 def _priorities_symmetric(priorities: Mapping[str, int], shift: list[int]) -> str | None:
