@@ -161,6 +161,7 @@ def test_an_algorithm_mirrors_cannot_run_makes_the_run_fold_less_or_simulate_eve
     system = TRAINING.with_overrides(algorithms={"all_reduce": "halving_doubling"})
     folded, full = both(job(tp=2, dp=4), cluster(8), "flow", system)
     assert folded.sim["folded"].startswith("tp (2): simulated 4 of 8 ranks")
+    assert "(not by dp: " in folded.sim["folded"] and "halving_doubling" in folded.sim["folded"]
     assert equal(folded, full)
     # with the data-parallel shift alone, every rank runs, and says why
     folded, full = both(job(dp=8), cluster(8), "flow", system)

@@ -325,7 +325,10 @@ class Simulation:
         if not isinstance(conflict, FoldConflict) or plan.fold is None:
             return None
         smaller = smaller_fold(plan.fold, self.workload.traces, build.groups, build.network.topology)
-        return None if smaller is None else dataclasses.replace(plan, fold=smaller)
+        if smaller is None:
+            return None
+        smaller.description += f" (not by {plan.fold.shifts[-1].role}: {conflict})"
+        return dataclasses.replace(plan, fold=smaller)
 
     def run_attempt(self, build: _Build, plan: Plan) -> _Attempt | FoldConflict | FastPathConflict:
         """Phase 3 (and 4): one attempt of the event loop under *plan*, its deferred checks settled.
