@@ -180,6 +180,28 @@ def test_training_md_moe_paragraph_is_what_the_sweep_finds(tmp_path: Path) -> No
         assert min(time[topology, ep] for ep in (1, 2, 4, 8)) == time[topology, 8]
 
 
+def test_training_md_router_imbalance_is_what_the_sweep_finds(tmp_path: Path) -> None:
+    """docs/training.md's unbalanced-router figures (12 points, 5 s of simulation)."""
+    rows = _experiment_rows("moe_router_imbalance.yaml", tmp_path / "imbalance")
+    h100 = {float(r["workload.expert_imbalance"]): r for r in rows if r["topology"] == "dgx_h100"}
+    time = {c: float(r["iteration_ns"]) / 1e9 for c, r in h100.items()}
+    ep = {c: float(r["exposed_ep_ns"]) / 1e6 for c, r in h100.items()}
+    quoted = _quoted(
+        r"c = 0\.2, 0\.5 and 1\.0 lengthen\s+the step by ([\d.]+)%, ([\d.]+)% and ([\d.]+)% \(([\d.]+) s balanced;.*?"
+        r"communication (\d+) ms → (\d+) ms\)",
+        _text("docs/training.md"),
+        "docs/training.md",
+    )
+    assert quoted.groups() == (
+        *(f"{100 * (time[c] / time[0.0] - 1):.1f}" for c in (0.2, 0.5, 1.0)),
+        f"{time[0.0]:.3f}", f"{ep[0.0]:.0f}", f"{ep[1.0]:.0f}",
+    )  # fmt: skip
+    for topology in ("dgx_a100", "dgx_h100", "dgx_h100_oversubscribed"):  # slower with every step of imbalance
+        steps = [float(r["iteration_ns"]) for r in sorted(rows, key=lambda r: float(r["workload.expert_imbalance"]))
+                 if r["topology"] == topology]  # fmt: skip
+        assert steps == sorted(steps) and len(set(steps)) == 4
+
+
 @pytest.mark.slow
 def test_training_md_gpt3_sweep_paragraph_is_what_the_sweep_finds(tmp_path: Path) -> None:
     """docs/training.md's GPT-3 parallelism sweep paragraph (about 90 s on 2 cores)."""

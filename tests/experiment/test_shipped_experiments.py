@@ -22,7 +22,7 @@ EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
 def test_the_experiments_are_shipped() -> None:
     assert [p.name for p in EXPERIMENTS] == [
         "algorithms_vs_size.yaml", "cluster_placements.yaml", "degraded_mesh.yaml", "gpt3_parallelism.yaml",
-        "moe_expert_parallelism.yaml", "seed_fig4.yaml", "straggler_sweep.yaml",
+        "moe_expert_parallelism.yaml", "moe_router_imbalance.yaml", "seed_fig4.yaml", "straggler_sweep.yaml",
     ]  # fmt: skip
 
 
