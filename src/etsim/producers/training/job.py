@@ -193,19 +193,19 @@ class _Rank:
         """The routed copies this rank's experts process in *layer* (``top_k`` per token when balanced)."""
         job, lay = self.job, self.job.layout
         copies = self.n / lay.tp * job.model.top_k
-        if job.routing.balanced or (lay.ep == 1 and job.routing.capacity_factor is None):
+        if job.routing.keeps_all(lay.ep):
             return copies
         shares = rank_shares(job.routing, job.model.experts, lay.ep, self.micro_batch, layer)
         return copies * lay.ep * shares[self.d % lay.ep]
 
-    def _experts(self, factor: float, received: float | None = None) -> _Cost:
+    def _experts(self, factor: float, routed: float) -> _Cost:
         """An MoE block: router, gating, token permutation, the experts as grouped GEMMs, unpermutation.
 
         Tokens are balanced over the experts: each GPU receives as many routed copies as it dispatches (``top_k``
         per token), spread evenly over its ``experts / ep`` local experts, whose grouped GEMMs run at the
         efficiency of one expert's rows. With expert tensor parallelism the ``etp`` ranks of an expert gathered
-        their copies: each runs ``etp`` times the rows on ``1 / etp`` of every expert's weights. *received*: the
-        copies this rank's experts process, when the router is not balanced.
+        their copies: each runs ``etp`` times the rows on ``1 / etp`` of every expert's weights. *routed*: the
+        copies this rank's experts process (:meth:`_received`).
         """
         m, lay = self.job.model, self.job.layout
         tokens = self.n / lay.tp  # sequence parallel: each tensor-parallel rank routes its own share
@@ -215,7 +215,6 @@ class _Rank:
         # gating: softmax and top-k over the FP32 logits (read, probabilities written and read)
         self._kernel(cost, "memory", 0, 3 * tokens * m.experts * 4 * factor)
         copies = tokens * m.top_k
-        routed = copies if received is None else received
         # permutation before the experts and (weighted) unpermutation after: each reads and writes every copy's row
         self._kernel(cost, "memory", 0, 2 * 2 * (tokens + copies) * h * ACTIVATION_BYTES * factor)
         local = max(1, m.experts // lay.ep)
@@ -235,12 +234,10 @@ class _Rank:
         outputs; backward: the same pair on the gradients (a gather's gradient is a reduce-scatter and back).
         """
         lay = self.job.layout
-        received = None if self.job.routing.balanced else self._received(layer)
+        received = self._received(layer)
         if lay.etp == 1:
             return [self._comp(name, self._experts(factor, received), deps)]
-        m = self.job.model
-        copies = self.n / lay.tp * m.top_k if received is None else received
-        size = copies * m.hidden * ACTIVATION_BYTES  # the copies one rank received
+        size = received * self.job.model.hidden * ACTIVATION_BYTES  # the copies one rank received
         deps = [self._coll(AG, size, deps, f"{name}_etp_ag", "etp")]
         deps = [self._comp(name, self._experts(factor, received), deps)]
         return [self._coll(RS, size * lay.etp, deps, f"{name}_etp_rs", "etp")]

@@ -140,7 +140,7 @@ def _stage_parameters(job: JobSpec, stage: int) -> tuple[Fraction, Fraction, Fra
             d = Fraction(total - experts, lay.tp)  # (as the trace splits them: experts by ep·etp, the rest by tp)
             dense, expert, largest = dense + d, expert + Fraction(experts, lay.ep * lay.etp), max(largest, d)
         if m.vocab and chunk == 0:
-            dense += Fraction(m.vocab * m.hidden + (m.seq * m.hidden if m.arch == "gpt" else 0), lay.tp)
+            dense += Fraction(m.input_embedding_parameters(), lay.tp)
         if m.vocab and chunk == last and (chunk != 0 or m.arch == "llama"):  # (a tied embedding: its copy)
             dense += Fraction(m.vocab * m.hidden, lay.tp) + (m.hidden if m.arch == "llama" else 0)
     return dense, expert, largest

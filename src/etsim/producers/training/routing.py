@@ -42,6 +42,13 @@ class Routing:
         """Whether every expert gets exactly its ``1/E`` share (nothing drawn, nothing dropped)."""
         return self.imbalance == 0 and (self.capacity_factor is None or self.capacity_factor >= 1)
 
+    def keeps_all(self, ep: int) -> bool:
+        """Whether every one of *ep* expert-parallel positions keeps its balanced share of the copies.
+
+        So it does when the router is balanced, and with one position that holds every expert and drops nothing.
+        """
+        return self.balanced or (ep == 1 and self.capacity_factor is None)
+
 
 @lru_cache(maxsize=1 << 16)
 def expert_shares(routing: Routing, experts: int, micro_batch: int, layer: int) -> tuple[float, ...]:
@@ -72,7 +79,7 @@ def busiest_load(routing: Routing, experts: int, ep: int, micro_batches: int, la
 
     Averaged over the micro-batches: what its experts keep of their inputs, for the memory estimate.
     """
-    if routing.balanced or (ep == 1 and routing.capacity_factor is None):
+    if routing.keeps_all(ep):
         return 1.0
     loads = [0.0] * ep
     for mb in range(micro_batches):
