@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from etsim.chakra.graph import NodeType, Workload
+from etsim.chakra.graph import CollectiveType, NodeType, Workload
 from etsim.chakra.validate import validate_workload
 from etsim.errors import ConfigError
 from etsim.network import topology_from_dict
@@ -72,9 +72,12 @@ def _exchanges(traces: list[Any]) -> dict[tuple[int, int, int], int]:
 def test_each_peer_receives_its_experts_share_and_the_bytes_are_the_all_to_alls() -> None:
     traces, info = generate(expert_imbalance=0.5)
     assert not [i for i in validate_workload(Workload(traces)) if i.severity == "error"]
-    assert not any(
-        t == NodeType.COMM_COLL_NODE and tr.comm_type[j] == 7 for tr in traces for j, t in enumerate(tr.types)
-    )  # fmt: skip  (no all-to-all collectives left)
+
+    def all_to_alls(of: list[Any]) -> int:
+        return sum(tr.comm_type[j] == CollectiveType.ALL_TO_ALL for tr in of for j, t in enumerate(tr.types)
+                   if t == NodeType.COMM_COLL_NODE)  # fmt: skip
+
+    assert all_to_alls(traces) == 0 and all_to_alls(generate()[0]) > 0  # (a balanced router's job has them)
     sent = _exchanges(traces)
     per_peer = 128 * 2 * 256 * 2 / 4  # a micro-batch's copies (s · top_k) of h elements, a quarter to each peer
     # micro-batch 0, layer 0, dispatch: every source sends position q its experts' share of its copies
