@@ -201,3 +201,27 @@ def test_a_node_of_no_operations_under_the_whole_ns_roofline_is_refused_by_name(
     system.write_text(json.dumps({**SYSTEM, "roofline-enabled": 1, "peak-perf": 312}))
     with pytest.raises(SimulationError, match=r"node 0 \(norm\): num_ops 0 with tensor_size 4096 .* num_ops >= 1"):
         run_astra(tmp_path / "zero", system, network, model="unaware")
+
+
+def test_an_unbalanced_routers_per_peer_exchanges_run_as_astra_sim_runs_them(tmp_path: Path) -> None:
+    """A MoE job with an unbalanced router (its all-to-alls as sends and receives of unequal sizes, in the expert
+    group's ``pg_name``, tags from 2**24): ASTRA-sim (518bd51, rebuilt with ``../shared/tools/astra``) reads and runs
+    the files ``etsim workload gen transformer --model M --dp 8 --ep 4 --global-batch 16 --expert-imbalance 0.5``
+    writes (M: 2 llama layers, hidden 1024, 16 heads, vocab 1000, seq 512, 8 experts top-2 of ffn 2048) on the Ring 8
+    above. Congestion-aware: every rank's cycles equal. Congestion-unaware: ranks 0 and 1 (and 4, 5) finish 20 and 10
+    cycles before ASTRA-sim's 5038724 and 5051398 (ranks 2, 3: equal), a difference of one or two 10-cycle endpoint
+    delays on a receive that etsim's compatibility mode does not yet reproduce (recorded, not hidden).
+    """
+    moe = "layers: 2\nhidden: 1024\nheads: 16\nvocab: 1000\nseq: 512\nexperts: 8\ntop_k: 2\nexpert_ffn: 2048\n"
+    moe += "arch: llama\n"
+    (tmp_path / "model.yaml").write_text(moe)
+    prefix = tmp_path / "job"
+    argv = ["workload", "gen", "transformer", "--model", str(tmp_path / "model.yaml"), "--dp", "8", "--ep", "4"]
+    assert main([*argv, "--global-batch", "16", "--expert-imbalance", "0.5", "-o", str(prefix)]) == 0
+    groups = tmp_path / "job.comm_groups.json"
+    system, network = _inputs(tmp_path)
+    aware = run_astra(prefix, system, network, comm_groups=groups, model="aware")
+    assert [int(r.finish_ns) for r in aware.ranks] == [8426467, 8426967, 8427467, 8427467] * 2
+    unaware = run_astra(prefix, system, network, comm_groups=groups, model="unaware")
+    astra = [5038724, 5051398, 5064072, 5064072] * 2
+    assert [astra[r] - int(x.finish_ns) for r, x in enumerate(unaware.ranks)] == [20, 10, 0, 0] * 2
