@@ -38,15 +38,20 @@ SYSTEM = {
 NETWORK = "topology: [ Ring ]\nnpus_count: [ 8 ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n"
 
 # flags: (ranks 0-3, ranks 4-7) finish cycles under ASTRA-sim's congestion-unaware back end, and every rank's under
-# the congestion-aware one
+# the congestion-aware one. The model's word embedding is tied: ranks 0-3 (first stage) and 4-7 (last) all-reduce
+# its gradient in pairs before the optimizer step. Under the congestion-unaware back end the last stage's ranks,
+# which reach that all-reduce first, finish UNAWARE_GAP cycles after etsim's: the first stage's message has
+# arrived when they post the receive, and ASTRA-sim pays a receipt's endpoint delay when the receive is handled,
+# where etsim's compatibility mode pays it on arrival (recorded, not hidden; the congestion-aware back end agrees).
 CASES = {
-    "tp2_pp2_dp2": ([], (4131168, 3234889), [5410984, 5411484, 5411984, 5412484, 3958032, 3958532, 3959032, 3959532]),
+    "tp2_pp2_dp2": ([], (4187352, 4177968), [5551298, 5549184, 5547070, 5544956, 5536896, 5535012, 5532898, 5530784]),
     "tp2_pp2_dp2_sp_zero1": (
         ["--sp", "--zero", "1"],
-        (3555849, 2938836),
-        [4476870, 4476370, 4475850, 4476350, 3567102, 3566602, 3566082, 3566582],
+        (3602497, 3590229),
+        [4597976, 4597476, 4596956, 4597456, 4576036, 4575536, 4575016, 4575516],
     ),
 }
+UNAWARE_GAP = [0] * 4 + [10] * 4
 
 
 def _inputs(tmp_path: Path) -> tuple[Path, Path]:
@@ -66,7 +71,8 @@ def test_generated_training_jobs_run_as_astra_sim_runs_them(case: str, tmp_path:
     assert json.loads(groups.read_text())["1"] == [0, 1]  # ASTRA-sim's comm-group format
     system, network = _inputs(tmp_path)
     result = run_astra(prefix, system, network, comm_groups=groups, model="unaware")
-    assert [int(r.finish_ns) for r in result.ranks] == [first_stage] * 4 + [second_stage] * 4
+    astra = [first_stage] * 4 + [second_stage] * 4
+    assert [astra[r] - int(x.finish_ns) for r, x in enumerate(result.ranks)] == UNAWARE_GAP
     result = run_astra(prefix, system, network, comm_groups=groups, model="aware")
     assert [int(r.finish_ns) for r in result.ranks] == aware
 
@@ -182,12 +188,12 @@ def test_generated_jobs_under_the_roofline_run_as_astra_sim_runs_them(tmp_path: 
     system.write_text(json.dumps({**SYSTEM, "roofline-enabled": 1, "peak-perf": 312}))
     groups = tmp_path / "job.comm_groups.json"
     expected = {
-        "unaware": [3293902] * 4 + [2506214] * 4,
-        "aware": [4586433, 4586933, 4587433, 4587933, 3242072, 3242572, 3243072, 3243572],
+        "unaware": ([3350086] * 4 + [3340787] * 4, UNAWARE_GAP),
+        "aware": ([4726747, 4724633, 4722519, 4720405, 4712430, 4710546, 4708432, 4706318], [0] * 8),
     }
-    for model, cycles in expected.items():
+    for model, (cycles, gap) in expected.items():
         result = run_astra(prefix, system, network, comm_groups=groups, model=model)
-        assert [int(r.finish_ns) for r in result.ranks] == cycles, model
+        assert [cycles[r] - int(x.finish_ns) for r, x in enumerate(result.ranks)] == gap, model
 
 
 def test_a_node_of_no_operations_under_the_whole_ns_roofline_is_refused_by_name(tmp_path: Path) -> None:

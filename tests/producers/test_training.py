@@ -169,7 +169,8 @@ def test_data_parallel_volume_per_zero_stage(zero: int) -> None:
     traces, info = generate(tp=t, pp=p, dp=d, zero=zero, global_batch=16, micro_batch=2)
     got = volumes(traces, info)
     params = load_model(SMALL).parameters()
-    grads = params * 2 * d  # bf16 gradients of every parameter, on each of d replicas
+    copy = SMALL["vocab"] * SMALL["hidden"]  # the last stage's copy of the tied word embedding, reduced there too
+    grads = (params + copy) * 2 * d  # bf16 gradients of every parameter, on each of d replicas
     buckets = sum(len(tr.names) for tr in traces)  # a generous bound on the rounding (whole bytes per call)
     if zero == 0:
         assert got[("dp", "all_reduce")] == pytest.approx(grads, abs=buckets)
@@ -521,3 +522,73 @@ def test_an_untied_output_layer_is_reduced_and_stepped_on_the_last_stage() -> No
     tr = traces[2]
     first = next(j for j, t in enumerate(tr.types) if t == NodeType.COMM_COLL_NODE)
     assert tr.names[first].endswith("_grad_bucket0") and tr.comm_size[first] >= (v * h + h) * 2
+
+
+@pytest.mark.parametrize(("schedule", "p", "v"), [("1f1b", 4, 1), ("interleaved", 2, 2)])
+def test_a_tied_embedding_is_kept_on_the_last_stage_and_its_gradients_summed_with_the_first(
+    schedule: str, p: int, v: int
+) -> None:
+    from etsim.producers.training.job import rank_parameters
+    from etsim.producers.workloads.transformer import job_spec
+
+    t, d = 2, 2
+    values = {"model": SMALL, "global_batch": 8, "tp": t, "pp": p, "dp": d, "schedule": schedule}
+    if v > 1:
+        values["virtual_stages"] = v
+    traces, info = generate(**values)
+    job = job_spec(parse("transformer", values)[1])
+    h, vocab = SMALL["hidden"], SMALL["vocab"]
+    # Megatron-LM's embedding groups: the first and the last stage's rank of each pipeline (rank = t + 2·d + 4·p)
+    groups = sorted(members for members in _members(traces, info, "emb").values())
+    assert groups == sorted([tt + t * dd, tt + t * dd + t * d * (p - 1)] for tt in range(t) for dd in range(d))
+    # the copy is the last stage's (held, reduced over dp and stepped), not a middle stage's
+    layer = load_model(SMALL).layer_parameters(0) / t
+    per_stage = [rank_parameters(job, stage) for stage in range(p)]
+    layers = 4 * layer / p
+    assert per_stage[1:-1] == [layers] * (p - 2)
+    assert per_stage[-1] == layers + vocab * h / t
+    assert per_stage[0] == layers + (vocab + SMALL["seq"]) * h / t
+    # one all-reduce of the word embedding's BF16 gradient per end-stage rank, after its buckets, before its step
+    got = volumes(traces, info)
+    assert got[("emb", "all_reduce")] == 2 * (t * d) * vocab * h / t * 2
+    for rank in (0, t * d * (p - 1)):
+        tr = traces[rank]
+        ar = next(j for j, name in enumerate(tr.names) if name == "embedding_grad_ar")
+        step = tr.names.index("optimizer_step")
+        buckets = [j for j, name in enumerate(tr.names) if "_grad_bucket" in name]
+        assert buckets and set(buckets) <= _ancestors(tr, ar) and ar in _ancestors(tr, step)
+    assert not any("embedding_grad_ar" in tr.names for tr in traces[t * d : t * d * (p - 1)])
+    # a single stage holds one embedding: no copy, no group
+    flat, flat_info = generate(global_batch=8, tp=t, dp=d)
+    assert "emb" not in flat_info["groups"].values()
+    assert not any("embedding_grad_ar" in tr.names for tr in flat)
+
+
+def test_an_untied_model_has_no_embedding_group() -> None:
+    traces, info = generate(model={**SMALL, "arch": "llama"}, global_batch=8, pp=2, dp=2)
+    assert "emb" not in info["groups"].values()
+    assert not any("embedding_grad_ar" in tr.names for tr in traces)
+
+
+def _members(traces: list[Any], info: dict[str, Any], role: str) -> dict[str, list[int]]:
+    """The ranks that issue collectives in each group of *role*."""
+    found: dict[str, list[int]] = defaultdict(list)
+    for r, tr in enumerate(traces):
+        names = {tr.pg_name[j] for j, t in enumerate(tr.types) if t == NodeType.COMM_COLL_NODE}
+        for name in sorted(names):
+            if info["groups"][name] == role:
+                found[name].append(r)
+    return dict(found)
+
+
+def _ancestors(tr: Any, node: int) -> set[int]:
+    """Every node *node* depends on, directly or not (positions)."""
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        j = stack.pop()
+        for k in (*tr.data_deps(j), *tr.ctrl_deps(j)):
+            if k not in seen:
+                seen.add(k)
+                stack.append(k)
+    return seen

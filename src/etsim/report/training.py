@@ -48,8 +48,8 @@ MEMORY_TERMS = ("weights", "gradients", "optimizer states", "gathered layers", "
 ROUTING = ("expert_imbalance", "capacity_factor", "routing_seed", "expert_load_peak", "dropped_copies")
 
 #: Groups counted with another parallelism: expert gradients as data-parallel communication, the gathers of expert
-#: tensor parallelism as tensor-parallel.
-COUNTED_AS = {"edp": "dp", "etp": "tp"}
+#: tensor parallelism as tensor-parallel, a tied embedding's gradient sum between the end stages as pipeline.
+COUNTED_AS = {"edp": "dp", "etp": "tp", "emb": "pp"}
 
 #: The parallelisms the report splits exposed communication by.
 ROLES = ("tp", "pp", "dp", "ep", "cp")

@@ -404,8 +404,8 @@ class _Rank:
             logits = _Cost()
             self._gemm(logits, self.n, model.vocab / lay.tp, model.hidden, 2.0)
             deps = [self._comp(f"{tag}_logits_bwd", logits, deps)]
-            if op.micro_batch == last_mb:  # (an untied output layer's gradients: the first ready, the first bucket's)
-                self.pending_bytes += model.output_layer_parameters(lay.tp)
+            if op.micro_batch == last_mb:  # (the output layer's gradients: the first ready, the first bucket's)
+                self.pending_bytes += model.output_layer_parameters(lay.tp, apart=self.total_chunks > 1)
         if job.recompute == "full":
             start = deps
             for layer in layers:
@@ -462,7 +462,11 @@ class _Rank:
         shard = params / lay.dp if job.zero >= 1 else params
         step = _Cost()
         self._kernel(step, "memory", 0, OPTIMIZER_BYTES * shard)
-        done = self._comp("optimizer_step", step, self.prev + self.grad_collectives)
+        ready = self.prev + self.grad_collectives
+        if "emb" in self.groups:  # the two copies of a tied embedding: gradients summed once the buckets are reduced
+            size = job.model.vocab * job.model.hidden / lay.tp * GRAD_BYTES
+            ready = [*ready, self._coll(AR, size, ready, "embedding_grad_ar", "emb")]
+        done = self._comp("optimizer_step", step, ready)
         if job.zero in (1, 2) and self.grad_role:
             for k, size in enumerate(self.bucket_sizes):
                 self._coll(AG, size * PARAM_BYTES / lay.dp, [done], f"param_ag_bucket{k}", self.grad_role)
@@ -550,7 +554,7 @@ def rank_parameters(job: JobSpec, stage: int) -> float:
         if chunk == 0:
             total += model.input_embedding_parameters() / lay.tp
         if chunk == lay.pp * job.chunks - 1:
-            total += model.output_layer_parameters(lay.tp)
+            total += model.output_layer_parameters(lay.tp, apart=chunk > 0)
     return total
 
 

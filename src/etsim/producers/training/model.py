@@ -182,13 +182,21 @@ class ModelSpec:
             return (self.vocab + self.seq) * self.hidden  # the reference formula counts no final norm
         return self.vocab * self.hidden
 
-    def output_layer_parameters(self, tp: int = 1) -> float:
+    @property
+    def tied(self) -> bool:
+        """Whether the output layer is the input word embedding (``gpt``; ``llama``'s is a matrix of its own)."""
+        return self.arch == "gpt" and self.vocab > 0
+
+    def output_layer_parameters(self, tp: int, *, apart: bool) -> float:
         """The last model chunk's own parameters on one of *tp* tensor-parallel ranks.
 
-        A ``llama`` model's untied output layer (split by tp) and final norm (whole); none for ``gpt``, whose output
-        layer is the input embedding, tied.
+        A ``llama`` model's untied output layer (split by tp) and final norm (whole). A ``gpt`` model's output layer
+        is its word embedding, tied: when the last chunk runs *apart* from the first (on another pipeline stage),
+        it holds a copy of the word embedding (split by tp), as Megatron-LM keeps one on the last stage; else none.
         """
-        return self.vocab * self.hidden / tp + self.hidden if self.vocab and self.arch == "llama" else 0.0
+        if self.tied:
+            return self.vocab * self.hidden / tp if apart else 0.0
+        return self.vocab * self.hidden / tp + self.hidden if self.vocab else 0.0
 
     def parameters(self) -> int:
         """All parameters."""

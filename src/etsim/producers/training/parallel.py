@@ -36,6 +36,8 @@ class Layout:
     """Whether the model has experts (then the ``edp`` groups exist, whatever ``ep``)."""
     etp: int = 1
     """Expert tensor parallelism: the tensor-parallel ranks (consecutive) each expert is split over."""
+    tied: bool = False
+    """Whether the first and last pipeline stages hold copies of one word embedding (then the ``emb`` groups exist)."""
 
     @property
     def ranks(self) -> int:
@@ -58,8 +60,9 @@ class Layout:
 
         Roles: ``tp``, ``cp``, ``dp`` (data-parallel gradients: the data- and context-parallel ranks that hold
         the same weights), ``ep`` (expert-parallel all-to-alls), ``etp`` (the ranks one expert is split over: the
-        gathers and reduce-scatters of its tokens) and ``edp`` (expert gradients: every rank of a stage that holds
-        the same share of the same experts).
+        gathers and reduce-scatters of its tokens), ``edp`` (expert gradients: every rank of a stage that holds
+        the same share of the same experts) and ``emb`` (a tied word embedding's two copies: the first and the last
+        stage's rank of one pipeline, Megatron-LM's embedding group).
         """
         out: dict[str, list[list[int]]] = {}
         coords = [self.coords(r) for r in range(self.ranks)]
@@ -82,6 +85,9 @@ class Layout:
             by("etp", lambda c: (c[1], c[2], c[3], c[0] // etp))
         if self.experts:
             by("edp", lambda c: (c[3], c[2] % ep, c[0] % etp))
+        if self.tied and self.pp > 1:
+            last = self.pp - 1
+            out["emb"] = [[r, self.rank(*c[:3], last)] for r, c in enumerate(coords) if c[3] == 0]
         return out
 
 

@@ -102,7 +102,9 @@ def _job_spec(o: Any) -> JobSpec:
     model = load_model(o.model, "model")
     return JobSpec(
         model=model,
-        layout=Layout(tp=o.tp, cp=o.cp, dp=o.dp, pp=o.pp, ep=o.ep, experts=model.experts > 0, etp=o.etp),
+        layout=Layout(
+            tp=o.tp, cp=o.cp, dp=o.dp, pp=o.pp, ep=o.ep, experts=model.experts > 0, etp=o.etp, tied=model.tied
+        ),
         sp=o.sp,
         global_batch=o.global_batch,
         micro_batch=o.micro_batch,
