@@ -80,6 +80,9 @@ class BulkTiming:
       one sender with the same ``release`` that reach one link at one instant are issued in ``index`` order.
     - Calls come in the order the walker would issue the messages wherever it matters (the caller checks
       per channel; the timing checks per link).
+    - A timing whose ``batches`` is true instead takes each node's messages with :meth:`post` and times every
+      message posted so far at :meth:`settle`, which the caller calls before it needs a delivery (messages of
+      several nodes may then share links while they drain).
     - Nothing changes in the model until :meth:`commit`; :meth:`abort` forgets everything since the
       timing was made.
     - ``stateful`` says whether a message's timing depends on other messages (link occupancy); such a
@@ -88,6 +91,8 @@ class BulkTiming:
 
     #: Deliveries depend on other traffic (links are occupied).
     stateful = False
+    #: The fast path hands the messages of several nodes over at once (:meth:`post`, then :meth:`settle`).
+    batches = False
 
     def refuses(self, group: np.ndarray, offsets: list[int]) -> str | None:
         """Why messages from every ``group[i]`` to ``group[(i + offset) % n]`` cannot be timed here, or None."""
@@ -97,6 +102,16 @@ class BulkTiming:
         self, src: np.ndarray, dst: np.ndarray, size: float, t: np.ndarray, after: float, cause: tuple[int, int]
     ) -> np.ndarray | None:
         """Delivery times of messages of *size* bytes from ``src[i]`` to ``dst[i]`` sent at ``t[i]``."""
+        raise NotImplementedError
+
+    def post(
+        self, src: np.ndarray, dst: np.ndarray, size: float, t: np.ndarray, after: float, cause: tuple[int, int]
+    ) -> None:
+        """With :attr:`batches`: take messages as :meth:`send` does, to be timed at the next :meth:`settle`."""
+        raise NotImplementedError
+
+    def settle(self) -> list[np.ndarray] | None:
+        """With :attr:`batches`: the deliveries of the messages posted since the last settle, per post, or None."""
         raise NotImplementedError
 
     def commit(self, owner: tuple[object, int]) -> None:

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph
 from etsim.errors import FastPathConflict
 from etsim.workload.bulk_union import UnionPlan, plan_union, union_times
+from etsim.workload.sums import add_all, add_repeated
 
 if TYPE_CHECKING:
     from etsim.network.bulk import BulkTiming
@@ -384,10 +385,10 @@ class FastPath:
             graph = pending.graph
             for j, kind in enumerate(graph.kinds):
                 if kind == SEND:
-                    mailbox.bytes = _add_repeated(mailbox.bytes, graph.chunks[j] * unit, n)
+                    mailbox.bytes = add_repeated(mailbox.bytes, graph.chunks[j] * unit, n)
         else:
             mailbox.messages += len(sizes)
-            mailbox.bytes = _add_all(mailbox.bytes, sizes)
+            mailbox.bytes = add_all(mailbox.bytes, sizes)
         if mailbox.messages >= mailbox.progress_at and mailbox.progress is not None:
             mailbox.progress(mailbox)
         self.parts += n
@@ -489,8 +490,28 @@ class FastPath:
         maximum = np.maximum
         gates = graph.gates
         gated: dict[tuple[tuple[int, ...], int], tuple[Any, Any]] = {}
+        batches = timing.batches
+        posted: dict[int, None] = {}  # SEND nodes whose messages wait to be timed together (timing.settle)
+
+        def settle() -> None:
+            nonlocal end
+            results = timing.settle()
+            if results is None:
+                raise FastPathConflict(f"part {namespace}: its messages meet other traffic", namespace, plan.signature)
+            for k, delivered in zip(posted, results, strict=True):
+                if then > 0:
+                    delivered = delivered + then  # the event path's timeout at arrival + then
+                if uses[k] > 0:
+                    done[k] = delivered
+                end = maximum(end, delivered)
+            posted.clear()
+
         for j in plan.order:
             lo, hi = deps_ptr[j], deps_ptr[j + 1]
+            if posted and (any(deps_idx[k] in posted for k in range(lo, hi)) or match[j] in posted or (
+                j in gates and gates[j][1] in posted
+            )):  # fmt: skip
+                settle()
             if j in gates:
                 ready = self._gate_ready(namespace, graph, plan, gated, j, done, np)
                 for k in (*deps_idx[lo:hi], gates[j][1]):
@@ -541,6 +562,11 @@ class FastPath:
                             )
                 if chain_next[j] >= 0:
                     ready_of[j] = (ready, delivered)
+                if kind == SEND and batches:
+                    timing.post(group, peer_rank[offset], chunks[j] * unit, ready, after, (tie_class[j], tie_pos[j]))
+                    posted[j] = None
+                    sends += 1
+                    continue  # its finish (its messages' delivery) comes with the next settle
                 if kind == SEND:
                     cause = (tie_class[j], tie_pos[j])
                     delivered = timing.send(group, peer_rank[offset], chunks[j] * unit, ready, after, cause)
@@ -564,28 +590,11 @@ class FastPath:
             if uses[j] > 0:
                 done[j] = finish
             end = maximum(end, finish)
+        if posted:
+            settle()
         if graph.exits:
             exits = done[graph.exits[0]]
             for j in graph.exits[1:]:
                 exits = maximum(exits, done[j])
             return exits, sends
         return end, sends
-
-
-def _add_all(total: float, sizes: Any) -> float:
-    """``total`` plus every size in turn, as sequential additions would give it."""
-    whole = float(sizes.sum()) if len(sizes) else 0.0
-    if total.is_integer() and bool((sizes == sizes.round()).all()) and abs(total) + abs(sizes).sum() < 2.0**53:
-        return total + whole  # every partial sum is an exact integer
-    for size in sizes.tolist():
-        total += size
-    return total
-
-
-def _add_repeated(total: float, size: float, count: int) -> float:
-    """``total`` plus *count* times *size*, as *count* sequential additions would give it."""
-    if size.is_integer() and total.is_integer() and abs(total) + abs(size) * count < 2.0**53:
-        return total + size * count  # every partial sum is an exact integer
-    for _ in range(count):
-        total += size
-    return total

@@ -163,24 +163,21 @@ def union_times(
                         dur[i] = reduction[c]
             r = ready[comp]
             finish[nodes[comp]] = np.where(dur > 0, r + dur, r)
+        posted: list[tuple[Any, float]] = []  # (a model that times messages together: this level's sends)
         for sends in plan.sends_at[level]:
             size_of = chunks[sends] * unit
             uniform = bool(size_of.min() == size_of.max())
             for size in [float(size_of[0])] if uniform else np.unique(size_of).tolist():
                 pick = sends if uniform else sends[size_of == size]
                 calls += 1  # (a cause no other call shares: ties with other calls' messages are refused)
-                delivered = timing.send(
-                    group[rank[pick]], group[u.peer[pick]], size, ready_all[pick], after, (-2 - calls, 0)
-                )
-                if delivered is None:
-                    raise FastPathConflict(
-                        f"collective part {namespace}: messages meet on a link in an order the event path could "
-                        "decide differently",
-                        namespace,
-                        plan.signature,
-                    )
-                finish[pick] = delivered + then if then > 0 else delivered
-                sizes.append(np.full(len(pick), size))
+                args = (group[rank[pick]], group[u.peer[pick]], size, ready_all[pick], after, (-2 - calls, 0))
+                if timing.batches:
+                    timing.post(*args)
+                    posted.append((pick, size))
+                else:
+                    _delivered(namespace, plan, [(pick, size)], [timing.send(*args)], finish, then, sizes)
+        if posted:
+            _delivered(namespace, plan, posted, timing.settle(), finish, then, sizes)
         recv = kind == RECV
         if recv.any():
             r_nodes = nodes[recv]
@@ -188,6 +185,29 @@ def union_times(
     _check_channels(namespace, plan, ready_all, finish, timing.stateful)
     ends = _rank_ends(u, finish, starts)
     return ends, (np.concatenate(sizes) if sizes else np.zeros(0))
+
+
+def _delivered(
+    namespace: Hashable,
+    plan: UnionPlan,
+    picks: list[tuple[Any, float]],
+    delivered: list[Any] | None,
+    finish: np.ndarray,
+    then: float,
+    sizes: list[Any],
+) -> None:
+    """Each picked SEND's finish: its message's delivery (plus *then*); a refused delivery (None) is a conflict."""
+    import numpy as np
+
+    if delivered is None or any(times is None for times in delivered):
+        raise FastPathConflict(
+            f"collective part {namespace}: messages meet on a link in a way the fast path cannot time",
+            namespace,
+            plan.signature,
+        )
+    for (pick, size), times in zip(picks, delivered, strict=True):
+        finish[pick] = times + then if then > 0 else times
+        sizes.append(np.full(len(pick), size))
 
 
 def _check_channels(

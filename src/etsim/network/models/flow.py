@@ -23,8 +23,9 @@ only SimPy events are one per distinct completion instant and one per delivery; 
 and no process per flow. Flows are flat lists indexed by a recycled slot.
 
 :meth:`link_stats` reports each link's bytes, its busy time ``bytes / bandwidth`` (the time the link needed to
-carry them, as for ``analytical``) and the messages that crossed it. The fast path (:class:`FlowTiming`) takes a
-collective whose messages never share a link while they drain, where the model reduces to the closed form.
+carry them, as for ``analytical``) and the messages that crossed it. The fast path
+(:class:`~etsim.network.models.flow_bulk.FlowTiming`) times a collective's messages at once: in closed form where
+none shares a link while it drains, else by the same max-min sharing over the collective's flows alone.
 """
 
 from __future__ import annotations
@@ -37,16 +38,17 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from etsim.errors import SimulationError
-from etsim.network.bulk import BulkTiming, LinkClaims, repeats
+from etsim.network.bulk import LinkClaims
 from etsim.network.model import NETWORK_MODELS, LinkStats, NetworkModel
+from etsim.network.models.maxmin import fill
 from etsim.network.routing import Router
 from etsim.network.scheduling import LATE, event_at, succeed_at
 from etsim.network.topology import Topology
 
 if TYPE_CHECKING:
-    import numpy as np
+    from etsim.network.models.flow_bulk import FlowTiming, RouteTable
 
-__all__ = ["FlowNetwork", "FlowTiming"]
+__all__ = ["FlowNetwork"]
 
 
 @NETWORK_MODELS.register("flow")
@@ -106,7 +108,7 @@ class FlowNetwork(NetworkModel):
         # When each link's last flow (either path's) finished draining.
         self._busy_until = [0.0] * n
         #: The routes the fast path has asked for, in arrays (made when it first asks).
-        self._route_table: _RouteTable | None = None
+        self._route_table: RouteTable | None = None
 
     # -- routes -------------------------------------------------------------------------------------------------
 
@@ -248,34 +250,9 @@ class FlowNetwork(NetworkModel):
         self._arm_wake()
 
     def _allocate(self, flows: list[int], links: list[int], now: float) -> None:
-        """Progressive filling: the tightest link fixes the share of its flows, which leave; repeat."""
-        route, rate_of = self._f_route, self._f_rate
-        left_cap, count, fixed = self._left_cap, self._count, self._fixed
-        bw = self._bw
-        for link in links:
-            left_cap[link] = bw[link]
-            count[link] = 0
-        for slot in flows:
-            fixed[slot] = -1.0
-            for link in route[slot]:
-                count[link] += 1
-        heap = [(left_cap[link] / count[link], link) for link in links if count[link]]
-        heapq.heapify(heap)
-        while heap:
-            share, link = heapq.heappop(heap)
-            if not count[link]:
-                continue
-            current = left_cap[link] / count[link]
-            if current != share:  # shares only grow as flows leave: a stale entry goes back with its new value
-                heapq.heappush(heap, (current, link))
-                continue
-            for slot in self._on_link[link]:
-                if fixed[slot] >= 0:
-                    continue
-                fixed[slot] = share
-                for other in route[slot]:
-                    left_cap[other] -= share
-                    count[other] -= 1
+        """Max-min fair rates (:func:`fill`); flows whose rate changed get a new predicted end."""
+        route, rate_of, fixed = self._f_route, self._f_rate, self._fixed
+        fill(flows, links, route, self._on_link, self._bw, self._left_cap, self._count, fixed)
         for slot in flows:
             rate = fixed[slot]
             if rate == rate_of[slot]:
@@ -343,10 +320,12 @@ class FlowNetwork(NetworkModel):
 
     # -- reporting and the fast path ------------------------------------------------------------------------------
 
-    def route_table(self) -> _RouteTable:
+    def route_table(self) -> RouteTable:
         """The routes the fast path has asked for, as arrays (made when it first asks)."""
         if self._route_table is None:
-            self._route_table = _RouteTable(self)
+            from etsim.network.models.flow_bulk import RouteTable
+
+            self._route_table = RouteTable(self)
         return self._route_table
 
     def take_bulk(self, nbytes: list[float], msgs: list[int], ends: dict[int, float]) -> None:
@@ -367,171 +346,7 @@ class FlowNetwork(NetworkModel):
         ]
 
     def bulk_timing(self) -> FlowTiming:
-        """Delivery times in bulk for collectives whose messages never share a link while they drain."""
+        """Delivery times in bulk for a collective's messages, lone or sharing links (``flow_bulk.py``)."""
+        from etsim.network.models.flow_bulk import FlowTiming
+
         return FlowTiming(self)
-
-
-class FlowTiming(BulkTiming):
-    """``flow`` in bulk: exact while no two flows share a link, which it checks message by message.
-
-    A lone flow is the closed form: delivered at ``(t + size / min B) + Σ L``, the floats the event path computes.
-    So a message is timed here only if none of its links carries an event-path flow now, and on each of its links
-    the previous flow (of either path) had drained by the time it starts (messages are checked in the order they
-    start on each link; one that starts before an earlier-checked one is refused). A part is evaluated when its
-    last member starts, so its first messages may start earlier: the model remembers when each link's last flow
-    ended for that. Committed links are claimed up
-    to the end of their last flow: an event-path flow that starts on one before then raises
-    :class:`~etsim.errors.FastPathConflict`, and the run is redone with that collective on the event path.
-    """
-
-    stateful = True
-
-    def __init__(self, model: FlowNetwork) -> None:
-        import numpy as np
-
-        self.model = model
-        n = len(model._bw)
-        self.active = np.array([bool(flows) for flows in model._on_link], dtype=bool)
-        self.busy_until = np.array(model._busy_until, dtype=float)
-        self.last_start = np.full(n, -1.0)
-        # Statistics continue the model's, in the order the event path would add them (each link's flows in turn).
-        self.bytes = np.array(model._bytes, dtype=float)
-        self.msgs = np.array(model._msgs, dtype=np.int64)
-        self.touched = np.zeros(n, dtype=bool)
-        self._routes: dict[tuple[int, int], tuple[Any, ...]] = {}
-
-    def _route(self, src: np.ndarray, dst: np.ndarray) -> tuple[Any, Any, Any, Any]:
-        """``(matrix, valid, latency, bottleneck)`` of the routes from ``src[i]`` to ``dst[i]`` (cached by identity)."""
-        key = (id(src), id(dst))
-        found = self._routes.get(key)
-        if found is None:
-            matrix, latency, bottleneck = self.model.route_table().rows(src, dst)
-            found = self._routes[key] = (matrix, matrix >= 0, latency, bottleneck, src, dst)
-        return found[0], found[1], found[2], found[3]
-
-    def refuses(self, group: np.ndarray, offsets: list[int]) -> str | None:
-        """Refuse when the messages of one step share a link (they would share its bandwidth)."""
-        import numpy as np
-
-        n = len(group)
-        positions = np.arange(n)
-        for offset in offsets:
-            matrix, valid, _, _ = self._route(group, group[(positions + offset) % n])
-            links = matrix[valid]
-            if repeats(links):
-                return f"messages at offset {offset} share a link"
-        return None
-
-    def send(
-        self, src: np.ndarray, dst: np.ndarray, size: float, t: np.ndarray, after: float, cause: tuple[int, int]
-    ) -> np.ndarray | None:
-        """``(t + after) + size / min B + Σ L`` per message, or None where a link would be shared."""
-        import numpy as np
-
-        matrix, valid, latency, bottleneck = self._route(src, dst)
-        start = t + after if after > 0 else t
-        if not valid.any():
-            return start.copy()
-        if size == 0:
-            self._count(matrix, valid, size)
-            return start + latency
-        links = matrix[valid]
-        starts = np.broadcast_to(start[:, None], matrix.shape)[valid]
-        if repeats(links):
-            return None  # two messages on one link in one step
-        if bool(self.active[links].any()):
-            return None  # an event-path flow drains there now
-        if bool((starts < self.last_start[links]).any()) or bool((starts < self.busy_until[links]).any()):
-            return None  # out of order, or the link still drains an earlier message
-        end = start + size / bottleneck
-        self.busy_until[links] = np.broadcast_to(end[:, None], matrix.shape)[valid]
-        self.last_start[links] = starts
-        self._count(matrix, valid, size)
-        return end + latency
-
-    def _count(self, matrix: Any, valid: Any, size: float) -> None:
-        import numpy as np
-
-        links = matrix[valid]
-        np.add.at(self.bytes, links, size)  # (zero-byte messages may share a link)
-        np.add.at(self.msgs, links, 1)
-        self.touched[links] = True
-
-    def commit(self, owner: tuple[object, int]) -> None:
-        """Add the statistics, and claim every link used up to the end of its last flow."""
-        model = self.model
-        ends = {link: float(self.busy_until[link]) for link in self.touched.nonzero()[0].tolist()}
-        model.take_bulk(self.bytes.tolist(), self.msgs.tolist(), ends)
-        for link, end in ends.items():
-            model.claims.claim(link, end, owner)
-        self._routes.clear()
-
-    def abort(self) -> None:
-        """Leave the model as it was."""
-        self._routes.clear()
-
-
-class _RouteTable:
-    """Routes between NPU pairs as numpy rows (links, padded with -1; Σ latency; bottleneck), made once per pair.
-
-    Rows are the model's own ``_route`` (the same links, and the latency summed in route order as the event path
-    sums it); a dense pair index serves networks of up to :data:`DENSE_NPUS` NPUs, a dict larger ones.
-    """
-
-    #: Networks with at most this many NPUs index their pairs with a dense array (4 bytes per pair).
-    DENSE_NPUS = 2048
-
-    def __init__(self, model: FlowNetwork) -> None:
-        import numpy as np
-
-        self.model = model
-        self.npus = model.topology.npus
-        self.dense = np.full(self.npus * self.npus, -1, dtype=np.int32) if self.npus <= self.DENSE_NPUS else None
-        self.index: dict[int, int] = {}
-        self.links = np.full((16, 1), -1, dtype=np.int64)
-        self.latency = np.zeros(16)
-        self.bottleneck = np.zeros(16)
-        self.count = 0
-
-    def rows(self, src: np.ndarray, dst: np.ndarray) -> tuple[Any, Any, Any]:
-        """``(links matrix, latency, bottleneck)`` of each route ``src[i] -> dst[i]``."""
-        import numpy as np
-
-        pairs = src.astype(np.int64) * self.npus + dst
-        rows = self._lookup(pairs)
-        missing = rows < 0
-        if missing.any():
-            for pair in np.unique(pairs[missing]).tolist():
-                self._add(pair)
-            rows = self._lookup(pairs)
-        width = int((self.links[rows] >= 0).sum(axis=1).max()) if len(rows) else 0
-        return self.links[rows, : max(width, 1)], self.latency[rows], self.bottleneck[rows]
-
-    def _lookup(self, pairs: np.ndarray) -> np.ndarray:
-        import numpy as np
-
-        if self.dense is not None:
-            return self.dense[pairs]
-        get = self.index.get
-        return np.fromiter((get(p, -1) for p in pairs.tolist()), dtype=np.int64, count=len(pairs))
-
-    def _add(self, pair: int) -> None:
-        import numpy as np
-
-        links, latency, bottleneck = self.model._route(pair // self.npus, pair % self.npus)
-        row = self.count
-        if row == len(self.latency) or len(links) > self.links.shape[1]:
-            size = max(2 * len(self.latency), 16) if row == len(self.latency) else len(self.latency)
-            grown = np.full((size, max(len(links), self.links.shape[1])), -1, dtype=np.int64)
-            grown[:row, : self.links.shape[1]] = self.links[:row]
-            self.links = grown
-            self.latency = np.resize(self.latency, size)
-            self.bottleneck = np.resize(self.bottleneck, size)
-        self.links[row, : len(links)] = links
-        self.latency[row] = latency
-        self.bottleneck[row] = bottleneck
-        self.count += 1
-        if self.dense is not None:
-            self.dense[pair] = row
-        else:
-            self.index[pair] = row
