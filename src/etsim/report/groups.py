@@ -101,6 +101,23 @@ def _intervals(
     return mine, comm
 
 
+def _group_figures(rec: RunRecorder, run: Any) -> dict[str, tuple[int, float, float, float]]:
+    """A recorded rank's ``{group: (calls, bytes, time in flight, time exposed)}`` (ns)."""
+    mine, communication = _rank_intervals(rec, run)
+    compute = _union(mine)
+    intervals: dict[str, list[tuple[float, float]]] = {}
+    sizes: dict[str, float] = {}
+    trace = run.trace
+    for group, j, interval in communication:
+        intervals.setdefault(group, []).append(interval)
+        sizes[group] = sizes.get(group, 0.0) + (trace.comm_size[j] or 0)
+    out = {}
+    for group, spans in intervals.items():
+        busy = _union(spans)
+        out[group] = (len(spans), sizes[group], _length(busy), _minus(busy, compute))
+    return out
+
+
 def exposure_by_group(rec: RunRecorder) -> list[dict[str, Any]]:
     """Communication and exposed communication per group of the run *rec* recorded, sorted by group name.
 
@@ -111,37 +128,29 @@ def exposure_by_group(rec: RunRecorder) -> list[dict[str, Any]]:
     engine = rec.engine
     if engine is None:
         return []
-    per_group: dict[str, dict[int, list[tuple[float, float]]]] = {}
+    per_group: dict[str, dict[int, tuple[float, float]]] = {}  # group -> rank -> (in flight, exposed)
     calls: dict[str, int] = {}
     sizes: dict[str, float] = {}
-    compute: list[list[tuple[float, float]]] = []
     fold = engine.fold
-    # Per simulated rank: its compute (merged) and communication intervals (a folded run's mirrors reuse them).
-    of_rank: dict[int, tuple[list[tuple[float, float]], list[tuple[str, int, tuple[float, float]]]]] = {}
+    # Per simulated rank and group: calls, bytes, time in flight and exposed (a folded run's mirrors reuse them, on
+    # the groups their representative's map onto: the same intervals, so the same figures).
+    of_rank: dict[int, dict[str, tuple[int, float, float, float]]] = {}
     for run in engine.runs:
         rank = run.rank
         rep = rank if fold is None else fold.rep[rank]
-        if rep not in of_rank:
-            mine, communication = _rank_intervals(rec, engine.runs[rep])
-            of_rank[rep] = (_union(mine), communication)
-        merged, communication = of_rank[rep]
-        if rep != rank:  # a mirrored rank (replica folding): on the groups its representative's map onto
-            elem = fold.elem[rank]  # type: ignore[union-attr]
-            communication = [(fold.image_group(g, elem), j, iv) for g, j, iv in communication]  # type: ignore[union-attr]
-        trace = engine.runs[rep].trace
-        for group, j, interval in communication:
-            per_group.setdefault(group, {}).setdefault(rank, []).append(interval)
-            calls[group] = calls.get(group, 0) + 1
-            sizes[group] = sizes.get(group, 0.0) + (trace.comm_size[j] or 0)
-        compute.append(merged)
+        figures = of_rank.get(rep)
+        if figures is None:
+            figures = of_rank[rep] = _group_figures(rec, engine.runs[rep])
+        for group, (count, size, busy, hidden) in figures.items():
+            if rep != rank:  # a mirrored rank (replica folding)
+                group = fold.image_group(group, fold.elem[rank])  # type: ignore[union-attr]
+            per_group.setdefault(group, {})[rank] = (busy, hidden)
+            calls[group] = calls.get(group, 0) + count
+            sizes[group] = sizes.get(group, 0.0) + size
     out = []
     for group in sorted(per_group):
-        exposed: dict[int, float] = {}
-        comm: dict[int, float] = {}
-        for rank, intervals in per_group[group].items():
-            busy = _union(intervals)
-            comm[rank] = _length(busy)
-            exposed[rank] = _minus(busy, compute[rank])
+        comm = {rank: busy for rank, (busy, _) in per_group[group].items()}
+        exposed = {rank: hidden for rank, (_, hidden) in per_group[group].items()}
         worst = max(sorted(exposed), key=lambda r: exposed[r])
         out.append(
             {
