@@ -534,6 +534,8 @@ def test_hierarchical_over_a_sub_group_runs_over_the_dimensions_it_spans(tmp_pat
     assert algo.for_call(C.ALL_REDUCE, 64, tuple(range(8))) is algo  # the whole system
     assert algo.for_call(C.ALL_REDUCE, 64, (0, 1, 2, 3)).dims == (2, 2)  # dimensions 0 and 1
     assert algo.for_call(C.ALL_REDUCE, 64, (1, 5)).dims == (2,)  # dimension 2
+    line = HierarchicalAlgorithm((8, 8)).for_call(C.ALL_REDUCE, 64, (3, 59))  # 2 of dimension 1's 8: its ring
+    assert line.dims == (2,) and line.supports(C.ALL_REDUCE, 2) is None
     partial = algo.for_call(C.ALL_REDUCE, 64, (0, 1, 2))  # not a whole sub-grid: refused, saying why
     assert "not a whole sub-grid" in str(partial.supports(C.ALL_REDUCE, 3))
     assert algo.for_call(C.ALL_REDUCE, 64, (2, 3, 0, 1)).supports(C.ALL_REDUCE, 4) is not None  # (not in rank order)

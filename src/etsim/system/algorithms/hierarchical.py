@@ -18,7 +18,9 @@ all_gather      the all-gather half (S = gathered output; dimension 0 moves the 
 Without ``dims`` (or with one dimension) every collective is the plain ring. A communicator group smaller than
 the system (a tensor-parallel group inside a node, a data-parallel group across nodes) runs over the dimensions it
 spans: the group must hold every rank of those dimensions that agrees with it in the others (a whole
-sub-grid), in rank order; its phases are those dimensions' rings.
+sub-grid), in rank order; its phases are those dimensions' rings. A group whose ranks differ in one coordinate only
+(the first and last pipeline stage's GPUs, whose tied embedding Megatron-LM all-reduces) runs that dimension's ring
+over its ranks, whether or not it holds the whole line.
 
 Data (annotations for :mod:`etsim.algo.verify`; in place): chunks are numbered like ranks. The
 dimension-``d`` phase works on the chunks that agree with the rank in coordinates below ``d``;
@@ -81,8 +83,10 @@ class HierarchicalAlgorithm(BuiltAlgorithm):
         coords = [tuple((r // s) % n for s, n in zip(strides, dims, strict=True)) for r in group]
         spanned = tuple(d for d in range(len(dims)) if len({c[d] for c in coords}) > 1)
         sub = tuple(dims[d] for d in spanned)
-        whole = len(set(coords)) == len(group) == math.prod(sub) and list(group) == sorted(group)
-        if not whole:
+        distinct = len(set(coords)) == len(group) and list(group) == sorted(group)
+        if distinct and len(spanned) == 1:
+            sub = (len(group),)  # ranks of one line, all of it or not: that dimension's ring over them
+        elif not (distinct and len(group) == math.prod(sub)):
             return self  # (supports() names the mismatch)
         if sub not in self._spanned:
             self._spanned[sub] = type(self)(sub, phase_delay=self.phase_delay)
