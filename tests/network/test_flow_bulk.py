@@ -164,3 +164,12 @@ def test_the_route_table_grows_with_its_rows_not_with_each_longer_route() -> Non
         links, latency, _ = table.rows(np.array([0]), np.array([hops]))
         assert (links >= 0).sum() == hops and latency[0] == pytest.approx(500.0 * hops)
     assert table.count == 32 and len(table.latency) <= 64 and table.links.shape == (len(table.latency), 32)
+
+
+def test_send_is_one_nodes_messages_posted_and_settled() -> None:
+    """The contract's one-call form: an all-to-all step of 4 messages from NPU 0 equals the event path's."""
+    messages = [(0, d, float(1 << 20), 0.0) for d in (1, 2, 3)]
+    model = build_model(simpy.Environment(), switch(4, 50.0, 500.0), "flow")
+    timing = model.bulk_timing()
+    got = timing.send(np.array([0, 0, 0]), np.array([1, 2, 3]), float(1 << 20), np.zeros(3), 0.0, (0, 0))
+    assert got is not None and got.tolist() == event_path(switch(4, 50.0, 500.0), messages)

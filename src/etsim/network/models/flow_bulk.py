@@ -23,7 +23,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Any
 
-from etsim.network.bulk import BulkTiming, repeats
+from etsim.network.bulk import BulkTiming
 from etsim.network.models.maxmin import fill
 
 if TYPE_CHECKING:
@@ -37,8 +37,8 @@ __all__ = ["FlowTiming", "RouteTable"]
 class FlowTiming(BulkTiming):
     """``flow`` in bulk: lone messages in closed form, messages sharing links by the event path's sharing.
 
-    :meth:`send` times one node's messages at once when none shares a link (the union fast path uses it);
-    :meth:`post` and :meth:`settle` time several nodes' messages together, sharing links or not. A message is
+    :meth:`post` and :meth:`settle` time several nodes' messages together, sharing links or not (:meth:`send`, one
+    node's). A message is
     timed only if none of its links carries an event-path flow now and, on each of its links, the previous flow
     committed before (of either path) has drained by the time it starts. Committed links are claimed up to the
     end of their last flow.
@@ -54,7 +54,6 @@ class FlowTiming(BulkTiming):
         n = len(model._bw)
         self.active = np.array([bool(flows) for flows in model._on_link], dtype=bool)
         self.busy_until = np.array(model._busy_until, dtype=float)
-        self.last_start = np.full(n, -1.0)
         # Statistics continue the model's, in the order the event path would add them (each link's flows in turn).
         self.bytes = np.array(model._bytes, dtype=float)
         self.msgs = np.array(model._msgs, dtype=np.int64)
@@ -74,29 +73,10 @@ class FlowTiming(BulkTiming):
     def send(
         self, src: np.ndarray, dst: np.ndarray, size: float, t: np.ndarray, after: float, cause: tuple[int, int]
     ) -> np.ndarray | None:
-        """``(t + after) + size / min B + Σ L`` per message, or None where a link would be shared."""
-        import numpy as np
-
-        matrix, valid, latency, bottleneck = self._route(src, dst)
-        start = t + after if after > 0 else t
-        if not valid.any():
-            return start.copy()
-        if size == 0:
-            self._count(matrix, valid, size)
-            return start + latency
-        links = matrix[valid]
-        starts = np.broadcast_to(start[:, None], matrix.shape)[valid]
-        if repeats(links):
-            return None  # two messages on one link in one step
-        if bool(self.active[links].any()):
-            return None  # an event-path flow drains there now
-        if bool((starts < self.last_start[links]).any()) or bool((starts < self.busy_until[links]).any()):
-            return None  # out of order, or the link still drains an earlier message
-        end = start + size / bottleneck
-        self.busy_until[links] = np.broadcast_to(end[:, None], matrix.shape)[valid]
-        self.last_start[links] = starts
-        self._count(matrix, valid, size)
-        return end + latency
+        """One node's messages timed on their own (:meth:`post`, then :meth:`settle`); None where not timed here."""
+        self.post(src, dst, size, t, after, cause)
+        settled = self.settle()
+        return None if settled is None else settled[0]
 
     def post(
         self, src: np.ndarray, dst: np.ndarray, size: float, t: np.ndarray, after: float, cause: tuple[int, int]
@@ -137,7 +117,6 @@ class FlowTiming(BulkTiming):
         if end is None:
             end = _shared(self.model, matrix, valid, start, size)
         np.maximum.at(self.busy_until, links, np.broadcast_to(end[:, None], matrix.shape)[valid])
-        np.maximum.at(self.last_start, links, starts)
         at = 0
         for k, rows in parts:
             out[k][rows] = end[at : at + len(rows)] + posted[k][2][rows]
