@@ -57,6 +57,8 @@ inputs are generated in the work directory before the clock starts; see PROCESS_
                        link or packets (link with 4 KiB packets, the packet-level reference of flow)
   run-a2a-256-MODEL    ``etsim run --algo direct`` of a 64 MiB all-to-all on 256 NPUs, a ring of 16 (200 GB/s, 100
                        ns) times a switch of 16 (50 GB/s, 1 us), MODEL analytical, flow or link
+  run-a2a-moe-1024-ALGO  16 expert groups of 64 GPUs each all-to-all 16 MiB at once on a 1,024-GPU dgx-h100
+                       gpu_cluster under flow (ALGO direct or nccl): issue 39's all-to-all at scale (bar: 30 s)
   astra-ring-1024-BACKEND, astra-direct-switch-1024-BACKEND  ``etsim astra`` of ASTRA-sim inputs (64 MiB
                        all-reduce, Ring / Switch of 1024 NPUs, 50 GB/s, 500 ns, endpoint delay 10, local-mem-bw
                        1600, one split), BACKEND unaware or aware
@@ -470,6 +472,14 @@ PROCESS_CASES: dict[str, tuple[list[str], str]] = {
         for m in ("analytical", "flow", "link")
     },
     **{
+        f"run-a2a-moe-1024-{a}": (
+            ["{w}/a2amoe", "--topology", "{w}/h100_1024.yaml", "--comm-groups", "{w}/a2amoe_groups.json", "--algo", a,
+             "--quiet"],
+            "a2amoe",
+        )
+        for a in ("direct", "nccl")
+    },
+    **{
         f"astra-ring-1024-{b}": (
             ["astra", "--workload-configuration", "{w}/ar64m1024", "--system-configuration", "{w}/astra_ring.json",
              "--network-configuration", "{w}/astra_ring1024.yml", "--model", b],
@@ -587,6 +597,19 @@ def prepare(kind: str, workdir: Path) -> None:
             "kind: product\ndims:\n  - {kind: ring, npus: 16, bandwidth: 200 GB/s, latency: 100 ns}\n"
             "  - {kind: switch, npus: 16, bandwidth: 50 GB/s, latency: 1 us}\n"
         )
+    elif kind == "a2amoe":
+        if not (workdir / "a2amoe.0.et").exists():
+            from etsim.chakra import TraceBuilder
+
+            traces = []
+            for rank in range(1024):
+                builder = TraceBuilder()
+                builder.collective(CollectiveType.ALL_TO_ALL, 16 << 20, pg_name=str(1 + rank // 64))
+                traces.append(builder.build(rank=rank))
+            write_workload(traces, workdir / "a2amoe")
+        groups = {str(1 + g): list(range(64 * g, 64 * g + 64)) for g in range(16)}
+        (workdir / "a2amoe_groups.json").write_text(json.dumps(groups))
+        (workdir / "h100_1024.yaml").write_text("kind: gpu_cluster\npreset: dgx-h100\ngpus: 1024\n")
     elif kind == "gpt3_1024":
         for gpus, extra in ((1024, ""), (4096, ""), (1024, ", fold_replicas: false")):
             name = f"gpt3_{gpus}" + ("_full" if extra else "")
