@@ -41,9 +41,10 @@ NETWORK = "topology: [ Ring ]\nnpus_count: [ 8 ]\nbandwidth: [ 50.0 ]\nlatency: 
 # the congestion-aware one. The model's word embedding is tied: ranks 0-3 (first stage) and 4-7 (last) all-reduce
 # its gradient in pairs before the optimizer step. Under the congestion-unaware back end the last stage's ranks,
 # which reach that all-reduce first, finish UNAWARE_GAP cycles after etsim's: the first stage's message has
-# arrived when they post the receive, and ASTRA-sim charges one endpoint delay more than etsim's compatibility mode,
-# which pays it on arrival (a 2-rank all-reduce whose members start far apart reproduces it; the congestion-aware
-# back end, which shares that code, agrees with etsim, so its cause is not yet found: recorded, not hidden).
+# arrived when they post the receive: ASTRA-sim pays a receipt's endpoint delay after the later of arrival and
+# posting, etsim's compatibility mode after the arrival (2-rank collectives whose members start far apart reproduce
+# it; a late member's all-gather shows it under both back ends; here the aware back end's queueing hides it).
+# Recorded, not hidden: not yet modelled.
 CASES = {
     "tp2_pp2_dp2": ([], (4187352, 4177968), [5551298, 5549184, 5547070, 5544956, 5536896, 5535012, 5532898, 5530784]),
     "tp2_pp2_dp2_sp_zero1": (
