@@ -265,7 +265,8 @@ class SystemConfig:
     endpoint_delay: float = option(0.0, "delay added to every message, e.g. '10 ns'", Time())
     """ns added before every message enters the network."""
     endpoint_delay_at: str = option(
-        "send", "where a message pays endpoint_delay: before it enters the network, or after it arrives",
+        "send", "where a message pays endpoint_delay: before it enters the network, or once it has arrived and its "
+        "receive is posted (ASTRA-sim's)",
         Choice("send", "receive"), flag=False,
     )  # fmt: skip
     """``send``: a message waits ``endpoint_delay`` before it enters the network; ``receive``: it enters at once

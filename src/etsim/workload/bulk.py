@@ -411,7 +411,8 @@ class FastPath:
                     sends += 1
                 else:
                     m = match[j]
-                    finish = maximum(ready, delivered)
+                    # (with the delay at receive, a receive posted after its message arrived is handled a delay after)
+                    finish = maximum(ready + then, delivered) if then > 0 else maximum(ready, delivered)
                     uses[m] -= 1
                     if uses[m] == 0:
                         done[m] = None

@@ -181,7 +181,8 @@ def union_times(
         recv = kind == RECV
         if recv.any():
             r_nodes = nodes[recv]
-            finish[r_nodes] = np.maximum(ready[recv], finish[match[r_nodes]])
+            posted = ready[recv] + then if then > 0 else ready[recv]  # (a receive posted late: handled a delay after)
+            finish[r_nodes] = np.maximum(posted, finish[match[r_nodes]])
     _check_channels(namespace, plan, ready_all, finish, timing.stateful)
     ends = _rank_ends(u, finish, starts)
     return ends, (np.concatenate(sizes) if sizes else np.zeros(0))

@@ -78,7 +78,12 @@ class Engine:
         # An observer that does not watch messages is kept out of the mailbox: no cost per message.
         watch_messages = observer if observer is not None and observer.messages else None
         self.mailbox = Mailbox(
-            network, self.complete_now, watch_messages, delay_at_receive=config.endpoint_delay_at == "receive"
+            network,
+            self.complete_now,
+            watch_messages,
+            delay_at_receive=config.endpoint_delay_at == "receive",
+            finish_at=self.finish_at,
+            now=lambda: env.now,
         )
         self.workload_channels: dict[tuple[int, int, int], Channel] = {}
         # A collective's namespace is dropped when every rank of its group has finished its part.
@@ -143,6 +148,10 @@ class Engine:
         mailbox.progress_at = every
 
     # -- time --
+
+    def finish_at(self, run: GraphRun, j: int, when: float) -> None:
+        """Finish node *j* of *run* at the absolute time *when* (no earlier than now)."""
+        event_at(self.env, when, simpy.events.NORMAL, None).callbacks.append(lambda _event: self.complete_now(run, j))
 
     def complete_now(self, run: GraphRun, j: int) -> None:
         """Finish node *j* of *run* at the current time.

@@ -38,7 +38,7 @@ class Channel:
         self.sent = 0
         self.received = 0
         self.arrived: dict[int, tuple[float, GraphRun, int]] = {}
-        self.posted: dict[int, tuple[float, GraphRun, int]] = {}
+        self.posted: dict[int, tuple[float, GraphRun, int, float]] = {}  # (size, run, node, when posted)
 
 
 class Mailbox:
@@ -57,7 +57,9 @@ class Mailbox:
         "_batches",
         "_complete_now",
         "_delay_at_receive",
+        "_finish_at",
         "_mirror",
+        "_now",
         "_observer",
         "_transfer",
         "_transfer_after",
@@ -76,13 +78,19 @@ class Mailbox:
         observer: RunObserver | None = None,
         *,
         delay_at_receive: bool = False,
+        finish_at: Callable[[GraphRun, int, float], None] | None = None,
+        now: Callable[[], float] | None = None,
     ) -> None:
         self._observer = observer
         self._transfer = network.transfer
         self._transfer_after = network.transfer_after
         self._transfer_then = network.transfer_then
-        # Where a message pays its run's endpoint delay: after it arrives (True) or before it enters the network.
-        self._delay_at_receive = delay_at_receive
+        # Where a message pays its run's endpoint delay: after it arrives (True) or before it enters the network. After
+        # it arrives, as ASTRA-sim handles a receipt: once it has arrived and its receive is posted, whichever is later
+        # (a receive posted late completes at ``posted + delay``, by *finish_at*, an absolute time).
+        self._delay_at_receive = delay_at_receive and finish_at is not None and now is not None
+        self._finish_at = finish_at
+        self._now = now
         self._complete_now = complete_now
         # Replica folding: the channel a message to a mirrored rank is received on (``workload/fold.py``).
         self._mirror: Callable[[int, int, int], tuple[int, int, int]] | None = None
@@ -148,16 +156,27 @@ class Mailbox:
             self._deliver_watched(event)
             return
         # The hot path: the same steps as _deliver_watched, without a hook test per message.
+        late = self._delay_at_receive
         for run, j, ch, seq, size in self._batches.pop(event):
             run.finish(j)
             posted = ch.posted.pop(seq, None)
             if posted is None:
                 ch.arrived[seq] = (size, run, j)
                 continue
-            rsize, rrun, rj = posted
+            rsize, rrun, rj, at = posted
             if rsize != size:
                 _size_mismatch(run, j, size, rrun, rj, rsize)
+            if late and self._handled_later(rrun, rj, at):
+                continue
             rrun.finish(rj)
+
+    def _handled_later(self, run: GraphRun, j: int, posted: float) -> bool:
+        """With the delay at receive: finish receive *j* at ``posted + delay`` if that is after now (and say so)."""
+        when = posted + run.endpoint_delay
+        if run.endpoint_delay > 0 and when > self._now():  # type: ignore[misc]
+            self._finish_at(run, j, when)  # type: ignore[misc]
+            return True
+        return False
 
     def _deliver_watched(self, event: Any) -> None:
         observer = self._observer
@@ -169,10 +188,12 @@ class Mailbox:
             if posted is None:
                 ch.arrived[seq] = (size, run, j)
                 continue
-            rsize, rrun, rj = posted
+            rsize, rrun, rj, at = posted
             if rsize != size:
                 _size_mismatch(run, j, size, rrun, rj, rsize)
             observer.message_received(run, j, rrun, rj, size)
+            if self._delay_at_receive and self._handled_later(rrun, rj, at):
+                continue
             rrun.finish(rj)
 
     def recv(self, run: GraphRun, j: int, src: int, dst: int, chans: dict[Any, Channel], tag: int, size: float) -> None:
@@ -185,13 +206,15 @@ class Mailbox:
         ch.received = seq + 1
         arrived = ch.arrived.pop(seq, None)
         if arrived is None:
-            ch.posted[seq] = (size, run, j)
+            ch.posted[seq] = (size, run, j, self._now() if self._delay_at_receive else 0.0)  # type: ignore[misc]
             return
         ssize, srun, sj = arrived
         if ssize != size:
             _size_mismatch(srun, sj, ssize, run, j, size)
         if self._observer is not None:
             self._observer.message_received(srun, sj, run, j, size)
+        if self._delay_at_receive and self._handled_later(run, j, self._now()):  # type: ignore[misc]
+            return
         self._complete_now(run, j)
 
 
