@@ -266,7 +266,7 @@ class SystemConfig:
     """ns added before every message enters the network."""
     endpoint_delay_at: str = option(
         "send", "where a message pays endpoint_delay: before it enters the network, or once it has arrived and its "
-        "receive is posted (ASTRA-sim's)",
+        "receive is posted",
         Choice("send", "receive"), flag=False,
     )  # fmt: skip
     """``send``: a message waits ``endpoint_delay`` before it enters the network; ``receive``: it enters at once

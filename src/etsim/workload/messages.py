@@ -86,8 +86,8 @@ class Mailbox:
         self._transfer_after = network.transfer_after
         self._transfer_then = network.transfer_then
         # Where a message pays its run's endpoint delay: after it arrives (True) or before it enters the network. After
-        # it arrives, as ASTRA-sim handles a receipt: once it has arrived and its receive is posted, whichever is later
-        # (a receive posted late completes at ``posted + delay``, by *finish_at*, an absolute time).
+        # it arrives means once it has arrived and its receive is posted, whichever is later: a receive posted late
+        # completes at ``posted + delay`` (by *finish_at*, an absolute time).
         self._delay_at_receive = delay_at_receive and finish_at is not None and now is not None
         self._finish_at = finish_at
         self._now = now
