@@ -51,6 +51,9 @@ class Mailbox:
     Args:
         network: the network model (``transfer``/``transfer_after``).
         complete_now: finishes a node at the current time (the engine's).
+        observer: the run observer that watches messages, or None.
+        delay_at_receive: messages pay their run's endpoint delay once they have arrived and their receive is posted.
+        finish_at: finishes a node at an absolute time (the engine's); now: the current time.
     """
 
     __slots__ = (
@@ -78,8 +81,8 @@ class Mailbox:
         observer: RunObserver | None = None,
         *,
         delay_at_receive: bool = False,
-        finish_at: Callable[[GraphRun, int, float], None] | None = None,
-        now: Callable[[], float] | None = None,
+        finish_at: Callable[[GraphRun, int, float], None],
+        now: Callable[[], float],
     ) -> None:
         self._observer = observer
         self._transfer = network.transfer
@@ -88,7 +91,7 @@ class Mailbox:
         # Where a message pays its run's endpoint delay: after it arrives (True) or before it enters the network. After
         # it arrives means once it has arrived and its receive is posted, whichever is later: a receive posted late
         # completes at ``posted + delay`` (by *finish_at*, an absolute time).
-        self._delay_at_receive = delay_at_receive and finish_at is not None and now is not None
+        self._delay_at_receive = delay_at_receive
         self._finish_at = finish_at
         self._now = now
         self._complete_now = complete_now
@@ -173,8 +176,8 @@ class Mailbox:
     def _handled_later(self, run: GraphRun, j: int, posted: float) -> bool:
         """With the delay at receive: finish receive *j* at ``posted + delay`` if that is after now (and say so)."""
         when = posted + run.endpoint_delay
-        if run.endpoint_delay > 0 and when > self._now():  # type: ignore[misc]
-            self._finish_at(run, j, when)  # type: ignore[misc]
+        if run.endpoint_delay > 0 and when > self._now():
+            self._finish_at(run, j, when)
             return True
         return False
 
@@ -206,14 +209,14 @@ class Mailbox:
         ch.received = seq + 1
         arrived = ch.arrived.pop(seq, None)
         if arrived is None:
-            ch.posted[seq] = (size, run, j, self._now() if self._delay_at_receive else 0.0)  # type: ignore[misc]
+            ch.posted[seq] = (size, run, j, self._now() if self._delay_at_receive else 0.0)
             return
         ssize, srun, sj = arrived
         if ssize != size:
             _size_mismatch(srun, sj, ssize, run, j, size)
         if self._observer is not None:
             self._observer.message_received(srun, sj, run, j, size)
-        if self._delay_at_receive and self._handled_later(run, j, self._now()):  # type: ignore[misc]
+        if self._delay_at_receive and self._handled_later(run, j, self._now()):
             return
         self._complete_now(run, j)
 
