@@ -7,7 +7,7 @@ from itertools import pairwise
 import pytest
 
 from etsim.algo.family_graph import algo_graph_from_trace
-from etsim.algo.family_io import written_tags
+from etsim.algo.family_io import encode_algo_graph, written_tags
 from etsim.algo.graph import COMP, RECV, SEND
 from etsim.algo.verify import verify_graphs
 from etsim.chakra import CollectiveType, Workload, load_workload
@@ -386,6 +386,54 @@ def test_emitted_graph_structure(tmp_path):
     for g in graphs:
         pairs = [(kind, g.peers[i], g.tags[i]) for i, kind in enumerate(g.kinds) if kind != COMP]
         assert len(pairs) == len(set(pairs))
+
+
+def _graph_path_files(sched, metadata, size):
+    """Each rank's file as the algorithm graph path writes it: encode_algo_graph of algo_graphs(sched)."""
+    n = sched.links.n
+    return [encode_algo_graph(g, p, n, metadata=metadata, size=size) for p, g in enumerate(algo_graphs(sched))]
+
+
+@pytest.mark.parametrize(
+    "topo",
+    [
+        mesh([3, 4], 50.0, 500.0),
+        ring(5, 50.0, 500.0),
+        switch(6, 50.0, 500.0),
+        torus([2, 2, 3], 50.0, 500.0),
+        uni_ring(4, 50.0, 500.0),
+        dense_hetero_graph(5),
+    ],
+    ids=["mesh3x4", "ring5", "switch6", "torus2x2x3", "uni_ring4", "mixed_links"],
+)
+@pytest.mark.parametrize("collective", ["all_gather", "reduce_scatter", "all_reduce"])
+def test_family_files_are_the_graph_path_s_bytes(tmp_path, topo, collective):
+    """write_synthesis frames the files from the transfers: byte for byte what the graph path writes."""
+    for k, size in ((1, None), (2, None), (3, 3 * topo.npus * 1000)):
+        syn = synthesize(topo, collective, size=MiB, chunks_per_npu=k, seed=3)
+        paths = write_synthesis(syn, tmp_path / f"{collective}{k}.et", size=size, jobs=1)
+        expected = _graph_path_files(syn.schedule, {"collective": syn.collective}, size)
+        assert [p.read_bytes() for p in paths] == expected
+
+
+def test_family_files_with_two_logical_links_between_a_pair(tmp_path):
+    """Tags number a pair's transfers by (link, k) where two logical links join the same pair (written_tags)."""
+    lg = tacos.LinkGraph([0, 1, 2])
+    for a, b in ((0, 1), (0, 1), (1, 2), (2, 0), (1, 0), (2, 1), (1, 2)):
+        lg.src.append(a)
+        lg.dst.append(b)
+        lg.hops.append([(50.0, 500.0)])
+        lg.physical.append([len(lg.physical)])
+    sched = greedy_all_gather(lg, lg.weights(float(MiB)), 2, 0)
+    assert len({(sched.links.src[x], sched.links.dst[x]) for x in sched.link}) < len(set(sched.link))
+    paths = write_synthesis(sched, tmp_path / "par.et", jobs=1)
+    assert [p.read_bytes() for p in paths] == _graph_path_files(sched, {}, None)
+
+
+def test_size_that_does_not_split_into_the_chunks_is_refused(tmp_path):
+    syn = synthesize(ring(4, 50.0, 500.0), "all_gather", size=MiB)
+    with pytest.raises(ValueError, match="does not split into the algorithm's 4 chunks"):
+        write_synthesis(syn, tmp_path / "x.et", size=1001)
 
 
 def test_beats_native_ring_on_a_heterogeneous_mesh(tmp_path):

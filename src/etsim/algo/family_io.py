@@ -34,6 +34,8 @@ __all__ = [
     "algorithm_traces",
     "encode_algo_graph",
     "family_prefix",
+    "framed_attribute",
+    "header_frame",
     "write_family",
     "write_family_by_rank",
     "written_tags",
@@ -266,6 +268,28 @@ def encode_algo_graph(
         parts.append(encode_varint(len(body)))
         parts.append(body)
     return b"".join(parts)
+
+
+def header_frame(
+    graph: AlgoGraph,
+    position: int,
+    group_size: int,
+    *,
+    metadata: Mapping[str, str] | None = None,
+    size: int | None = None,
+) -> bytes:
+    """The first frame :func:`encode_algo_graph` writes for these arguments: the file's global metadata."""
+    extra, _ = _trace_spec(graph, position, group_size, _FRAMED_ATTRIBUTES, size)
+    return _metadata_frame(extra, metadata)
+
+
+def framed_attribute(name: str, value: object, member: str | None = None) -> bytes:
+    """One ``Node.attr`` entry as :func:`encode_algo_graph` writes it (tag, length, serialised attribute).
+
+    *member* is the value's oneof member where it is not the attribute's usual one. Made once per distinct
+    attribute, for writers that frame nodes themselves.
+    """
+    return _FRAMED_ATTRIBUTES[name, value, member]
 
 
 def _metadata_frame(extra: Sequence[tuple[str, str]], metadata: Mapping[str, str] | None) -> bytes:

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from etsim import progress
-from etsim.algo.dataflow import IN_PLACE, seg
-from etsim.algo.family_io import encode_algo_graph, write_family_by_rank
-from etsim.algo.graph import AlgoGraph, AlgorithmBuilder
+from etsim.algo.family_io import write_family_by_rank
+from etsim.algo.graph import AlgoGraph
 from etsim.chakra.graph import CollectiveType, parse_collective
 from etsim.errors import ConfigError
 from etsim.network.bounds import CollectiveBounds, TimeBound
 from etsim.network.topology import Topology
+from etsim.producers.tacos.family import FamilyEncoder, position_graph, transfers_by_position
 from etsim.producers.tacos.greedy import Schedule, concat, greedy_all_gather, retime, reverse
 from etsim.producers.tacos.links import LinkGraph, LowerBound, build_link_graph, lower_bound
 
@@ -187,50 +187,8 @@ def algo_graphs(sched: Schedule) -> list[AlgoGraph]:
     i-th) is buffer chunk ``p·k + i``; a transfer sends the source's copy of it and the receiver
     stores it, or for a reduction lands it in scratch and the COMP node adds it into its own.
     """
-    touching = _touching(sched)
-    return [_position_graph(sched, touching, p) for p in range(sched.links.n)]
-
-
-def _touching(sched: Schedule) -> list[list[int]]:
-    """The transfers each position takes part in, in schedule order (its nodes are made in that order)."""
-    lg = sched.links
-    touching: list[list[int]] = [[] for _ in range(lg.n)]
-    for x in range(sched.num_transfers):
-        lid = sched.link[x]
-        touching[lg.src[lid]].append(x)
-        touching[lg.dst[lid]].append(x)
-    return touching
-
-
-def _position_graph(sched: Schedule, touching: list[list[int]], p: int) -> AlgoGraph:
-    lg = sched.links
-    n = lg.n
-    k = sched.chunks_per_npu
-    # In place, a reduce-scatter's output lies in its input; the other collectives work in the output.
-    buf = "i" if sched.num_transfers and sched.reduce_count == sched.num_transfers else "o"
-    src, dst = lg.src, lg.dst
-    b = AlgorithmBuilder(total_chunks=n * k, placement=IN_PLACE)
-    last_send: dict[int, int] = {}
-    have: dict[int, list[int]] = {}
-    for x in touching[p]:
-        lid = sched.link[x]
-        c = sched.chunk[x]
-        s, d = src[lid], dst[lid]
-        slot = seg(buf, (c % n) * k + c // n, 1)
-        if s == p:
-            deps = list(have.get(c, ()))
-            prev = last_send.get(lid)
-            if prev is not None:
-                deps.append(prev)
-            last_send[lid] = b.send(d, 1, lid, deps=deps, name=f"send_c{c}_to{d}", src=slot)
-        if d == p:
-            reduce = x < sched.reduce_count
-            land = seg("t", x, 1) if reduce else slot  # a partial to reduce lands in scratch; the COMP adds it in
-            node = b.recv(s, 1, lid, name=f"recv_c{c}_from{s}", dst=land)
-            if reduce:
-                node = b.reduce(1, deps=[node], name=f"reduce_c{c}", dst=slot, src=land)
-            have.setdefault(c, []).append(node)
-    return b.build()
+    touching = transfers_by_position(sched)
+    return [position_graph(sched, touching, p) for p in range(sched.links.n)]
 
 
 def write_synthesis(
@@ -247,10 +205,9 @@ def write_synthesis(
     sched = syn.schedule if isinstance(syn, Synthesis) else syn
     metadata = {"collective": syn.collective} if isinstance(syn, Synthesis) else {}
     n = sched.links.n
-    touching = _touching(sched)
-
-    def make(position: int) -> bytes:
-        graph = _position_graph(sched, touching, position)
-        return encode_algo_graph(graph, position, n, metadata=metadata, size=size)
-
-    return write_family_by_rank(make, n, prefix, jobs=jobs)
+    total = n * sched.chunks_per_npu
+    if size is not None and size % total:
+        raise ValueError(f"a buffer of {size} bytes does not split into the algorithm's {total} chunks")
+    # The files are what encode_algo_graph writes of algo_graphs(sched), framed from the transfers directly.
+    encoder = FamilyEncoder(sched, transfers_by_position(sched), metadata=metadata, size=size)
+    return write_family_by_rank(encoder.encode, n, prefix, jobs=jobs)
