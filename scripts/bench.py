@@ -57,6 +57,10 @@ inputs are generated in the work directory before the clock starts; see PROCESS_
                        link or packets (link with 4 KiB packets, the packet-level reference of flow)
   run-a2a-256-MODEL    ``etsim run --algo direct`` of a 64 MiB all-to-all on 256 NPUs, a ring of 16 (200 GB/s, 100
                        ns) times a switch of 16 (50 GB/s, 1 us), MODEL analytical, flow or link
+  run-a2a-random-N     issue 39's flows that start one by one: on an N-NPU switch (50 GB/s, 500 ns) every NPU sends
+                       1 MiB to every other, each send after its own seeded random wait of 0-100 us (whole
+                       microseconds, Chakra's duration unit: 101 distinct start instants, every end its own), compute
+                       and communication streams unlimited, under flow (N = 64, 256; bar: 1.5 s, 8 s)
   run-a2a-moe-1024-ALGO  16 expert groups of 64 GPUs each all-to-all 16 MiB at once on a 1,024-GPU dgx-h100
                        gpu_cluster under flow (ALGO direct or nccl): issue 39's all-to-all at scale (bar: 30 s)
   astra-ring-1024-BACKEND, astra-direct-switch-1024-BACKEND  ``etsim astra`` of ASTRA-sim inputs (64 MiB
@@ -99,6 +103,7 @@ import compileall
 import fnmatch
 import json
 import os
+import random
 import resource
 import statistics
 import subprocess
@@ -213,7 +218,6 @@ def net_ring(p: int, model_name: str) -> dict[str, float]:
 
 def a2a_pairs(npus: int, seed: int = A2A_SEED) -> list[tuple[int, int]]:
     """Every ordered pair of distinct NPUs, in a seeded random order."""
-    import random
 
     pairs = [(s, d) for s in range(npus) for d in range(npus) if s != d]
     random.Random(seed).shuffle(pairs)
@@ -361,7 +365,6 @@ def _bench_network_case(case: str) -> dict[str, float]:
 def net_flow_a2a(npus: int, staggered: bool) -> dict[str, float]:
     """The flow model alone: every NPU of a switch sends 1 MiB to every other one, all at t = 0 (every flow in flight
     at once, one allocation) or at seeded random times within 100 us (an allocation per start and end)."""
-    import random
 
     from etsim.network import build_model, switch
     from etsim.network.model import CountingEnvironment
@@ -478,6 +481,14 @@ PROCESS_CASES: dict[str, tuple[list[str], str]] = {
             "a2amoe",
         )
         for a in ("direct", "nccl")
+    },
+    **{
+        f"run-a2a-random-{n}": (
+            ["{w}/a2arandom" + str(n), "--topology", "{w}/switch" + str(n) + ".yaml", "--system", "{w}/unlimited.yaml",
+             "--model", "flow", "--quiet"],
+            "a2arandom",
+        )
+        for n in (64, 256)
     },
     **{
         f"astra-ring-1024-{b}": (
@@ -597,6 +608,24 @@ def prepare(kind: str, workdir: Path) -> None:
             "kind: product\ndims:\n  - {kind: ring, npus: 16, bandwidth: 200 GB/s, latency: 100 ns}\n"
             "  - {kind: switch, npus: 16, bandwidth: 50 GB/s, latency: 1 us}\n"
         )
+    elif kind == "a2arandom":
+        from etsim.chakra import TraceBuilder
+
+        for n in (64, 256):
+            if not (workdir / f"a2arandom{n}.0.et").exists():
+                rng = random.Random(A2A_SEED)
+                traces = []
+                for rank in range(n):
+                    builder = TraceBuilder()
+                    for peer in range(n):
+                        if peer != rank:
+                            wait = builder.comp(f"wait_{peer}", duration_micros=rng.randint(0, 100))
+                            builder.send(peer, 1 << 20, deps=[wait])
+                            builder.recv(peer, 1 << 20)
+                    traces.append(builder.build(rank=rank))
+                write_workload(traces, workdir / f"a2arandom{n}")
+            (workdir / f"switch{n}.yaml").write_text(f"kind: switch\nnpus: {n}\nbandwidth: 50 GB/s\nlatency: 500 ns\n")
+        (workdir / "unlimited.yaml").write_text("resources: {compute_streams: 0, comm_streams: 0}\n")
     elif kind == "a2amoe":
         if not (workdir / "a2amoe.0.et").exists():
             from etsim.chakra import TraceBuilder
