@@ -24,17 +24,16 @@ def fill(
     """Progressive filling: the tightest link fixes the share of its flows, which leave; repeat.
 
     Sets ``fixed[f]`` for every flow of *flows* (slots into *route*; *on_link* lists each link's flows, *links* every
-    link they cross); *left_cap* and *count* are scratch per link. The floats depend only on the routes of the
+    link they cross, and *flows* every flow on those links: a connected set, as both callers take); *left_cap* and
+    *count* are scratch per link. The floats depend only on the routes of the
     flows, not on their slots or order: a link's flows all leave with its share, and links are taken in (share,
     link) order. So the event path and the fast path, which allocate the same flows, agree to the bit.
     """
     for link in links:
         left_cap[link] = bw[link]
-        count[link] = 0
+        count[link] = len(on_link[link])  # (every flow on the link is one of *flows*)
     for slot in flows:
         fixed[slot] = -1.0
-        for link in route[slot]:
-            count[link] += 1
     heap = [(left_cap[link] / count[link], link) for link in links if count[link]]
     heapq.heapify(heap)
     while heap:
