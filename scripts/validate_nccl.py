@@ -4,8 +4,9 @@ Every table of ``../shared/reference/nccl-tests/tables.jsonl`` (or ``--tables FI
 alone — the GPU, the intra- and inter-node hardware as the source states them, the NCCL version, its environment
 (``NCCL_ALGO``, ``NCCL_PROTO``, ``NCCL_COLLNET_ENABLE``, ``NCCL_MIN_CTAS`` …) and the launch mode (``-g N``) — to a
 ``gpu_cluster`` topology and a system ``nccl:`` block (:func:`describe`). Each row is then simulated as
-``etsim run`` does it: one collective of the row's size on every rank, ``--algo nccl``. The rows are never read to
-choose the hardware. A row is within tolerance when the simulated time is within 15% of the measured one (25% below
+``etsim run`` does it: one collective of the row's size on every rank, ``--algo nccl``; broadcast and reduce as
+nccl-tests times them, :data:`ITERS` calls back to back and their mean (see :data:`ITERS`). The rows are never read
+to choose the hardware. A row is within tolerance when the simulated time is within 15% of the measured one (25% below
 1 MiB); the measured time is the out-of-place ``time_us`` (in-place, or from the bus bandwidth, where that is all
 the table gives). Rows of 0 bytes (nccl-tests' empty operations) are left out.
 
@@ -68,6 +69,14 @@ BUSBW = {
     "broadcast": lambda n: 1.0,
     "reduce": lambda n: 1.0,
 }
+#: nccl-tests' timed calls per size (its ``-n``): launched back to back, one synchronisation after the last, the
+#: mean reported. A chain from a root (broadcast, reduce) starts its next call at the root while the last ranks still
+#: receive the previous one, so the mean is the chain's period, not one call's latency; every rank of the other
+#: collectives works until its call ends, and back to back they give one call's time (checked on the 8×A100
+#: all-reduce: the same to the bit), so one call is simulated for them.
+ITERS = 20
+#: Collectives whose calls overlap back to back.
+ROOTED = frozenset({"broadcast", "reduce"})
 #: An NVLink domain of trays (GB200 NVL72): NCCL's node is the rack.
 NVL72 = 72
 #: NICs a node has when the source does not say (the platform's reference design): NICs per GPU, Gb/s each.
@@ -279,8 +288,18 @@ def measured_us(table: dict[str, Any], row: dict[str, Any]) -> float | None:
     return None
 
 
-def _workload(collective: str, nbytes: int, ranks: int) -> Workload:
+def _workload(collective: str, nbytes: int, ranks: int, calls: int = 1) -> Workload:
     kind = COLLECTIVES[collective]
+    if calls > 1:  # back to back on every rank: each call after the rank's previous one
+        assert kind is not None
+        traces = []
+        for rank in range(ranks):
+            b = TraceBuilder()
+            last: list[int] = []
+            for _ in range(calls):
+                last = [b.collective(kind, nbytes, deps=last)]
+            traces.append(b.build(rank=rank))
+        return Workload(traces)
     if kind is None:  # sendrecv: every rank sends its buffer to the next and receives the previous one's
         traces = []
         for rank in range(ranks):
@@ -305,10 +324,12 @@ def run_table(table: dict[str, Any]) -> dict[str, Any]:
         measured = measured_us(table, row)
         if nbytes == 0 or measured is None:
             continue
+        calls = ITERS if case.collective in ROOTED else 1
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = simulate(_workload(case.collective, nbytes, case.ranks), topology=network, system=system)
-        simulated = result.finish_ns / 1e3
+            workload = _workload(case.collective, nbytes, case.ranks, calls)
+            result = simulate(workload, topology=network, system=system)
+        simulated = result.finish_ns / 1e3 / calls
         error = simulated / measured - 1
         choice = result.collectives[0].algorithm if result.collectives else "p2p"
         rows.append(

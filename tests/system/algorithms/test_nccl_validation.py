@@ -113,6 +113,30 @@ def test_the_mapping_reads_metadata_only() -> None:
     assert any("not stated" in flag for flag in case.flags)
 
 
+def test_calls_back_to_back_overlap_only_on_a_chain_from_a_root() -> None:
+    """What nccl-tests' mean of calls in a row measures: a chain's period (broadcast, reduce: the root starts the
+    next call while the last ranks still receive), one call's time for collectives every rank works through."""
+    from etsim.network import load_network
+    from etsim.simulation import simulate
+    from etsim.system.config import load_system_config
+
+    table = {"id": "t", "gpu": "NVIDIA A100-SXM4-80GB", "gpus": 8, "gpus_per_node": 8, "nodes": 1,
+             "intra": "NVLink3 via NVSwitch", "inter": "", "nccl_version": "2.18", "env": {},
+             "collective": "all_reduce", "rows": []}  # fmt: skip
+    case = VALIDATE.describe(table)
+    network, system = load_network(case.topology), load_system_config(case.system)
+
+    def finish(collective: str, calls: int) -> float:
+        workload = VALIDATE._workload(collective, 8 * VALIDATE.MiB, 8, calls)
+        return float(simulate(workload, topology=network, system=system).finish_ns)
+
+    assert finish("all_reduce", 3) == pytest.approx(3 * finish("all_reduce", 1), rel=1e-12)
+    one, three = finish("broadcast", 1), finish("broadcast", 3)
+    assert one < three < 2.5 * one  # each further call costs its period, well under one call's latency
+    assert set(VALIDATE.ROOTED) == {"broadcast", "reduce"}
+    assert VALIDATE.ITERS == 20  # nccl-tests' default -n
+
+
 def test_the_script_refuses_a_missing_tables_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = sys.argv
     sys.argv = ["validate_nccl.py", "--tables", str(tmp_path / "none.jsonl")]
