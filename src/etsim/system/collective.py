@@ -271,7 +271,7 @@ class System:
             inst.label,
             instance=key,
             all_joined=joined,
-            synchronised=self.config.synchronise_collectives,
+            synchronised=self.config.synchronise_collectives and not inst.algorithm.synchronises_itself,
             rule=inst.rule,
         )
         if n == 1:

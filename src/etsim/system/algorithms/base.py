@@ -125,6 +125,10 @@ class CollectiveAlgorithm:
     - Optionally, :meth:`phases` splits a rank's part of one chunk (stream) into phases walked one
       after another, each waiting in a queue of the rank (e.g. one phase per topology dimension, so
       that streams pipeline across dimensions); the default is one phase, :meth:`graph`.
+    - Optionally, ``synchronises_itself = True`` says the graphs carry every wait the call has, as a runtime's
+      kernels do: a rank leaves the call when its own messages are done (NCCL's broadcast root does not wait for
+      its receivers; its all-reduce ranks wait for each other through their messages). The run then adds no
+      barrier of its own (``synchronise_collectives`` does not apply to it).
     - Graphs may say which chunks each node moves (:mod:`etsim.algo.dataflow`); then
       :meth:`verify` checks that the algorithm computes its collective, and the system refuses
       one that does not before running it (:meth:`check_correct`). A class whose own body sets
@@ -144,6 +148,8 @@ class CollectiveAlgorithm:
     #: Switches reduce for it (NVLink SHARP, SHARP): fewer bytes cross the NPUs' links than any algorithm whose
     #: NPUs reduce needs, so the run checks it against the in-network bound (``network/bounds.py``).
     reduces_in_network: bool = False
+    #: Its graphs carry every wait of the call (a rank leaves on its own messages): no barrier is added.
+    synchronises_itself: ClassVar[bool] = False
     _verdicts: dict[tuple[int, int], Verdict]
 
     def supports(self, collective: CollectiveType, group_size: int) -> str | None:

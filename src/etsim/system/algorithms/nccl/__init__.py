@@ -185,6 +185,10 @@ class NcclCall(CollectiveAlgorithm):
     name = "nccl"
     collectives = _COLLECTIVES
     verified_by_tests = True  # tests/system/algorithms/test_nccl.py (byte volumes per rank, per link kind)
+    # A rank's kernel ends when its own work is done: a broadcast root's sends land in its receivers' buffers
+    # whether or not they have launched the call (calls in a row overlap, as nccl-tests measures them); every
+    # other wait is a message the graphs carry (even a call of no bytes moves flags: MIN_WIRE_BYTES).
+    synchronises_itself = True
 
     def __init__(
         self,
