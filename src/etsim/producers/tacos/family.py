@@ -109,9 +109,10 @@ class FamilyEncoder:
         not_cpu = framed_attribute("is_cpu_op", False)
         self._store = tail + framed_attribute("data_op", "store", "string_val")
         self._reduce = not_cpu + tail + framed_attribute("data_op", "reduce", "string_val")
-        #: Per peer: the attributes before the tag (is_cpu_op, then comm_dst or comm_src).
+        #: Per peer: the attributes before the tag (is_cpu_op, then comm_dst; a receive's type field, is_cpu_op, then
+        #: comm_src).
         self._to = [not_cpu + framed_attribute("comm_dst", q) for q in range(n)]
-        self._from = [not_cpu + framed_attribute("comm_src", q) for q in range(n)]
+        self._from = [_RECV + not_cpu + framed_attribute("comm_src", q) for q in range(n)]
         #: Per buffer chunk (slot): what follows the tag on a send of it and on a receive storing it; its data_dst.
         send = tail + framed_attribute("data_op", "send", "string_val")
         slots = [format_segments((seg(_buffer(sched), i, 1),)) for i in range(total)]
@@ -119,10 +120,14 @@ class FamilyEncoder:
         self._into = [framed_attribute("data_dst", text, "string_val") for text in slots]
         self._store_rest = [self._store + into for into in self._into]
         most = max(map(len, touching), default=0) * 2 + 2  # nodes of a rank, at most
-        #: Per node position: its id field (none for 0), its varint; per count: a comm_tag attribute.
+        #: Per node position: its id field (none for 0) and the name field's tag, its varint; per count: a comm_tag.
         self._varint = [encode_varint(i) for i in range(max(most, 256))]
-        self._ids = [b""] + [b"\x08" + v for v in self._varint[1:]]
+        self._ids = [b"\x12"] + [b"\x08" + v + b"\x12" for v in self._varint[1:]]  # (each with the name's tag)
         self._tags = [framed_attribute("comm_tag", i) for i in range(max(map(len, touching), default=0) + 1)]
+        #: Node names in pieces: per chunk its send/receive prefix, per position its number.
+        self._send_c = [b"send_c%d_to" % c for c in range(total)]
+        self._recv_c = [b"recv_c%d_from" % c for c in range(total)]
+        self._decimal = [b"%d" % q for q in range(n)]
 
     def encode(self, p: int) -> bytes:
         """The file of position *p*."""
@@ -136,6 +141,7 @@ class FamilyEncoder:
         t_link, t_chunk, reduce_count = sched.link, sched.chunk, sched.reduce_count
         to, frm, tags, ids, vint = self._to, self._from, self._tags, self._ids, self._varint
         send_rest, store_rest = self._send_rest, self._store_rest
+        send_c, recv_c, decimal = self._send_c, self._recv_c, self._decimal
         varint = encode_varint
         parts = [self.header]
         pos = 0
@@ -149,7 +155,7 @@ class FamilyEncoder:
             s, d = src[lid], dst[lid]
             slot = (c % n) * k + c // n
             if s == p:
-                name = f"send_c{c}_to{d}".encode()
+                name = send_c[c] + decimal[d]
                 deps = have[c]
                 prev = last_send[lid]
                 last_send[lid] = pos
@@ -162,17 +168,15 @@ class FamilyEncoder:
                     packed = b""
                 number = sent[d]
                 sent[d] = number + 1
-                body = b"".join(
-                    (ids[pos], b"\x12", vint[len(name)], name, _SEND, packed, to[d], tags[number], send_rest[slot])
-                )
+                body = b"".join((ids[pos], vint[len(name)], name, _SEND, packed, to[d], tags[number], send_rest[slot]))
                 parts.append(varint(len(body)))
                 parts.append(body)
                 pos += 1
             if d == p:
-                name = f"recv_c{c}_from{s}".encode()
+                name = recv_c[c] + decimal[s]
                 number = got[s]
                 got[s] = number + 1
-                head = b"".join((ids[pos], b"\x12", vint[len(name)], name, _RECV, frm[s], tags[number]))
+                head = b"".join((ids[pos], vint[len(name)], name, frm[s], tags[number]))
                 if x < reduce_count:  # a partial lands in scratch; the COMP that follows adds it in
                     scratch = format_segments((seg("t", x, 1),))
                     body = head + self._store + framed_attribute("data_dst", scratch, "string_val")
@@ -182,7 +186,7 @@ class FamilyEncoder:
                     packed = vint[pos]  # its one dependency: the receive
                     pos += 1
                     body = (
-                        ids[pos] + b"\x12" + vint[len(name)] + name + _COMP + b"\x2a" + vint[len(packed)] + packed
+                        ids[pos] + vint[len(name)] + name + _COMP + b"\x2a" + vint[len(packed)] + packed
                         + self._reduce + framed_attribute("data_src", scratch, "string_val") + self._into[slot]
                     )  # fmt: skip
                 else:
