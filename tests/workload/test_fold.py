@@ -169,6 +169,16 @@ def test_an_algorithm_mirrors_cannot_run_makes_the_run_fold_less_or_simulate_eve
     assert equal(folded, full)
 
 
+def test_rings_that_do_not_turn_with_the_position_fold_by_the_data_parallel_shift_alone() -> None:
+    # Four GPUs joined pairwise by NVLink (Polaris): NCCL's rings share all six links out as Hamiltonian cycles, which
+    # do not step by a constant stride, so a tensor-parallel group's graphs are per GPU: the tensor-parallel shift
+    # does not hold, with or without the data-parallel one; the data-parallel shift alone (whole nodes) does.
+    polaris = build_topology({"kind": "gpu_cluster", "preset": "polaris", "gpus": 16})
+    folded, full = both(job(tp=4, dp=4), polaris, "flow")
+    assert folded.sim["folded"].startswith("dp (4): simulated 4 of 16 ranks") and "(not by tp: " in folded.sim["folded"]
+    assert equal(folded, full)
+
+
 def test_routing_other_than_dimension_order_is_not_folded() -> None:
     workload = job(tp=2, dp=4)
     groups = CommGroups(8)

@@ -321,13 +321,15 @@ class Simulation:
         return Plan(fold, note, fast)
 
     def _smaller_fold(self, build: _Build, plan: Plan, conflict: FoldConflict | FastPathConflict) -> Plan | None:
-        """After a fold that did not hold, the plan under the same fold less its data-parallel shift (or None)."""
+        """After a fold that did not hold, the plan under a smaller fold (:func:`smaller_fold`), or None."""
         if not isinstance(conflict, FoldConflict) or plan.fold is None:
             return None
         smaller = smaller_fold(plan.fold, self.workload.traces, build.groups, build.network.topology)
         if smaller is None:
             return None
-        smaller.description += f" (not by {plan.fold.shifts[-1].role}: {conflict})"
+        kept = {shift.role for shift in smaller.shifts}
+        left_out = " × ".join(shift.role for shift in plan.fold.shifts if shift.role not in kept)
+        smaller.description += f" (not by {left_out}: {conflict})"
         return dataclasses.replace(plan, fold=smaller)
 
     def run_attempt(self, build: _Build, plan: Plan) -> _Attempt | FoldConflict | FastPathConflict:

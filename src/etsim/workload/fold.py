@@ -23,7 +23,8 @@ generated training job's ``etsim_training``), each rank's trace equals its image
 relabelled, every shift maps every communicator group onto one, the topology is an intact product whose
 dimensions a shift permutes are switches, fully connected or rings it rotates, routing is dimension-order, and node
 priorities are the same on a rank and its image. A fold whose collectives turn out not to hold is tried again
-without its data-parallel shift (:func:`smaller_fold`); anything else runs in full: folding only ever saves time.
+without its data-parallel shift, then by that shift alone (:func:`smaller_fold`); anything else runs in full:
+folding only ever saves time.
 ``tests/workload/test_fold.py`` compares folded and full runs.
 """
 
@@ -92,6 +93,8 @@ class ReplicaFold:
     replicas: int = 1
     rep: list[int] = field(default_factory=list)
     elem: list[tuple[int, ...]] = field(default_factory=list)
+    #: Shifts an earlier fold had and this one was tried without (:func:`smaller_fold`).
+    dropped: list[Shift] = field(default_factory=list)
     _images: dict[tuple[str, tuple[int, ...]], str] = field(default_factory=dict)
     _step: list[dict[str, str]] = field(default_factory=list)
     _orbits: dict[tuple[int, ...], int] = field(default_factory=dict)
@@ -279,15 +282,22 @@ def find_fold(
 def smaller_fold(
     fold: ReplicaFold, traces: Sequence[Trace], groups: CommGroups, topology: Topology
 ) -> ReplicaFold | None:
-    """*fold* without its last shift (the data-parallel one), or None if it has one shift only.
+    """The fold to try after *fold* did not hold (None when none is left).
 
-    For a fold that did not hold: the collectives of the groups a data-parallel shift rotates may not be
-    mirrored (NCCL's trees over nodes), where a tensor-parallel shift, which maps each such group onto another
-    group, all of whose members then mirror, still holds.
+    Without its last shift (the data-parallel one); a fold left with one shift, by the shifts dropped before it.
+
+    The collectives of the groups a data-parallel shift rotates may not be mirrored (NCCL's trees over nodes),
+    where a tensor-parallel shift, which maps each such group onto another group, all of whose members then
+    mirror, still holds; and the other way round (rings inside a node that do not turn with the position, as over
+    the direct links of four GPUs), the data-parallel shift alone holds.
     """
-    if len(fold.shifts) < 2:
-        return None
-    return _fold_of(fold.shifts[:-1], traces, groups, topology)
+    if len(fold.shifts) >= 2:
+        smaller = _fold_of(fold.shifts[:-1], traces, groups, topology)
+        smaller.dropped = [*fold.dropped, fold.shifts[-1]]
+        return smaller
+    if fold.dropped:
+        return _fold_of(fold.dropped, traces, groups, topology)
+    return None
 
 
 def _fold_of(chosen: list[Shift], traces: Sequence[Trace], groups: CommGroups, topology: Topology) -> ReplicaFold:

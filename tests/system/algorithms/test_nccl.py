@@ -22,7 +22,7 @@ from etsim.network import load_network
 from etsim.producers import collective_workload
 from etsim.simulation import simulate
 from etsim.system.algorithms.nccl import NcclAlgorithm, NcclCall, NcclSettings
-from etsim.system.algorithms.nccl.graphs import RING_STEPS, Layout, p2p_rounds, ring_steps
+from etsim.system.algorithms.nccl.graphs import RING_STEPS, Layout, hamiltonian_cycles, p2p_rounds, ring_steps
 from etsim.system.algorithms.nccl.timing import wire_overhead
 from etsim.system.algorithms.sources import AlgorithmContext, resolve_algorithm
 from etsim.system.config import load_system_config
@@ -184,6 +184,25 @@ def test_multi_node_rings_cross_every_rail() -> None:
     assert len(orders) == 8  # a ring per local GPU index...
     exits = {order[i] % 8 for order in orders for i in range(32) if order[i] // 8 != order[(i + 1) % 32] // 8}
     assert exits == set(range(8))  # ...whose node boundaries leave through every GPU's NIC
+
+
+def test_rings_inside_a_node_of_direct_nvlink_links_share_every_link_out_evenly() -> None:
+    for n in range(3, 11):
+        cycles = hamiltonian_cycles(n)
+        uses: dict[frozenset[int], int] = {}
+        for cycle in cycles:
+            assert sorted(cycle) == list(range(n))  # each visits every GPU once
+            for a, b in zip(cycle, cycle[1:] + cycle[:1], strict=True):
+                uses[frozenset((a, b))] = uses.get(frozenset((a, b)), 0) + 1
+        assert set(uses.values()) == ({2} if n == 4 else {1})  # evenly
+        assert len(uses) == n * (n - 1) // 2 - (n // 2 if n % 2 == 0 and n != 4 else 0)  # even n: one matching idle
+    # Four GPUs: three rings each way, every direction of every link in two of the six (strides 1 and 3 leave the
+    # diagonals idle); five: the four strides, which reach every link and turn with the position.
+    four = Layout([0] * 4, [0, 1, 2, 3]).ring_orders("nvlink")
+    directed = [(ring[i], ring[(i + 1) % 4]) for ring in four for i in range(4)]
+    assert len(four) == 6 and {directed.count((a, b)) for a in range(4) for b in range(4) if a != b} == {2}
+    five = Layout([0] * 5, list(range(5))).ring_orders("nvlink")
+    assert five == [[(s * i) % 5 for i in range(5)] for s in (1, 2, 3, 4)]
 
 
 def test_rings_over_thousands_of_gpus_merge_nccls_steps_keeping_every_byte() -> None:

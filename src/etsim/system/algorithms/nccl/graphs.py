@@ -7,8 +7,11 @@ nothing waits for: the part ends when they have too). Then the messages, in byte
 - **Ring**: one ring per channel group, laid over the rails: group ``g`` visits each node's GPUs from local index
   ``g + 1`` and leaves it from ``g``, so the hop to the next node crosses rail ``g + 1`` (PXN: the node's NVLink
   first) and every NIC carries a ring; inside a node of direct NVLink links, rings step by each stride coprime with
-  the node's size, so every link carries one. All-reduce: 2(n − 1) steps, reduce-scatter and all-gather n − 1, each
-  step the next block to the next rank; broadcast and reduce: a chain from the root, pipelined in chunks.
+  the node's size where those reach every link (3 GPUs, a prime count), else they are Hamiltonian cycles that share
+  all the links out evenly (:func:`hamiltonian_cycles`; 4 GPUs: three rings each way, not the two that leave the
+  diagonals idle), as NCCL's search lays its channels over every NVLink; such rings do not turn with the position,
+  so the graphs are per GPU. All-reduce: 2(n − 1) steps, reduce-scatter and all-gather n − 1, each step the next
+  block to the next rank; broadcast and reduce: a chain from the root, pipelined in chunks.
 - **Tree, NVLS, NVLS tree, CollNet**: their stages, pipelined in chunks: a reduce-scatter inside the node (each GPU
   owns a slice), the slice reduced across nodes among the GPUs of the same local index (each over its own rail),
   and an all-gather inside the node. The bytes of each stage are what the algorithm puts on that link: a tree's
@@ -29,7 +32,15 @@ from etsim.chakra.graph import CollectiveType
 from etsim.system.algorithms.nccl.timing import Plan
 from etsim.system.algorithms.steps import heap_tree
 
-__all__ = ["MIN_WIRE_BYTES", "RING_STEPS", "Layout", "build_graph", "ring_steps", "rotation_invariant"]
+__all__ = [
+    "MIN_WIRE_BYTES",
+    "RING_STEPS",
+    "Layout",
+    "build_graph",
+    "hamiltonian_cycles",
+    "ring_steps",
+    "rotation_invariant",
+]
 
 C = CollectiveType
 #: The smallest message on the wire (one 16-byte line): a call smaller than its ranks still moves flags and data.
@@ -84,7 +95,28 @@ class Layout:
         if intra != "nvlink" or ppn <= 2:
             return [members]
         strides = [s for s in range(1, ppn) if math.gcd(s, ppn) == 1]
-        return [[members[(s * i) % ppn] for i in range(ppn)] for s in strides]
+        if len(strides) == ppn - 1:  # rings of every stride use every link, and turn with the position
+            return [[members[(s * i) % ppn] for i in range(ppn)] for s in strides]
+        # Strides coprime with the size leave the links of the other distances idle (4 GPUs: the diagonals, a third
+        # of each GPU's links); NCCL's search lays its channels' rings over all of them: Hamiltonian cycles that
+        # share the links out evenly, each both ways.
+        cycles = hamiltonian_cycles(ppn)
+        return [[members[v] for v in c] for c in cycles] + [[members[v] for v in reversed(c)] for c in cycles]
+
+
+def hamiltonian_cycles(n: int) -> list[list[int]]:
+    """Hamiltonian cycles of the complete graph on ``0..n-1`` (n ≥ 3) that use its edges evenly.
+
+    Four vertices: its three cycles, each edge in two. Otherwise Walecki's: vertex ``n - 1`` in the middle of a
+    circle of the others, a zigzag across the circle turned one place at a time: ``(n - 1) / 2`` cycles using every
+    edge once for odd n, ``(n - 2) / 2`` for even n, which leave one perfect matching unused.
+    """
+    if n == 4:
+        return [[0, 1, 2, 3], [0, 1, 3, 2], [0, 2, 1, 3]]
+    circle = n - 1
+    zigzag = [0] + [(k + 1) // 2 if k % 2 else -(k // 2) % circle for k in range(1, circle)]
+    count = (n - 1) // 2 if n % 2 else (n - 2) // 2
+    return [[n - 1] + [(z + i) % circle for z in zigzag] for i in range(count)]
 
 
 def _wire(nbytes: float) -> float:
