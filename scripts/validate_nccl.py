@@ -290,6 +290,7 @@ def measured_us(table: dict[str, Any], row: dict[str, Any]) -> float | None:
 
 def _workload(collective: str, nbytes: int, ranks: int, calls: int = 1) -> Workload:
     kind = COLLECTIVES[collective]
+    size = nbytes // ranks if kind == C.ALL_GATHER else nbytes
     if calls > 1:  # back to back on every rank: each call after the rank's previous one
         assert kind is not None
         traces = []
@@ -297,7 +298,7 @@ def _workload(collective: str, nbytes: int, ranks: int, calls: int = 1) -> Workl
             b = TraceBuilder()
             last: list[int] = []
             for _ in range(calls):
-                last = [b.collective(kind, nbytes, deps=last)]
+                last = [b.collective(kind, size, deps=last)]
             traces.append(b.build(rank=rank))
         return Workload(traces)
     if kind is None:  # sendrecv: every rank sends its buffer to the next and receives the previous one's
@@ -308,7 +309,6 @@ def _workload(collective: str, nbytes: int, ranks: int, calls: int = 1) -> Workl
             b.recv((rank - 1) % ranks, nbytes, tag=0)
             traces.append(b.build(rank=rank))
         return Workload(traces)
-    size = nbytes // ranks if kind == C.ALL_GATHER else nbytes
     return Workload(collective_workload(kind, size, ranks))
 
 

@@ -261,8 +261,8 @@ def encode_algo_graph(
     (:func:`~etsim.chakra.io.encode_node`). Several times faster than building protobuf nodes, for
     writing large families.
     """
-    extra, nodes = _trace_spec(graph, position, group_size, _FRAMED_ATTRIBUTES, size)
-    parts = [_metadata_frame(extra, metadata)]
+    parts = [header_frame(graph, position, group_size, metadata=metadata, size=size)]
+    nodes = _node_specs(graph, position, group_size, _FRAMED_ATTRIBUTES, size)
     for pos, (node_type, name, deps, micros, attrs) in enumerate(nodes):
         body = encode_node(pos, name, node_type, deps, micros, attrs)
         parts.append(encode_varint(len(body)))
@@ -278,7 +278,7 @@ def header_frame(
     metadata: Mapping[str, str] | None = None,
     size: int | None = None,
 ) -> bytes:
-    """The first frame :func:`encode_algo_graph` writes for these arguments: the file's global metadata."""
+    """The first frame of :func:`encode_algo_graph`'s file for these arguments: the file's global metadata."""
     extra, _ = _trace_spec(graph, position, group_size, _FRAMED_ATTRIBUTES, size)
     return _metadata_frame(extra, metadata)
 

@@ -119,11 +119,12 @@ class FamilyEncoder:
         self._send_rest = [send + framed_attribute("data_src", text, "string_val") for text in slots]
         self._into = [framed_attribute("data_dst", text, "string_val") for text in slots]
         self._store_rest = [self._store + into for into in self._into]
-        most = max(map(len, touching), default=0) * 2 + 2  # nodes of a rank, at most
+        longest = max(map(len, touching), default=0)  # a rank's transfers, at most
+        most = longest * 2 + 2  # nodes of a rank, at most
         #: Per node position: its id field (none for 0) and the name field's tag, its varint; per count: a comm_tag.
         self._varint = [encode_varint(i) for i in range(max(most, 256))]
         self._ids = [b"\x12"] + [b"\x08" + v + b"\x12" for v in self._varint[1:]]  # (each with the name's tag)
-        self._tags = [framed_attribute("comm_tag", i) for i in range(max(map(len, touching), default=0) + 1)]
+        self._tags = [framed_attribute("comm_tag", i) for i in range(longest + 1)]
         #: Node names in pieces: per chunk its send/receive prefix, per position its number.
         self._send_c = [b"send_c%d_to" % c for c in range(total)]
         self._recv_c = [b"recv_c%d_from" % c for c in range(total)]
