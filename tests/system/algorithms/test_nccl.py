@@ -21,7 +21,7 @@ from etsim.errors import ConfigError, EtsimWarning
 from etsim.network import load_network
 from etsim.producers import collective_workload
 from etsim.simulation import simulate
-from etsim.system.algorithms.nccl import NcclAlgorithm, NcclCall, NcclSettings
+from etsim.system.algorithms.nccl import NcclAlgorithm, NcclCall, NcclSettings, timing
 from etsim.system.algorithms.nccl.graphs import RING_STEPS, Layout, hamiltonian_cycles, p2p_rounds, ring_steps
 from etsim.system.algorithms.nccl.timing import wire_overhead
 from etsim.system.algorithms.sources import AlgorithmContext, resolve_algorithm
@@ -233,6 +233,24 @@ def test_a_lone_ring_is_its_fixed_delay_plus_each_super_steps_latency_and_bytes(
     expected = c.plan.fixed_ns + sum(steps)
     assert result.finish_ns == pytest.approx(expected, rel=1e-12)
     assert c.plan.cta_ns < sum(steps) and c.plan.host_ns < expected  # the channels and the host are not the bound
+
+
+@pytest.mark.parametrize("proto", ["LL", "LL128", "Simple"])
+def test_a_trees_nvlink_hops_cost_what_nccls_table_says_against_a_rings(
+    proto: str, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
+    """A tree's 2·(ppn − 1) NVLink hops each cost the ring's hop times NCCL's tree/ring ratio (2.27's table)."""
+    forced = NcclSettings(algo=frozenset({"Tree"}), proto=frozenset({proto}))
+    algo = nccl("dgx-a100", 16, forced)
+    size = 4 * KiB  # one pipeline step: the steady-state overhead (which takes the larger of two hops) is nil
+    tree = call(algo, C.ALL_REDUCE, size, range(16))
+    monkeypatch.setitem(timing.TREE_HOP, proto, 1.0)
+    as_ring = call(nccl("dgx-a100", 16, forced), C.ALL_REDUCE, size, range(16))
+    ratio = {"LL": 0.6 / 0.6, "LL128": 1.25 / 1.9, "Simple": 4.0 / 3.4}[proto]
+    hops = 2 * (8 - 1)
+    moved = hops * timing.LAT_NVLINK[proto] * (1 - ratio) * 1000.0  # A100: no generation factor, NVSwitch
+    assert tree.label.startswith(f"nccl:Tree/{proto}/")
+    assert as_ring.plan.fixed_ns - tree.plan.fixed_ns == pytest.approx(moved, rel=1e-9, abs=1e-6)
 
 
 def test_the_host_launch_bounds_a_tiny_call_of_one_thread_driving_eight_gpus() -> None:

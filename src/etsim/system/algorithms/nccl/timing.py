@@ -77,6 +77,9 @@ CTA = {"LL": 5.18, "LL128": 6.62, "Simple": 42.9}
 LL_CAP = 53.5
 PHI_RING, PHI_TREE, FILL_TREE = 0.52, 0.076, 2.25
 LAT_GEN_EXPONENT = 0.63
+#: A tree's hop over NVLink against a ring's, by protocol: NCCL's own ratio (its tuning table's NVLink latencies,
+#: 2.27: tree 0.6 / 1.25 / 4.0 µs, ring 0.6 / 1.9 / 3.4), applied to the per-hop latencies above (fitted on rings).
+TREE_HOP = {"LL": 1.0, "LL128": 1.25 / 1.9, "Simple": 4.0 / 3.4}
 MESH_LATENCY, HOST_LATENCY = 0.82, 2.0
 #: The host's cost of launching one collective on one GPU, and of one send or receive of a grouped p2p operation.
 HOST_PER_GPU, HOST_PER_P2P = 4.2, 0.42
@@ -259,6 +262,7 @@ def plan_call(
         if kind in (C.BROADCAST, C.REDUCE):  # a chain's fill is one of NCCL's steps per hop: as many chunks
             chunks = max(1, min(math.ceil(total_steps), CHAIN_CHUNKS_PER_HOP * (n - 1), CHAIN_CHUNKS))
     elif algo == "Tree":
+        li *= TREE_HOP[proto]
         depth = (ppn - 1) + max(0, nodes.bit_length() - 1)
         path = 2 * ((ppn - 1) * li + max(0, nodes.bit_length() - 1) * ln)
         volume = nbytes * overhead / channels
