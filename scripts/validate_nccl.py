@@ -447,7 +447,8 @@ def markdown(results: list[dict[str, Any]], figures: dict[str, str]) -> str:
         w, t, m = summary(r["rows"])
         choices = " > ".join(dict.fromkeys(row["choice"].removeprefix("nccl:").rsplit("/", 1)[0] for row in r["rows"]))
         figure = f"[plot]({figures[r['id']]})" if r["id"] in figures else "–"
-        lines.append(f"| `{r['id']}` | {r['ranks']} | {w}/{t} | {100 * m:.1f}% | {choices} | {figure} |")
+        # (the median rounded as docs/nccl-validation.json records it, so that the two always agree)
+        lines.append(f"| `{r['id']}` | {r['ranks']} | {w}/{t} | {100 * round(m, 4):.1f}% | {choices} | {figure} |")
     lines.append("")
     return "\n".join(lines) + "\n"
 
