@@ -179,6 +179,22 @@ def test_rings_that_do_not_turn_with_the_position_fold_by_the_data_parallel_shif
     assert equal(folded, full)
 
 
+def test_nccl_trees_over_nodes_fold_by_tp_alone_and_say_what_would_fold_by_dp() -> None:
+    # A double binary tree over four nodes gives each node its own roles: no shift of whole nodes maps one member's
+    # graph onto another's, so the data-parallel shift does not hold (the run says how to keep it: without the tree).
+    trees = load_system_config({**RESOURCES, "nccl": {"algo": "Tree"}})
+    folded, full = both(job(tp=2, dp=16), cluster(32), "flow", trees)
+    assert folded.sim["folded"].startswith("tp (2): simulated 16 of 32 ranks")
+    assert (
+        "(not by dp: " in folded.sim["folded"]
+        and "with `nccl: {algo: ^Tree}` (NCCL_ALGO=^Tree)" in folded.sim["folded"]
+    )
+    assert equal(folded, full)
+    rings = simulate(job(tp=2, dp=16), topology=cluster(32), model="flow",
+                     system=load_system_config({**RESOURCES, "nccl": {"algo": "^Tree"}}))  # fmt: skip
+    assert rings.sim["folded"].startswith("tp (2) × dp (")
+
+
 def test_routing_other_than_dimension_order_is_not_folded() -> None:
     workload = job(tp=2, dp=4)
     groups = CommGroups(8)

@@ -65,6 +65,7 @@ class Mirrors:
                 f"{where}: algorithm {label!r} does not run, on group {list(group)[:8]}"
                 f"{'…' if len(group) > 8 else ''}, graphs its mirrored members can take from the simulated ones "
                 "(one graph with peers relative to the rank, or graphs that move with the ranks)"
+                + getattr(algorithm, "fold_hint", "")
             )
 
     def follow(self, group: tuple[int, ...], graph_at: Callable[[int], AlgoGraph], algorithm: object) -> bool:

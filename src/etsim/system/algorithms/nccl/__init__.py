@@ -218,6 +218,18 @@ class NcclCall(CollectiveAlgorithm):
         #: NVLink SHARP or SHARP reduces in a switch: fewer bytes cross the GPUs' links than a ring's.
         self.reduces_in_network = choice.algorithm in ("NVLS", "NVLSTree", "CollNetDirect", "CollNetChain")
 
+    @property
+    def fold_hint(self) -> str:
+        """Why a replica fold cannot mirror this call's members, and what would let it (said with the refusal)."""
+        algo, nodes = self.plan.choice.algorithm, len(self.layout.node_ids)
+        if algo not in ("Tree", "NVLSTree") or nodes < 3:
+            return ""
+        return (
+            f"; NCCL's {algo} over {nodes} nodes gives each node its own place in its binary trees, so no shift of "
+            f"whole nodes maps one member's graph onto another's: with `nccl: {{algo: ^{algo}}}` (NCCL_ALGO=^{algo}) "
+            "NCCL's next choice runs instead (rings, whose graphs move with whole nodes, fold)"
+        )
+
     def shares_graph(self, collective: CollectiveType) -> bool:
         """Every position runs one graph with relative peers where the layout is the same from every position."""
         return self.shared
