@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,9 +12,12 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from etsim import allowing_plugins
 from etsim.chakra import CollectiveType, Workload
 from etsim.network import build_model, graph, mesh, ring, switch, torus
+from etsim.network.faults import AvoidingRouter
 from etsim.network.models.flow import FlowNetwork
+from etsim.network.routing import make_router
 from etsim.network.scheduling import CountingEnvironment
 from etsim.network.topology import Topology
 from etsim.producers import collective_workload
@@ -26,8 +30,16 @@ REL = 1e-12  # float tolerance where the model's association differs from the cl
 
 def deliveries(topology: Topology, messages: Sequence[tuple[float, int, int, float]]) -> list[float]:
     """Send ``(start, src, dst, size)`` messages through a ``flow`` model; their delivery times."""
+    return sent(FlowNetwork, topology, messages)[0]
+
+
+def sent(
+    cls: type[FlowNetwork], topology: Topology, messages: Sequence[tuple[float, int, int, float]]
+) -> tuple[list[float], FlowNetwork]:
+    """Send ``(start, src, dst, size)`` messages through a *cls* model; their delivery times, and the model."""
     env = CountingEnvironment()
-    model = build_model(env, topology, "flow")
+    model = cls(env, topology)
+    model.setup()
     got: list[float] = [float("nan")] * len(messages)
 
     def send(i: int, src: int, dst: int, size: float) -> None:
@@ -36,7 +48,7 @@ def deliveries(topology: Topology, messages: Sequence[tuple[float, int, int, flo
     for i, (start, src, dst, size) in enumerate(messages):
         env.timeout(start).callbacks.append(lambda _e, i=i, s=src, d=dst, n=size: send(i, s, d, n))
     env.run()
-    return got
+    return got, model
 
 
 def line(bandwidths: Sequence[float], latencies: Sequence[float]) -> Topology:
@@ -63,9 +75,10 @@ def test_k_equal_messages_on_one_link_each_take_k_times_as_long(k: int) -> None:
     topo = switch(8, 50.0, 500.0)
     times = deliveries(topo, [(0.0, src, 7, MiB) for src in range(k)])
     assert times == pytest.approx([2 * 500.0 + k * MiB / 50.0] * k, rel=REL)
-    # k messages from one NPU over its one link (a ring neighbour) share that link the same way
-    times = deliveries(ring(8, 50.0, 500.0), [(0.0, 0, 1, MiB)] * k)
+    # k messages from one NPU over its one link (a ring neighbour) share that link the same way: one class of k
+    times, model = sent(FlowNetwork, ring(8, 50.0, 500.0), [(0.0, 0, 1, MiB)] * k)
     assert times == pytest.approx([500.0 + k * MiB / 50.0] * k, rel=REL)
+    assert len(model._f_route) == 1 and model.link_stats()[model.route(0, 1)[0]].messages == k
 
 
 def test_the_textbook_max_min_example() -> None:
@@ -177,3 +190,76 @@ def test_no_run_is_faster_than_its_busiest_link_can_carry(
     result = simulate(workload, topology=topo, model="flow", system=system)
     busiest: Any = max(result.links, key=lambda lk: lk["bytes"] / lk["bandwidth_GBps"])
     assert result.finish_ns >= busiest["bytes"] / busiest["bandwidth_GBps"] * (1 - 1e-12)
+
+
+class FlowTakenApart(FlowNetwork):
+    """``flow`` with every message a flow of its own: what its classes of equal messages must equal, to the bit."""
+
+    def _admit(self, slot: int, now: float) -> None:
+        super()._admit(slot, now)
+        self._join_at = None  # (no later message joins this one)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_equal_messages_sent_together_drain_as_one_class_exactly_as_apart(seed: int) -> None:
+    # Few pairs, instants and sizes: many messages share route, start and size (one class each), among others.
+    rng = random.Random(seed)
+    topo = rng.choice([ring(6, 50.0, 100.0), switch(5, 40.0, 50.0), mesh([3, 3], 25.0, 10.0)])
+    pairs = [tuple(rng.sample(range(topo.npus), 2)) for _ in range(3)]
+    messages = []
+    for _ in range(rng.randint(2, 30)):
+        src, dst = rng.choice(pairs)
+        messages.append((float(rng.choice([0, 0, 300])), src, dst, float(rng.choice([0, 4096, 50000]))))
+    together, model = sent(FlowNetwork, topo, messages)
+    apart, reference = sent(FlowTakenApart, topo, messages)
+    assert together == apart
+    assert model.link_stats() == reference.link_stats()
+    classes = {(start, tuple(model.route(src, dst)), size) for start, src, dst, size in messages if size}
+    assert len(model._f_route) <= len(classes)  # (slots are reused: at most one per class)
+
+
+def test_a_class_over_a_failed_link_goes_around_with_all_its_members() -> None:
+    # Three equal messages 0 -> 1 on a 4x4 torus; the link fails while they drain: the detour carries what each
+    # has left (three messages on each of its links), and they arrive as the three taken apart do.
+    topo = torus([4, 4], 50.0, 500.0)
+    messages = [(0.0, 0, 1, float(MiB))] * 3 + [(0.0, 4, 5, float(MiB))]
+
+    def run(cls: type[FlowNetwork]) -> tuple[list[float], list[Any]]:
+        env = CountingEnvironment()
+        model = cls(env, topo)
+        model.setup()
+        down = topo.link_ids[0, 1]
+        changed = dict.fromkeys([down, topo.link_ids[1, 0]], 0.0)
+        env.timeout(10_000.0).callbacks.append(
+            lambda _e: model.change_links(changed, AvoidingRouter(model.router, set(changed)))
+        )
+        got = [float("nan")] * len(messages)
+        for i, (_, src, dst, size) in enumerate(messages):
+            model.transfer(src, dst, size).callbacks.append(lambda _e, i=i: got.__setitem__(i, env.now))
+        env.run()
+        return got, model.link_stats()
+
+    (together, stats), (apart, reference) = run(FlowNetwork), run(FlowTakenApart)
+    assert together == apart and stats == reference
+    detour = AvoidingRouter(make_router("default", topo), {topo.link_ids[0, 1], topo.link_ids[1, 0]}).lookup(0, 1)
+    assert all(stats[link].messages == 3 for link in detour)
+
+
+def test_a_collectives_equal_chunks_drain_as_classes_with_the_times_of_flows_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A direct all-to-all in 4 chunks: each rank's 4 chunks to a peer start together over one route (a class).
+    monkeypatch.setitem(sys.modules, "flow_classes_home", sys.modules[__name__])
+    workload = Workload(collective_workload(CollectiveType.ALL_TO_ALL, MiB, 8))
+    system = SystemConfig(algorithms={"default": "direct"}, chunks=4)
+    together = simulate(workload, topology=switch(8, 50.0, 500.0), model="flow", system=system)
+    with allowing_plugins():
+        apart = simulate(
+            workload, topology=switch(8, 50.0, 500.0), model="flow_classes_home:FlowTakenApart", system=system
+        )
+    assert together.sim["events"] < apart.sim["events"]
+    results = [r.to_dict() for r in (together, apart)]
+    for result in results:
+        del result["sim"], result["network"]["model"]
+    assert results[0] == results[1]

@@ -45,18 +45,22 @@ class LinkClaims:
         links: the topology's directed links.
     """
 
-    __slots__ = ("owner", "until")
+    __slots__ = ("latest", "owner", "until")
 
     def __init__(self, links: int) -> None:
         #: Per link: the last instant a part evaluated ahead uses it (-1: never claimed).
         self.until = [-1.0] * links
         #: Per link: the part (namespace) and graph signature that claimed it.
         self.owner: list[tuple[object, int | None]] = [(None, None)] * links
+        #: No link is claimed at or after this instant (a model may skip its per-link checks from then on).
+        self.latest = -1.0
 
     def claim(self, link: int, until: float, owner: tuple[object, int | None]) -> None:
         """Claim *link* up to *until* for *owner*."""
         self.until[link] = until
         self.owner[link] = owner
+        if until > self.latest:
+            self.latest = until
 
     def conflict(self, link: int, now: float) -> FastPathConflict:
         """The conflict of event-path traffic on claimed *link* at *now* (to raise)."""

@@ -20,6 +20,8 @@ def fill(
     left_cap: list[float],
     count: list[int],
     fixed: list[float],
+    weight: list[int] | None = None,
+    load: list[int] | None = None,
 ) -> None:
     """Progressive filling: the tightest link fixes the share of its flows, which leave; repeat.
 
@@ -28,10 +30,15 @@ def fill(
     *count* are scratch per link. The floats depend only on the routes of the
     flows, not on their slots or order: a link's flows all leave with its share, and links are taken in (share,
     link) order. So the event path and the fast path, which allocate the same flows, agree to the bit.
+
+    A slot may stand for ``weight[slot]`` equal flows (one route, one start, one size: max-min gives them one
+    rate); *load* is then each link's flows counted with their weights. Such a class takes its share once per
+    member from every link it crosses, subtraction by subtraction as its members one by one would: the floats are
+    those of the flows taken apart.
     """
     for link in links:
         left_cap[link] = bw[link]
-        count[link] = len(on_link[link])  # (every flow on the link is one of *flows*)
+        count[link] = len(on_link[link]) if load is None else load[link]  # (every flow there is one of *flows*)
     for slot in flows:
         fixed[slot] = -1.0
     heap = [(left_cap[link] / count[link], link) for link in links if count[link]]
@@ -48,6 +55,15 @@ def fill(
             if fixed[slot] >= 0:
                 continue
             fixed[slot] = share
+            members = 1 if weight is None else weight[slot]
+            if members == 1:
+                for other in route[slot]:
+                    left_cap[other] -= share
+                    count[other] -= 1
+                continue
             for other in route[slot]:
-                left_cap[other] -= share
-                count[other] -= 1
+                cap = left_cap[other]
+                for _ in range(members):
+                    cap -= share
+                left_cap[other] = cap
+                count[other] -= members
