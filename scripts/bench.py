@@ -549,14 +549,14 @@ PROCESS_CASES: dict[str, tuple[list[str], str]] = {
     ),
     "cluster-gpt3-4x256": (["cluster", "run", "{w}/cluster4x256.yaml", "-q"], "cluster4x256"),
     # issue 36's budget: a DeepSeek-V3-like job on 1,024 H100s (t 2, p 8 × 4 chunks, e 64), NCCL's collectives
-    # (the default), and the same with native ring and direct all-to-alls (which fold)
+    # (the default), NCCL without its trees (which fold by dp too), and native ring and direct all-to-alls
     **{
         f"train-deepseek-1024{suffix}": (
             ["experiment", "run", "{w}/" + f"deepseek_1024{suffix}.yaml", "--out", "{w}/" + f"deepseek{suffix}",
              "--jobs", "1", "--no-plots", "--force", "-q"],
             "deepseek1024",
         )
-        for suffix in ("", "-native")
+        for suffix in ("", "-rings", "-native")
     },
     "train-gpt3-4096": (
         ["experiment", "run", "{w}/gpt3_4096.yaml", "--out", "{w}/gpt3_4096", "--jobs", "1", "--no-plots", "--force",
@@ -660,7 +660,11 @@ def prepare(kind: str, workdir: Path) -> None:
             + "stragglers:\n  - {gpus: [3], slowdown: 1.2}\n"
         )
     elif kind == "deepseek1024":
-        for suffix, algorithms in (("", ""), ("-native", ", algorithms: {default: ring, all_to_all: direct}")):
+        for suffix, algorithms in (
+            ("", ""),
+            ("-rings", ', nccl: {algo: "^Tree"}'),
+            ("-native", ", algorithms: {default: ring, all_to_all: direct}"),
+        ):
             (workdir / f"deepseek_1024{suffix}.yaml").write_text(
                 f"name: deepseek_1024{suffix}\n"
                 "workload: {generate: transformer, model: deepseek-v3-like, tp: 2, sp: true, pp: 8, "
