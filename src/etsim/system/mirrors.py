@@ -10,9 +10,13 @@ representative's moved by ``g``: the same graph with peers relative to the rank 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from etsim.algo.graph import AlgoGraph
 from etsim.errors import FoldConflict
+
+if TYPE_CHECKING:
+    from etsim.system.algorithms.base import CollectiveAlgorithm
 
 __all__ = ["Mirrors"]
 
@@ -52,7 +56,7 @@ class Mirrors:
         label: str,
         where: str,
         graph_at: Callable[[int], AlgoGraph],
-        algorithm: object,
+        algorithm: CollectiveAlgorithm,
     ) -> None:
         """Refuse (:class:`~etsim.errors.FoldConflict`) an algorithm whose mirrored members *group* cannot take.
 
@@ -64,8 +68,7 @@ class Mirrors:
             raise FoldConflict(
                 f"{where}: algorithm {label!r} does not run, on group {list(group)[:8]}"
                 f"{'…' if len(group) > 8 else ''}, graphs its mirrored members can take from the simulated ones "
-                "(one graph with peers relative to the rank, or graphs that move with the ranks)"
-                + getattr(algorithm, "fold_hint", "")
+                "(one graph with peers relative to the rank, or graphs that move with the ranks)" + algorithm.fold_hint
             )
 
     def follow(self, group: tuple[int, ...], graph_at: Callable[[int], AlgoGraph], algorithm: object) -> bool:

@@ -135,6 +135,8 @@ class CollectiveAlgorithm:
       ``verified_by_tests = True`` (the natives) is checked by etsim's test suite instead of at
       run time; subclasses that change the graphs must not inherit that claim (it is read from
       the class itself, not its bases).
+    - Optionally, :attr:`fold_hint` says why a replica fold cannot mirror the members of a call and what setting
+      would let it (appended to the fold's refusal); the default says nothing.
     """
 
     #: Registry name.
@@ -160,6 +162,11 @@ class CollectiveAlgorithm:
         if group_size < 1:
             return f"algorithm {self.name!r}: a group needs at least one rank, not {group_size}"
         return None
+
+    @property
+    def fold_hint(self) -> str:
+        """Why a replica fold cannot mirror this algorithm's members, and what would let it ("" : nothing to say)."""
+        return ""
 
     def graph(self, collective: CollectiveType, group_size: int, position: int) -> AlgoGraph:
         """The algorithm graph of the rank at *position* (0..group_size-1)."""
