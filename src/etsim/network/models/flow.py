@@ -155,22 +155,24 @@ class FlowNetwork(NetworkModel):
                 if now < self._claim[link]:
                     raise self.claims.conflict(link, now)
         nbytes, msgs = self._bytes, self._msgs
-        for link in links:
-            nbytes[link] += size
-            msgs[link] += 1
-        if size == 0:
-            return env.timeout(latency)
         if self._join_at == now:
-            slot = self._joinable.get((id(links), size), -1)
+            slot = self._joinable.get((id(links), size), -1)  # (no class has size 0: such messages never join)
             if slot >= 0:  # one more member of a class that starts now: it drains and is delivered with it
                 self._f_weight[slot] += 1
                 load = self._load
-                for link in links:
+                for link in links:  # (its bytes and message, and one more flow on the link: one pass)
+                    nbytes[link] += size
+                    msgs[link] += 1
                     load[link] += 1
                 return self._f_done[slot]  # type: ignore[return-value]  # (set until the class ends)
         else:
             self._joinable.clear()
             self._join_at = now
+        for link in links:
+            nbytes[link] += size
+            msgs[link] += 1
+        if size == 0:
+            return env.timeout(latency)
         done = env.event()
         slot = self._new_flow(links, size, latency, done, now)
         self._joinable[id(links), size] = slot
