@@ -88,3 +88,56 @@ def test_one_group_from_the_per_rank_times_equals_the_recorded_one(repo: Path) -
                 assert derived[key] == pytest.approx(value, rel=1e-12, abs=1e-6), key
     two = Workload([TraceBuilder().build(rank=0)])
     assert single_group(two.traces) == ""
+
+
+def _intervals_node_by_node(rec: RunRecorder, run: object) -> tuple[list[tuple[float, float]], dict[str, list[int]]]:
+    """The rank's compute intervals and each group's nodes, found one node at a time (the reference)."""
+    from etsim.chakra.graph import NodeType
+    from etsim.workload.runs import CPU
+
+    tr, starts, ends = run.trace, rec.start[run.rank], rec.finish[run.rank]  # type: ignore[attr-defined]
+    mine, comm = [], {}
+    for j, t in enumerate(tr.types):
+        if starts[j] != starts[j]:
+            continue
+        if t == NodeType.COMP_NODE or (t == NodeType.COMM_COLL_NODE and run.node_class[j] == CPU):  # type: ignore[attr-defined]
+            mine.append((starts[j], ends[j]))
+        elif t == NodeType.COMM_COLL_NODE:
+            comm.setdefault(tr.pg_name[j] or "0", []).append(j)
+        elif t in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
+            comm.setdefault(tr.pg_name[j] or "p2p", []).append(j)
+    return mine, comm
+
+
+def test_a_ranks_intervals_by_group_equal_a_walk_node_by_node() -> None:
+    """World collectives named "0" and not named are one group, sends and receives p2p unless named; host-side
+    collectives are compute; groups come in the order of their first node."""
+    from etsim.report.groups import _rank_intervals
+
+    traces = []
+    for r in range(4):
+        b = TraceBuilder()
+        peer = r ^ 1
+        if r % 2:  # (an unnamed send, then a receive named by its group)
+            first = b.send(peer, 1 << 16)
+            second = b.recv(peer, 1 << 16, deps=[first], pg_name="a2a")
+        else:
+            first = b.recv(peer, 1 << 16, pg_name="a2a")
+            second = b.send(peer, 1 << 16, deps=[first])
+        world = b.collective(CollectiveType.ALL_REDUCE, 1 << 20, deps=[second], name="world")
+        named = b.collective(CollectiveType.ALL_REDUCE, 1 << 20, deps=[world], pg_name="0", name="world_named")
+        host = b.collective(CollectiveType.BARRIER, 0, deps=[named], is_cpu_op=True, name="host")
+        b.comp("work", duration_micros=5, deps=[host])
+        b.collective(CollectiveType.ALL_GATHER, 1 << 18, deps=[world], name="world_again")
+        traces.append(b.build(rank=r))
+    rec = RunRecorder()
+    simulate(Workload(traces), topology=ring(4, B, L), observer=rec)
+    assert rec.engine is not None
+    for run in rec.engine.runs:
+        mine, comm = _rank_intervals(rec, run)
+        want_mine, want_nodes = _intervals_node_by_node(rec, run)
+        assert mine == want_mine and len(mine) == 2
+        assert list(comm) == list(want_nodes) == (["p2p", "a2a", "0"] if run.rank % 2 else ["a2a", "p2p", "0"])
+        for group, (spans, nodes) in comm.items():
+            assert nodes == want_nodes[group]
+            assert spans == [(rec.start[run.rank][j], rec.finish[run.rank][j]) for j in nodes]

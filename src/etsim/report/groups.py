@@ -11,7 +11,10 @@ more than the rank's.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from etsim.chakra.graph import NodeType
 from etsim.workload.runs import CPU
@@ -65,15 +68,17 @@ def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
     return total
 
 
-def _rank_intervals(
-    rec: RunRecorder, run: Any
-) -> tuple[list[tuple[float, float]], list[tuple[str, int, tuple[float, float]]]]:
-    """A recorded rank's compute intervals, and its communication ones as ``(group, node, interval)``.
+#: A rank's compute intervals, and its communication ones per group: ``{group: (intervals, nodes)}`` in node order.
+Intervals = tuple[list[tuple[float, float]], dict[str, tuple[list[tuple[float, float]], list[int]]]]
+
+
+def _rank_intervals(rec: RunRecorder, run: Any) -> Intervals:
+    """A recorded rank's compute intervals, and its communication ones per group (with their nodes).
 
     Compute: COMP nodes and host-side collectives; communication: collectives (group ``pg_name``, ``"0"`` for the
     world) and workload SEND/RECV (group :data:`P2P`, or the ``pg_name`` they name: an all-to-all of unequal parts
-    sent peer by peer). Nodes that never started are left out. Kept on the recorder
-    (the group and the step reports both read them: a rank's walk once).
+    sent peer by peer); groups in the order of their first node. Nodes that never started are left out. Kept on the
+    recorder (the group and the step reports both read them: a rank's walk once).
     """
     found = rec.rank_intervals.get(run.rank)
     if found is None:
@@ -81,23 +86,44 @@ def _rank_intervals(
     return found
 
 
-def _intervals(
-    rec: RunRecorder, run: Any
-) -> tuple[list[tuple[float, float]], list[tuple[str, int, tuple[float, float]]]]:
-    """:func:`_rank_intervals`, computed."""
+def _intervals(rec: RunRecorder, run: Any) -> Intervals:
+    """:func:`_rank_intervals`, computed.
+
+    The nodes are sorted into compute and communication, and the communication into groups, as arrays: a rank of a
+    long training step has hundreds of thousands of nodes, a few groups.
+    """
     tr = run.trace
     starts, finishes = rec.start[run.rank], rec.finish[run.rank]
-    mine: list[tuple[float, float]] = []
-    comm: list[tuple[str, int, tuple[float, float]]] = []
-    for j, t in enumerate(tr.types):
-        s = starts[j]
-        if s != s:
-            continue
-        cpu = run.node_class[j] == CPU
-        if t == _T_COMP or (t == _T_COLL and cpu):
-            mine.append((s, finishes[j]))
-        elif t == _T_COLL or t in _T_P2P:
-            comm.append(((tr.pg_name[j] or "0") if t == _T_COLL else (tr.pg_name[j] or P2P), j, (s, finishes[j])))
+    if not starts:
+        return [], {}
+    types = np.array(tr.types, dtype=np.int64)
+    began = np.array(starts, dtype=np.float64)
+    ended = np.array(finishes, dtype=np.float64)
+    started = ~np.isnan(began)
+    coll = types == _T_COLL
+    compute = started & ((types == _T_COMP) | (coll & (np.array(run.node_class, dtype=np.int64) == CPU)))
+    mine = list(zip(began[compute].tolist(), ended[compute].tolist(), strict=True))
+    talking = np.flatnonzero(started & ~compute & (coll | np.isin(types, _T_P2P)))
+    if not len(talking):
+        return mine, {}
+    names = np.empty(len(talking), dtype=object)
+    names[:] = [tr.pg_name[j] for j in talking.tolist()] if len(talking) == 1 else itemgetter(*talking)(tr.pg_name)
+    in_coll = coll[talking]
+    parts: dict[str, list[Any]] = {}  # group -> its nodes (a world collective named "0" or not named: one group)
+    for name in dict.fromkeys(names.tolist()):
+        named = names == name
+        # (no name: a collective's group is the world, "0"; a send's or receive's, p2p)
+        for group, which in [(name, named)] if name else [("0", named & in_coll), (P2P, named & ~in_coll)]:
+            nodes = talking[which]
+            if len(nodes):
+                parts.setdefault(group, []).append(nodes)
+    found = [
+        (group, np.sort(np.concatenate(arrays)) if len(arrays) > 1 else arrays[0]) for group, arrays in parts.items()
+    ]
+    comm = {}
+    for group, nodes in sorted(found, key=lambda f: int(f[1][0])):  # (groups in the order of their first node)
+        spans = list(zip(began[nodes].tolist(), ended[nodes].tolist(), strict=True))
+        comm[group] = (spans, nodes.tolist())
     return mine, comm
 
 
@@ -105,16 +131,14 @@ def _group_figures(rec: RunRecorder, run: Any) -> dict[str, tuple[int, float, fl
     """A recorded rank's ``{group: (calls, bytes, time in flight, time exposed)}`` (ns)."""
     mine, communication = _rank_intervals(rec, run)
     compute = _union(mine)
-    intervals: dict[str, list[tuple[float, float]]] = {}
-    sizes: dict[str, float] = {}
-    trace = run.trace
-    for group, j, interval in communication:
-        intervals.setdefault(group, []).append(interval)
-        sizes[group] = sizes.get(group, 0.0) + (trace.comm_size[j] or 0)
+    sizes = run.trace.comm_size
     out = {}
-    for group, spans in intervals.items():
+    for group, (spans, nodes) in communication.items():
+        size = 0.0
+        for j in nodes:  # (added in node order, as always)
+            size += sizes[j] or 0
         busy = _union(spans)
-        out[group] = (len(spans), sizes[group], _length(busy), _minus(busy, compute))
+        out[group] = (len(spans), size, _length(busy), _minus(busy, compute))
     return out
 
 
@@ -233,9 +257,9 @@ def exposure_by_role(rec: RunRecorder, roles: dict[str, str]) -> tuple[dict[str,
     for run in engine.runs:
         mine, intervals_of = _rank_intervals(rec, run)
         comm: dict[str, list[tuple[float, float]]] = {}
-        for group, _, interval in intervals_of:
+        for group, (spans, _) in intervals_of.items():  # (each role's spans are sorted when joined)
             role = "pp" if group == P2P else roles.get(group, "other")
-            comm.setdefault(role, []).append(interval)
+            comm.setdefault(role, []).extend(spans)
         compute = _union(mine)
         for role, intervals in comm.items():
             per_role.setdefault(role, [0.0] * ranks)[run.rank] = _minus(_union(intervals), compute)
