@@ -52,31 +52,41 @@ class BoundViolation:
     reason: str
 
 
-def _instances(records: Sequence[CollectiveRecord]) -> list[list[CollectiveRecord]]:
-    """Records grouped into instances: the k-th call of (group, type, size) on each member is one instance."""
-    per_rank: dict[tuple[tuple[int, ...], str, float, int], list[CollectiveRecord]] = defaultdict(list)
-    for rec in records:
-        per_rank[(tuple(rec.group), rec.type, rec.bytes, rec.rank)].append(rec)
-    instances: dict[tuple[tuple[int, ...], str, float, int], list[CollectiveRecord]] = defaultdict(list)
-    for (group, kind, size, _rank), recs in per_rank.items():
-        recs.sort(key=lambda r: (r.start_ns, r.node_id))
-        for k, rec in enumerate(recs):
-            instances[(group, kind, size, k)].append(rec)
-    return [recs for (group, *_), recs in instances.items() if len(recs) == len(group)]
+def _instances(records: Sequence[CollectiveRecord], weights: Sequence[int] | None) -> list[list[CollectiveRecord]]:
+    """Records grouped into complete instances: the k-th call of (group, type, size) on each member is one instance.
+
+    *weights*: how many members each record stands for (itself and its mirrors, which have its times), or None: 1.
+    """
+    per_rank: dict[tuple[tuple[int, ...], str, float, int], list[tuple[float, int, int]]] = defaultdict(list)
+    for i, rec in enumerate(records):
+        per_rank[(tuple(rec.group), rec.type, rec.bytes, rec.rank)].append((rec.start_ns, rec.node_id, i))
+    instances: dict[tuple[tuple[int, ...], str, float, int], list[int]] = defaultdict(list)
+    covered: dict[tuple[tuple[int, ...], str, float, int], int] = defaultdict(int)
+    for (group, kind, size, _rank), calls in per_rank.items():
+        calls.sort()
+        for k, (_, _, i) in enumerate(calls):
+            instances[(group, kind, size, k)].append(i)
+            covered[(group, kind, size, k)] += 1 if weights is None else weights[i]
+    return [[records[i] for i in members] for key, members in instances.items() if covered[key] == len(key[0])]
 
 
 def collective_bound_violations(
-    records: Sequence[CollectiveRecord], topology: Topology, in_network: AbstractSet[str] = frozenset()
+    records: Sequence[CollectiveRecord],
+    topology: Topology,
+    in_network: AbstractSet[str] = frozenset(),
+    weights: Sequence[int] | None = None,
 ) -> list[BoundViolation]:
     """Every collective instance of *records* that took less than its bandwidth bound on *topology*.
 
     Records of the algorithms labelled in *in_network* reduce in switches: their bound is the in-network one.
+    *weights*: how many members of its instance each record stands for (a folded run's record and its mirrors,
+    which have its times; None: each record itself): an instance is checked once its members are all counted.
     """
     bounds = CollectiveBounds(topology)
     found: list[BoundViolation] = []
     # Training steps repeat a few calls many times.
     known: dict[tuple[str, float, tuple[int, ...], bool], TimeBound] = {}
-    for recs in _instances(records):
+    for recs in _instances(records, weights):
         group = tuple(recs[0].group)
         if len(group) < 2:
             continue

@@ -54,7 +54,7 @@ from etsim.report.groups import exposure_by_group, exposure_from_ranks, single_g
 from etsim.report.record import RunRecorder
 from etsim.report.result import CollectiveRecord, RankResult, Result
 from etsim.report.training import training_info, training_report
-from etsim.simulation.collect import instance_records, link_entries, mirror_results, network_info
+from etsim.simulation.collect import instance_weights, link_entries, mirror_results, network_info
 from etsim.simulation.phases import DEFAULT_REPORTS, NO_REPORTS, Plan, Reports, WarningLog, collector_paused
 from etsim.system.algorithms import DeferredChecks
 from etsim.system.collective import System
@@ -485,9 +485,14 @@ class Simulation:
                 warn(found)
         # A family run with its files' own sizes moves what the files say, not what the call's comm_size says.
         as_is = attempt.system.written_as_is()
-        checked = collectives if fold is None else instance_records(fold, collectives)
-        in_network = attempt.system.reduced_in_network()
-        violations = collective_bound_violations([c for c in checked if c.algorithm not in as_is], topo, in_network)
+        weights = None if fold is None else instance_weights(fold, collectives)
+        checked = [i for i, c in enumerate(collectives) if c.algorithm not in as_is]
+        violations = collective_bound_violations(
+            [collectives[i] for i in checked],
+            topo,
+            attempt.system.reduced_in_network(),
+            None if weights is None else [weights[i] for i in checked],
+        )
         if violations:
             # A folded run checked one instance of each orbit of instances: say how many the whole run has.
             count = None if fold is None else sum(fold.group_orbit(v.group) for v in violations)

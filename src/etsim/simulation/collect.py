@@ -10,7 +10,7 @@ from etsim.network.topology import Topology
 from etsim.report.result import CollectiveRecord, RankResult
 from etsim.workload.fold import ReplicaFold
 
-__all__ = ["instance_records", "link_entries", "mirror_results", "network_info"]
+__all__ = ["instance_weights", "link_entries", "mirror_results", "network_info"]
 
 
 def network_info(topo: Topology, label: str, model: str, messages: int, nbytes: float) -> dict[str, Any]:
@@ -55,23 +55,23 @@ def mirror_results(
     return ranks, links
 
 
-def instance_records(fold: ReplicaFold, records: list[CollectiveRecord]) -> list[CollectiveRecord]:
-    """The simulated ranks' collective records and, for the bound check, their mirrors in the same instances.
+def instance_weights(fold: ReplicaFold, records: list[CollectiveRecord]) -> list[int]:
+    """How many members of its instance each of the simulated ranks' collective records stands for (bound check).
 
-    A record's instance is complete once every member has one: the mirrors are the images of the record under
-    the elements that map its group onto itself (the data-parallel shifts for a data-parallel group).
+    A record's instance is complete once every member is counted: the record's rank and its mirrors in the same
+    instance, the images of its rank under the elements that map its group onto itself (the data-parallel shifts
+    for a data-parallel group), which have the record's times. (The group acts freely: the images are distinct.)
     """
     elements = fold.elements()[1:]
-    fixing: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+    fixing: dict[tuple[int, ...], int] = {}
     out = []
     for c in records:
-        out.append(c)
         group = tuple(c.group)
         found = fixing.get(group)
         if found is None:
             members = frozenset(group)
-            found = fixing[group] = [g for g in elements if frozenset(fold.apply(g, m) for m in group) == members]
-        for g in found:
-            rank = fold.apply(g, c.rank)
-            out.append(CollectiveRecord(rank, c.node_id, c.type, c.bytes, c.group, c.algorithm, c.start_ns, c.end_ns))
+            found = fixing[group] = 1 + sum(
+                1 for g in elements if frozenset(fold.apply(g, m) for m in group) == members
+            )
+        out.append(found)
     return out
