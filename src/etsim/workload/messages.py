@@ -28,17 +28,22 @@ class Channel:
     Attributes:
         sent: sends issued so far (the next send's sequence number).
         received: receives posted so far (the next receive's sequence number).
-        arrived: delivered messages no receive has taken yet: ``seq → (size, run, node)`` of the send.
-        posted: receives waiting for their message: ``seq → (size, run, node)`` of the receive.
+        pending: per sequence number, whichever of its send and receive came first and waits for the other: a
+            delivered message no receive has taken yet, ``(size, run, node)`` of the send, or a receive waiting for
+            its message, ``(size, run, node, when posted)`` of the receive. (One dict for both: a channel is made
+            per message of most collectives, and the second of the pair always finds the first.)
     """
 
-    __slots__ = ("arrived", "posted", "received", "sent")
+    __slots__ = ("pending", "received", "sent")
 
     def __init__(self) -> None:
         self.sent = 0
         self.received = 0
-        self.arrived: dict[int, tuple[float, GraphRun, int]] = {}
-        self.posted: dict[int, tuple[float, GraphRun, int, float]] = {}  # (size, run, node, when posted)
+        self.pending: dict[int, Any] = {}
+
+    def arrived(self) -> dict[int, tuple[float, GraphRun, int]]:
+        """Delivered messages no receive has taken yet: ``seq → (size, run, node)`` of the send."""
+        return {seq: entry for seq, entry in self.pending.items() if len(entry) == 3}
 
 
 class Mailbox:
@@ -162,9 +167,9 @@ class Mailbox:
         late = self._delay_at_receive
         for run, j, ch, seq, size in self._batches.pop(event):
             run.finish(j)
-            posted = ch.posted.pop(seq, None)
+            posted = ch.pending.pop(seq, None)
             if posted is None:
-                ch.arrived[seq] = (size, run, j)
+                ch.pending[seq] = (size, run, j)
                 continue
             rsize, rrun, rj, at = posted
             if rsize != size:
@@ -187,9 +192,9 @@ class Mailbox:
         for run, j, ch, seq, size in self._batches.pop(event):
             observer.message_delivered(run, j)
             run.finish(j)
-            posted = ch.posted.pop(seq, None)
+            posted = ch.pending.pop(seq, None)
             if posted is None:
-                ch.arrived[seq] = (size, run, j)
+                ch.pending[seq] = (size, run, j)
                 continue
             rsize, rrun, rj, at = posted
             if rsize != size:
@@ -207,9 +212,9 @@ class Mailbox:
             ch = chans[key] = Channel()
         seq = ch.received
         ch.received = seq + 1
-        arrived = ch.arrived.pop(seq, None)
+        arrived = ch.pending.pop(seq, None)
         if arrived is None:
-            ch.posted[seq] = (size, run, j, self._now() if self._delay_at_receive else 0.0)
+            ch.pending[seq] = (size, run, j, self._now() if self._delay_at_receive else 0.0)
             return
         ssize, srun, sj = arrived
         if ssize != size:
@@ -233,10 +238,11 @@ def unreceived_messages(chans: dict[Any, Channel], limit: int = 8) -> str:
     lines: list[str] = []
     count = 0
     for (_src, dst, tag), ch in chans.items():
-        for seq in sorted(ch.arrived):
+        arrived = ch.arrived()
+        for seq in sorted(arrived):
             count += 1
             if len(lines) < limit:
-                _, run, j = ch.arrived[seq]
+                _, run, j = arrived[seq]
                 lines.append(
                     f"  {run.describe(j)} sent message #{seq} to rank {dst} (tag {tag}); rank {dst} never received it"
                 )
