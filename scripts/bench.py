@@ -89,6 +89,10 @@ inputs are generated in the work directory before the clock starts; see PROCESS_
                        1,024-GPU dgx-a100 cluster under flow, GPU 3 (job a) 1.2x slower: issue 37's budget case (the
                        jobs share no link, so each runs apart: b, c and d folded, a in full)
   train-gpt3-4096      the same model on 4,096 GPUs (d 64, 512 sequences): the top of docs/training.md's scaling table
+  train-deepseek-1024  issue 36's budget case: a DeepSeek-V3-like step on 1,024 H100s (t 2 with SP, p 8 x 4 chunks,
+                       e 64, d 64, 128 micro-batches of one sequence per pipeline) under NCCL's defaults; -zero1 with
+                       ZeRO-1 as DeepSeek-V3 trained (data-parallel traffic on NCCL's rings: folds by tp and dp),
+                       -rings without NCCL's trees, -native on the native ring and direct all-to-alls
   write-1m             (in process) write the 1,000,000-node trace of load-1m back to disk
 
 Route computation (``model.route``) is done before the timer starts in the torus cases, for model and
@@ -549,14 +553,15 @@ PROCESS_CASES: dict[str, tuple[list[str], str]] = {
     ),
     "cluster-gpt3-4x256": (["cluster", "run", "{w}/cluster4x256.yaml", "-q"], "cluster4x256"),
     # issue 36's budget: a DeepSeek-V3-like job on 1,024 H100s (t 2, p 8 × 4 chunks, e 64), NCCL's collectives
-    # (the default), NCCL without its trees (which fold by dp too), and native ring and direct all-to-alls
+    # (the default), the same with ZeRO-1 as DeepSeek-V3 trained (its data-parallel reduce-scatter and all-gather
+    # run on NCCL's rings, which fold by dp too), NCCL without its trees, and native ring and direct all-to-alls
     **{
         f"train-deepseek-1024{suffix}": (
             ["experiment", "run", "{w}/" + f"deepseek_1024{suffix}.yaml", "--out", "{w}/" + f"deepseek{suffix}",
              "--jobs", "1", "--no-plots", "--force", "-q"],
             "deepseek1024",
         )
-        for suffix in ("", "-rings", "-native")
+        for suffix in ("", "-zero1", "-rings", "-native")
     },
     "train-gpt3-4096": (
         ["experiment", "run", "{w}/gpt3_4096.yaml", "--out", "{w}/gpt3_4096", "--jobs", "1", "--no-plots", "--force",
@@ -660,16 +665,17 @@ def prepare(kind: str, workdir: Path) -> None:
             + "stragglers:\n  - {gpus: [3], slowdown: 1.2}\n"
         )
     elif kind == "deepseek1024":
-        for suffix, algorithms in (
-            ("", ""),
-            ("-rings", ', nccl: {algo: "^Tree"}'),
-            ("-native", ", algorithms: {default: ring, all_to_all: direct}"),
+        for suffix, algorithms, zero in (
+            ("", "", ""),
+            ("-zero1", "", ", zero: 1"),
+            ("-rings", ', nccl: {algo: "^Tree"}', ""),
+            ("-native", ", algorithms: {default: ring, all_to_all: direct}", ""),
         ):
             (workdir / f"deepseek_1024{suffix}.yaml").write_text(
                 f"name: deepseek_1024{suffix}\n"
                 "workload: {generate: transformer, model: deepseek-v3-like, tp: 2, sp: true, pp: 8, "
                 "schedule: interleaved,\n           virtual_stages: 4, dp: 64, ep: 64, global_batch: 8192, "
-                "micro_batch: 1, gpu: h100-sxm}\n"
+                f"micro_batch: 1, gpu: h100-sxm{zero}}}\n"
                 "topology: {kind: gpu_cluster, preset: dgx-h100, gpus: 1024}\n"
                 f"model: flow\nsystem: {{resources: {{comm_streams: 0}}{algorithms}}}\n"
                 "sweep: {workload.micro_batch: [1]}\n"
