@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from etsim.chakra.graph import NodeType
 from etsim.workload.runs import CPU
 
@@ -92,6 +90,8 @@ def _intervals(rec: RunRecorder, run: Any) -> Intervals:
     The nodes are sorted into compute and communication, and the communication into groups, as arrays: a rank of a
     long training step has hundreds of thousands of nodes, a few groups.
     """
+    import numpy as np  # (here: a run that reports no groups starts without it)
+
     tr = run.trace
     starts, finishes = rec.start[run.rank], rec.finish[run.rank]
     if not starts:
