@@ -58,8 +58,12 @@ def _instances(records: Sequence[CollectiveRecord], weights: Sequence[int] | Non
     *weights*: how many members each record stands for (itself and its mirrors, which have its times), or None: 1.
     """
     per_rank: dict[tuple[tuple[int, ...], str, float, int], list[tuple[float, int, int]]] = defaultdict(list)
+    groups: dict[int, tuple[int, ...]] = {}  # (records of one call share their group's list: made a tuple once)
     for i, rec in enumerate(records):
-        per_rank[(tuple(rec.group), rec.type, rec.bytes, rec.rank)].append((rec.start_ns, rec.node_id, i))
+        group = groups.get(id(rec.group))
+        if group is None:
+            group = groups[id(rec.group)] = tuple(rec.group)
+        per_rank[(group, rec.type, rec.bytes, rec.rank)].append((rec.start_ns, rec.node_id, i))
     instances: dict[tuple[tuple[int, ...], str, float, int], list[int]] = defaultdict(list)
     covered: dict[tuple[tuple[int, ...], str, float, int], int] = defaultdict(int)
     for (group, kind, size, _rank), calls in per_rank.items():

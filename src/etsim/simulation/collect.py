@@ -64,14 +64,18 @@ def instance_weights(fold: ReplicaFold, records: list[CollectiveRecord]) -> list
     """
     elements = fold.elements()[1:]
     fixing: dict[tuple[int, ...], int] = {}
+    seen: dict[int, int] = {}  # (records of one call share their group's list)
     out = []
     for c in records:
-        group = tuple(c.group)
-        found = fixing.get(group)
+        found = seen.get(id(c.group))
         if found is None:
-            members = frozenset(group)
-            found = fixing[group] = 1 + sum(
-                1 for g in elements if frozenset(fold.apply(g, m) for m in group) == members
-            )
+            group = tuple(c.group)
+            found = fixing.get(group)
+            if found is None:
+                members = frozenset(group)
+                found = fixing[group] = 1 + sum(
+                    1 for g in elements if frozenset(fold.apply(g, m) for m in group) == members
+                )
+            seen[id(c.group)] = found
         out.append(found)
     return out
