@@ -188,6 +188,7 @@ def test_nccl_trees_over_nodes_fold_by_tp_alone_and_say_what_would_fold_by_dp() 
     assert (
         "(not by dp: " in folded.sim["folded"]
         and "with `nccl: {algo: ^Tree}` (NCCL_ALGO=^Tree)" in folded.sim["folded"]
+        and "(a training job's ZeRO-1) have no tree in NCCL" in folded.sim["folded"]
     )
     assert equal(folded, full)
     rings = simulate(job(tp=2, dp=16), topology=cluster(32), model="flow",
