@@ -135,9 +135,4 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
-            # What the block made and kept goes straight to the oldest generation (freeze, then unfreeze into it):
-            # left young, the first collections after the block would traverse every one of them (3 s after a
-            # 1,024-GPU training step), where the oldest is collected only once it has grown by a quarter.
-            gc.freeze()
-            gc.unfreeze()
             gc.enable()
