@@ -71,3 +71,25 @@ def test_random_workloads_give_a_result_or_an_etsim_error(workload: Workload, al
         return
     assert len(result.ranks) == workload.num_ranks
     assert all(r.finish_ns >= 0 for r in result.ranks)
+
+
+def test_a_process_running_many_simulations_leaves_each_finished_run_to_the_garbage_collector() -> None:
+    """A run's engine and its walks form reference cycles: once the run is over, the collector's own passes free
+    them (a run that hid its objects from the collector would keep every engine of a sweep alive)."""
+    import gc
+    import weakref
+
+    from etsim.network import ring
+    from etsim.producers import data_parallel_workload
+    from etsim.report.record import RunRecorder
+
+    assert gc.isenabled()
+    engines = []
+    for _ in range(6):
+        workload = Workload(data_parallel_workload(32, layers=10, grad_bytes=1 << 20, fwd_micros=10, bwd_micros=10))
+        recorder = RunRecorder()
+        simulate(workload, topology=ring(32, 50.0, 500.0), model="link", observer=recorder)
+        engines.append(weakref.ref(recorder.engine))
+        del recorder
+    alive = sum(1 for engine in engines if engine() is not None)
+    assert alive <= 2, f"{alive} engines of 6 finished runs are still alive"
