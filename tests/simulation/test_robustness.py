@@ -75,21 +75,30 @@ def test_random_workloads_give_a_result_or_an_etsim_error(workload: Workload, al
 
 def test_a_process_running_many_simulations_leaves_each_finished_run_to_the_garbage_collector() -> None:
     """A run's engine and its walks form reference cycles: once the run is over, the collector's own passes free
-    them (a run that hid its objects from the collector would keep every engine of a sweep alive)."""
-    import gc
-    import weakref
+    them (a run that hid its objects from the collector would keep every engine of a sweep alive).
 
-    from etsim.network import ring
-    from etsim.producers import data_parallel_workload
-    from etsim.report.record import RunRecorder
+    In a fresh interpreter, where the collector's passes depend only on the runs (inside a long test session they
+    depend on everything before).
+    """
+    import subprocess
+    import sys
 
-    assert gc.isenabled()
-    engines = []
-    for _ in range(6):
-        workload = Workload(data_parallel_workload(32, layers=10, grad_bytes=1 << 20, fwd_micros=10, bwd_micros=10))
-        recorder = RunRecorder()
-        simulate(workload, topology=ring(32, 50.0, 500.0), model="link", observer=recorder)
-        engines.append(weakref.ref(recorder.engine))
-        del recorder
-    alive = sum(1 for engine in engines if engine() is not None)
-    assert alive <= 2, f"{alive} engines of 6 finished runs are still alive"
+    code = """
+import gc, weakref
+from etsim.chakra import Workload
+from etsim.network import ring
+from etsim.producers import data_parallel_workload
+from etsim.report.record import RunRecorder
+from etsim.simulation import simulate
+engines = []
+for _ in range(10):
+    workload = Workload(data_parallel_workload(32, layers=10, grad_bytes=1 << 20, fwd_micros=10, bwd_micros=10))
+    recorder = RunRecorder()
+    simulate(workload, topology=ring(32, 50.0, 500.0), model="link", observer=recorder)
+    engines.append(weakref.ref(recorder.engine))
+    del recorder
+print(gc.isenabled(), sum(1 for engine in engines if engine() is not None))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    enabled, alive = out.stdout.split()
+    assert enabled == "True" and int(alive) <= 5, f"{alive} engines of 10 finished runs are still alive"
