@@ -227,8 +227,8 @@ class NcclCall(CollectiveAlgorithm):
         return (
             f"; NCCL's {algo} over {nodes} nodes gives each node its own place in its binary trees, so no shift of "
             f"whole nodes maps one member's graph onto another's: with `nccl: {{algo: ^{algo}}}` (NCCL_ALGO=^{algo}) "
-            "NCCL's next choice runs instead (rings, whose graphs move with whole nodes, fold); a reduce-scatter and an "
-            "all-gather in place of the all-reduce (a training job's ZeRO-1) have no tree in NCCL"
+            "NCCL's next choice runs instead (rings, whose graphs move with whole nodes, fold); a reduce-scatter and "
+            "an all-gather in place of the all-reduce (a training job's ZeRO-1) have no tree in NCCL"
         )
 
     def shares_graph(self, collective: CollectiveType) -> bool:
