@@ -57,21 +57,30 @@ def _instances(records: Sequence[CollectiveRecord], weights: Sequence[int] | Non
 
     *weights*: how many members each record stands for (itself and its mirrors, which have its times), or None: 1.
     """
-    per_rank: dict[tuple[tuple[int, ...], str, float, int], list[tuple[float, int, int]]] = defaultdict(list)
-    groups: dict[int, tuple[int, ...]] = {}  # (records of one call share their group's list: made a tuple once)
+    # Groups by number: records of one call share their group's list (made a tuple and numbered once), and a key of
+    # a small number hashes in no time where a 1,024-member tuple is hashed whole at every lookup.
+    numbers: dict[tuple[int, ...], int] = {}
+    number_of: dict[int, int] = {}
+    sizes: list[int] = []
+    per_rank: dict[tuple[int, str, float, int], list[tuple[float, int, int]]] = defaultdict(list)
     for i, rec in enumerate(records):
-        group = groups.get(id(rec.group))
-        if group is None:
-            group = groups[id(rec.group)] = tuple(rec.group)
-        per_rank[(group, rec.type, rec.bytes, rec.rank)].append((rec.start_ns, rec.node_id, i))
-    instances: dict[tuple[tuple[int, ...], str, float, int], list[int]] = defaultdict(list)
-    covered: dict[tuple[tuple[int, ...], str, float, int], int] = defaultdict(int)
-    for (group, kind, size, _rank), calls in per_rank.items():
+        number = number_of.get(id(rec.group))
+        if number is None:
+            members = tuple(rec.group)
+            number = numbers.get(members)
+            if number is None:
+                number = numbers[members] = len(sizes)
+                sizes.append(len(members))
+            number_of[id(rec.group)] = number
+        per_rank[(number, rec.type, rec.bytes, rec.rank)].append((rec.start_ns, rec.node_id, i))
+    instances: dict[tuple[int, str, float, int], list[int]] = defaultdict(list)
+    covered: dict[tuple[int, str, float, int], int] = defaultdict(int)
+    for (number, kind, size, _rank), calls in per_rank.items():
         calls.sort()
         for k, (_, _, i) in enumerate(calls):
-            instances[(group, kind, size, k)].append(i)
-            covered[(group, kind, size, k)] += 1 if weights is None else weights[i]
-    return [[records[i] for i in members] for key, members in instances.items() if covered[key] == len(key[0])]
+            instances[(number, kind, size, k)].append(i)
+            covered[(number, kind, size, k)] += 1 if weights is None else weights[i]
+    return [[records[i] for i in members] for key, members in instances.items() if covered[key] == sizes[key[0]]]
 
 
 def collective_bound_violations(
