@@ -11,7 +11,6 @@ more than the rank's.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from etsim.chakra.graph import NodeType
@@ -106,24 +105,14 @@ def _intervals(rec: RunRecorder, run: Any) -> Intervals:
     talking = np.flatnonzero(started & ~compute & (coll | np.isin(types, _T_P2P)))
     if not len(talking):
         return mine, {}
-    names = np.empty(len(talking), dtype=object)
-    names[:] = [tr.pg_name[j] for j in talking.tolist()] if len(talking) == 1 else itemgetter(*talking)(tr.pg_name)
-    in_coll = coll[talking]
-    parts: dict[str, list[Any]] = {}  # group -> its nodes (a world collective named "0" or not named: one group)
-    for name in dict.fromkeys(names.tolist()):
-        named = names == name
-        # (no name: a collective's group is the world, "0"; a send's or receive's, p2p)
-        for group, which in [(name, named)] if name else [("0", named & in_coll), (P2P, named & ~in_coll)]:
-            nodes = talking[which]
-            if len(nodes):
-                parts.setdefault(group, []).append(nodes)
-    found = [
-        (group, np.sort(np.concatenate(arrays)) if len(arrays) > 1 else arrays[0]) for group, arrays in parts.items()
-    ]
+    names = np.array(tr.pg_name, dtype=object)[talking]
+    unnamed = ~names.astype(bool)  # (None or "": a collective's group is the world, "0"; a send's or receive's, p2p)
+    names[unnamed & coll[talking]] = "0"
+    names[unnamed & ~coll[talking]] = P2P
     comm = {}
-    for group, nodes in sorted(found, key=lambda f: int(f[1][0])):  # (groups in the order of their first node)
-        spans = list(zip(began[nodes].tolist(), ended[nodes].tolist(), strict=True))
-        comm[group] = (spans, nodes.tolist())
+    for group in dict.fromkeys(names.tolist()):  # (in the order of their first node)
+        nodes = talking[names == group]
+        comm[group] = (list(zip(began[nodes].tolist(), ended[nodes].tolist(), strict=True)), nodes.tolist())
     return mine, comm
 
 

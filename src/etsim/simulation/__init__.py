@@ -462,13 +462,14 @@ class Simulation:
         ranks = [RankResult(r.rank, r.finish_ns, r.compute_ns, r.comm_ns, r.exposed_ns) for r in engine.runs]
         # The members of one call's group as one list its records share (a 1,024-rank collective has 1,024 records).
         members: dict[int, list[int]] = {}
-        collectives = [
-            CollectiveRecord(
-                c.rank, c.node_id, c.type, c.bytes, members.get(id(c.group)) or members.setdefault(id(c.group),
-                list(c.group)), c.algorithm, c.start_ns, c.end_ns, c.rule
+        collectives = []
+        for c in engine.collectives:
+            group = members.get(id(c.group))
+            if group is None:
+                group = members[id(c.group)] = list(c.group)
+            collectives.append(
+                CollectiveRecord(c.rank, c.node_id, c.type, c.bytes, group, c.algorithm, c.start_ns, c.end_ns, c.rule)
             )
-            for c in engine.collectives
-        ]  # fmt: skip
         stats = network.link_stats()
         messages, nbytes = engine.messages, engine.bytes
         if fold is not None:
