@@ -22,7 +22,15 @@ from etsim.network import load_network
 from etsim.producers import collective_workload
 from etsim.simulation import simulate
 from etsim.system.algorithms.nccl import NcclAlgorithm, NcclCall, NcclSettings, timing
-from etsim.system.algorithms.nccl.graphs import RING_STEPS, Layout, hamiltonian_cycles, p2p_rounds, ring_steps
+from etsim.system.algorithms.nccl.graphs import (
+    RING_STEPS,
+    Layout,
+    double_binary_tree,
+    hamiltonian_cycles,
+    p2p_rounds,
+    ring_steps,
+)
+from etsim.system.algorithms.nccl.search import Comm
 from etsim.system.algorithms.nccl.timing import wire_overhead
 from etsim.system.algorithms.sources import AlgorithmContext, resolve_algorithm
 from etsim.system.config import load_system_config
@@ -270,6 +278,64 @@ def test_shared_graphs_give_the_per_position_graphs_results_to_the_last_bit(monk
         apart = run(preset, gpus, collective, size)
         monkeypatch.setattr(NcclAlgorithm, "share_graphs", True)
         assert shared.to_dict() | {"sim": None} == apart.to_dict() | {"sim": None}, (preset, collective)
+
+
+def test_trees_across_nodes_are_nccls_double_binary_tree() -> None:
+    # NCCL's own picture of its bit tree over 14 ranks (src/graph/trees.cc): 0 - 8; 8 - 4, 12; 4 - 2, 6; 12 - 10, 13.
+    first, second = double_binary_tree(14)
+    expected = {8: 0, 4: 8, 12: 8, 2: 4, 6: 4, 10: 12, 13: 12, 1: 2, 3: 2, 5: 6, 7: 6, 9: 10, 11: 10}
+    assert first[0] == [-1] + [expected[r] for r in range(1, 14)]
+    assert second[0] == [-1 if first[0][13 - r] < 0 else 13 - first[0][13 - r] for r in range(14)]  # mirrored
+    assert double_binary_tree(5)[1][0] == [1, -1, 3, 0, 3]  # an odd size: the first tree shifted by one
+    for size in range(2, 40):
+        trees = double_binary_tree(size)
+        for parent, children in trees:
+            assert parent.count(-1) == 1 and all(len(c) <= 2 for c in children)
+            for r in range(size):  # every node reaches the root
+                seen = 0
+                while parent[r] >= 0 and seen <= size:
+                    r, seen = parent[r], seen + 1
+                assert seen <= size
+        if size % 2 == 0:  # each node forwards (has children) in at most one of the two
+            assert not any(trees[0][1][r] and trees[1][1][r] for r in range(size))
+
+
+def inter_node_sent(c: NcclCall, position: int) -> float:
+    g = c.graph(c.collective, len(c.group), position)
+    node = c.layout.nodes[position]
+    return sum(
+        size for kind, size, peer in zip(g.kinds, g.chunks, g.peers, strict=True)
+        if kind == SEND and c.layout.nodes[peer] != node
+    )  # fmt: skip
+
+
+def test_a_tree_over_nodes_carries_twice_the_slice_through_its_busiest_nics_as_nccls_tree_bandwidth_says() -> None:
+    """NCCL rates a tree across more than two nodes at half the NIC's bandwidth: a node forwarding in one of the two
+    trees sends the slice to its parent and to two children. Over two nodes the slice is exchanged once."""
+    slice_bytes = 64 * MiB / 8
+    for gpus, busiest in ((16, 1.0), (32, 2.0), (64, 2.0)):
+        c = call(nccl("dgx-h100", gpus), C.ALL_REDUCE, 64 * MiB, range(gpus))
+        assert c.label.startswith("nccl:NVLSTree/Simple/")
+        sent = [inter_node_sent(c, p) / (slice_bytes * c.plan.inter_scale) for p in range(gpus)]
+        assert max(sent) == pytest.approx(busiest, rel=1e-5)
+
+
+def test_an_nvls_trees_fill_grows_in_with_its_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call of one round (a chunk of every channel and head) pays none of the fill but for its fixed cost; S rounds
+    pay ``1 − RAMP / S`` of FILL_TREE rounds per tree level through the node's NICs."""
+
+    def fixed(size: int, fill: float) -> float:
+        monkeypatch.setattr(timing, "FILL_TREE", fill)
+        return call(nccl("dgx-h100", 16), C.ALL_REDUCE, size, range(16)).plan.fixed_ns
+
+    hw = cluster("dgx-h100", 16).topology.hardware
+    nics = Comm(hw, 16, 2, 8).node_nic_bandwidth * timing.FABRIC_TIMING["ib"].efficiency
+    ops, fill_tree = 16 * 8, timing.FILL_TREE  # channels × heads
+    for size, chunk in ((8 * MiB, 64 * KiB), (GiB, 128 * KiB)):
+        rounds = size / (ops * chunk)
+        fill = fixed(size, fill_tree) - fixed(size, 0.0)
+        expected = fill_tree * 2 * (ops * chunk) / nics * (1 - timing.NVLS_TREE_RAMP / rounds)
+        assert fill == pytest.approx(expected, rel=1e-9)
 
 
 def test_nvls_is_checked_against_the_in_network_bound_not_a_rings() -> None:

@@ -13,10 +13,11 @@ nothing waits for: the part ends when they have too). Then the messages, in byte
   so the graphs are per GPU. All-reduce: 2(n − 1) steps, reduce-scatter and all-gather n − 1, each step the next
   block to the next rank; broadcast and reduce: a chain from the root, pipelined in chunks.
 - **Tree, NVLS, NVLS tree, CollNet**: their stages, pipelined in chunks: a reduce-scatter inside the node (each GPU
-  owns a slice), the slice reduced across nodes among the GPUs of the same local index (each over its own rail),
-  and an all-gather inside the node. The bytes of each stage are what the algorithm puts on that link: a tree's
-  chain moves the whole buffer up and down a node's NVLink; NVLink SHARP moves ``S·(1 + 1/n)`` per GPU and reduces
-  in the switch; SHARP reduces in the fabric, so a node's NICs carry the buffer once each way.
+  owns a slice), the slice reduced across nodes among the GPUs of the same local index (each over its own rail; on
+  NCCL's double binary tree over more than two nodes), and an all-gather inside the node. The bytes of each stage
+  are what the algorithm puts on that link: a tree's chain moves the whole buffer up and down a node's NVLink;
+  NVLink SHARP moves ``S·(1 + 1/n)`` per GPU and reduces in the switch; SHARP reduces in the fabric, so a node's
+  NICs carry the buffer once each way.
 - **All-to-all**: every rank sends its piece to every peer at once (NCCL's grouped sends).
 """
 
@@ -30,13 +31,14 @@ from typing import Any
 from etsim.algo.graph import RECV, SEND, AlgoGraph, AlgorithmBuilder
 from etsim.chakra.graph import CollectiveType
 from etsim.system.algorithms.nccl.timing import Plan
-from etsim.system.algorithms.steps import heap_tree
 
 __all__ = [
     "MIN_WIRE_BYTES",
     "RING_STEPS",
     "Layout",
+    "Tree",
     "build_graph",
+    "double_binary_tree",
     "hamiltonian_cycles",
     "ring_steps",
     "rotation_invariant",
@@ -323,8 +325,8 @@ def _trees(
     """The slice reduced up and broadcast down two complementary binary trees over the column (half on each)."""
     me = column.index(position)
     done: list[int] = []
-    for t, mirrored in enumerate((False, True)):
-        parent, children = _heap_tree(len(column), mirrored)
+    for t in (0, 1):
+        parent, children = double_binary_tree(len(column))[t]
         up, down = _TAGS["up"] + t, _TAGS["down"] + t
         half = across / 2
         got = [b.recv(column[ch], _wire(half * plan.inter_scale), up, deps=[launch], name=f"t{t}_up{chunk}_recv")
@@ -346,8 +348,39 @@ def _trees(
     return done
 
 
-#: The double binary tree's halves, made once per size (every position of a call asks for them).
-_heap_tree = functools.lru_cache(maxsize=64)(heap_tree)
+#: A tree over positions: ``(parent, children)``.
+Tree = tuple[list[int], list[list[int]]]
+
+
+@functools.lru_cache(maxsize=64)
+def double_binary_tree(size: int) -> tuple[Tree, Tree]:
+    """NCCL's two trees over *size* nodes (its double binary tree), each as ``(parent, children)``, parent -1 at root.
+
+    The first is NCCL's bit tree: node ``r``'s parent is found from its lowest set bit ``b``, ``(r ^ b) | 2b``, or
+    ``r ^ b`` where that is past the end; node 0 is the root with one child, odd nodes are the leaves, depth
+    ``ceil(log2 size)``. The second is its mirror (``r`` → ``size − 1 − r``) for an even size, else the first
+    shifted by one node. For an even size each node forwards (has children) in at most one of the two, and a
+    forwarding node's link carries twice the data of one tree each way: NCCL's tree bandwidth, half the link's.
+    Made once per size (every position of a call asks for it).
+    """
+    parent = [-1] * size
+    for r in range(1, size):
+        low = r & -r
+        up = (r ^ low) | (low << 1)
+        parent[r] = up if up < size else r ^ low
+    if size % 2 == 0:
+        second = [-1 if parent[size - 1 - r] < 0 else size - 1 - parent[size - 1 - r] for r in range(size)]
+    else:
+        second = [-1 if parent[(r - 1) % size] < 0 else (parent[(r - 1) % size] + 1) % size for r in range(size)]
+    trees = []
+    for parents in (parent, second):
+        children: list[list[int]] = [[] for _ in range(size)]
+        for r, p in enumerate(parents):
+            if p >= 0:
+                children[p].append(r)
+        trees.append((parents, children))
+    return trees[0], trees[1]
+
 
 #: Tags of the staged algorithms' channels (a stage's messages meet in order on their own tag).
 _TAGS = {"rs": 0, "xrs": 1, "xag": 2, "ag": 3, "up": 4, "down": 6}
