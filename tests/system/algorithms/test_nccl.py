@@ -320,22 +320,32 @@ def test_a_tree_over_nodes_carries_twice_the_slice_through_its_busiest_nics_as_n
         assert max(sent) == pytest.approx(busiest, rel=1e-5)
 
 
-def test_an_nvls_trees_fill_grows_in_with_its_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("gpus", [8, 16])
+def test_nvls_fill_grows_in_with_its_rounds(gpus: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """A call of one round (a chunk of every channel and head) pays none of the fill but for its fixed cost; S rounds
-    pay ``1 − RAMP / S`` of FILL_TREE rounds per tree level through the node's NICs."""
+    pay ``1 − RAMP / S`` of FILL_TREE rounds: through a GPU's NVLS link on one node (NVLS), through the node's NICs
+    per tree level across nodes (NVLS tree)."""
 
     def fixed(size: int, fill: float) -> float:
         monkeypatch.setattr(timing, "FILL_TREE", fill)
-        return call(nccl("dgx-h100", 16), C.ALL_REDUCE, size, range(16)).plan.fixed_ns
+        found = call(nccl("dgx-h100", gpus), C.ALL_REDUCE, size, range(gpus))
+        assert found.label.startswith("nccl:NVLS/" if gpus == 8 else "nccl:NVLSTree/")
+        return found.plan.fixed_ns
 
-    hw = cluster("dgx-h100", 16).topology.hardware
-    nics = Comm(hw, 16, 2, 8).node_nic_bandwidth * timing.FABRIC_TIMING["ib"].efficiency
+    hw = cluster("dgx-h100", gpus).topology.hardware
+    comm = Comm(hw, gpus, gpus // 8, 8)
+    if gpus == 8:  # NVLS's chunk shrinks below 1 GiB, 64 MiB and 8 MiB (64, 8 and 2 rounds of 128, 64, 32 KiB)
+        rate, sizes = comm.nvlink_bandwidth * 0.85, ((2 * MiB, 16 * KiB), (GiB, 128 * KiB))
+    else:  # the NVLS tree's below 64 MiB and 8 MiB on fewer than four nodes (4 and 1 rounds of 128, 64 KiB)
+        rate = comm.node_nic_bandwidth * timing.FABRIC_TIMING["ib"].efficiency / 2  # up and down one level
+        sizes = ((8 * MiB, 64 * KiB), (GiB, 128 * KiB))
     ops, fill_tree = 16 * 8, timing.FILL_TREE  # channels × heads
-    for size, chunk in ((8 * MiB, 64 * KiB), (GiB, 128 * KiB)):
+    for size, chunk in sizes:
         rounds = size / (ops * chunk)
         fill = fixed(size, fill_tree) - fixed(size, 0.0)
-        expected = fill_tree * 2 * (ops * chunk) / nics * (1 - timing.NVLS_TREE_RAMP / rounds)
+        expected = fill_tree * (ops * chunk) / rate * (1 - timing.NVLS_RAMP / rounds)
         assert fill == pytest.approx(expected, rel=1e-9)
+        assert (rounds == 1) == (fill < 0.11 * fill_tree * (ops * chunk) / rate)
 
 
 def test_nvls_is_checked_against_the_in_network_bound_not_a_rings() -> None:

@@ -76,9 +76,10 @@ LAT_NVLS, LAT_NVLS_STEP = 24.05, 2.30
 CTA = {"LL": 5.18, "LL128": 6.62, "Simple": 42.9}
 LL_CAP = 53.5
 PHI_RING, PHI_TREE, FILL_TREE = 0.52, 0.076, 2.25
-#: An NVLS tree across nodes: the share of its fill a call of one round does not pay (the rest grows in as
-#: ``1 − NVLS_TREE_RAMP / rounds``), and its fixed cost (µs) beyond the NVLS round and the network steps.
-NVLS_TREE_RAMP, NVLS_TREE_FIXED = 0.9, 15.0
+#: NVLS and the NVLS tree: the share of their fill a call of one round does not pay (the rest grows in as
+#: ``1 − NVLS_RAMP / rounds``); the NVLS tree's fixed cost across nodes (µs) beyond the NVLS round and the network
+#: steps.
+NVLS_RAMP, NVLS_TREE_FIXED = 0.9, 15.0
 LAT_GEN_EXPONENT = 0.63
 #: A tree's hop over NVLink against a ring's, by protocol: NCCL's own ratio (its tuning table's NVLink latencies,
 #: 2.27: tree 0.6 / 1.25 / 4.0 µs, ring 0.6 / 1.9 / 3.4), applied to the per-hop latencies above (fitted on rings).
@@ -282,14 +283,17 @@ def plan_call(
         per_step = max(LAT_NVLS_STEP, ln) if algo == "NVLSTree" else LAT_NVLS_STEP
         overhead_us = max(0.0, total_steps - 1) * (PHI_TREE if algo == "NVLSTree" else 1.0) * per_step
         chunks = _staged_chunks(total_steps, comm) if algo == "NVLSTree" else 1
+        # A round is a chunk of every channel and head. A call of one round is the graph's own single chunk end to
+        # end; the fill grows in as rounds pipeline: FILL_TREE rounds through each tree level's NICs (NVLS tree
+        # across nodes), else through a GPU's NVLS link.
+        round_bytes = min(step, nbytes / (channels * heads)) * channels * heads
+        ramp = 1.0 - NVLS_RAMP / total_steps
         if algo == "NVLSTree" and nodes > 1:
-            # Each tree level forwards a round (a chunk of every channel and head) through the NICs; a call of one
-            # round is the graph's own single chunk end to end, the fill grows in as rounds pipeline.
             nics = comm.node_nic_bandwidth * _fabric(comm).efficiency
-            chunk_bytes = min(step, nbytes / (channels * heads)) * channels * heads
-            ramp = 1.0 - NVLS_TREE_RAMP / total_steps
-            fill_ns = FILL_TREE * 2 * max(0, nodes.bit_length() - 1) * chunk_bytes / nics * ramp
+            fill_ns = FILL_TREE * 2 * max(0, nodes.bit_length() - 1) * round_bytes / nics * ramp
             fill_ns += NVLS_TREE_FIXED * 1000.0
+        elif algo == "NVLS":
+            fill_ns = FILL_TREE * round_bytes / (comm.nvlink_bandwidth * _nvls_efficiency(comm)) * ramp
     else:  # CollNet
         chain = algo == "CollNetChain"
         path = (2 * (ppn - 1) * li if chain else LAT_NVLS) + 2 * ln
