@@ -138,3 +138,31 @@ def test_a_ctrl_c_that_lands_in_a_callback_still_interrupts_the_command() -> Non
         done = subprocess.run([sys.executable, "-c", code, hook], capture_output=True, text=True, timeout=60)
         assert done.stdout.strip() == expected, (hook, done.stdout, done.stderr)
         assert ("Traceback" in done.stderr) == (hook == "python")
+
+
+def test_a_ctrl_c_while_a_module_defines_a_dataclass_is_an_interrupt_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Python 3.11 wraps an exception from a class attribute's ``__set_name__`` in RuntimeError: a Ctrl-C that landed
+    while a command's imports defined a dataclass ended the command with that RuntimeError's traceback."""
+    import dataclasses
+
+    import etsim.cli
+
+    def importing(argv: object) -> int:
+        class Field:
+            def __set_name__(self, owner: type, name: str) -> None:
+                raise KeyboardInterrupt
+
+        try:
+            dataclasses.make_dataclass("Defined", [("hops", int, Field())])
+        except RuntimeError as exc:  # (3.12 and later raise the interrupt itself)
+            raise RuntimeError("Error calling __set_name__") from exc.__cause__
+        raise AssertionError("the interrupt was not raised")
+
+    monkeypatch.setattr(etsim.cli, "_main", importing)
+    assert main([]) == 130
+    assert capsys.readouterr().err.strip() == "etsim: interrupted"
+    monkeypatch.setattr(etsim.cli, "_main", lambda argv: (_ for _ in ()).throw(RuntimeError("other")))
+    with pytest.raises(RuntimeError, match="other"):
+        main([])

@@ -152,9 +152,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt as exc:  # at any moment, a command's imports included
-        signum = getattr(exc, "signum", signal.SIGINT)
-        print("etsim: interrupted" if signum == signal.SIGINT else "etsim: terminated", file=sys.stderr)
-        return 128 + int(signum)
+        return _interrupted(exc)
+    except RuntimeError as exc:
+        # Python 3.11 wraps what a class attribute's __set_name__ raises in a RuntimeError: a Ctrl-C that lands
+        # while an imported module defines a dataclass arrives so.
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            return _interrupted(exc.__cause__)
+        raise
+
+
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    signum = getattr(exc, "signum", signal.SIGINT)
+    print("etsim: interrupted" if signum == signal.SIGINT else "etsim: terminated", file=sys.stderr)
+    return 128 + int(signum)
 
 
 def _typed_names(argv: Sequence[str]) -> set[str]:
