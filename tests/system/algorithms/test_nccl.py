@@ -320,25 +320,28 @@ def test_a_tree_over_nodes_carries_twice_the_slice_through_its_busiest_nics_as_n
         assert max(sent) == pytest.approx(busiest, rel=1e-5)
 
 
-@pytest.mark.parametrize("gpus", [8, 16])
-def test_nvls_fill_grows_in_with_its_rounds(gpus: int, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("gpus", "nic"), [(8, None), (16, None), (16, "800 GB/s")])
+def test_nvls_fill_grows_in_with_its_rounds(gpus: int, nic: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
     """A call of one round (a chunk of every channel and head) pays none of the fill but for its fixed cost; S rounds
-    pay ``1 − RAMP / S`` of FILL_TREE rounds: through a GPU's NVLS link on one node (NVLS), through the node's NICs
-    per tree level across nodes (NVLS tree)."""
+    pay ``1 − RAMP / S`` of FILL_TREE rounds through the slower stage: a GPU's NVLS link, or across nodes the node's
+    NICs at each tree level (up and down). Eight 800 GB/s NICs leave the NVLS link the slower."""
+    more = {} if nic is None else {"nic_bandwidth": nic}
 
     def fixed(size: int, fill: float) -> float:
         monkeypatch.setattr(timing, "FILL_TREE", fill)
-        found = call(nccl("dgx-h100", gpus), C.ALL_REDUCE, size, range(gpus))
+        found = call(nccl("dgx-h100", gpus, **more), C.ALL_REDUCE, size, range(gpus))
         assert found.label.startswith("nccl:NVLS/" if gpus == 8 else "nccl:NVLSTree/")
         return found.plan.fixed_ns
 
-    hw = cluster("dgx-h100", gpus).topology.hardware
+    hw = cluster("dgx-h100", gpus, **more).topology.hardware
     comm = Comm(hw, gpus, gpus // 8, 8)
+    rate = comm.nvlink_bandwidth * 0.85  # a GPU's NVLS link: NCCL's NVLink reach at Hopper's NVLS efficiency
     if gpus == 8:  # NVLS's chunk shrinks below 1 GiB, 64 MiB and 8 MiB (64, 8 and 2 rounds of 128, 64, 32 KiB)
-        rate, sizes = comm.nvlink_bandwidth * 0.85, ((2 * MiB, 16 * KiB), (GiB, 128 * KiB))
+        sizes = ((2 * MiB, 16 * KiB), (GiB, 128 * KiB))
     else:  # the NVLS tree's below 64 MiB and 8 MiB on fewer than four nodes (4 and 1 rounds of 128, 64 KiB)
-        rate = comm.node_nic_bandwidth * timing.FABRIC_TIMING["ib"].efficiency / 2  # up and down one level
+        rate = min(rate, comm.node_nic_bandwidth * timing.FABRIC_TIMING["ib"].efficiency / 2)  # up and down
         sizes = ((8 * MiB, 64 * KiB), (GiB, 128 * KiB))
+    assert (rate == comm.nvlink_bandwidth * 0.85) == (nic is not None or gpus == 8)
     ops, fill_tree = 16 * 8, timing.FILL_TREE  # channels × heads
     for size, chunk in sizes:
         rounds = size / (ops * chunk)

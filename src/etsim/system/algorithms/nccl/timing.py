@@ -284,16 +284,15 @@ def plan_call(
         overhead_us = max(0.0, total_steps - 1) * (PHI_TREE if algo == "NVLSTree" else 1.0) * per_step
         chunks = _staged_chunks(total_steps, comm) if algo == "NVLSTree" else 1
         # A round is a chunk of every channel and head. A call of one round is the graph's own single chunk end to
-        # end; the fill grows in as rounds pipeline: FILL_TREE rounds through each tree level's NICs (NVLS tree
-        # across nodes), else through a GPU's NVLS link.
+        # end; the fill grows in as rounds pipeline: FILL_TREE rounds through a GPU's NVLS link or, across nodes,
+        # through the NICs at each tree level, whichever stage is slower.
         round_bytes = min(step, nbytes / (channels * heads)) * channels * heads
         ramp = 1.0 - NVLS_RAMP / total_steps
+        fill_ns = FILL_TREE * round_bytes / (comm.nvlink_bandwidth * _nvls_efficiency(comm)) * ramp
         if algo == "NVLSTree" and nodes > 1:
             nics = comm.node_nic_bandwidth * _fabric(comm).efficiency
-            fill_ns = FILL_TREE * 2 * max(0, nodes.bit_length() - 1) * round_bytes / nics * ramp
-            fill_ns += NVLS_TREE_FIXED * 1000.0
-        elif algo == "NVLS":
-            fill_ns = FILL_TREE * round_bytes / (comm.nvlink_bandwidth * _nvls_efficiency(comm)) * ramp
+            levels = FILL_TREE * 2 * max(0, nodes.bit_length() - 1) * round_bytes / nics * ramp
+            fill_ns = max(fill_ns, levels) + NVLS_TREE_FIXED * 1000.0
     else:  # CollNet
         chain = algo == "CollNetChain"
         path = (2 * (ppn - 1) * li if chain else LAT_NVLS) + 2 * ln
