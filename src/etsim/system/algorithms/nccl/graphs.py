@@ -356,6 +356,8 @@ Tree = tuple[list[int], list[list[int]]]
 def double_binary_tree(size: int) -> tuple[Tree, Tree]:
     """NCCL's two trees over *size* nodes (its double binary tree), each as ``(parent, children)``, parent -1 at root.
 
+    As NCCL lays them (``src/graph/trees.cc``, the same in 2.18 and 2.29).
+
     The first is NCCL's bit tree: node ``r``'s parent is found from its lowest set bit ``b``, ``(r ^ b) | 2b``, or
     ``r ^ b`` where that is past the end; node 0 is the root with one child, odd nodes are the leaves, depth
     ``ceil(log2 size)``. The second is its mirror (``r`` → ``size − 1 − r``) for an even size, else the first
