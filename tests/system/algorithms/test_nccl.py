@@ -322,9 +322,9 @@ def test_a_tree_over_nodes_carries_twice_the_slice_through_its_busiest_nics_as_n
 
 @pytest.mark.parametrize(("gpus", "nic"), [(8, None), (16, None), (16, "800 GB/s")])
 def test_nvls_fill_grows_in_with_its_rounds(gpus: int, nic: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A call of one round (a chunk of every channel and head) pays none of the fill but for its fixed cost; S rounds
-    pay ``1 − RAMP / S`` of FILL_TREE rounds through the slower stage: a GPU's NVLS link, or across nodes the node's
-    NICs at each tree level (up and down). Eight 800 GB/s NICs leave the NVLS link the slower."""
+    """S rounds (a round: a chunk of every channel and head) pay ``1 − RAMP / S`` of FILL_TREE rounds through the
+    slower stage: a GPU's NVLS link, or across nodes the node's NICs at each tree level (up and down), plus the NVLS
+    tree's fixed cost; a call of one round a tenth. Eight 800 GB/s NICs leave the NVLS link the slower."""
     more = {} if nic is None else {"nic_bandwidth": nic}
 
     def fixed(size: int, fill: float) -> float:
@@ -349,6 +349,10 @@ def test_nvls_fill_grows_in_with_its_rounds(gpus: int, nic: str | None, monkeypa
         expected = fill_tree * (ops * chunk) / rate * (1 - timing.NVLS_RAMP / rounds)
         assert fill == pytest.approx(expected, rel=1e-9)
         assert (rounds == 1) == (fill < 0.11 * fill_tree * (ops * chunk) / rate)
+    monkeypatch.setattr(timing, "NVLS_TREE_FIXED", 0.0)
+    unfixed = fixed(GiB, 0.0)
+    monkeypatch.setattr(timing, "NVLS_TREE_FIXED", 15.0)
+    assert fixed(GiB, 0.0) - unfixed == (0.0 if gpus == 8 else pytest.approx(15_000.0, rel=1e-9))
 
 
 def test_nvls_is_checked_against_the_in_network_bound_not_a_rings() -> None:
