@@ -370,10 +370,10 @@ def double_binary_tree(size: int) -> tuple[Tree, Tree]:
         low = r & -r
         up = (r ^ low) | (low << 1)
         parent[r] = up if up < size else r ^ low
-    if size % 2 == 0:
-        second = [-1 if parent[size - 1 - r] < 0 else size - 1 - parent[size - 1 - r] for r in range(size)]
-    else:
-        second = [-1 if parent[(r - 1) % size] < 0 else (parent[(r - 1) % size] + 1) % size for r in range(size)]
+    second = [-1] * size  # the first relabelled: mirrored, or shifted by one
+    for r, p in enumerate(parent):
+        if p >= 0:
+            second[_other_tree(r, size)] = _other_tree(p, size)
     trees = []
     for parents in (parent, second):
         children: list[list[int]] = [[] for _ in range(size)]
@@ -382,6 +382,11 @@ def double_binary_tree(size: int) -> tuple[Tree, Tree]:
                 children[p].append(r)
         trees.append((parents, children))
     return trees[0], trees[1]
+
+
+def _other_tree(node: int, size: int) -> int:
+    """Where *node* of NCCL's first tree sits in its second: mirrored for an even size, else shifted by one."""
+    return size - 1 - node if size % 2 == 0 else (node + 1) % size
 
 
 #: Tags of the staged algorithms' channels (a stage's messages meet in order on their own tag).
