@@ -301,12 +301,12 @@ def _workload(collective: str, nbytes: int, ranks: int, calls: int = 1) -> Workl
                 last = [b.collective(kind, size, deps=last)]
             traces.append(b.build(rank=rank))
         return Workload(traces)
-    if kind is None:  # sendrecv: every rank sends its buffer to the next and receives the previous one's
-        traces = []
+    if kind is None:  # sendrecv: every rank sends its buffer to the next and receives the previous one's, on the
+        traces = []  # test's one communicator of every rank (pg_name "0")
         for rank in range(ranks):
             b = TraceBuilder()
-            b.send((rank + 1) % ranks, nbytes, tag=0)
-            b.recv((rank - 1) % ranks, nbytes, tag=0)
+            b.send((rank + 1) % ranks, nbytes, tag=0, pg_name="0")
+            b.recv((rank - 1) % ranks, nbytes, tag=0, pg_name="0")
             traces.append(b.build(rank=rank))
         return Workload(traces)
     return Workload(collective_workload(kind, size, ranks))

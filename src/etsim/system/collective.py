@@ -25,6 +25,7 @@ from etsim.system.algorithms import CollectiveAlgorithm, DeferredCheck, Deferred
 from etsim.system.config import SystemConfig, chunk_sizes
 from etsim.system.groups import CommGroups
 from etsim.system.mirrors import Mirrors
+from etsim.system.p2p import RuntimeSends
 from etsim.system.rules import CallInfo
 from etsim.system.selection import AlgorithmSelection, Choice, NoRuleError, default_algorithm
 
@@ -418,11 +419,11 @@ class System:
             graph = self._graphs[key] = algorithm.graph(lookup, n, position)
         return graph
 
-    def p2p_timing(self) -> Callable[[int, int, float], tuple[float, float]] | None:
+    def p2p_timing(self) -> RuntimeSends | None:
         """How workload send/receive messages run: NCCL's ncclSend/ncclRecv where NCCL serves the run's all-to-all.
 
-        The function gives, for a message of *bytes* from one rank to another, its wire bytes and the runtime's delay
-        before it enters the network (``NcclAlgorithm.p2p_message``); None: plain messages (every other algorithm).
+        It gives, for a send node of a trace, its wire bytes and the runtime's delay before it enters the network
+        (:class:`~etsim.system.p2p.RuntimeSends`); None: plain messages (every other algorithm).
         """
         # The algorithm the run's configuration names for all-to-all, without choosing (no fallback warnings).
         rule = next((r for r in self.selection.rules if r.is_default or r.collective == "all_to_all"), None)
@@ -434,7 +435,7 @@ class System:
             algorithm = self.selection.resolve(default_algorithm(CollectiveType.ALL_TO_ALL, self.topology))[1]
         if not getattr(algorithm, "serves_p2p", False):
             return None
-        return algorithm.p2p_message  # type: ignore[attr-defined, no-any-return]
+        return RuntimeSends(algorithm.p2p_message, self.groups)  # type: ignore[attr-defined]
 
     def written_as_is(self) -> AbstractSet[str]:
         """Labels of the algorithms run with their files' own sizes (``families_as_written``), not the call's.

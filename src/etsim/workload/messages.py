@@ -119,12 +119,15 @@ class Mailbox:
         tag: int,
         size: float,
         delay: float = 0.0,
+        wire: float | None = None,
     ) -> None:
         """Send *size* bytes; node *j* of *run* finishes on delivery, and the matching receive with it.
 
-        *delay* (ns) is paid besides the run's endpoint delay, before the message enters the network (a runtime's
-        own cost of the send: NCCL's, ``System.p2p_timing``).
+        *delay* (ns) is paid besides the run's endpoint delay, before the message enters the network, and *wire* is
+        what the network carries instead of *size* (None: *size*): a runtime's own cost of the send, NCCL's
+        (``System.p2p_timing``). The receive matches *size*.
         """
+        sent = size if wire is None else wire
         key = (src, dst, tag) if self._mirror is None else self._mirror(src, dst, tag)
         ch = chans.get(key)
         if ch is None:
@@ -132,20 +135,20 @@ class Mailbox:
         seq = ch.sent
         ch.sent = seq + 1
         self.messages += 1
-        self.bytes += size
+        self.bytes += sent
         if self.messages >= self.progress_at and self.progress is not None:
             self.progress(self)
         if self._observer is not None:
-            self._observer.message_sent(run, j, src, dst, tag, size)
+            self._observer.message_sent(run, j, src, dst, tag, sent)
         if run.endpoint_delay > 0:
             if self._delay_at_receive and not delay:
-                event = self._transfer_then(src, dst, size, run.endpoint_delay)
+                event = self._transfer_then(src, dst, sent, run.endpoint_delay)
             else:
-                event = self._transfer_after(src, dst, size, run.endpoint_delay + delay)
+                event = self._transfer_after(src, dst, sent, run.endpoint_delay + delay)
         elif delay > 0:
-            event = self._transfer_after(src, dst, size, delay)
+            event = self._transfer_after(src, dst, sent, delay)
         else:
-            event = self._transfer(src, dst, size)
+            event = self._transfer(src, dst, sent)
         # Messages delivered by one event (models coalesce same-instant deliveries) form one batch,
         # handled by one callback: no callback object and no call per message.
         batch = self._batches.get(event)

@@ -563,17 +563,13 @@ class WorkloadRun(GraphRun):
             if eng.p2p is None:
                 eng.mailbox.send(self, j, self.rank, dst, eng.workload_channels, tr.comm_tag[j], size)  # type: ignore[arg-type]
             else:  # the runtime's send: its wire bytes and its own delay (NCCL's ncclSend)
-                wire, delay = eng.p2p(self.rank, dst, size)  # type: ignore[arg-type]
-                eng.mailbox.send(self, j, self.rank, dst, eng.workload_channels, tr.comm_tag[j], wire, delay)  # type: ignore[arg-type]
+                wire, delay = eng.p2p(self.rank, dst, size, tr, j)  # type: ignore[arg-type]
+                eng.mailbox.send(self, j, self.rank, dst, eng.workload_channels, tr.comm_tag[j], size, delay, wire)  # type: ignore[arg-type]
         elif t == _T_RECV:
             self.account()
             self.n_comm += 1
             src, size = tr.comm_src[j], tr.comm_size[j]
-            if eng.p2p is None:
-                eng.mailbox.recv(self, j, src, self.rank, eng.workload_channels, tr.comm_tag[j], size)  # type: ignore[arg-type]
-            else:  # the receive expects what the runtime's send puts on the wire
-                wire = eng.p2p(src, self.rank, size)[0]  # type: ignore[arg-type]
-                eng.mailbox.recv(self, j, src, self.rank, eng.workload_channels, tr.comm_tag[j], wire)  # type: ignore[arg-type]
+            eng.mailbox.recv(self, j, src, self.rank, eng.workload_channels, tr.comm_tag[j], size)  # type: ignore[arg-type]
         elif t == _T_COLL:
             self.account()
             self.n_comm += 1

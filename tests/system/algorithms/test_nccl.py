@@ -399,14 +399,14 @@ def test_results_name_ncclss_choice(tmp_path: Path) -> None:
 # -- send and receive ----------------------------------------------------------------------------------------------
 
 
-def sendrecv(gpus: int, size: int) -> Workload:
+def sendrecv(gpus: int, size: int, pg_name: str | None = None, recv_pg_name: str | None = "same") -> Workload:
     from etsim.chakra.builder import TraceBuilder
 
     traces = []
     for rank in range(gpus):
         b = TraceBuilder()
-        b.send((rank + 1) % gpus, size)
-        b.recv((rank - 1) % gpus, size)
+        b.send((rank + 1) % gpus, size, pg_name=pg_name)
+        b.recv((rank - 1) % gpus, size, pg_name=pg_name if recv_pg_name == "same" else recv_pg_name)
         traces.append(b.build(rank=rank))
     return Workload(traces)
 
@@ -424,6 +424,74 @@ def test_workload_sends_run_as_ncclsend_its_launch_then_its_peer_copy() -> None:
     assert plain.finish_ns == pytest.approx(700 + size / 450, rel=1e-12)
     ring = simulate(sendrecv(8, size), topology=topo, system=load_system_config({"algorithms": {"default": "ring"}}))
     assert ring.finish_ns == plain.finish_ns  # the natives' runs keep plain messages
+
+
+def test_p2p_channels_split_a_send_as_nccl_does_by_its_size() -> None:
+    hw = cluster("dgx-h100", 8).topology.hardware
+    eight, pair = Comm(hw, 8, 1, 8), Comm(hw, 2, 1, 2)
+    sizes = (64 * KiB, 128 * KiB, 32 * MiB, 64 * MiB, 128 * MiB, 256 * MiB, 512 * MiB, GiB)
+    # 32 p2p channels shared by 8 ranks: 4 a peer, one per 64 KiB, doubled while a channel's part exceeds 16 MiB.
+    assert [timing.p2p_channels(eight, 32, s) for s in sizes] == [1, 2, 4, 4, 8, 16, 32, 32]
+    assert [timing.p2p_channels(eight, 24, s) for s in sizes] == [1, 2, 4, 4, 8, 16, 32, 32]  # 24 round up to 32
+    assert [timing.p2p_channels(pair, 32, s) for s in sizes] == [1, 2, 16, 16, 16, 16, 32, 32]
+
+
+def test_sends_on_one_nodes_communicator_run_on_its_channels() -> None:
+    from etsim.system.algorithms.nccl.timing import LAT_P2P, P2P_CHANNEL, T_KERNEL
+
+    topo = cluster("dgx-h100", 8)
+    for size, channels in ((32 * MiB, 4), (64 * MiB, 4), (128 * MiB, 8)):
+        # nccl-tests' sendrecv: one communicator of the 8 GPUs, each send on 4 or 8 channels of 21 GB/s.
+        result = simulate(sendrecv(8, size, "0"), topology=topo)
+        wire = round(size * 450 / (channels * P2P_CHANNEL * 1.5))
+        assert result.finish_ns == pytest.approx((T_KERNEL + LAT_P2P) * 1e3 + wire / 450, rel=1e-12)
+        # A send of its own pair's communicator has 16 channels, more than the NVLink copy reaches.
+        pair = simulate(sendrecv(8, size), topology=topo)
+        nvlink = round(size * 450 / (18 * 20.6 * timing.P2P_NVLINK))
+        assert pair.finish_ns == pytest.approx((T_KERNEL + LAT_P2P) * 1e3 + nvlink / 450, rel=1e-12)
+    # A communicator across nodes keeps the pair's peer copy and the fabric (NCCL's split there is not modelled).
+    two = cluster("dgx-h100", 16)
+    assert (
+        simulate(sendrecv(16, 32 * MiB, "0"), topology=two).finish_ns
+        == simulate(sendrecv(16, 32 * MiB), topology=two).finish_ns
+    )
+    # A receive matches the bytes sent, whatever its node names; the send's communicator sets the time.
+    assert simulate(sendrecv(8, 32 * MiB, "0", recv_pg_name=None), topology=topo).finish_ns == pytest.approx(
+        (T_KERNEL + LAT_P2P) * 1e3 + 32 * MiB / (4 * P2P_CHANNEL * 1.5), rel=1e-8
+    )
+
+
+def test_a_ranks_sends_to_several_peers_share_its_nvlink_and_add_their_channels() -> None:
+    from etsim.chakra.builder import TraceBuilder
+    from etsim.system.algorithms.nccl.timing import LAT_P2P, P2P_CHANNEL, T_KERNEL
+
+    def exchange(peers: int, size: int) -> Workload:  # every rank sends to and receives from the next *peers*
+        traces = []
+        for rank in range(8):
+            b = TraceBuilder()
+            for d in range(1, peers + 1):
+                b.send((rank + d) % 8, size, tag=d, pg_name="0")
+                b.recv((rank - d) % 8, size, tag=d, pg_name="0")
+            traces.append(b.build(rank=rank))
+        return Workload(traces)
+
+    topo, grouped = cluster("dgx-h100", 8), load_system_config({"resources": {"comm_streams": 0}})  # one group call
+    fixed = (T_KERNEL + LAT_P2P) * 1e3
+    # Two peers of 32 MiB: 4 channels each, 168 GB/s together, under the NVLink copy: each message at 84 GB/s.
+    two = simulate(exchange(2, 32 * MiB), topology=topo, system=grouped).finish_ns
+    assert two == pytest.approx(fixed + 32 * MiB / (4 * P2P_CHANNEL * 1.5), rel=1e-8)
+    # Seven: 588 GB/s of channels, more than the NVLink copy (331.9 GB/s) that the seven share.
+    seven = simulate(exchange(7, 32 * MiB), topology=topo, system=grouped).finish_ns
+    assert seven == pytest.approx(fixed + 7 * 32 * MiB / (18 * 20.6 * timing.P2P_NVLINK), rel=1e-8)
+
+
+def test_one_nodes_all_to_all_is_bound_by_its_peers_channels_when_small() -> None:
+    algo = nccl("dgx-h100", 8)
+    # 128 KiB a peer: 2 channels each, 7 peers at 21 GB/s a channel, slower than the NVLink copy (331.9 GB/s).
+    small = call(algo, C.ALL_TO_ALL, MiB, range(8)).plan
+    assert small.intra_scale == pytest.approx(450 / (7 * 2 * timing.P2P_CHANNEL * 1.5), rel=1e-12)
+    large = call(algo, C.ALL_TO_ALL, 64 * MiB, range(8)).plan  # 4 channels a peer: NVLink bounds it
+    assert large.intra_scale == pytest.approx(450 / (18 * 20.6 * timing.P2P_NVLINK), rel=1e-12)
 
 
 def test_all_to_alls_follow_nccls_peer_to_peer_schedule() -> None:

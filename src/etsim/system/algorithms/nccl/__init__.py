@@ -21,7 +21,7 @@ from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
 from etsim.system.algorithms.nccl.graphs import Layout, build_graph, ring_steps, rotation_invariant
 from etsim.system.algorithms.nccl.search import Comm, channel_graphs
 from etsim.system.algorithms.nccl.settings import NcclSettings, forced
-from etsim.system.algorithms.nccl.timing import Plan, p2p_message, plan_call, plan_p2p
+from etsim.system.algorithms.nccl.timing import Plan, p2p_channel_scale, p2p_message, plan_call, plan_p2p
 from etsim.system.algorithms.nccl.tuner import choose
 from etsim.system.algorithms.sources import SOURCES, AlgorithmContext, AlgorithmSource
 
@@ -54,7 +54,8 @@ class NcclAlgorithm(CollectiveAlgorithm):
         self.settings = settings or NcclSettings()
         self._calls: dict[tuple[int, int, tuple[int, ...]], NcclCall] = {}
         self._routes: dict[tuple[int, int], float] = {}
-        self._p2p: dict[tuple[int, int], tuple[float, float]] = {}
+        self._p2p: dict[tuple[int, ...], tuple[float, float, Comm, int, object]] = {}
+        self._p2p_sized: dict[tuple[tuple[int, ...], float, int], float] = {}
 
     def hardware(self) -> GpuCluster:
         """The cluster's hardware; a clear error when the topology does not describe one."""
@@ -71,21 +72,41 @@ class NcclAlgorithm(CollectiveAlgorithm):
         """Workload send/receive run as NCCL's (``settings.p2p``, on a cluster whose hardware is described)."""
         return self.settings.p2p and isinstance(getattr(self.topology, "hardware", None), GpuCluster)
 
-    def p2p_message(self, src: int, dst: int, nbytes: float) -> tuple[float, float]:
+    def p2p_message(
+        self, src: int, dst: int, nbytes: float, group: tuple[int, ...] | None = None, peers: int = 1
+    ) -> tuple[float, float]:
         """A workload message of *nbytes* from NPU *src* to *dst* as ncclSend/ncclRecv: (wire bytes, delay ns).
 
-        The delay is NCCL's latency less the network's own on the route (the message pays that).
+        *group* is the communicator the send runs on (its node's ``pg_name``); None: the pair's own, as PyTorch
+        gives a lone send. In a communicator of one NVSwitch node the channels NCCL gives a send by its size bound
+        its rate, shared by the *peers* its rank sends to in that communicator (``timing.p2p_channels``); across
+        nodes, and on direct NVLink or PCIe, the pair's peer copy or the fabric does. The delay is NCCL's latency
+        less the network's own on the route (the message pays that).
         """
-        key = (src, dst)
+        key = (src, dst) if group is None else (src, dst, id(group))
         found = self._p2p.get(key)
         if found is None:
-            hw = self.hardware()
-            remote = hw.node_of(src) != hw.node_of(dst)
-            comm = Comm(hw, 2, 2 if remote else 1, 1 if remote else 2)
-            scale, latency = p2p_message(comm, remote)
-            found = self._p2p[key] = (scale, max(0.0, latency - self._route_latency(src, dst)))
-        scale, delay = found
+            found = self._p2p[key] = self._p2p_pair(src, dst, group)
+        scale, delay, comm, channels, _ = found
+        if channels:
+            sized = self._p2p_sized.get((key, nbytes, peers))
+            if sized is None:
+                sized = self._p2p_sized[key, nbytes, peers] = p2p_channel_scale(comm, channels, nbytes, peers)
+            scale = sized
         return float(round(nbytes * scale)), delay
+
+    def _p2p_pair(self, src: int, dst: int, group: tuple[int, ...] | None) -> tuple[float, float, Comm, int, object]:
+        """A pair's scale and delay, its communicator and that communicator's CUDA channels (0: no channel bound)."""
+        hw = self.hardware()
+        remote = hw.node_of(src) != hw.node_of(dst)
+        comm = Comm(hw, 2, 2 if remote else 1, 1 if remote else 2)
+        if group is not None and not remote and len({hw.node_of(r) for r in group}) == 1:
+            comm = Comm(hw, len(group), 1, len(group))
+        one_node = not remote and comm.nodes == 1 and (group is None or comm.ranks == len(group))
+        channels = channel_graphs(comm, self.settings).comm_channels if one_node and hw.intra == "nvswitch" else 0
+        scale, latency = p2p_message(comm, remote)
+        # The group is kept with its key (its id), so the id is not reused while the entry lives.
+        return scale, max(0.0, latency - self._route_latency(src, dst)), comm, channels, group
 
     def supports(self, collective: CollectiveType, group_size: int) -> str | None:
         """The collectives NCCL runs, on a cluster whose hardware the topology describes."""
@@ -116,7 +137,9 @@ class NcclAlgorithm(CollectiveAlgorithm):
         if collective == C.ALL_TO_ALL:
             remote = n - layout.per_node
             farthest = max(self._route_latency(group[0], group[q]) for q in range(1, n)) if n > 1 else 0.0
-            plan = plan_p2p(comm, self.settings, nbytes / n, remote, farthest)
+            one_node = comm.nodes == 1 and hw.intra == "nvswitch"
+            channels = channel_graphs(comm, self.settings).comm_channels if one_node else 0
+            plan = plan_p2p(comm, self.settings, nbytes / n, remote, farthest, channels)
             return NcclCall(self, collective, nbytes, group, layout, plan)
         graphs = channel_graphs(comm, self.settings)
         kind = CollectiveType.REDUCE_SCATTER if collective == C.REDUCE_SCATTER_BLOCK else collective

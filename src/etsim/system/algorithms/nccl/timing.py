@@ -30,7 +30,17 @@ from etsim.system.algorithms.nccl.search import Comm, Graphs
 from etsim.system.algorithms.nccl.settings import NcclSettings
 from etsim.system.algorithms.nccl.tuner import MAX_THREADS, Choice
 
-__all__ = ["FABRIC_TIMING", "FabricTiming", "Plan", "p2p_message", "plan_call", "plan_p2p", "wire_overhead"]
+__all__ = [
+    "FABRIC_TIMING",
+    "FabricTiming",
+    "Plan",
+    "p2p_channel_scale",
+    "p2p_channels",
+    "p2p_message",
+    "plan_call",
+    "plan_p2p",
+    "wire_overhead",
+]
 
 C = CollectiveType
 
@@ -94,6 +104,13 @@ _GENERATION = {70: 1.0, 80: 1.0, 90: 1.5, 100: 2.25, 120: 1.5}
 #: The NVSwitch's reduction efficiency (NCCL 2.28: Hopper 0.85, Blackwell 0.74; an NVL72 rack's trays 0.6).
 _NVLS_EFFICIENCY = {90: 0.85, 100: 0.74}
 NVL72_NVLS_EFFICIENCY = 0.6
+#: NCCL's p2p chunk over NVLink (its ``NCCL_P2P_NVL_CHUNKSIZE``, 512 KiB): a peer gets a channel per 1/8 chunk of its
+#: message and more while a channel's part exceeds 32 chunks (2.29 ``addP2pToPlan``, one node).
+P2P_NVL_CHUNK = 512 << 10
+#: What one p2p channel of a send/receive pair moves per direction at A100 speed (GB/s): the send has about half of
+#: its CTA's warps, the receive the rest (2.29 ``sendrecv.h``). Fitted on the 8×H100 ``sendrecv`` table, whose 32 and
+#: 64 MiB rows run on 4 channels and 128 MiB on 8: 21 GB/s per channel on H100 less the 23 µs of a call.
+P2P_CHANNEL = 14.0
 #: Host-staged copies (GPUs without peer access) reach this fraction of the PCIe rate.
 SHM_EFFICIENCY = 0.55
 # NCCL's pipeline granularity: a Simple step (4 MiB buffer / 8 steps), LL and LL128 steps, NVLS chunks.
@@ -318,12 +335,14 @@ def plan_call(
 
 
 def plan_p2p(
-    comm: Comm, settings: NcclSettings, peer_bytes: float, remote_peers: int, network_latency_ns: float = 0.0
-) -> Plan:
+    comm: Comm, settings: NcclSettings, peer_bytes: float, remote_peers: int, network_latency_ns: float = 0.0,
+    comm_channels: int = 0,
+) -> Plan:  # fmt: skip
     """The timing of a grouped send/receive to every peer (all-to-all): NCCL's peer scheme, Simple protocol.
 
     *network_latency_ns*: the latency the network adds to the farthest peer's message (the fixed delay leaves it
-    out).
+    out). *comm_channels*: the communicator's CUDA channels when it is one NVSwitch node, whose peers' channels
+    bound small messages (:func:`p2p_channel_scale`); 0 elsewhere.
     """
     fabric = _fabric(comm) if comm.nodes > 1 else None
     latency = T_KERNEL + LAT_P2P
@@ -332,6 +351,8 @@ def plan_p2p(
             fabric.peer_us + (fabric.small_peer_us if peer_bytes < 256 else 0.0)
         )
     intra = comm.hardware.nvlink_bandwidth / (_intra_rate(comm) * P2P_NVLINK) if comm.nvlink else 1 / SHM_EFFICIENCY
+    if comm_channels and comm.ranks > 1:  # every other rank a peer, each on its channels (as a workload's sends)
+        intra = p2p_channel_scale(comm, comm_channels, peer_bytes, comm.ranks - 1)
     inter = 1.0 / fabric.p2p_efficiency if fabric is not None else 1.0
     host_ns = settings.gpus_per_process * HOST_PER_P2P * 2 * comm.ranks * 1000.0
     choice = Choice("P2P", "Simple", 1, 512, 0.0)
@@ -339,6 +360,40 @@ def plan_p2p(
     if settings.gpus_per_process > 1:  # one thread enqueues every GPU's sends before any starts
         return Plan(choice, intra, inter, fixed_ns + host_ns, 0.0, 0.0, 1)
     return Plan(choice, intra, inter, fixed_ns, 0.0, host_ns, 1)
+
+
+def p2p_channels(comm: Comm, comm_channels: int, nbytes: float) -> int:
+    """The channels NCCL gives one send of *nbytes* to a peer in a communicator of one node (NVSwitch).
+
+    The communicator's p2p channels are its CUDA channels *comm_channels* rounded up to a power of two; a peer starts
+    with its share of them (halved until every rank's share fits, at least one), at most one per 1/8 NVLink chunk of
+    the message, and doubles them while a channel's part exceeds 32 chunks, up to all of them (NCCL 2.29
+    ``ncclTopoComputeP2pChannels``, ``addP2pToPlan``). An 8-rank H100 communicator: 4 channels up to 64 MiB, 8 at
+    128 MiB, 16 at 256 MiB, 32 from 512 MiB.
+    """
+    total = 1 << max(0, comm_channels - 1).bit_length()
+    share = total
+    while share * comm.ranks > total and share > 1:
+        share //= 2
+    least_part, most_part = P2P_NVL_CHUNK // 8, 32 * P2P_NVL_CHUNK
+    channels = max(1, min(share, math.ceil(nbytes / least_part)))
+    part = max(least_part, math.ceil(nbytes / channels))
+    while part > most_part and channels <= total // 2:
+        channels *= 2
+        part = math.ceil(nbytes / channels)
+    return channels
+
+
+def p2p_channel_scale(comm: Comm, comm_channels: int, nbytes: float, peers: int = 1) -> float:
+    """Wire bytes per byte of a send of *nbytes* in a one-node NVSwitch communicator.
+
+    Its rank sends to *peers* peers at once, each message on its own channels (:func:`p2p_channels` ×
+    :data:`P2P_CHANNEL`), all through one NVLink: the slower of their channels together and NVLink's peer copy sets
+    the rate the *peers* messages share.
+    """
+    nvlink = _intra_rate(comm) * P2P_NVLINK
+    channels = peers * p2p_channels(comm, comm_channels, nbytes) * P2P_CHANNEL * _generation(comm)
+    return comm.hardware.nvlink_bandwidth / min(nvlink, channels)
 
 
 def p2p_message(comm: Comm, remote: bool) -> tuple[float, float]:
