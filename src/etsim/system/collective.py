@@ -435,7 +435,7 @@ class System:
             algorithm = self.selection.resolve(default_algorithm(CollectiveType.ALL_TO_ALL, self.topology))[1]
         if not getattr(algorithm, "serves_p2p", False):
             return None
-        return RuntimeSends(algorithm.p2p_message, self.groups)  # type: ignore[attr-defined]
+        return RuntimeSends(algorithm.p2p_pair, self.groups)  # type: ignore[attr-defined]
 
     def written_as_is(self) -> AbstractSet[str]:
         """Labels of the algorithms run with their files' own sizes (``families_as_written``), not the call's.

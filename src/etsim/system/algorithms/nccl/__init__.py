@@ -10,6 +10,7 @@ NCCL's knobs are the system YAML's ``nccl:`` (``settings.py``); the hardware is 
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar
 
 from etsim.algo.graph import AlgoGraph
@@ -24,6 +25,7 @@ from etsim.system.algorithms.nccl.settings import NcclSettings, forced
 from etsim.system.algorithms.nccl.timing import Plan, p2p_channel_scale, p2p_message, plan_call, plan_p2p
 from etsim.system.algorithms.nccl.tuner import choose
 from etsim.system.algorithms.sources import SOURCES, AlgorithmContext, AlgorithmSource
+from etsim.system.p2p import P2pPair
 
 __all__ = ["NcclAlgorithm", "NcclCall", "NcclSettings", "NcclSource"]
 
@@ -54,8 +56,6 @@ class NcclAlgorithm(CollectiveAlgorithm):
         self.settings = settings or NcclSettings()
         self._calls: dict[tuple[int, int, tuple[int, ...]], NcclCall] = {}
         self._routes: dict[tuple[int, int], float] = {}
-        self._p2p: dict[tuple[int, ...], tuple[float, float, Comm, int, object]] = {}
-        self._p2p_sized: dict[tuple[tuple[int, ...], float, int], float] = {}
 
     def hardware(self) -> GpuCluster:
         """The cluster's hardware; a clear error when the topology does not describe one."""
@@ -72,41 +72,40 @@ class NcclAlgorithm(CollectiveAlgorithm):
         """Workload send/receive run as NCCL's (``settings.p2p``, on a cluster whose hardware is described)."""
         return self.settings.p2p and isinstance(getattr(self.topology, "hardware", None), GpuCluster)
 
-    def p2p_message(
-        self, src: int, dst: int, nbytes: float, group: tuple[int, ...] | None = None, peers: int = 1
-    ) -> tuple[float, float]:
-        """A workload message of *nbytes* from NPU *src* to *dst* as ncclSend/ncclRecv: (wire bytes, delay ns).
+    def p2p_pair(self, src: int, dst: int, group: tuple[int, ...] | None = None, peers: int = 1) -> P2pPair:
+        """How ncclSend/ncclRecv carry workload messages from NPU *src* to *dst*: (wire scale, delay ns, by size).
 
-        *group* is the communicator the send runs on (its node's ``pg_name``); None: the pair's own, as PyTorch
+        *group* is the communicator the sends run on (their node's ``pg_name``); None: the pair's own, as PyTorch
         gives a lone send. In a communicator of one NVSwitch node the channels NCCL gives a send by its size bound
-        its rate, shared by the *peers* its rank sends to in that communicator (``timing.p2p_channels``); across
-        nodes, and on direct NVLink or PCIe, the pair's peer copy or the fabric does. The delay is NCCL's latency
-        less the network's own on the route (the message pays that).
+        its rate, shared by the *peers* its rank sends to in that communicator (``timing.p2p_channels``): the third
+        item then gives a message's wire bytes per byte from its size, and the first is unused. Across nodes, and on
+        direct NVLink or PCIe, the pair's peer copy or the fabric sets a scale for every size (the third item is
+        None). The delay is NCCL's latency less the network's own on the route (the message pays that).
         """
-        key = (src, dst) if group is None else (src, dst, id(group))
-        found = self._p2p.get(key)
-        if found is None:
-            found = self._p2p[key] = self._p2p_pair(src, dst, group)
-        scale, delay, comm, channels, _ = found
-        if channels:
-            sized = self._p2p_sized.get((key, nbytes, peers))
-            if sized is None:
-                sized = self._p2p_sized[key, nbytes, peers] = p2p_channel_scale(comm, channels, nbytes, peers)
-            scale = sized
-        return float(round(nbytes * scale)), delay
-
-    def _p2p_pair(self, src: int, dst: int, group: tuple[int, ...] | None) -> tuple[float, float, Comm, int, object]:
-        """A pair's scale and delay, its communicator and that communicator's CUDA channels (0: no channel bound)."""
         hw = self.hardware()
         remote = hw.node_of(src) != hw.node_of(dst)
         comm = Comm(hw, 2, 2 if remote else 1, 1 if remote else 2)
         if group is not None and not remote and len({hw.node_of(r) for r in group}) == 1:
             comm = Comm(hw, len(group), 1, len(group))
         one_node = not remote and comm.nodes == 1 and (group is None or comm.ranks == len(group))
-        channels = channel_graphs(comm, self.settings).comm_channels if one_node and hw.intra == "nvswitch" else 0
         scale, latency = p2p_message(comm, remote)
-        # The group is kept with its key (its id), so the id is not reused while the entry lives.
-        return scale, max(0.0, latency - self._route_latency(src, dst)), comm, channels, group
+        delay = max(0.0, latency - self._route_latency(src, dst))
+        if not (one_node and hw.intra == "nvswitch"):
+            return scale, delay, None
+        channels = channel_graphs(comm, self.settings).comm_channels
+        # A pair sends few distinct sizes in a step (its imbalanced all-to-alls more): the recent ones are kept.
+        return (
+            scale,
+            delay,
+            functools.lru_cache(maxsize=1024)(functools.partial(p2p_channel_scale, comm, channels, peers=peers)),
+        )
+
+    def p2p_message(
+        self, src: int, dst: int, nbytes: float, group: tuple[int, ...] | None = None, peers: int = 1
+    ) -> tuple[float, float]:
+        """One message of *nbytes* as :meth:`p2p_pair` carries it: (wire bytes, delay ns)."""
+        scale, delay, sized = self.p2p_pair(src, dst, group, peers)
+        return float(round(nbytes * (scale if sized is None else sized(nbytes)))), delay
 
     def supports(self, collective: CollectiveType, group_size: int) -> str | None:
         """The collectives NCCL runs, on a cluster whose hardware the topology describes."""
