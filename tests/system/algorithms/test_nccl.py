@@ -434,6 +434,9 @@ def test_p2p_channels_split_a_send_as_nccl_does_by_its_size() -> None:
     assert [timing.p2p_channels(eight, 32, s) for s in sizes] == [1, 2, 4, 4, 8, 16, 32, 32]
     assert [timing.p2p_channels(eight, 24, s) for s in sizes] == [1, 2, 4, 4, 8, 16, 32, 32]  # 24 round up to 32
     assert [timing.p2p_channels(pair, 32, s) for s in sizes] == [1, 2, 16, 16, 16, 16, 32, 32]
+    # A peer uses at most twice its NVLinks to the other GPU (to a power of two): 64 on H100's 18, 32 on A100's 12.
+    a100 = Comm(cluster("dgx-a100", 8).topology.hardware, 8, 1, 8)
+    assert timing.p2p_channels(eight, 64, 4 * GiB) == 64 and timing.p2p_channels(a100, 64, 4 * GiB) == 32
 
 
 def test_sends_on_one_nodes_communicator_run_on_its_channels() -> None:
@@ -455,10 +458,15 @@ def test_sends_on_one_nodes_communicator_run_on_its_channels() -> None:
         simulate(sendrecv(16, 32 * MiB, "0"), topology=two).finish_ns
         == simulate(sendrecv(16, 32 * MiB), topology=two).finish_ns
     )
-    # A receive matches the bytes sent, whatever its node names; the send's communicator sets the time.
+    # A receive matches the bytes sent, whatever its node names; the send's communicator sets the time, and with
+    # no receive in its call the send has its channels' every warp: twice the rate.
     assert simulate(sendrecv(8, 32 * MiB, "0", recv_pg_name=None), topology=topo).finish_ns == pytest.approx(
-        (T_KERNEL + LAT_P2P) * 1e3 + 32 * MiB / (4 * P2P_CHANNEL * 1.5), rel=1e-8
+        (T_KERNEL + LAT_P2P) * 1e3 + 32 * MiB / (4 * 2 * P2P_CHANNEL * 1.5), rel=1e-8
     )
+    # A group that does not hold the pair cannot carry it: the pair's own communicator (16 channels at 64 MiB).
+    algo = nccl("dgx-h100", 8)
+    assert algo.p2p_message(0, 1, 64 * MiB, (0, 2, 4, 6), 4, True) == algo.p2p_message(0, 1, 64 * MiB, None, 1, True)
+    assert algo.p2p_message(0, 2, 64 * MiB, (0, 2, 4, 6), 1, True) != algo.p2p_message(0, 2, 64 * MiB, None, 1, True)
 
 
 def test_a_ranks_sends_to_several_peers_share_its_nvlink_and_add_their_channels() -> None:

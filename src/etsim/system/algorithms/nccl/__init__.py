@@ -72,17 +72,22 @@ class NcclAlgorithm(CollectiveAlgorithm):
         """Workload send/receive run as NCCL's (``settings.p2p``, on a cluster whose hardware is described)."""
         return self.settings.p2p and isinstance(getattr(self.topology, "hardware", None), GpuCluster)
 
-    def p2p_pair(self, src: int, dst: int, group: tuple[int, ...] | None = None, peers: int = 1) -> P2pPair:
+    def p2p_pair(
+        self, src: int, dst: int, group: tuple[int, ...] | None = None, peers: int = 1, receives: bool = False
+    ) -> P2pPair:
         """How ncclSend/ncclRecv carry workload messages from NPU *src* to *dst*: (wire scale, delay ns, by size).
 
         *group* is the communicator the sends run on (their node's ``pg_name``); None: the pair's own, as PyTorch
         gives a lone send. In a communicator of one NVSwitch node the channels NCCL gives a send by its size bound
-        its rate, shared by the *peers* its rank sends to in that communicator (``timing.p2p_channels``): the third
-        item then gives a message's wire bytes per byte from its size, and the first is unused. Across nodes, and on
-        direct NVLink or PCIe, the pair's peer copy or the fabric sets a scale for every size (the third item is
-        None). The delay is NCCL's latency less the network's own on the route (the message pays that).
+        its rate, added up over the *peers* its rank sends to in one group call, which *receives* or not
+        (``timing.p2p_channel_scale``): the third item then gives a message's wire bytes per byte from its size,
+        and the first is unused. Across nodes, and on direct NVLink or PCIe, the pair's peer copy or the fabric sets
+        a scale for every size (the third item is None). The delay is NCCL's latency less the network's own on the
+        route (the message pays that).
         """
         hw = self.hardware()
+        if group is not None and not (src in group and dst in group):
+            group, peers = None, 1  # a group without the pair cannot carry it: the pair's own communicator
         remote = hw.node_of(src) != hw.node_of(dst)
         comm = Comm(hw, 2, 2 if remote else 1, 1 if remote else 2)
         if group is not None and not remote and len({hw.node_of(r) for r in group}) == 1:
@@ -97,14 +102,22 @@ class NcclAlgorithm(CollectiveAlgorithm):
         return (
             scale,
             delay,
-            functools.lru_cache(maxsize=1024)(functools.partial(p2p_channel_scale, comm, channels, peers=peers)),
+            functools.lru_cache(maxsize=1024)(
+                functools.partial(p2p_channel_scale, comm, channels, peers=peers, receives=receives)
+            ),
         )
 
     def p2p_message(
-        self, src: int, dst: int, nbytes: float, group: tuple[int, ...] | None = None, peers: int = 1
+        self,
+        src: int,
+        dst: int,
+        nbytes: float,
+        group: tuple[int, ...] | None = None,
+        peers: int = 1,
+        receives: bool = False,
     ) -> tuple[float, float]:
         """One message of *nbytes* as :meth:`p2p_pair` carries it: (wire bytes, delay ns)."""
-        scale, delay, sized = self.p2p_pair(src, dst, group, peers)
+        scale, delay, sized = self.p2p_pair(src, dst, group, peers, receives)
         return float(round(nbytes * (scale if sized is None else sized(nbytes)))), delay
 
     def supports(self, collective: CollectiveType, group_size: int) -> str | None:

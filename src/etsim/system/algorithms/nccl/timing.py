@@ -108,8 +108,9 @@ NVL72_NVLS_EFFICIENCY = 0.6
 #: message and more while a channel's part exceeds 32 chunks (2.29 ``addP2pToPlan``, one node).
 P2P_NVL_CHUNK = 512 << 10
 #: What one p2p channel of a send/receive pair moves per direction at A100 speed (GB/s): the send has about half of
-#: its CTA's warps, the receive the rest (2.29 ``sendrecv.h``). Fitted on the 8×H100 ``sendrecv`` table, whose 32 and
-#: 64 MiB rows run on 4 channels and 128 MiB on 8: 21 GB/s per channel on H100 less the 23 µs of a call.
+#: its CTA's warps, the receive the rest (2.29 ``sendrecv.h``; a send without a receive has them all). Fitted on the
+#: 8×H100 ``sendrecv`` table, whose 32 and 64 MiB rows run on 4 channels and 128 MiB on 8: their times less the
+#: call's 23 µs give 21 GB/s a channel on H100.
 P2P_CHANNEL = 14.0
 #: Host-staged copies (GPUs without peer access) reach this fraction of the PCIe rate.
 SHM_EFFICIENCY = 0.55
@@ -365,35 +366,46 @@ def plan_p2p(
 def p2p_channels(comm: Comm, comm_channels: int, nbytes: float) -> int:
     """The channels NCCL gives one send of *nbytes* to a peer in a communicator of one node (NVSwitch).
 
-    The communicator's p2p channels are its CUDA channels *comm_channels* rounded up to a power of two; a peer starts
-    with its share of them (halved until every rank's share fits, at least one), at most one per 1/8 NVLink chunk of
-    the message, and doubles them while a channel's part exceeds 32 chunks, up to all of them (NCCL 2.29
-    ``ncclTopoComputeP2pChannels``, ``addP2pToPlan``). An 8-rank H100 communicator: 4 channels up to 64 MiB, 8 at
-    128 MiB, 16 at 256 MiB, 32 from 512 MiB.
+    The communicator's p2p channels are its CUDA channels *comm_channels* rounded up to a power of two; a peer may
+    use as many of them as twice its NVLinks to the other GPU, rounded up to a power of two; it starts with its share
+    (that, halved until every rank's share fits, at least one), at most one per 1/8 NVLink chunk of the message, and
+    doubles them while a channel's part exceeds 32 chunks, up to its most (NCCL 2.29
+    ``ncclTopoComputeP2pChannels``, ``ncclTopoComputeP2pChannelsPerPeer``, ``addP2pToPlan``). An 8-rank H100
+    communicator: 4 channels up to 64 MiB, 8 at 128 MiB, 16 at 256 MiB, 32 from 512 MiB.
     """
-    total = 1 << max(0, comm_channels - 1).bit_length()
-    share = total
+    hw = comm.hardware
+    links = round(hw.nvlink_bandwidth / hw.gpu.nvlink_link_bandwidth) if hw.gpu.nvlink_link_bandwidth else 1
+    total = _pow2_up(comm_channels)
+    most = min(total, _pow2_up(2 * max(1, links)))
+    share = most
     while share * comm.ranks > total and share > 1:
         share //= 2
     least_part, most_part = P2P_NVL_CHUNK // 8, 32 * P2P_NVL_CHUNK
     channels = max(1, min(share, math.ceil(nbytes / least_part)))
     part = max(least_part, math.ceil(nbytes / channels))
-    while part > most_part and channels <= total // 2:
+    while part > most_part and channels <= most // 2:
         channels *= 2
         part = math.ceil(nbytes / channels)
     return channels
 
 
-def p2p_channel_scale(comm: Comm, comm_channels: int, nbytes: float, peers: int = 1) -> float:
+def _pow2_up(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def p2p_channel_scale(
+    comm: Comm, comm_channels: int, nbytes: float, peers: int = 1, receives: bool = True
+) -> float:  # fmt: skip
     """Wire bytes per byte of a send of *nbytes* in a one-node NVSwitch communicator.
 
-    Its rank sends to *peers* peers at once, each message on its own channels (:func:`p2p_channels` ×
-    :data:`P2P_CHANNEL`), all through one NVLink: the slower of their channels together and NVLink's peer copy sets
-    the rate the *peers* messages share.
+    Its rank sends to *peers* peers in one group call, each message on its own channels (:func:`p2p_channels` ×
+    :data:`P2P_CHANNEL`, twice that when the call *receives* nothing: the send then has its CTAs' every warp), all
+    through one NVLink: the slower of their channels together and NVLink's peer copy sets the rate the *peers*
+    messages share.
     """
     nvlink = _intra_rate(comm) * P2P_NVLINK
-    channels = peers * p2p_channels(comm, comm_channels, nbytes) * P2P_CHANNEL * _generation(comm)
-    return comm.hardware.nvlink_bandwidth / min(nvlink, channels)
+    per_channel = P2P_CHANNEL * _generation(comm) * (1 if receives else 2)
+    return comm.hardware.nvlink_bandwidth / min(nvlink, peers * p2p_channels(comm, comm_channels, nbytes) * per_channel)
 
 
 def p2p_message(comm: Comm, remote: bool) -> tuple[float, float]:
