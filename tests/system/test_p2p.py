@@ -45,7 +45,9 @@ def test_a_send_runs_on_its_named_group_in_its_group_call() -> None:
     # no name, or a name no group defines: the pair's own communicator, one scale for every size
     assert sends(0, 3, 50, trace, index[lone]) == (100, 7.0)
     assert sends(0, 3, 50, trace, index[unknown]) == (100, 7.0)
+    # (a pair is first asked as a lone send; where its timing goes by size, its call's shape is asked for too)
     assert asked == [
+        (0, 1, (0, 1, 2), 1, False),
         (0, 1, (0, 1, 2), 2, True),
         (0, 2, (0, 1, 2), 1, False),
         (0, 3, None, 1, False),

@@ -26,7 +26,8 @@ class RuntimeSends:
     call: the sends and receives of its rank on that communicator that depend on the same nodes (an all-to-all's
     exchange, a ring's send and receive), issued together; NCCL shares the call's channels among its peers and
     splits each channel's warps between a send and a receive. Of the call go the peers its sends reach and whether
-    it receives. A pair's timing is asked once per communicator and call shape.
+    it receives; a trace's calls are found only where they matter (the runtime times the pair by size), and a pair's
+    timing is asked once per communicator and call shape.
 
     Args:
         pair: the runtime's timing of a pair's sends, ``pair(src, dst, group, peers, receives)``
@@ -39,23 +40,27 @@ class RuntimeSends:
     ) -> None:
         self._pair = pair
         self._groups = groups
-        self._pairs: dict[tuple[int, int, str | None, int, bool], P2pPair] = {}
+        self._pairs: dict[tuple[int, int, str | None], P2pPair] = {}
+        self._shaped: dict[tuple[int, int, str, int, bool], P2pPair] = {}
         self._calls: dict[tuple[int, str], dict[int, tuple[int, bool]]] = {}
 
     def __call__(self, src: int, dst: int, nbytes: float, trace: Trace, j: int) -> tuple[float, float]:
         """Node *j* of *trace* (rank *src*'s), a send of *nbytes* to *dst*: (wire bytes, delay ns)."""
-        pg_name = trace.pg_name[j]
-        key: tuple[int, int, str | None, int, bool]
-        if pg_name:
+        pg_name = trace.pg_name[j] or None
+        found = self._pairs.get((src, dst, pg_name))
+        if found is None:  # as a lone send: where the call's shape does not matter, the timing of every send
+            found = self._pairs[src, dst, pg_name] = self._timing(src, dst, pg_name, 1, False)
+        if found[2] is not None and pg_name is not None:  # it does: the send's own call
             calls = self._calls.get((id(trace), pg_name))
             if calls is None:
                 calls = self._calls[id(trace), pg_name] = _group_calls(trace, pg_name)
-            key = (src, dst, pg_name, *calls[j])
-        else:
-            key = (src, dst, None, 1, False)
-        found = self._pairs.get(key)
-        if found is None:
-            found = self._pairs[key] = self._timing(*key)
+            peers, receives = calls[j]
+            if peers != 1 or receives:
+                key = (src, dst, pg_name, peers, receives)
+                shaped = self._shaped.get(key)
+                if shaped is None:
+                    shaped = self._shaped[key] = self._timing(*key)
+                found = shaped
         scale, delay, sized = found
         return float(round(nbytes * (scale if sized is None else sized(nbytes)))), delay
 
@@ -73,9 +78,10 @@ def _group_calls(trace: Trace, pg_name: str) -> dict[int, tuple[int, bool]]:
     A call is the rank's sends and receives on *pg_name* with the same dependencies (data and control).
     """
     data_ptr, data_idx, ctrl_ptr, ctrl_idx = trace.data_ptr, trace.data_idx, trace.ctrl_ptr, trace.ctrl_idx
+    names = trace.pg_name
     members: dict[tuple[int, ...], list[int]] = {}
-    for i, t in enumerate(trace.types):
-        if t in (_SEND, _RECV) and trace.pg_name[i] == pg_name:
+    for i in [i for i, t in enumerate(trace.types) if t in (_SEND, _RECV)]:
+        if names[i] == pg_name:
             deps = (
                 *sorted(data_idx[data_ptr[i] : data_ptr[i + 1]]),
                 -1,
