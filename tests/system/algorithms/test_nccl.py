@@ -502,6 +502,20 @@ def test_one_nodes_all_to_all_is_bound_by_its_peers_channels_when_small() -> Non
     assert large.intra_scale == pytest.approx(450 / (18 * 20.6 * timing.P2P_NVLINK), rel=1e-12)
 
 
+def test_a_simple_rings_path_through_host_memory_is_nccls_pci_hop(monkeypatch: pytest.MonkeyPatch) -> None:
+    from etsim.system.algorithms.nccl.search import Comm
+
+    settings = load_system_config({"nccl": {"proto": "Simple"}}).nccl
+    algo = nccl("pcie-4gpu", 4, settings)
+    hw = cluster("pcie-4gpu", 4).topology.hardware
+    fitted = timing._lat_intra(Comm(hw, 4, 1, 4), "Simple")  # the steps' overhead keeps it
+    ours = call(algo, C.ALL_REDUCE, 8 * MiB, range(4)).plan.fixed_ns
+    monkeypatch.setattr(timing, "HOST_SIMPLE_HOP", fitted)
+    before = call(nccl("pcie-4gpu", 4, settings), C.ALL_REDUCE, 8 * MiB, range(4)).plan.fixed_ns
+    # A 4-GPU all-reduce's ring has 6 hops on its path, each at NCCL's 5.7 µs instead of the fitted hop.
+    assert before - ours == pytest.approx(6 * (fitted - 5.7) * 1e3, rel=1e-9)
+
+
 def test_all_to_alls_follow_nccls_peer_to_peer_schedule() -> None:
     # One node of 16: local distances by triangular numbers modulo 16 (NCCL's p2pSchedule), sending ahead and
     # receiving from behind.

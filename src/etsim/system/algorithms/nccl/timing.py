@@ -95,6 +95,10 @@ LAT_GEN_EXPONENT = 0.63
 #: 2.27: tree 0.6 / 1.25 / 4.0 µs, ring 0.6 / 1.9 / 3.4), applied to the per-hop latencies above (fitted on rings).
 TREE_HOP = {"LL": 1.0, "LL128": 1.25 / 1.9, "Simple": 4.0 / 3.4}
 MESH_LATENCY, HOST_LATENCY = 0.82, 2.0
+#: A ring's hop through host memory with Simple on its path to the first message (µs): NCCL's own PCI figure (its
+#: tuning table, 2.18–2.29), which the RTX 5090 table's Simple rows show (about 30 µs over a 4-GPU all-reduce's 6
+#: hops); the steps' exposed overhead keeps the fitted hop.
+HOST_SIMPLE_HOP = 5.7
 #: The host's cost of launching one collective on one GPU, and of one send or receive of a grouped p2p operation.
 HOST_PER_GPU, HOST_PER_P2P = 4.2, 0.42
 #: Grouped p2p: its fixed cost inside a node; the NVLink fraction peer copies reach.
@@ -272,7 +276,8 @@ def plan_call(
         else:
             steps, net_steps = n - 1, nodes - 1
             share = (n - 1) / n if kind in (C.ALL_GATHER, C.REDUCE_SCATTER) else 1.0
-        path = (steps - net_steps) * li + net_steps * ln
+        hop = HOST_SIMPLE_HOP if proto == "Simple" and comm.hardware.intra == "pcie" else li
+        path = (steps - net_steps) * hop + net_steps * ln
         volume = share * nbytes * overhead / channels
         if kind in (C.BROADCAST, C.REDUCE):
             payload = min(step, nbytes / channels)
