@@ -89,10 +89,11 @@ class NcclAlgorithm(CollectiveAlgorithm):
         if group is not None and not (src in group and dst in group):
             group, peers = None, 1  # a group without the pair cannot carry it: the pair's own communicator
         remote = hw.node_of(src) != hw.node_of(dst)
-        comm = Comm(hw, 2, 2 if remote else 1, 1 if remote else 2)
-        if group is not None and not remote and len({hw.node_of(r) for r in group}) == 1:
+        one_node = not remote and (group is None or len({hw.node_of(r) for r in group}) == 1)
+        if one_node and group is not None:
             comm = Comm(hw, len(group), 1, len(group))
-        one_node = not remote and comm.nodes == 1 and (group is None or comm.ranks == len(group))
+        else:  # the pair's own, or a pair of a group across nodes, whose split here is not modelled
+            comm = Comm(hw, 2, 2 if remote else 1, 1 if remote else 2)
         scale, latency = p2p_message(comm, remote)
         delay = max(0.0, latency - self._route_latency(src, dst))
         if not (one_node and hw.intra == "nvswitch"):

@@ -72,11 +72,15 @@ class Comm:
         return self.hardware.intra != "pcie"
 
     @property
+    def nvlinks(self) -> float:
+        """A GPU's NVLink links (its NVLink rate over the GPU's per-link rate; 0 without NVLink)."""
+        hw = self.hardware
+        return hw.nvlink_bandwidth / hw.gpu.nvlink_link_bandwidth if hw.gpu.nvlink_link_bandwidth else 0.0
+
+    @property
     def nvlink_bandwidth(self) -> float:
         """A GPU's NVLink, per direction, in NCCL's figures (GB/s): its links × NCCL's per-link bandwidth."""
-        hw = self.hardware
-        links = hw.nvlink_bandwidth / hw.gpu.nvlink_link_bandwidth if hw.gpu.nvlink_link_bandwidth else 0.0
-        return links * nccl_link_bandwidth(hw.gpu.compute_capability)
+        return self.nvlinks * nccl_link_bandwidth(self.hardware.gpu.compute_capability)
 
     @property
     def nics(self) -> float:

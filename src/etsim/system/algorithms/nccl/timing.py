@@ -378,10 +378,8 @@ def p2p_channels(comm: Comm, comm_channels: int, nbytes: float) -> int:
     ``ncclTopoComputeP2pChannels``, ``ncclTopoComputeP2pChannelsPerPeer``, ``addP2pToPlan``). An 8-rank H100
     communicator: 4 channels up to 64 MiB, 8 at 128 MiB, 16 at 256 MiB, 32 from 512 MiB.
     """
-    hw = comm.hardware
-    links = round(hw.nvlink_bandwidth / hw.gpu.nvlink_link_bandwidth) if hw.gpu.nvlink_link_bandwidth else 1
     total = _pow2_up(comm_channels)
-    most = min(total, _pow2_up(2 * max(1, links)))
+    most = min(total, _pow2_up(2 * max(1, round(comm.nvlinks))))
     share = most
     while share * comm.ranks > total and share > 1:
         share //= 2
