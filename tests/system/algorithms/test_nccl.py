@@ -119,8 +119,24 @@ def test_bad_nccl_settings_are_named(settings: dict[str, Any], message: str) -> 
 
 
 def test_a_choice_the_hardware_lacks_is_an_error_not_another_algorithm() -> None:
-    with pytest.raises(ConfigError, match="nccl"):
+    with pytest.raises(ConfigError, match="NVLS: no NVLink SHARP"):
         run("dgx-a100", 8, C.ALL_REDUCE, MiB, {"nccl": {"algo": "NVLS"}})
+
+
+@pytest.mark.parametrize(
+    ("algo", "proto", "why"),
+    [
+        ("NVLS", None, "NVLS: across nodes NCCL runs NVLS only with CollNet"),
+        ("CollNetChain", None, "CollNetChain: the fabric has no in-network reduction"),
+        ("NVLSTree", "LL", "only Ring and Tree run LL or LL128"),
+    ],
+)
+def test_a_forced_algorithm_nccl_cannot_run_stops_the_run_as_nccl_does(algo: str, proto: str | None, why: str) -> None:
+    # NCCL (2.8-2.29) ends such a call with "no algorithm/protocol available"; it never swaps in another algorithm,
+    # and neither may we: two H100 nodes without SHARP once ran a forced NVLS as Ring/LL128, exit 0.
+    forced = {"algo": algo} if proto is None else {"algo": algo, "proto": proto}
+    with pytest.raises(ConfigError, match=why):
+        run("dgx-h100", 16, C.ALL_REDUCE, 64 * MiB, {"nccl": forced})
 
 
 def test_nccl_needs_a_cluster_that_names_its_gpus() -> None:

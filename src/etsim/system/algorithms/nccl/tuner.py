@@ -128,26 +128,30 @@ def _candidates(kind: str, b: str) -> tuple[str, ...]:
     return ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree")
 
 
-def _enabled(comm: Comm, graphs: Graphs, kind: str, settings: NcclSettings) -> set[str]:
-    """The algorithms NCCL may use for this communicator and collective."""
-    algos = set(settings.algo if settings.algo is not None else ALGORITHMS)
+def _excluded(comm: Comm, graphs: Graphs, kind: str, settings: NcclSettings) -> dict[str, str]:
+    """The algorithms NCCL cannot use for this communicator and collective, each with why."""
+    out: dict[str, str] = {}
     if graphs.collnet is None:
-        algos -= {"CollNetDirect", "CollNetChain"}
+        out["CollNetDirect"] = out["CollNetChain"] = "the fabric has no in-network reduction (CollNet)"
         if comm.nodes > 1:
-            algos.discard("NVLS")
-        if not algos & {"Ring", "Tree", "NVLS", "NVLSTree"}:
-            algos |= {"Ring", "Tree"}  # NCCL_ALGO=CollNet without CollNet: NCCL falls back
+            out["NVLS"] = "across nodes NCCL runs NVLS only with CollNet (NVLSTree is its tree form)"
     elif comm.hardware.intra != "nvswitch":
-        algos.discard("CollNetDirect")
+        out["CollNetDirect"] = "CollNetDirect needs an NVSwitch node"
     if comm.nodes == 1:
-        algos.discard("NVLSTree")
+        out["NVLSTree"] = "NVLSTree runs across nodes only"
     if graphs.nvls is None:
-        algos -= {"NVLS", "NVLSTree"}
+        out["NVLS"] = out["NVLSTree"] = "no NVLink SHARP (NVLS) on these GPUs and switches"
     if comm.nodes != comm.ranks or bucket(settings.version) not in ("2.23", "2.28"):
-        algos.discard("PAT")
+        out["PAT"] = "PAT runs with one GPU per node, from NCCL 2.23"
     if kind in ("ag", "rs") and comm.nodes > 1:
-        algos.discard("NVLS")  # (it needs the CollNet plugin's all-gather)
-    return algos
+        out.setdefault("NVLS", "NVLS all-gather and reduce-scatter across nodes need the CollNet plugin")
+    return out
+
+
+def _enabled(comm: Comm, graphs: Graphs, kind: str, settings: NcclSettings) -> set[str]:
+    """The algorithms NCCL may use for this communicator and collective (NCCL never swaps a forced one)."""
+    algos = set(settings.algo if settings.algo is not None else ALGORITHMS)
+    return algos - _excluded(comm, graphs, kind, settings).keys()
 
 
 def cost_table(
@@ -341,6 +345,14 @@ def choose(
     if best is None:
         allowed = ", ".join(sorted(settings.algo or ALGORITHMS))
         protos = ", ".join(sorted(settings.proto or PROTOCOLS))
-        return f"no NCCL algorithm and protocol allowed here (algo: {allowed}; proto: {protos}) serves this call"
+        excluded = _excluded(comm, graphs, _KIND[collective], settings)
+        reasons = [f"{a}: {excluded[a]}" for a in sorted(settings.algo or ()) if a in excluded]
+        if settings.proto is not None and "Simple" not in settings.proto:
+            reasons.append("only Ring and Tree run LL or LL128")
+        why = "".join(f"; {reason}" for reason in reasons)
+        return (
+            f"no NCCL algorithm and protocol allowed here serves this call (algo: {allowed}; proto: {protos}){why}"
+            " (NCCL itself stops: 'no algorithm/protocol available')"
+        )
     channels, threads = call_channels(comm, graphs, best[1], best[2], nbytes)
     return Choice(best[1], best[2], channels, threads, best[0])
