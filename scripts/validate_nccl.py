@@ -257,12 +257,10 @@ def describe(table: dict[str, Any]) -> Case:
         nccl["collnet"] = True
     if env.get("NCCL_NVLS_ENABLE") == "0":
         nccl["nvls"] = False
-    minimum = env.get("NCCL_MIN_NCHANNELS") or env.get("NCCL_MIN_CTAS")
-    if minimum:
-        nccl["min_channels"] = int(minimum)
-    maximum = env.get("NCCL_MAX_NCHANNELS") or env.get("NCCL_MAX_CTAS")
-    if maximum:
-        nccl["max_channels"] = int(maximum)
+    for variable, key in (("NCCL_MIN_NCHANNELS", "min_channels"), ("NCCL_MAX_NCHANNELS", "max_channels"),
+                          ("NCCL_MIN_CTAS", "min_ctas"), ("NCCL_MAX_CTAS", "max_ctas")):  # fmt: skip
+        if env.get(variable):
+            nccl[key] = int(env[variable])
     system = {"algorithms": {"default": "nccl"}, "nccl": nccl}
     return Case(table["id"], table["collective"], ranks, topology, system, flags)
 

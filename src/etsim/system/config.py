@@ -364,8 +364,8 @@ class SystemConfig:
     theirs, exactly. False simulates every rank (``--no-fold-replicas``)."""
 
     nccl: NcclSettings = option(
-        help="how the nccl algorithm runs collectives: NCCL's knobs (algo, proto, min_channels, max_channels, nvls, "
-        "collnet), its version and launch (gpus_per_process)",
+        help="how the nccl algorithm runs collectives: NCCL's knobs (algo, proto, min_channels, max_channels, "
+        "min_ctas, max_ctas, nvls, collnet), its version and launch (gpus_per_process)",
         parse=Nested(NcclSettings, unknown="{key}: unknown NCCL setting {name!r}; valid: {valid}"),
         default_factory=NcclSettings,
         flag=False,

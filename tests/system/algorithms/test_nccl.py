@@ -95,6 +95,25 @@ def test_knobs_force_the_choice_by_nccls_names() -> None:
     assert call(nccl("dgx-a100", 8, capped), C.ALL_REDUCE, GiB, range(8)).label == "nccl:Ring/Simple/4"
 
 
+def test_nccls_cta_knobs_bound_nvls_where_its_channel_knobs_do_not() -> None:
+    # NCCL (2.18-2.29 nvls.cc): NVLS runs max(minCTAs, min(maxCTAs, its own count)); NCCL_MIN/MAX_NCHANNELS bound
+    # rings and trees only.
+    channels = NcclSettings(algo=frozenset({"NVLS"}), min_channels=4, max_channels=4)
+    assert call(nccl("dgx-h100", 8, channels), C.ALL_REDUCE, GiB, range(8)).label == "nccl:NVLS/Simple/16"
+    ctas = NcclSettings(algo=frozenset({"NVLS"}), min_ctas=4, max_ctas=4)
+    assert call(nccl("dgx-h100", 8, ctas), C.ALL_REDUCE, GiB, range(8)).label == "nccl:NVLS/Simple/4"
+    more = NcclSettings(min_ctas=24)
+    assert call(nccl("dgx-h100", 8, more), C.ALL_REDUCE, GiB, range(8)).label == "nccl:NVLS/Simple/24"
+    assert call(nccl("dgx-a100", 8, NcclSettings(max_ctas=4)), C.ALL_REDUCE, GiB, range(8)).label.endswith("/4")
+
+
+def test_a_forced_channel_count_is_the_one_that_runs_nvls_included() -> None:
+    # nccl:NVLS/Simple/4 once ran NVLS's 16 channels and said so: the spec's count is NCCL's CTA bounds.
+    for spec in ("nccl:NVLS/Simple/4", "nccl:Ring/Simple/4", "nccl:NVLS/Simple/24"):
+        result = run("dgx-h100", 8, C.ALL_REDUCE, GiB, {"algorithms": {"default": spec}})
+        assert result.collectives[0].algorithm == spec
+
+
 def test_the_system_yaml_block_and_the_forced_spec_reproduce_a_forced_run() -> None:
     result = run("dgx-h100", 8, C.ALL_REDUCE, GiB, {"nccl": {"algo": "ring", "proto": "^LL,LL128"}})
     label = result.collectives[0].algorithm
@@ -110,6 +129,8 @@ def test_the_system_yaml_block_and_the_forced_spec_reproduce_a_forced_run() -> N
         ({"proto": "LL256"}, "unknown protocol 'll256'"),
         ({"version": "2.3"}, "older than the oldest modelled (2.8)"),
         ({"min_channels": 0}, "min_channels"),
+        ({"min_ctas": 8, "max_ctas": 4}, "nccl: min_ctas 8 is more than max_ctas 4"),
+        ({"min_channels": 32, "max_channels": 4}, "nccl: min_channels 32 is more than max_channels 4"),
         ({"colnet": True}, "unknown NCCL setting 'colnet'"),
     ],
 )

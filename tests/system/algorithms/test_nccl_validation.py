@@ -104,7 +104,7 @@ def test_the_mapping_reads_metadata_only() -> None:
     assert case.topology["gpu"] == "h100" and case.topology["intra"] == "nvswitch"
     assert case.topology["nics_per_node"] == 8 and case.topology["nic_bandwidth"] == "50 GB/s"
     assert case.topology["fabric"] == "ib" and case.system["nccl"] == {
-        "version": "2.21", "gpus_per_process": 1, "algo": "Ring", "min_channels": 16
+        "version": "2.21", "gpus_per_process": 1, "algo": "Ring", "min_ctas": 16
     }  # fmt: skip
     rack = {**table, "gpu": "NVIDIA GB200", "gpus": 128, "gpus_per_node": 4, "nodes": 32,
             "intra": "NVLink5 within each NVL72 rack (MNNVL)", "inter": "not stated"}  # fmt: skip

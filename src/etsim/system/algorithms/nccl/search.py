@@ -162,13 +162,16 @@ def channel_graphs(comm: Comm, settings: NcclSettings) -> Graphs:
         comm_channels = max(comm_channels, settings.min_channels)
     if settings.max_channels is not None:
         comm_channels = min(comm_channels, settings.max_channels)
+    # NCCL 2.17+ bounds every algorithm by its CTA knobs: rings and trees (connect.cc) and NVLS (nvls.cc) alike.
+    low, high = settings.min_ctas or 1, settings.max_ctas or 64
+    comm_channels = max(min(comm_channels, high), low)
     nvls = None
     nvls_channels = 0
     if hw.nvls and settings.nvls and comm.per_node > 2 and settings.version >= (2, 17):
         heads = min(comm.per_node, 32)
         inter = speed if comm.nodes > 1 else _first(nonet, total)
         nvls = Graph(heads, _first(nonet, total / (heads + 1)), inter, True)
-        nvls_channels = 16 if cc < 100 else (32 if comm.nodes > 1 else 24)
+        nvls_channels = max(min(16 if cc < 100 else (32 if comm.nodes > 1 else 24), high), low)
     collnet = None
     if comm.nodes > 1 and hw.sharp and settings.collnet:
         collnet = Graph(tree.channels, tree.bw_intra, speed, comm.nvlink)

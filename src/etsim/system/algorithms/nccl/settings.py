@@ -2,7 +2,8 @@
 
 ``nccl: {algo: Ring, proto: Simple, min_channels: 8, max_channels: 16, nvls: false, collnet: true,
 version: "2.18"}`` reproduces a run with ``NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_MIN_NCHANNELS=8
-NCCL_MAX_NCHANNELS=16 NCCL_NVLS_ENABLE=0 NCCL_COLLNET_ENABLE=1`` on NCCL 2.18.
+NCCL_MAX_NCHANNELS=16 NCCL_NVLS_ENABLE=0 NCCL_COLLNET_ENABLE=1`` on NCCL 2.18. The channel knobs bound rings and
+trees; ``min_ctas``/``max_ctas`` (``NCCL_MIN_CTAS``/``NCCL_MAX_CTAS``, NCCL 2.17+) bound NVLS as well.
 """
 
 from __future__ import annotations
@@ -93,8 +94,14 @@ class NcclSettings:
     proto: frozenset[str] | None = option(
         None, "NCCL_PROTO: the protocols NCCL may choose (None: every one)", Optional(NameSet(PROTOCOLS, "protocol"))
     )
-    min_channels: int | None = option(None, "NCCL_MIN_NCHANNELS", Optional(Integer(1, 64)))
-    max_channels: int | None = option(None, "NCCL_MAX_NCHANNELS", Optional(Integer(1, 64)))
+    min_channels: int | None = option(None, "NCCL_MIN_NCHANNELS: rings' and trees' channels", Optional(Integer(1, 64)))
+    max_channels: int | None = option(None, "NCCL_MAX_NCHANNELS: rings' and trees' channels", Optional(Integer(1, 64)))
+    min_ctas: int | None = option(
+        None, "NCCL_MIN_CTAS (2.17+): every algorithm's channels, NVLS's too", Optional(Integer(1, 64))
+    )
+    max_ctas: int | None = option(
+        None, "NCCL_MAX_CTAS (2.17+): every algorithm's channels, NVLS's too", Optional(Integer(1, 64))
+    )
     nvls: bool = option(True, "NCCL_NVLS_ENABLE: NVLink SHARP where the NVSwitch has it", Boolean())
     collnet: bool = option(
         False, "NCCL_COLLNET_ENABLE: in-network reduction where the fabric has it (SHARP)", Boolean()
@@ -106,12 +113,19 @@ class NcclSettings:
         1, "GPUs one launching thread drives (nccl-tests -g N): their launches are serialised on the host", Integer(1)
     )
 
+    def __post_init__(self) -> None:
+        for low, high in (("min_channels", "max_channels"), ("min_ctas", "max_ctas")):
+            lo, hi = getattr(self, low), getattr(self, high)
+            if lo is not None and hi is not None and lo > hi:
+                raise ConfigError(f"nccl: {low} {lo} is more than {high} {hi}")
+
 
 def forced(spec: str, settings: NcclSettings) -> NcclSettings:
     """*settings* with the choice a ``nccl:ALGO[/PROTO[/CHANNELS]]`` spec forces.
 
-    ``nccl:Ring/LL128/8`` is ``NCCL_ALGO=Ring NCCL_PROTO=LL128 NCCL_MIN_NCHANNELS=NCCL_MAX_NCHANNELS=8``: the
-    label a result gives a call of the ``nccl`` algorithm is the spec that reproduces it.
+    ``nccl:Ring/LL128/8`` is ``NCCL_ALGO=Ring NCCL_PROTO=LL128 NCCL_MIN_CTAS=NCCL_MAX_CTAS=8`` (the CTA bounds,
+    because NVLS takes its channels from them alone): the label a result gives a call of the ``nccl`` algorithm is
+    the spec that reproduces it. As in NCCL, a call too small for its channels still runs on fewer.
 
     Raises:
         ConfigError: a part that is not an NCCL algorithm, protocol or channel count (named).
@@ -126,5 +140,5 @@ def forced(spec: str, settings: NcclSettings) -> NcclSettings:
         changes["proto"] = NameSet(PROTOCOLS, "protocol")(parts[1], key=spec)
     if len(parts) > 2:
         channels = Integer(1, 64)(int(parts[2]) if parts[2].isdigit() else parts[2], key=spec)
-        changes.update(min_channels=channels, max_channels=channels)
+        changes.update(min_ctas=channels, max_ctas=channels)
     return replace(settings, **changes)
