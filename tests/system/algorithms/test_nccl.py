@@ -144,6 +144,11 @@ def test_a_choice_the_hardware_lacks_is_an_error_not_another_algorithm() -> None
         run("dgx-a100", 8, C.ALL_REDUCE, MiB, {"nccl": {"algo": "NVLS"}})
 
 
+def test_a_forced_nvls_the_settings_turned_off_says_so() -> None:
+    with pytest.raises(ConfigError, match=r"NVLS: NVLS is off \(nvls: false\)"):
+        run("dgx-h100", 8, C.ALL_REDUCE, MiB, {"nccl": {"algo": "NVLS", "nvls": False}})
+
+
 @pytest.mark.parametrize(
     ("algo", "proto", "why"),
     [

@@ -140,7 +140,11 @@ def _excluded(comm: Comm, graphs: Graphs, kind: str, settings: NcclSettings) -> 
     if comm.nodes == 1:
         out["NVLSTree"] = "NVLSTree runs across nodes only"
     if graphs.nvls is None:
-        out["NVLS"] = out["NVLSTree"] = "no NVLink SHARP (NVLS) on these GPUs and switches"
+        out["NVLS"] = out["NVLSTree"] = (
+            "NVLS is off (nvls: false)" if not settings.nvls
+            else "NVLS arrived in NCCL 2.17" if settings.version < (2, 17)
+            else "no NVLink SHARP (NVLS) on these GPUs and switches for this communicator"
+        )  # fmt: skip
     if comm.nodes != comm.ranks or bucket(settings.version) not in ("2.23", "2.28"):
         out["PAT"] = "PAT runs with one GPU per node, from NCCL 2.23"
     if kind in ("ag", "rs") and comm.nodes > 1:
