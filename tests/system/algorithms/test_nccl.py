@@ -303,6 +303,24 @@ def test_a_trees_nvlink_hops_cost_what_nccls_table_says_against_a_rings(
     assert as_ring.plan.fixed_ns - tree.plan.fixed_ns == pytest.approx(moved, rel=1e-9, abs=1e-6)
 
 
+@pytest.mark.parametrize(("preset", "generation"), [("dgx-a100", 1.0), ("dgx-h100", 1.5)])
+def test_a_trees_ll_network_hops_speed_up_with_the_gpu_generation_and_the_others_do_not(
+    preset: str, generation: float
+) -> None:  # fmt: skip
+    """Two nodes to four add one tree level: 2 network hops, LL's at LAT_NET / generation^LAT_GEN_EXPONENT."""
+    fabric = timing.FABRIC_TIMING["ib"].hop_us
+    for proto in ("LL", "LL128"):
+        forced = NcclSettings(algo=frozenset({"Tree"}), proto=frozenset({proto}))
+        two = call(nccl(preset, 16, forced), C.ALL_REDUCE, 4 * KiB, range(16))
+        four = call(nccl(preset, 32, forced), C.ALL_REDUCE, 4 * KiB, range(32))
+        scale = generation**timing.LAT_GEN_EXPONENT if proto == "LL" else 1.0
+        hop = timing.LAT_NET[proto] / scale + fabric
+        # the fixed delay leaves out the network's own latency on the path, which the graph's messages carry
+        on_path = [c.parent._path_latency("Tree", C.ALL_REDUCE, c.group, c.layout) for c in (two, four)]
+        added = four.plan.fixed_ns + on_path[1] - two.plan.fixed_ns - on_path[0]
+        assert added == pytest.approx(2 * hop * 1000.0, rel=1e-9), proto
+
+
 def test_the_host_launch_bounds_a_tiny_call_of_one_thread_driving_eight_gpus() -> None:
     one = run("dgx-a100", 8, C.ALL_REDUCE, 8)
     eight = run("dgx-a100", 8, C.ALL_REDUCE, 8, {"nccl": {"gpus_per_process": 8}})

@@ -175,7 +175,12 @@ def _lat_intra(comm: Comm, protocol: str) -> float:
 
 
 def _lat_net(comm: Comm, protocol: str) -> float:
-    return 0.0 if comm.nodes == 1 else LAT_NET[protocol] + _fabric(comm).hop_us
+    if comm.nodes == 1:
+        return 0.0
+    # LL's network step is the GPUs' own flag polling on either side of the proxy: it speeds up with the GPU
+    # generation as LL's NVLink hop does (the 2- and 4-node H100 trees at 8 B-4 KiB: 25 and 35 µs).
+    scale = _generation(comm) ** LAT_GEN_EXPONENT if protocol == "LL" else 1.0
+    return LAT_NET[protocol] / scale + _fabric(comm).hop_us
 
 
 def _intra_rate(comm: Comm) -> float:
