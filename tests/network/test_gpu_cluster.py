@@ -133,8 +133,20 @@ def test_a_cluster_describes_its_hardware_for_runtimes() -> None:
         ({"preset": "polaris", "gpus": 8, "nvls": True}, "NVLink SHARP reduces in an NVSwitch"),
         ({"preset": "dgx-a100", "gpus": 8, "nics_per_gpu": 1, "nics_per_node": 8}, "give one of them"),
         ({"preset": "dgx-a100", "gpus": 8, "sharp": "yes"}, "sharp: expected true or false"),
+        ({"preset": "dgx-a100", "gpus": 8, "nvls": True}, "the a100's NVSwitch generation does not reduce"),
+        ({"preset": "dgx-h100", "gpus": 8, "gpu": "l40s", "intra": "nvswitch"}, "which the l40s has none of"),
     ],
 )
 def test_bad_hardware_keys_are_named(data: dict, message: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(TopologyError, match=message):
         build_topology({"kind": "gpu_cluster", **data}, None)
+
+
+def test_a_gpu_without_nvlink_sits_on_pcie_at_its_own_pcie_rate() -> None:
+    # An L40S in an H100 preset once kept the preset's NVSwitch (a division by zero in nccl) or its 450 GB/s links.
+    topo = build_topology({"kind": "gpu_cluster", "preset": "dgx-h100", "gpu": "l40s", "gpus": 8}, None)
+    assert topo.hardware.intra == "pcie" and topo.dims[0].bandwidth == topo.hardware.pcie_bandwidth == 24.0
+    workstation = build_topology({"kind": "gpu_cluster", "preset": "pcie-4gpu", "gpu": "l40s", "gpus": 4}, None)
+    assert workstation.dims[0].bandwidth == 24.0  # the preset's RTX 5090 runs PCIe Gen5 (48 GB/s); an L40S Gen4
+    as_given = build_topology({"kind": "gpu_cluster", "preset": "pcie-4gpu", "gpus": 4}, None)
+    assert as_given.dims[0].bandwidth == 48.0

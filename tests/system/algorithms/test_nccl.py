@@ -165,6 +165,20 @@ def test_a_forced_algorithm_nccl_cannot_run_stops_the_run_as_nccl_does(algo: str
         run("dgx-h100", 16, C.ALL_REDUCE, 64 * MiB, {"nccl": forced})
 
 
+@pytest.mark.parametrize("collective", [C.ALL_REDUCE, C.ALL_GATHER, C.REDUCE_SCATTER, C.BROADCAST, C.ALL_TO_ALL])
+def test_a_one_rank_call_costs_nothing_as_ncclss_local_copy(collective: CollectiveType) -> None:
+    # A 1-rank all-reduce once divided by zero in the tuner (a raw traceback): NCCL copies locally, Ring/Simple.
+    nccl_system = load_system_config({"algorithms": {"default": "nccl"}})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = simulate(Workload(collective_workload(collective, MiB, 1)), topology=cluster("dgx-h100", 8),
+                          system=nccl_system)  # fmt: skip
+    assert any("1-rank group moves no data" in str(w.message) for w in caught)
+    assert result.finish_ns == 0
+    local = "nccl:P2P/Simple/1" if collective == C.ALL_TO_ALL else "nccl:Ring/Simple/1"
+    assert result.collectives[0].algorithm == local
+
+
 def test_nccl_needs_a_cluster_that_names_its_gpus() -> None:
     workload = Workload(collective_workload(C.ALL_REDUCE, MiB, 8))
     with pytest.raises(ConfigError, match="gpu_cluster"):

@@ -17,7 +17,8 @@ rail-optimised fabrics. Hierarchical collectives see the two dimensions.
   node of its own between the GPU and the fabric, so the fewest-hop route between GPUs of one node is their
   NVSwitch): shortest-path routing, no dimensions for hierarchical collectives, and no replica folding.
 - ``gpu`` (``a100``, ``h100`` …: :data:`~etsim.network.hardware.GPU_GENERATIONS`), ``intra`` (``nvswitch``,
-  ``nvlink``, ``pcie``), ``nvls`` (the NVSwitch reduces; default: the GPU generation's), ``fabric`` (``ib``,
+  ``nvlink``, ``pcie``: the default for a GPU without NVLink, whose node links then run at most at its PCIe rate),
+  ``nvls`` (the NVSwitch reduces; default: the GPU generation's, an error where it has none), ``fabric`` (``ib``,
   ``roce``, ``efa``, ``slingshot``, ``tcpxo``), ``sharp`` (the fabric's switches reduce) and ``pcie_bandwidth``
   describe the hardware further (``Topology.hardware``): what a collective runtime lays its channels on (``nccl``).
 
@@ -36,6 +37,7 @@ Presets (per-direction figures from the vendors' user guides and reference archi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -107,6 +109,10 @@ class GpuClusterBuilder(TopologyBuilder):
         nic_lat = link_latency(values["nic_latency"], "nic_latency", bare_unit=None)
         hop = link_latency(values["switch_latency"], "switch_latency", bare_unit=None)
         hardware = _hardware(values, gpus // per_node, per_node, nvlink, nics, nic)
+        if hardware is not None and hardware.intra == "pcie" and nvlink > hardware.pcie_bandwidth:
+            # the node's links are the GPUs' own PCIe links: a preset's faster figure (its GPU's) does not hold
+            nvlink = hardware.pcie_bandwidth
+            hardware = dataclasses.replace(hardware, nvlink_bandwidth=nvlink)
         per_gpu = nic * nics / per_node / over
         nodes = gpus // per_node
         if not rail and nodes > 1:
@@ -179,15 +185,19 @@ def _hardware(
     if name not in GPU_GENERATIONS:
         raise TopologyError(f"gpu: unknown GPU {name!r}; expected one of {', '.join(GPU_GENERATIONS)}")
     gpu = GPU_GENERATIONS[name]
-    intra = values.get("intra", "nvswitch")
+    intra = values.get("intra", "nvswitch" if gpu.nvlink_links else "pcie")
     if intra not in INTRA_KINDS:
         raise TopologyError(f"intra: expected one of {', '.join(INTRA_KINDS)}, got {intra!r}")
+    if intra != "pcie" and not gpu.nvlink_links:
+        raise TopologyError(f"intra: {intra} joins GPUs by NVLink, which the {name} has none of (intra: pcie)")
     fabric = values.get("fabric", "ib")
     if fabric not in FABRICS:
         raise TopologyError(f"fabric: unknown fabric {fabric!r}; expected one of {', '.join(FABRICS)}")
     nvls = _boolean(values, "nvls", gpu.nvls and intra == "nvswitch" and per_node > 2)
     if nvls and intra != "nvswitch":
         raise TopologyError("nvls: NVLink SHARP reduces in an NVSwitch; this node has none (intra: " + intra + ")")
+    if nvls and not gpu.nvls:
+        raise TopologyError(f"nvls: the {name}'s NVSwitch generation does not reduce in the switch (from Hopper on)")
     pcie = values.get("pcie_bandwidth")
     pcie_bw = gpu.pcie_bandwidth if pcie is None else link_bandwidth(pcie, "pcie_bandwidth", bare_unit=None)
     return GpuCluster(

@@ -335,6 +335,8 @@ def choose(
 
     *nbytes* is NCCL's byte count: the all-gather's output, the reduce-scatter's input.
     """
+    if comm.ranks == 1:  # NCCL copies the buffer locally and reports Ring/Simple (enqueue.cc: a cost of 0)
+        return Choice("Ring", "Simple", 1, MAX_THREADS["Simple"], 0.0)
     b = bucket(settings.version)
     table = cost_table(comm, graphs, collective, settings)
     best: tuple[float, str, str] | None = None
