@@ -581,7 +581,11 @@ class Nested(Parser):
         """An instance of the dataclass."""
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: expected a mapping")
-        return self.cls(**parse_options(self.cls, value, key=lambda n: f"{key}.{n}", unknown=self.unknown))
+        parsed = parse_options(self.cls, value, key=lambda n: f"{key}.{n}", unknown=self.unknown)
+        try:
+            return self.cls(**parsed)
+        except ConfigError as exc:  # a check across keys (the dataclass's own): named where the mapping is
+            raise ConfigError(f"{key}: {exc}") from None
 
 
 def keys_named(where: str = "", prefix: str = "") -> Callable[[str], str]:

@@ -132,6 +132,8 @@ def test_the_system_yaml_block_and_the_forced_spec_reproduce_a_forced_run() -> N
         ({"min_ctas": 8, "max_ctas": 4}, "nccl: min_ctas 8 is more than max_ctas 4"),
         ({"min_channels": 32, "max_channels": 4}, "nccl: min_channels 32 is more than max_channels 4"),
         ({"colnet": True}, "unknown NCCL setting 'colnet'"),
+        ({"version": "2.99"}, "NCCL 2.99 is newer than the newest modelled (2.29"),
+        ({"version": "2.12", "max_ctas": 2}, "nccl: min_ctas/max_ctas are NCCL 2.17's; NCCL 2.12 has only"),
     ],
 )
 def test_bad_nccl_settings_are_named(settings: dict[str, Any], message: str) -> None:
@@ -142,6 +144,37 @@ def test_bad_nccl_settings_are_named(settings: dict[str, Any], message: str) -> 
 def test_a_choice_the_hardware_lacks_is_an_error_not_another_algorithm() -> None:
     with pytest.raises(ConfigError, match="NVLS: no NVLink SHARP"):
         run("dgx-a100", 8, C.ALL_REDUCE, MiB, {"nccl": {"algo": "NVLS"}})
+
+
+def test_a_forced_collnet_says_whether_the_fabric_or_the_settings_lack_it() -> None:
+    with pytest.raises(ConfigError, match=r"CollNet is off \(collnet: false\)"):
+        run("dgx-h100", 16, C.ALL_REDUCE, MiB, {"nccl": {"algo": "CollNet"}}, sharp=True)
+    with pytest.raises(ConfigError, match=r"no in-network reduction \(sharp: false\)"):
+        run("dgx-h100", 16, C.ALL_REDUCE, MiB, {"nccl": {"algo": "CollNet", "collnet": True}})
+
+
+def test_one_process_drives_gpus_of_its_own_node_only() -> None:
+    with pytest.raises(ConfigError, match="gpus_per_process 16 is more than a node's 8 GPUs"):
+        run("dgx-h100", 16, C.ALL_REDUCE, MiB, {"nccl": {"gpus_per_process": 16}})
+
+
+def test_a_forced_channel_count_before_nccl_2_17_bounds_the_channels_it_had() -> None:
+    result = run("dgx-a100", 8, C.ALL_REDUCE, GiB, {"algorithms": {"default": "nccl:Ring/Simple/2"},
+                                                    "nccl": {"version": "2.12"}})  # fmt: skip
+    assert result.collectives[0].algorithm == "nccl:Ring/Simple/2"
+
+
+@pytest.mark.parametrize(
+    ("preset", "gpus", "version", "channels"),
+    [("hgx-b200", 8, "2.23", 16), ("hgx-b200", 8, "2.26", 32), ("hgx-b200", 8, "2.27", 24),
+     ("hgx-b200", 16, "2.27", 32), ("dgx-h100", 8, "2.29", 16)],
+)  # fmt: skip
+def test_nvls_channels_follow_the_version_as_ncclss_nvls_setup(
+    preset: str, gpus: int, version: str, channels: int
+) -> None:  # fmt: skip
+    forced = NcclSettings(algo=frozenset({"NVLS", "NVLSTree"}), version=tuple(map(int, version.split("."))))
+    label = call(nccl(preset, gpus, forced), C.ALL_REDUCE, GiB, range(gpus)).label
+    assert label.endswith(f"/Simple/{channels}")
 
 
 def test_a_forced_nvls_the_settings_turned_off_says_so() -> None:

@@ -65,6 +65,11 @@ class NcclAlgorithm(CollectiveAlgorithm):
                 "algorithm 'nccl' runs collectives as NCCL does on a GPU cluster: the topology must be a "
                 "'kind: gpu_cluster' that names its GPUs (gpu: a100, h100, …, or a preset such as dgx-h100)"
             )
+        if self.settings.gpus_per_process > hw.gpus_per_node:
+            raise ConfigError(
+                f"nccl: gpus_per_process {self.settings.gpus_per_process} is more than a node's "
+                f"{hw.gpus_per_node} GPUs (one process drives GPUs of its own node: nccl-tests -g N)"
+            )
         return hw
 
     @property

@@ -128,6 +128,13 @@ def _duplicate(channels: int, bw: float, cc: int) -> tuple[int, float]:
     return channels, bw
 
 
+def _nvls_channels(cc: int, nodes: int, version: tuple[int, int]) -> int:
+    """NVLS's channels (nvls.cc): 16; on Blackwell 32 from 2.25, and 24 inside one NVLink domain from 2.27."""
+    if cc < 100 or version < (2, 25):
+        return 16
+    return 32 if nodes > 1 or version < (2, 27) else 24
+
+
 def channel_graphs(comm: Comm, settings: NcclSettings) -> Graphs:
     """The search results for *comm* (see the module docstring)."""
     hw, cc = comm.hardware, comm.compute_capability
@@ -171,7 +178,7 @@ def channel_graphs(comm: Comm, settings: NcclSettings) -> Graphs:
         heads = min(comm.per_node, 32)
         inter = speed if comm.nodes > 1 else _first(nonet, total)
         nvls = Graph(heads, _first(nonet, total / (heads + 1)), inter, True)
-        nvls_channels = max(min(16 if cc < 100 else (32 if comm.nodes > 1 else 24), high), low)
+        nvls_channels = max(min(_nvls_channels(cc, comm.nodes, settings.version), high), low)
     collnet = None
     if comm.nodes > 1 and hw.sharp and settings.collnet:
         collnet = Graph(tree.channels, tree.bw_intra, speed, comm.nvlink)

@@ -19,6 +19,8 @@ __all__ = ["ALGORITHMS", "PROTOCOLS", "NameSet", "NcclSettings", "Version", "for
 
 #: NCCL's algorithms (``NCCL_ALGO`` values), in the order its tuner scans them.
 ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+#: The newest NCCL whose behaviour is modelled (its source: ``docs/nccl.md``).
+NEWEST = (2, 29)
 #: NCCL's protocols (``NCCL_PROTO`` values), in the order its tuner scans them.
 PROTOCOLS = ("LL", "LL128", "Simple")
 
@@ -73,6 +75,11 @@ class Version(Parser):
         version = (int(match.group(1)), int(match.group(2)))
         if version < (2, 8):
             raise ConfigError(f"{key}: NCCL {version[0]}.{version[1]} is older than the oldest modelled (2.8)")
+        if version > NEWEST:
+            raise ConfigError(
+                f"{key}: NCCL {version[0]}.{version[1]} is newer than the newest modelled ({NEWEST[0]}.{NEWEST[1]}; "
+                "give that to run its model)"
+            )
         return version
 
     def show(self, value: Any) -> str:
@@ -114,18 +121,22 @@ class NcclSettings:
     )
 
     def __post_init__(self) -> None:
+        if (self.min_ctas or self.max_ctas) and self.version < (2, 17):
+            raise ConfigError(f"min_ctas/max_ctas are NCCL 2.17's; NCCL {self.version[0]}.{self.version[1]} "
+                              "has only min_channels/max_channels")  # fmt: skip
         for low, high in (("min_channels", "max_channels"), ("min_ctas", "max_ctas")):
             lo, hi = getattr(self, low), getattr(self, high)
             if lo is not None and hi is not None and lo > hi:
-                raise ConfigError(f"nccl: {low} {lo} is more than {high} {hi}")
+                raise ConfigError(f"{low} {lo} is more than {high} {hi}")
 
 
 def forced(spec: str, settings: NcclSettings) -> NcclSettings:
     """*settings* with the choice a ``nccl:ALGO[/PROTO[/CHANNELS]]`` spec forces.
 
     ``nccl:Ring/LL128/8`` is ``NCCL_ALGO=Ring NCCL_PROTO=LL128 NCCL_MIN_CTAS=NCCL_MAX_CTAS=8`` (the CTA bounds,
-    because NVLS takes its channels from them alone): the label a result gives a call of the ``nccl`` algorithm is
-    the spec that reproduces it. As in NCCL, a call too small for its channels still runs on fewer.
+    because NVLS takes its channels from them alone; before 2.17, ``NCCL_MIN/MAX_NCHANNELS``): the label a result
+    gives a call of the ``nccl`` algorithm is the spec that reproduces it. As in NCCL, a call too small for its
+    channels still runs on fewer.
 
     Raises:
         ConfigError: a part that is not an NCCL algorithm, protocol or channel count (named).
@@ -140,5 +151,8 @@ def forced(spec: str, settings: NcclSettings) -> NcclSettings:
         changes["proto"] = NameSet(PROTOCOLS, "protocol")(parts[1], key=spec)
     if len(parts) > 2:
         channels = Integer(1, 64)(int(parts[2]) if parts[2].isdigit() else parts[2], key=spec)
-        changes.update(min_ctas=channels, max_ctas=channels)
+        if settings.version < (2, 17):  # no NVLS, nor CTA knobs, before 2.17: the channel knobs say it all
+            changes.update(min_channels=channels, max_channels=channels)
+        else:
+            changes.update(min_ctas=channels, max_ctas=channels)
     return replace(settings, **changes)

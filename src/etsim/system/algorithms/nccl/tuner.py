@@ -132,7 +132,11 @@ def _excluded(comm: Comm, graphs: Graphs, kind: str, settings: NcclSettings) -> 
     """The algorithms NCCL cannot use for this communicator and collective, each with why."""
     out: dict[str, str] = {}
     if graphs.collnet is None:
-        out["CollNetDirect"] = out["CollNetChain"] = "the fabric has no in-network reduction (CollNet)"
+        out["CollNetDirect"] = out["CollNetChain"] = (
+            "CollNet runs across nodes only" if comm.nodes == 1
+            else "CollNet is off (collnet: false)" if comm.hardware.sharp and not settings.collnet
+            else "the fabric has no in-network reduction (sharp: false)"
+        )  # fmt: skip
         if comm.nodes > 1:
             out["NVLS"] = "across nodes NCCL runs NVLS only with CollNet (NVLSTree is its tree form)"
     elif comm.hardware.intra != "nvswitch":
