@@ -56,6 +56,21 @@ def test_nccl_tuner_csv_format() -> None:
     assert "algorithms[7]" in joined and "default rule" in joined
 
 
+def test_a_forced_nccl_choice_exports_what_it_forces_and_never_an_open_protocol() -> None:
+    rules = _rules(
+        {"collective": "all_reduce", "max_bytes": "64 KiB", "algorithm": "nccl:Ring/LL/8"},
+        {"collective": "all_reduce", "min_bytes": 65537, "max_bytes": "1 MiB", "algorithm": "nccl:Tree/LL128"},
+        {"collective": "all_reduce", "min_bytes": 1048577, "algorithm": "nccl:Ring"},
+    )
+    text, notes = nccl_tuner_csv(rules)
+    body = [line for line in text.splitlines() if not line.startswith("#")]
+    assert body == [f"allreduce,0,{64 * KiB},ring,ll,8,-1,-1", f"allreduce,65537,{MiB},tree,ll128,-1,-1,-1"]
+    joined = "\n".join(notes)
+    # NCCL's example plugin reads an open protocol as simple: nccl:Ring ran LL, LL128 or Simple by size, not that
+    assert "algorithms[2]" in joined and "reads an open one as simple" in joined
+    assert joined.count("runs 1 channel") == 1  # its plugin's reading of -1, noted once
+
+
 def test_msccl_export_sets_the_window_and_keeps_every_other_byte(corpus: Path, tmp_path: Path) -> None:
     src = tmp_path / "ag.xml"
     shutil.copy(corpus / "msccl" / "generated" / "allgather_recdbl_n8_i1.xml", src)

@@ -2,11 +2,12 @@
 
 ``docs/tuning.md`` documents both formats and the references they follow. In short:
 
-- **NCCL tuner CSV** (the example tuner plugin of NCCL, ``ext-tuner/example``, read from
-  ``NCCL_TUNER_CONFIG_FILE``): one line per rule, ``collective,min_bytes,max_bytes,algorithm,protocol,
+- **NCCL tuner CSV** (the example tuner plugin of NCCL, ``ext-tuner/example``; ``plugins/tuner/example`` from
+  2.29.7, read from ``NCCL_TUNER_CONFIG_FILE``): one line per rule, ``collective,min_bytes,max_bytes,algorithm,protocol,
   channels,nNodes,nRanks`` — collectives ``allreduce allgather reducescatter broadcast reduce``, algorithms
   ``ring``/``tree`` (the natives etsim and NCCL share, protocol ``simple``) and the ``nccl`` algorithm's forced
-  choices (``nccl:Ring/LL128/8``: ``ring,ll128,8``), ``-1`` for "NCCL decides"/"any".
+  choices (``nccl:Ring/LL128/8``: ``ring,ll128,8``; one that leaves the protocol open is skipped), ``-1`` for
+  "NCCL decides"/"any" (noted: the example plugin runs 1 channel for a ``-1``).
   Bytes are NCCL's ``nBytes``: the larger buffer (an all-gather's output, a reduce-scatter's input), both
   bounds inclusive; the first matching line wins, as in etsim.
 - **MSCCL-IR**: a copy of each chosen XML with ``minBytes``/``maxBytes`` on ``<algo>`` set from its rule (buffer
@@ -86,6 +87,7 @@ def nccl_tuner_csv(rules: Sequence[SelectionRule], header: Sequence[str] = ()) -
     lines = [f"# {h}" for h in header]
     lines.append("# collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks")
     notes: list[str] = []
+    open_channels = False
     for rule in rules:
         what = f"{rule.origin} {rule.describe()}"
         if rule.is_default:
@@ -102,6 +104,18 @@ def nccl_tuner_csv(rules: Sequence[SelectionRule], header: Sequence[str] = ()) -
                 "nccl algorithm's forced choices nccl:ALGO[/PROTO[/CHANNELS]])"
             )
             continue
+        if protocol == "-1":  # the plugin would read it as simple: not the protocol NCCL chose in the tuned run
+            notes.append(
+                f"{what}: skipped (a line forces a protocol, and NCCL's example plugin reads an open one as simple; "
+                f"tune {rule.algorithm}/LL, /LL128 and /Simple as candidates)"
+            )
+            continue
+        if channels == "-1" and not open_channels:
+            open_channels = True
+            notes.append(
+                "channels -1: NCCL's README keeps its own count; its example plugin (2.28-2.29 plugin.c) runs 1 "
+                "channel for it: tune nccl:ALGO/PROTO/N candidates to pin the count"
+            )
         sizes: list[int | None]
         if rule.group_sizes is None:
             sizes = [None]
