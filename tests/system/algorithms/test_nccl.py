@@ -28,6 +28,7 @@ from etsim.system.algorithms.nccl.graphs import (
     double_binary_tree,
     hamiltonian_cycles,
     p2p_rounds,
+    pat_steps,
     ring_steps,
 )
 from etsim.system.algorithms.nccl.search import Comm
@@ -266,6 +267,41 @@ def test_each_rank_sends_what_the_algorithm_moves_on_the_wire(collective: Collec
     assert c.plan.intra_scale == pytest.approx(wire_overhead(c.plan.choice.protocol) * 25 / 20, rel=1e-12) or (
         collective == C.ALL_TO_ALL
     )
+
+
+@pytest.mark.parametrize("collective", [C.ALL_GATHER, C.REDUCE_SCATTER])
+@pytest.mark.parametrize("ranks", [8, 12])
+def test_pat_moves_the_rings_blocks_in_log_exchanges_each_its_latency_and_bytes(
+    collective: CollectiveType, ranks: int
+) -> None:  # fmt: skip
+    """One H100 per node (where NCCL 2.23+ runs PAT): ⌈log₂ n⌉ exchanges, n − 1 blocks in all, each exchange
+    a message to the peer at its distance and back: on the rails nothing shares a link, so each costs the route's
+    latency and its bytes at the NIC's rate; the fixed delay is NCCL's PAT latency shape."""
+    more = {"gpus_per_node": 1}
+    size = 8 * KiB
+    c = call(nccl("dgx-h100", ranks, **more), collective, size, range(ranks))
+    assert c.label.startswith("nccl:PAT/Simple/")
+    buffer = size * ranks if collective == C.ALL_GATHER else size
+    for position in range(ranks):
+        expected = (ranks - 1) / ranks * buffer * c.plan.inter_scale  # each message rounded to a byte
+        assert sent_bytes(c, position) == pytest.approx(expected, abs=len(pat_steps(ranks)))
+    graph = c.graph(collective, ranks, 0)
+    assert sum(kind == SEND for kind in graph.kinds) == math.ceil(math.log2(ranks))
+    levels = math.ceil(math.log2(ranks))
+    hop = timing.LAT_NET["Simple"] + timing.FABRIC_TIMING["ib"].hop_us
+    path_us = levels * hop / timing.PAT_LEVEL_OVERLAP + ranks * timing.PAT_PER_RANK
+    topo = cluster("dgx-h100", ranks, **more).topology
+    latency = topo.latencies[0] * 2  # up and down the rail switch
+    rate = topo.bandwidths[0]
+    block = buffer / ranks * c.plan.inter_scale
+    steps = [latency + round(blocks * block) / rate for _, blocks in pat_steps(ranks)]
+    assert c.plan.fixed_ns == pytest.approx((timing.T_KERNEL + path_us) * 1000.0 - levels * latency, rel=1e-12)
+    result = run("dgx-h100", ranks, collective, size, **more)
+    assert result.collectives[0].algorithm == c.label
+    # the channels' own bound runs beside the messages (a small reduce-scatter's binds)
+    assert result.finish_ns == pytest.approx(c.plan.fixed_ns + max(sum(steps), c.plan.cta_ns), rel=1e-9)
+    ring = run("dgx-h100", ranks, collective, size, {"algorithms": {"default": "nccl:Ring/Simple"}}, **more)
+    assert ring.finish_ns > result.finish_ns  # the point of PAT: fewer steps than a ring's n − 1
 
 
 def test_nvls_moves_a_buffer_and_a_slice_per_gpu_and_reduces_in_the_switch() -> None:

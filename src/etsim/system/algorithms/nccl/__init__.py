@@ -19,7 +19,7 @@ from etsim.errors import ConfigError
 from etsim.network.hardware import GpuCluster
 from etsim.network.topology import Topology
 from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
-from etsim.system.algorithms.nccl.graphs import Layout, build_graph, ring_steps, rotation_invariant
+from etsim.system.algorithms.nccl.graphs import Layout, build_graph, pat_steps, ring_steps, rotation_invariant
 from etsim.system.algorithms.nccl.search import Comm, channel_graphs
 from etsim.system.algorithms.nccl.settings import NcclSettings, forced
 from etsim.system.algorithms.nccl.timing import Plan, p2p_channel_scale, p2p_message, plan_call, plan_p2p
@@ -189,7 +189,9 @@ class NcclAlgorithm(CollectiveAlgorithm):
         A ring's super-step waits for the previous one's block from the previous rank: the path runs back along
         the ring, one edge per super-step; the slowest stretch of that many consecutive edges sets it.
         """
-        if algo in ("Ring", "PAT") and kind not in (C.BROADCAST, C.REDUCE):
+        if algo == "PAT":  # one message per exchange, each to the peer at its distance
+            return sum(self._route_latency(group[0], group[d % len(group)]) for d, _ in pat_steps(len(group)))
+        if algo == "Ring" and kind not in (C.BROADCAST, C.REDUCE):
             n = len(group)
             orders = layout.ring_orders(self.hardware().intra)
             hops = len(ring_steps(2 * (n - 1) if kind == C.ALL_REDUCE else n - 1, len(orders)))
@@ -210,7 +212,7 @@ class NcclAlgorithm(CollectiveAlgorithm):
         if len(layout.node_ids) > 1:
             inter = self._route_latency(group[members[0]], group[layout.by_node[layout.node_ids[1]][0]])
         n, nodes = len(group), len(layout.node_ids)
-        if algo in ("Ring", "PAT"):  # a chain, pipelined: one pass of its edges
+        if algo == "Ring":  # a chain, pipelined: one pass of its edges
             return (n - nodes) * intra + (nodes - 1) * inter
         across = 0.0 if nodes == 1 else 2 * inter if nodes == 2 else 2 * (nodes.bit_length() - 1) * inter
         return 2 * intra + across

@@ -18,6 +18,9 @@ nothing waits for: the part ends when they have too). Then the messages, in byte
   are what the algorithm puts on that link: a tree's chain moves the whole buffer up and down a node's NVLink;
   NVLink SHARP moves ``S·(1 + 1/n)`` per GPU and reduces in the switch; SHARP reduces in the fabric, so a node's
   NICs carry the buffer once each way.
+- **PAT** (all-gather and reduce-scatter, one GPU per node, NCCL 2.23+): ⌈log₂ n⌉ exchanges at distances 1, 2,
+  4 … (an all-gather's in that order, a reduce-scatter's in reverse), each of the blocks gathered so far: the
+  ring's n − 1 blocks per rank in a logarithmic number of steps.
 - **All-to-all**: every rank sends its piece to every peer at once (NCCL's grouped sends).
 """
 
@@ -40,6 +43,7 @@ __all__ = [
     "build_graph",
     "double_binary_tree",
     "hamiltonian_cycles",
+    "pat_steps",
     "ring_steps",
     "rotation_invariant",
 ]
@@ -152,7 +156,9 @@ def rotation_invariant(kind: CollectiveType, layout: Layout, plan: Plan, intra: 
     algo = plan.choice.algorithm
     if algo == "P2P":
         return True
-    if algo in ("Ring", "PAT"):
+    if algo == "PAT":
+        return True  # its peers sit at the same distances from every position
+    if algo == "Ring":
         if kind in (C.BROADCAST, C.REDUCE):
             return False
         return all(
@@ -188,7 +194,9 @@ def build_graph(
     algo = plan.choice.algorithm
     if algo == "P2P":
         _all_to_all(b, nbytes, position, layout, plan, launch)
-    elif algo in ("Ring", "PAT"):
+    elif algo == "PAT":
+        _pat(b, kind, nbytes, position, layout, plan, launch)
+    elif algo == "Ring":
         if kind in (C.BROADCAST, C.REDUCE):
             _chain(b, kind, nbytes, position, layout, plan, launch, intra)
         else:
@@ -232,6 +240,32 @@ def _rings(
         for step, count in enumerate(merged):
             b.send(nxt, _wire(count * block * out), g, deps=[got], name=f"ring{g}_send{step}")
             got = b.recv(prv, _wire(count * block * back), g, deps=[got], name=f"ring{g}_recv{step}")
+
+
+def pat_steps(n: int) -> list[tuple[int, int]]:
+    """PAT's exchanges over *n* ranks, all-gather order: (distance, blocks) — 1, 2, 4 … blocks, n − 1 in all."""
+    steps, distance = [], 1
+    while distance < n:
+        steps.append((distance, min(distance, n - distance)))
+        distance *= 2
+    return steps
+
+
+def _pat(
+    b: AlgorithmBuilder, kind: CollectiveType, nbytes: float, position: int, layout: Layout, plan: Plan, launch: int
+) -> None:  # fmt: skip
+    """PAT's exchanges: each sends what it has gathered (or what is left to reduce) once the last has arrived."""
+    n = len(layout.nodes)
+    block = nbytes / n
+    steps = pat_steps(n)
+    if kind == C.REDUCE_SCATTER:  # the all-gather's exchanges reversed: the farthest first, with the most blocks
+        steps = [(-distance, blocks) for distance, blocks in reversed(steps)]
+    got = launch
+    for step, (distance, blocks) in enumerate(steps):
+        to, frm = (position - distance) % n, (position + distance) % n
+        b.send(to, _wire(blocks * block * _scale(layout, plan, position, to)), 0, deps=[got], name=f"pat_send{step}")
+        got = b.recv(frm, _wire(blocks * block * _scale(layout, plan, frm, position)), 0, deps=[got],
+                     name=f"pat_recv{step}")  # fmt: skip
 
 
 def _chain(

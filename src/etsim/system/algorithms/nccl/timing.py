@@ -116,6 +116,9 @@ P2P_NVL_CHUNK = 512 << 10
 #: 8×H100 ``sendrecv`` table, whose 32 and 64 MiB rows run on 4 channels and 128 MiB on 8: their times less the
 #: call's 23 µs give 21 GB/s a channel on H100.
 P2P_CHANNEL = 14.0
+#: PAT's latency as NCCL models it (2.23-2.29 tuning.cc): a tree level costs a 3.5th of a network step; 2.8 µs a
+#: rank remain linear.
+PAT_LEVEL_OVERLAP, PAT_PER_RANK = 3.5, 2.8
 #: Host-staged copies (GPUs without peer access) reach this fraction of the PCIe rate.
 SHM_EFFICIENCY = 0.55
 # NCCL's pipeline granularity: a Simple step (4 MiB buffer / 8 steps), LL and LL128 steps, NVLS chunks.
@@ -274,7 +277,14 @@ def plan_call(
     step = _step_bytes(comm, algo, proto, nbytes, channels, heads, kind)
     fill_ns = 0.0
     chunks = 1
-    if algo in ("Ring", "PAT"):
+    if algo == "PAT":
+        # NCCL's own PAT latency (2.23+ tuning.cc): a network step per tree level at a 3.5th of its cost (the levels
+        # overlap), plus a part still linear in the ranks; its volume is the ring's, in ⌈log₂ n⌉ exchanges.
+        exchanges = max(1, math.ceil(math.log2(n)))
+        path = exchanges * ln / PAT_LEVEL_OVERLAP + n * PAT_PER_RANK
+        volume = (n - 1) / n * nbytes * overhead / channels
+        overhead_us = 0.0
+    elif algo == "Ring":
         if kind == C.ALL_REDUCE:
             steps, net_steps = 2 * (n - 1), 2 * (nodes - 1)
             share = 2.0 * (n - 1) / n
