@@ -213,6 +213,21 @@ def test_a_one_rank_call_costs_nothing_as_ncclss_local_copy(collective: Collecti
     assert result.collectives[0].algorithm == local
 
 
+def test_a_group_on_uneven_nodes_runs_rings_and_says_so() -> None:
+    # 8 + 4 GPUs once stopped on a size mismatch under NCCL's tree (each node cut its slices by its own size).
+    data = {"algorithms": {"default": "nccl"}}
+    workload = Workload(collective_workload(C.ALL_REDUCE, 64 * MiB, 12))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = simulate(workload, topology=cluster("dgx-h100", 16), system=load_system_config(data))
+    assert any("nodes holding 8, 4 of them runs NCCL's rings" in str(w.message) for w in caught)
+    assert result.collectives[0].algorithm.startswith("nccl:Ring/")
+    forced = {"algorithms": {"default": "nccl:Tree"}}
+    with warnings.catch_warnings(), pytest.raises(ConfigError, match=r"rings only \(a limit of etsim's, not NCCL's\)"):
+        warnings.simplefilter("ignore")  # the idle NPUs 12-15
+        simulate(workload, topology=cluster("dgx-h100", 16), system=load_system_config(forced))
+
+
 def test_nccl_needs_a_cluster_that_names_its_gpus() -> None:
     workload = Workload(collective_workload(C.ALL_REDUCE, MiB, 8))
     with pytest.raises(ConfigError, match="gpu_cluster"):

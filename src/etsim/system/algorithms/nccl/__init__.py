@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from etsim.algo.graph import AlgoGraph
 from etsim.chakra.graph import CollectiveType, collective_buffer_bytes
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, warn
 from etsim.network.hardware import GpuCluster
 from etsim.network.topology import Topology
 from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
@@ -23,7 +23,7 @@ from etsim.system.algorithms.nccl.graphs import Layout, build_graph, pat_steps, 
 from etsim.system.algorithms.nccl.search import Comm, channel_graphs
 from etsim.system.algorithms.nccl.settings import NcclSettings, forced
 from etsim.system.algorithms.nccl.timing import Plan, p2p_channel_scale, p2p_message, plan_call, plan_p2p
-from etsim.system.algorithms.nccl.tuner import choose
+from etsim.system.algorithms.nccl.tuner import UNEVEN, choose
 from etsim.system.algorithms.sources import SOURCES, AlgorithmContext, AlgorithmSource
 from etsim.system.p2p import P2pPair
 
@@ -56,6 +56,7 @@ class NcclAlgorithm(CollectiveAlgorithm):
         self.settings = settings or NcclSettings()
         self._calls: dict[tuple[int, int, tuple[int, ...]], NcclCall] = {}
         self._routes: dict[tuple[int, int], float] = {}
+        self._uneven: set[tuple[int, ...]] = set()  # groups warned of
 
     def hardware(self) -> GpuCluster:
         """The cluster's hardware; a clear error when the topology does not describe one."""
@@ -150,7 +151,12 @@ class NcclAlgorithm(CollectiveAlgorithm):
         n = len(group)
         layout = Layout([hw.node_of(r) for r in group], [0] * n)
         layout = Layout(layout.nodes, [layout.by_node[node].index(p) for p, node in enumerate(layout.nodes)])
-        comm = Comm(hw, n, len(layout.node_ids), layout.per_node)
+        even = len({len(members) for members in layout.by_node.values()}) == 1
+        comm = Comm(hw, n, len(layout.node_ids), layout.per_node, even)
+        if not even and collective != C.ALL_TO_ALL and group not in self._uneven:
+            self._uneven.add(group)
+            counts = ", ".join(str(len(m)) for m in layout.by_node.values())
+            warn(f"nccl: a group of {n} GPUs on nodes holding {counts} of them runs NCCL's rings ({UNEVEN})")
         nbytes = collective_buffer_bytes(collective, size, n)
         if collective == C.ALL_TO_ALL:
             remote = n - layout.per_node

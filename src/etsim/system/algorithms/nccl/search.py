@@ -60,6 +60,8 @@ class Comm:
     ranks: int
     nodes: int
     per_node: int
+    #: every node holds as many of the communicator's GPUs (``per_node`` is the most any holds)
+    even: bool = True
 
     @property
     def compute_capability(self) -> int:

@@ -17,7 +17,7 @@ from etsim.chakra.graph import CollectiveType
 from etsim.system.algorithms.nccl.search import Comm, Graph, Graphs
 from etsim.system.algorithms.nccl.settings import ALGORITHMS, PROTOCOLS, NcclSettings
 
-__all__ = ["Choice", "bucket", "call_channels", "choose", "cost_table"]
+__all__ = ["UNEVEN", "Choice", "bucket", "call_channels", "choose", "cost_table"]
 
 C = CollectiveType
 # NCCL's names of the collectives its tuner models.
@@ -128,6 +128,10 @@ def _candidates(kind: str, b: str) -> tuple[str, ...]:
     return ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree")
 
 
+#: Why a communicator whose nodes hold different numbers of its GPUs runs rings only here.
+UNEVEN = "its nodes hold different numbers of the communicator's GPUs, where etsim models NCCL's rings only"
+
+
 def _excluded(comm: Comm, graphs: Graphs, kind: str, settings: NcclSettings) -> dict[str, str]:
     """The algorithms NCCL cannot use for this communicator and collective, each with why."""
     out: dict[str, str] = {}
@@ -143,6 +147,9 @@ def _excluded(comm: Comm, graphs: Graphs, kind: str, settings: NcclSettings) -> 
         out["CollNetDirect"] = "CollNetDirect needs an NVSwitch node"
     if comm.nodes == 1:
         out["NVLSTree"] = "NVLSTree runs across nodes only"
+    if not comm.even:
+        for algo in ("Tree", "NVLS", "NVLSTree", "CollNetDirect", "CollNetChain"):
+            out[algo] = UNEVEN
     if graphs.nvls is None:
         out["NVLS"] = out["NVLSTree"] = (
             "NVLS is off (nvls: false)" if not settings.nvls
@@ -360,9 +367,14 @@ def choose(
         if settings.proto is not None and "Simple" not in settings.proto:
             reasons.append("only Ring and Tree run LL or LL128")
         why = "".join(f"; {reason}" for reason in reasons)
+        ours = any(reason.endswith(UNEVEN) for reason in reasons)
         return (
             f"no NCCL algorithm and protocol allowed here serves this call (algo: {allowed}; proto: {protos}){why}"
-            " (NCCL itself stops: 'no algorithm/protocol available')"
+            + (
+                " (a limit of etsim's, not NCCL's)"
+                if ours
+                else " (NCCL itself stops: 'no algorithm/protocol available')"
+            )
         )
     channels, threads = call_channels(comm, graphs, best[1], best[2], nbytes)
     return Choice(best[1], best[2], channels, threads, best[0])
