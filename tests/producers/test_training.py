@@ -319,7 +319,8 @@ def test_expert_gradients_are_all_reduced_over_every_copy_of_the_experts(ep: int
 
 def test_ranks_relabelled_from_their_stage_equal_ranks_built_from_scratch() -> None:
     from etsim.chakra.io import serialize_trace
-    from etsim.producers.training.job import _build_rank, build_job, job_groups, job_info
+    from etsim.producers.training.info import job_info
+    from etsim.producers.training.job import _build_rank, build_job, job_groups
     from etsim.producers.workloads.transformer import job_spec
 
     moe = {**SMALL, "experts": 4, "top_k": 2}

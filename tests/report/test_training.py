@@ -11,7 +11,7 @@ import pytest
 from etsim.chakra.graph import NodeType, Workload
 from etsim.cli import main
 from etsim.network import NetworkConfig, switch
-from etsim.producers.training.job import job_info
+from etsim.producers.training.info import job_info
 from etsim.producers.workloads.base import parse
 from etsim.producers.workloads.transformer import job_spec
 from etsim.report.record import RunRecorder

@@ -14,18 +14,16 @@ Every collective is issued in the same order on every member of its group.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from etsim.chakra.builder import TraceBuilder
 from etsim.chakra.graph import CollectiveType, Trace
 from etsim.producers.training.describe import TRAINING_ATTR, rank_metadata
-from etsim.producers.training.memory import stage_memory
 from etsim.producers.training.model import ModelSpec
 from etsim.producers.training.parallel import Layout, Op, schedule
 from etsim.producers.training.relabel import relabelled
-from etsim.producers.training.routing import MOE_TAG_BASE, Routing, exchange, load_summary, rank_shares
+from etsim.producers.training.routing import MOE_TAG_BASE, Routing, exchange, rank_shares
 from etsim.system.gpus import Efficiency, Gpu
 
 __all__ = ["ACTIVATION_BYTES", "GRAD_BYTES", "PARAM_BYTES", "TRAINING_ATTR", "JobSpec", "build_job", "job_groups"]
@@ -523,6 +521,8 @@ def build_job(job: JobSpec) -> list[Trace]:
     """The traces of one iteration, rank 0 first (see the module docstring)."""
     lay = job.layout
     group_ids, roles, members = job_groups(lay)
+    from etsim.producers.training.info import job_info  # (it reads the job's memory model)
+
     info = job_info(job, roles)
     traces: list[Trace | None] = [None] * lay.ranks
     # Every rank of a pipeline stage runs the same graph: build the stage's first rank, relabel it for the others.
@@ -556,44 +556,3 @@ def rank_parameters(job: JobSpec, stage: int) -> float:
         if chunk == lay.pp * job.chunks - 1:
             total += model.output_layer_parameters(lay.tp, apart=chunk > 0)
     return total
-
-
-def job_info(job: JobSpec, roles: dict[str, str]) -> str:
-    """The JSON the step report reads (:data:`TRAINING_ATTR`)."""
-    lay, model = job.layout, job.model
-    sequences = job.global_batch
-    model_flops = model.model_flops(sequences)
-    recompute_flops = 0
-    if job.recompute == "full":
-        recompute_flops = sequences * model.seq * (model.forward_flops_per_token() - 2 * model.hidden * model.vocab)
-    elif job.recompute == "selective":
-        recompute_flops = sequences * model.seq * sum(model.attention_core_flops(i) for i in range(model.layers))
-    stages = [stage_memory(job, stage) for stage in range(lay.pp)]
-    largest = max(range(lay.pp), key=lambda stage: stages[stage]["total"])
-    return json.dumps(
-        {
-            "model": model.name,
-            "parameters": model.parameters(),
-            "gpus": lay.ranks,
-            "gpu": job.gpu.name,
-            "precision": job.precision,
-            "peak_flops_per_gpu": job.gpu.peak(job.precision),
-            "gpu_memory_bytes": job.gpu.memory,
-            "tokens_per_iteration": sequences * model.seq,
-            "model_flops": model_flops,
-            "hardware_flops": model_flops + recompute_flops,
-            "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "sp": job.sp,
-            **({"etp": lay.etp} if lay.etp > 1 else {}),
-            "schedule": job.schedule, "virtual_stages": job.chunks, "micro_batches": job.micro_batches,
-            "micro_batch": job.micro_batch, "global_batch": job.global_batch, "zero": job.zero,
-            "recompute": job.recompute,
-            "groups": roles,
-            "activation_bytes_in_flight": [terms["activations"] for terms in stages],
-            "memory_bytes_per_gpu": [terms["total"] for terms in stages],
-            "memory_terms": {"stage": largest, **stages[largest]},
-            "attention": job.attention,
-            "pipeline_layers": list(job.chunk_layers),
-            **load_summary(job.routing, model, lay.ep, job.micro_batches),
-        },
-        sort_keys=True,
-    )  # fmt: skip
