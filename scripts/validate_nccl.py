@@ -2,7 +2,8 @@
 
 Every table of ``../shared/reference/nccl-tests/tables.jsonl`` (or ``--tables FILE``) is mapped from its metadata
 alone — the GPU, the intra- and inter-node hardware as the source states them, the NCCL version, its environment
-(``NCCL_ALGO``, ``NCCL_PROTO``, ``NCCL_COLLNET_ENABLE``, ``NCCL_MIN_CTAS`` …) and the launch mode (``-g N``) — to a
+(``NCCL_ALGO``, ``NCCL_PROTO``, ``NCCL_COLLNET_ENABLE``, ``NCCL_MIN_CTAS`` …; and what the launch file the source
+cites sets where the table's ``env`` lacks it: :data:`SOURCE_ENV`) and the launch mode (``-g N``) — to a
 ``gpu_cluster`` topology and a system ``nccl:`` block (:func:`describe`). Each row is then simulated as
 ``etsim run`` does it: one collective of the row's size on every rank, ``--algo nccl``; broadcast and reduce as
 nccl-tests times them, :data:`ITERS` calls back to back and their mean (see :data:`ITERS`). The rows are never read
@@ -83,6 +84,15 @@ NVL72 = 72
 DEFAULT_NICS = {"h100": (1, 400), "h200": (1, 400), "h800": (1, 400), "h20": (1, 400), "gh200": (1, 400),
                 "b200": (1, 400), "gb200": (1, 400), "a100": (0.5, 200), "a800": (0.5, 200), "v100": (0.5, 100),
                 "mi300x": (1, 400)}  # fmt: skip
+#: NCCL settings a table's source states in the launch file it cites, where the table's ``env`` does not carry
+#: them: (the settings, the file and commit read). Metadata of the source, never read from its rows.
+SOURCE_ENV: dict[str, tuple[dict[str, str], str]] = {
+    "gb200-128g-all_reduce-oci-oke-2rack": (
+        {"NCCL_NVLS_ENABLE": "0"},
+        "oracle-quickstart/oci-hpc-oke manifests/nccl-tests/kueue/BM.GPU.GB200-v3.4.yaml at 1cf00fd (2026-01-14), "
+        "the manifest its README's results name: mpirun -x NCCL_NVLS_ENABLE=0, image nccl-tests NCCL 2.29.2",
+    ),
+}
 #: An unstated NCCL version: the release current at the table's date (github.com/NVIDIA/nccl tags).
 VERSION_BY_YEAR = {2020: "2.7", 2021: "2.9", 2022: "2.12", 2023: "2.18", 2024: "2.21", 2025: "2.26"}
 
@@ -248,6 +258,12 @@ def describe(table: dict[str, Any]) -> Case:
     topology["fabric"] = fabric
     topology["nic_latency"] = f"{FABRICS[fabric].nic_latency:g} ns"
     env = table.get("env") or {}
+    if table["id"] in SOURCE_ENV:
+        stated, where = SOURCE_ENV[table["id"]]
+        env = {**stated, **env}
+        flags.append(
+            f"environment from the source's launch file ({where}): " + " ".join(f"{k}={v}" for k, v in stated.items())
+        )
     nccl: dict[str, Any] = {"version": _version(table, flags), "gpus_per_process": _launch(table)}
     if env.get("NCCL_ALGO"):
         nccl["algo"] = _algo_names(env["NCCL_ALGO"])

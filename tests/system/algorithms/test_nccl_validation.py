@@ -94,6 +94,19 @@ def test_the_docs_summary_is_the_record() -> None:
     assert f"**All tables: {within} of {rows} rows within tolerance" in doc
 
 
+def test_settings_the_sources_launch_file_states_are_read_where_the_table_lacks_them() -> None:
+    table = {"id": "gb200-128g-all_reduce-oci-oke-2rack", "gpu": "NVIDIA GB200", "gpus": 128, "gpus_per_node": 4,
+             "nodes": 32, "intra": "NVLink5 within each NVL72 rack (MNNVL)", "inter": "OCI RDMA cluster network",
+             "nccl_version": "2.29.2+cuda13.1", "env": {}, "notes": "", "collective": "all_reduce",
+             "rows": []}  # fmt: skip
+    case = VALIDATE.describe(table)
+    assert case.system["nccl"]["nvls"] is False
+    assert any("BM.GPU.GB200-v3.4.yaml" in flag and "NCCL_NVLS_ENABLE=0" in flag for flag in case.flags)
+    # a table's own environment wins over the launch file's
+    case = VALIDATE.describe({**table, "env": {"NCCL_NVLS_ENABLE": "1"}})
+    assert "nvls" not in case.system["nccl"]
+
+
 def test_the_mapping_reads_metadata_only() -> None:
     """A table's hardware and settings come from what its source states, never from its rows."""
     table = {"id": "t", "gpu": "NVIDIA H100 80GB HBM3", "gpus": 32, "gpus_per_node": 8, "nodes": 4,
