@@ -177,11 +177,68 @@ def test_data_parallel_volume_per_zero_stage(zero: int) -> None:
     elif zero in (1, 2):
         assert got[("dp", "reduce_scatter")] == pytest.approx(grads, abs=buckets)
         assert got[("dp", "all_gather")] == pytest.approx(grads, abs=buckets)
-    else:
-        layers = params - load_model(SMALL).embedding_parameters()
+    else:  # every weight gathered before its forward and its backward (the embedding and its copy too)
         m = info["micro_batches"]
-        assert got[("dp", "all_gather")] == pytest.approx(2 * m * layers * 2 * d, abs=buckets)  # forward, backward
+        assert got[("dp", "all_gather")] == pytest.approx(2 * m * (params + copy) * 2 * d, abs=buckets)
         assert got[("dp", "reduce_scatter")] == pytest.approx(grads, abs=buckets)  # every gradient, once
+
+
+def _named(trace: Any, prefix: str) -> list[int]:
+    return [j for j, name in enumerate(trace.names) if name.startswith(prefix)]
+
+
+@pytest.mark.parametrize(("cp", "dp", "zero"), [(2, 2, 1), (2, 1, 1), (2, 2, 3)])
+def test_zero_shards_over_the_gradient_groups_dp_cp_ranks_as_the_memory_model(cp: int, dp: int, zero: int) -> None:
+    # The dp group holds dp·cp ranks; ZeRO once sharded over dp alone: gathers twice the model, steps twice the shard.
+    from etsim.producers.training.job import OPTIMIZER_BYTES, PARAM_BYTES, rank_parameters
+    from etsim.producers.workloads.transformer import job_spec
+
+    traces, _ = generate(tp=2, cp=cp, dp=dp, zero=zero, global_batch=8)
+    held = rank_parameters(job_spec(parse("transformer", {"model": SMALL, "global_batch": 8, "tp": 2, "cp": cp,
+                                                          "dp": dp, "zero": zero})[1]), 0)  # fmt: skip
+    shard = held / (dp * cp)
+    tr = traces[0]
+    [step] = _named(tr, "optimizer_step")
+    assert tr.tensor_size[step] == pytest.approx(OPTIMIZER_BYTES * shard, abs=1)
+    gathered = sum(tr.comm_size[j] for j in _named(tr, "param_ag") if "_l" not in tr.names[j])
+    if zero == 1:
+        assert gathered == pytest.approx(held * PARAM_BYTES / (dp * cp), abs=len(_named(tr, "param_ag")))
+    else:  # each layer per micro-batch, forward and backward: its shard of the layer
+        layer = [tr.comm_size[j] for j in _named(tr, "mb0_c0_l0_param_ag")]
+        per_layer = load_model(SMALL).layer_parameters(0) / 2  # split by tp
+        assert layer == [pytest.approx(per_layer * PARAM_BYTES / (dp * cp), abs=1)] * 2
+
+
+def test_zero_steps_and_gathers_experts_over_their_own_group() -> None:
+    """ZeRO-1 with experts: the step covers the dense share (÷ dp·cp) and the expert share (÷ edp); expert gradients
+    are reduce-scattered and the experts gathered back over edp; ZeRO-3 gathers them before use."""
+    from etsim.producers.training.job import OPTIMIZER_BYTES, PARAM_BYTES, stage_parameters
+    from etsim.producers.workloads.transformer import job_spec
+
+    moe = {**SMALL, "experts": 4, "top_k": 2}
+    values = {"model": moe, "global_batch": 8, "dp": 4, "ep": 4, "zero": 1}
+    gen, options = parse("transformer", values)
+    traces = gen.generate(options)
+    dense, expert = stage_parameters(job_spec(options), 0)
+    edp = 1 * 1 * 4 // 4  # tp·cp·dp / (ep·etp): each rank holds the only copy of its experts
+    tr = traces[0]
+    [step] = _named(tr, "optimizer_step")
+    assert tr.tensor_size[step] == pytest.approx(OPTIMIZER_BYTES * (dense / 4 + expert / edp), abs=1)
+    assert not _named(tr, "expert_param_ag")  # (no expert-data-parallel group: nothing to gather)
+    values = {**values, "ep": 2}  # two copies of each expert: edp = 2
+    gen, options = parse("transformer", values)
+    tr = gen.generate(options)[0]
+    dense, expert = stage_parameters(job_spec(options), 0)
+    [step] = _named(tr, "optimizer_step")
+    assert tr.tensor_size[step] == pytest.approx(OPTIMIZER_BYTES * (dense / 4 + expert / 2), abs=1)
+    assert {COLLECTIVE_NAMES[tr.comm_type[j]] for j in _named(tr, "mb") if "expert_grad" in tr.names[j]} == {
+        "reduce_scatter"
+    }
+    gathered = sum(tr.comm_size[j] for j in _named(tr, "expert_param_ag"))
+    assert gathered == pytest.approx(expert * PARAM_BYTES / 2, abs=len(_named(tr, "expert_param_ag")))
+    gen, options = parse("transformer", {**values, "zero": 3})
+    tr = gen.generate(options)[0]
+    assert _named(tr, "mb0_c0_l0_param_ag_experts")  # gathered before the layer, as its dense weights
 
 
 def test_expert_parallel_volume_is_four_all_to_alls_per_moe_layer() -> None:

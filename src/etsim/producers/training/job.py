@@ -115,6 +115,10 @@ class _Rank:
         self.bucket_sizes: list[float] = []
         self.pending_bytes = 0.0
         self.grad_role = "dp" if "dp" in self.groups else None
+        self.expert_sizes: list[float] = []  # experts' gradients reduced over edp, per layer (ZeRO gathers them back)
+        # ZeRO's shards: a dense parameter's over its gradient group (dp·cp ranks), an expert's over edp
+        self.dp_size = lay.dp * lay.cp
+        self.edp_size = max(1, lay.tp * lay.cp * lay.dp // (lay.ep * lay.etp))
         #: What the next pass waits for: the previous pass's last compute and tensor-parallel collectives.
         self.prev: list[int] = []
         self.micro_batch = 0  # of the pass being built (the experts' loads are drawn per micro-batch and layer)
@@ -370,6 +374,7 @@ class _Rank:
         elif model.vocab:
             emb = _Cost()
             self._kernel(emb, "memory", 0, 2 * self.n * model.hidden * ACTIVATION_BYTES)
+            deps = self._zero3_gather_weights(model.input_embedding_parameters() / lay.tp, deps, f"{tag}_emb_ag")
             deps = [self._comp(f"{tag}_embedding", emb, deps)]
         start = deps
         for layer in layers:
@@ -379,6 +384,7 @@ class _Rank:
             if model.vocab:
                 logits = _Cost()
                 self._gemm(logits, self.n, model.vocab / lay.tp, model.hidden)
+                deps = self._zero3_gather_weights(self._head_parameters(model_chunk), deps, f"{tag}_head_ag")
                 self._kernel(logits, "memory", 0, 3 * self.n * model.vocab / lay.tp * 4)  # softmax and loss, fp32
                 deps = [self._comp(f"{tag}_logits", logits, deps)]
         else:
@@ -401,6 +407,7 @@ class _Rank:
         elif model.vocab:
             logits = _Cost()
             self._gemm(logits, self.n, model.vocab / lay.tp, model.hidden, 2.0)
+            deps = self._zero3_gather_weights(self._head_parameters(model_chunk), deps, f"{tag}_head_ag_bwd")
             deps = [self._comp(f"{tag}_logits_bwd", logits, deps)]
             if op.micro_batch == last_mb:  # (the output layer's gradients: the first ready, the first bucket's)
                 self.pending_bytes += model.output_layer_parameters(lay.tp, apart=self.total_chunks > 1)
@@ -418,6 +425,7 @@ class _Rank:
         if model_chunk == 0 and model.vocab:
             emb_bwd = _Cost()
             self._kernel(emb_bwd, "memory", 0, 2 * self.n * model.hidden * ACTIVATION_BYTES)
+            deps = self._zero3_gather_weights(model.input_embedding_parameters() / lay.tp, deps, f"{tag}_emb_ag_bwd")
             deps = [self._comp(f"{tag}_embedding_bwd", emb_bwd, deps)]
             if op.micro_batch == last_mb:
                 self.pending_bytes += model.input_embedding_parameters() / lay.tp
@@ -441,9 +449,11 @@ class _Rank:
             self.pending_bytes += dense
             if self.pending_bytes * GRAD_BYTES >= job.bucket_bytes:
                 self._flush([made], f"{tag}_l{layer}_grad_bucket{len(self.bucket_sizes)}")
-        if expert and "edp" in self.groups:
+        if expert and "edp" in self.groups:  # (reduced over the ranks that hold the same experts; ZeRO shards them)
             name = f"{tag}_l{layer}_expert_grad"
-            self.grad_collectives.append(self._coll(AR, expert * GRAD_BYTES, [made], name, "edp"))
+            kind = AR if job.zero == 0 else RS
+            self.grad_collectives.append(self._coll(kind, expert * GRAD_BYTES, [made], name, "edp"))
+            self.expert_sizes.append(expert)
 
     def _flush(self, deps: list[int], name: str) -> None:
         """Reduce the gradient bucket filled so far (all-reduce, or reduce-scatter under ZeRO), and start another."""
@@ -454,32 +464,54 @@ class _Rank:
         self.pending_bytes = 0.0
 
     def _optimizer_step(self) -> None:
-        """The optimizer step, once this rank's gradients are reduced; ZeRO-1/2 then gather the updated parameters."""
-        job, lay = self.job, self.job.layout
-        params = rank_parameters(job, self.p)
-        shard = params / lay.dp if job.zero >= 1 else params
+        """The optimizer step, once this rank's gradients are reduced; ZeRO-1/2 then gather the updated parameters.
+
+        ZeRO shards over each parameter's gradient group: dense ones over ``dp`` (its ``dp·cp`` ranks), experts over
+        ``edp`` (the ranks holding the same experts), as the memory model does.
+        """
+        job = self.job
+        dense, expert = stage_parameters(job, self.p)
+        shard = dense / self.dp_size + expert / self.edp_size if job.zero >= 1 else dense + expert
         step = _Cost()
         self._kernel(step, "memory", 0, OPTIMIZER_BYTES * shard)
         ready = self.prev + self.grad_collectives
         if "emb" in self.groups:  # the two copies of a tied embedding: gradients summed once the buckets are reduced
-            size = job.model.vocab * job.model.hidden / lay.tp * GRAD_BYTES
+            size = job.model.vocab * job.model.hidden / job.layout.tp * GRAD_BYTES
             ready = [*ready, self._coll(AR, size, ready, "embedding_grad_ar", "emb")]
         done = self._comp("optimizer_step", step, ready)
-        if job.zero in (1, 2) and self.grad_role:
-            for k, size in enumerate(self.bucket_sizes):
-                self._coll(AG, size * PARAM_BYTES / lay.dp, [done], f"param_ag_bucket{k}", self.grad_role)
+        if job.zero in (1, 2):
+            if self.grad_role:
+                for k, size in enumerate(self.bucket_sizes):
+                    self._coll(AG, size * PARAM_BYTES / self.dp_size, [done], f"param_ag_bucket{k}", self.grad_role)
+            if "edp" in self.groups:
+                for k, size in enumerate(self.expert_sizes):
+                    self._coll(AG, size * PARAM_BYTES / self.edp_size, [done], f"expert_param_ag{k}", "edp")
 
     def _zero3_gather(self, layer: int, deps: list[int], start: list[int], name: str) -> tuple[list[int], list[int]]:
         """ZeRO-3: gather *layer*'s parameters, issued when the previous layer could start (*start*: one layer ahead).
 
-        Returns what the layer waits for and what the next layer's gather waits for (this layer's inputs).
+        Dense weights over ``dp``, experts over ``edp``. Returns what the layer waits for and what the next layer's
+        gather waits for (this layer's inputs).
         """
         job = self.job
-        if job.zero != 3 or "dp" not in self.groups:
+        if job.zero != 3:
             return deps, deps
-        dense, _ = layer_parameters(job.model, layer, job.layout)
-        gather = self._coll(AG, dense * PARAM_BYTES / job.layout.dp, start, name, "dp")
-        return [*deps, gather], deps
+        dense, expert = layer_parameters(job.model, layer, job.layout)
+        gathers = []
+        if "dp" in self.groups:
+            gathers.append(self._coll(AG, dense * PARAM_BYTES / self.dp_size, start, name, "dp"))
+        if expert and "edp" in self.groups:
+            gathers.append(self._coll(AG, expert * PARAM_BYTES / self.edp_size, start, f"{name}_experts", "edp"))
+        return [*deps, *gathers], deps
+
+    def _head_parameters(self, model_chunk: int) -> float:
+        return self.job.model.output_layer_parameters(self.job.layout.tp, apart=model_chunk > 0)
+
+    def _zero3_gather_weights(self, parameters: float, deps: list[int], name: str) -> list[int]:
+        """ZeRO-3: gather a dense weight outside the layers (the embedding, the output layer) before its use."""
+        if self.job.zero != 3 or "dp" not in self.groups or parameters <= 0:
+            return deps
+        return [*deps, self._coll(AG, parameters * PARAM_BYTES / self.dp_size, deps, name, "dp")]
 
 
 def layer_parameters(model: ModelSpec, layer: int, layout: Layout) -> tuple[float, float]:
@@ -542,17 +574,22 @@ def build_job(job: JobSpec) -> list[Trace]:
     return traces  # type: ignore[return-value]
 
 
-def rank_parameters(job: JobSpec, stage: int) -> float:
-    """Parameters one rank of pipeline *stage* holds (dense ones split by tp, experts by ep and etp)."""
+def stage_parameters(job: JobSpec, stage: int) -> tuple[float, float]:
+    """(dense, expert) parameters one rank of pipeline *stage* holds (dense split by tp, experts by ep and etp)."""
     lay, model = job.layout, job.model
-    total = 0.0
+    dense = expert = 0.0
     for k in range(job.chunks):
         chunk = k * lay.pp + stage
         for layer in job.layers_of(chunk):
-            dense, expert = layer_parameters(model, layer, lay)
-            total += dense + expert
+            d, e = layer_parameters(model, layer, lay)
+            dense, expert = dense + d, expert + e
         if chunk == 0:
-            total += model.input_embedding_parameters() / lay.tp
+            dense += model.input_embedding_parameters() / lay.tp
         if chunk == lay.pp * job.chunks - 1:
-            total += model.output_layer_parameters(lay.tp, apart=chunk > 0)
-    return total
+            dense += model.output_layer_parameters(lay.tp, apart=chunk > 0)
+    return dense, expert
+
+
+def rank_parameters(job: JobSpec, stage: int) -> float:
+    """Parameters one rank of pipeline *stage* holds (dense ones split by tp, experts by ep and etp)."""
+    return sum(stage_parameters(job, stage))
