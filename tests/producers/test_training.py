@@ -423,6 +423,11 @@ def test_latent_attention_counts_every_projection_and_its_wider_scores() -> None
     assert m.attention_core_flops(0) == 2 * m.seq * heads * (192 + 128)
     with pytest.raises(ConfigError, match="kv_lora_rank \\(latent attention\\) needs arch llama"):
         load_model({**SMALL, "kv_lora_rank": 16})
+    for key in ("q_lora_rank", "v_head_dim", "rope_head_dim"):  # once taken without a latent (or silently ignored)
+        with pytest.raises(ConfigError, match=f"{key} is latent attention's: it needs kv_lora_rank"):
+            load_model({**SMALL, "arch": "llama", key: 16})
+    with pytest.raises(ConfigError, match="moe_every: expected an integer >= 1"):  # once a ZeroDivisionError
+        load_model({**SMALL, "experts": 4, "moe_every": 0})
 
 
 def test_sliding_window_layers_attend_to_the_window_and_sinks_add_a_logit_per_head() -> None:

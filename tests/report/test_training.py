@@ -171,3 +171,15 @@ def test_the_readme_and_docs_example_gives_the_figures_docs_training_md_quotes(t
     report = json.loads(out.read_text())["training"]
     assert round(report["iteration_ns"] / 1e9, 4) == 1.0194  # docs/training.md's table
     assert round(100 * report["mfu"], 1) == 44.9
+
+
+def test_a_job_timed_on_another_gpu_than_the_clusters_is_warned() -> None:
+    # A job generated with the default --gpu (a100-80gb) run on dgx-h100 once reported A100 times and MFU silently.
+    from etsim.network.builders import build_topology
+    from etsim.report.training import gpu_clash
+
+    h100 = build_topology({"kind": "gpu_cluster", "preset": "dgx-h100", "gpus": 8}, None).hardware
+    assert gpu_clash({"gpu": "h100-sxm"}, h100, "t.yaml") is None
+    message = gpu_clash({"gpu": "a100-80gb"}, h100, "t.yaml")
+    assert message is not None and "timed on a100-80gb" in message and "t.yaml has h100 GPUs" in message
+    assert gpu_clash({"gpu": "a100-80gb"}, None, "mesh.yaml") is None  # a topology that names no GPU

@@ -38,7 +38,15 @@ if TYPE_CHECKING:
     from etsim.report.record import RunRecorder
     from etsim.report.result import Result
 
-__all__ = ["ROLES", "TRAINING_ATTR", "training_columns", "training_info", "training_lines", "training_report"]
+__all__ = [
+    "ROLES",
+    "TRAINING_ATTR",
+    "gpu_clash",
+    "training_columns",
+    "training_info",
+    "training_lines",
+    "training_report",
+]
 
 #: The memory estimate's terms, in the order the report prints them (:mod:`etsim.producers.training.memory`).
 MEMORY_TERMS = ("weights", "gradients", "optimizer states", "gathered layers", "fp8 weight copies", "activations",
@@ -58,6 +66,20 @@ ROLES = ("tp", "pp", "dp", "ep", "cp")
 def training_info(traces: Sequence[Trace]) -> dict[str, Any] | None:
     """The job description of a generated training workload, or None for any other workload."""
     return training_job(traces)
+
+
+def gpu_clash(info: dict[str, Any], hardware: Any, topology: str) -> str | None:
+    """Why a training job's compute, timed on its ``--gpu``, is not the cluster's GPU (None when they agree).
+
+    The job names a compute preset (``h100-sxm``), a ``gpu_cluster`` its GPU generation (``h100``).
+    """
+    cluster = getattr(getattr(hardware, "gpu", None), "name", None)
+    if cluster is None or str(info.get("gpu", "")).split("-")[0] == cluster:
+        return None
+    return (
+        f"the job's compute was timed on {info.get('gpu')} (its --gpu), but topology {topology} has {cluster} "
+        "GPUs: the step report's times and MFU are the former's"
+    )
 
 
 def training_report(

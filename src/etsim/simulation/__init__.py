@@ -53,7 +53,7 @@ from etsim.report.bounds import collective_bound_violations, describe_violations
 from etsim.report.groups import exposure_by_group, exposure_from_ranks, single_group
 from etsim.report.record import RunRecorder
 from etsim.report.result import CollectiveRecord, RankResult, Result
-from etsim.report.training import training_info, training_report
+from etsim.report.training import gpu_clash, training_info, training_report
 from etsim.simulation.collect import instance_weights, link_entries, mirror_results, network_info
 from etsim.simulation.phases import DEFAULT_REPORTS, NO_REPORTS, Plan, Reports, WarningLog, collector_paused
 from etsim.system.algorithms import DeferredChecks
@@ -269,6 +269,8 @@ class Simulation:
                 f"topology {label} has {len(topo.live_npus)} NPUs but the workload has only {n} rank files; "
                 f"{which} stay idle (a missing rank file? rank r runs on NPU r)"
             )
+        if self.training is not None and (clash := gpu_clash(self.training, getattr(topo, "hardware", None), label)):
+            warn(clash)
         failed = sorted(r for r in getattr(topo, "failed_npus", ()) if r < n)
         if failed:
             raise ConfigError(f"workload ranks {failed} sit on failed NPUs of topology {label}")

@@ -87,7 +87,8 @@ class Efficiency:
             e = self.attention
         else:
             e = 1.0
-        compute = flops / (gpu.peak(precision) * e) if flops else 0.0
+        # FP8 speeds up the GEMMs only: the attention core stays in 16 bits (Transformer Engine's default recipe)
+        compute = flops / (gpu.peak(precision if kind == "gemm" else "bf16") * e) if flops else 0.0
         memory = nbytes / (gpu.hbm_bandwidth * self.memory) if nbytes else 0.0
         return max(compute, memory) * 1e9
 

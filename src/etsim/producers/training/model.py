@@ -251,6 +251,11 @@ def _complete(spec: ModelSpec, where: str) -> ModelSpec:
         raise ConfigError(f"{where}: heads {spec.heads} is not a multiple of kv_heads {spec.kv_heads}")
     if spec.experts and not 1 <= spec.top_k <= spec.experts:
         raise ConfigError(f"{where}: top_k {spec.top_k} must be between 1 and experts {spec.experts}")
+    if spec.experts and spec.moe_every < 1:
+        raise ConfigError(f"{where}: moe_every: expected an integer >= 1 (an MoE layer every n), got {spec.moe_every}")
+    for key in ("q_lora_rank", "rope_head_dim", "v_head_dim"):
+        if getattr(spec, key) and not spec.mla:
+            raise ConfigError(f"{where}: {key} is latent attention's: it needs kv_lora_rank")
     return spec
 
 
