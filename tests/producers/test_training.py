@@ -451,8 +451,18 @@ def test_a_schedule_with_no_effect_or_off_a_published_run_is_warned_about() -> N
     gen, options = parse("transformer", {"model": SMALL, "global_batch": 8, "schedule": "interleaved",
                                          "virtual_stages": 2})  # fmt: skip
     with pytest.warns(EtsimWarning, match="schedule interleaved with pp 1 has no effect"):
-        gen.generate(options)
+        interleaved = gen.generate(options)
+    # ... and has none: the traces are 1F1B's (a tied embedding once gained a phantom second copy on the one stage)
+    gen, options = parse("transformer", {"model": SMALL, "global_batch": 8})
+    plain = gen.generate(options)
+    assert [t.comm_size for t in interleaved] == [t.comm_size for t in plain]
+    assert [t.tensor_size for t in interleaved] == [t.tensor_size for t in plain]
     from etsim.producers.workloads.transformer import layout_notes
+
+    _, flags = parse("transformer", {"model": {**SMALL, "experts": 4}, "global_batch": 8, "sp": True,
+                                     "expert_imbalance": 2.0})  # fmt: skip
+    sp, imbalance = layout_notes(flags)
+    assert sp.startswith("sp with tp 1 has no effect") and "with ep 1 every expert is on every rank" in imbalance
 
     _, gpt3 = parse("transformer", {"model": "gpt3-175b", "tp": 8, "pp": 8, "global_batch": 8})
     (note,) = layout_notes(gpt3)

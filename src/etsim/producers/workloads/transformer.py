@@ -108,8 +108,9 @@ def _job_spec(o: Any) -> JobSpec:
         sp=o.sp,
         global_batch=o.global_batch,
         micro_batch=o.micro_batch,
-        schedule=o.schedule,
-        chunks=o.virtual_stages if o.schedule == "interleaved" else 1,
+        # interleaving one stage does nothing (layout_notes says so): it runs as 1F1B, without chunks' copies
+        schedule="1f1b" if (o.schedule, o.pp) == ("interleaved", 1) else o.schedule,
+        chunks=o.virtual_stages if o.schedule == "interleaved" and o.pp > 1 else 1,
         zero=o.zero,
         recompute=o.recompute,
         precision=o.precision,
@@ -140,9 +141,14 @@ def layout_notes(options: Any) -> list[str]:
     o, notes = options, []
     if o.pp == 1 and o.schedule == "interleaved":
         notes.append(
-            f"schedule interleaved with pp 1 has no effect: its {o.virtual_stages} model chunks all run on the one "
-            "stage, which 1F1B does with fewer transfers; interleaving shortens a bubble of several stages"
+            f"schedule interleaved with pp 1 has no effect: its {o.virtual_stages} model chunks would all run on the "
+            "one stage, so it runs as 1F1B; interleaving shortens a bubble of several stages"
         )
+    if o.sp and o.tp == 1:
+        notes.append("sp with tp 1 has no effect: sequence parallelism splits what tensor parallelism shares")
+    if o.ep == 1 and (o.expert_imbalance or o.capacity_factor is not None):
+        notes.append("expert_imbalance and capacity_factor shape the tokens each expert-parallel rank gets: with ep 1 "
+                     "every expert is on every rank, and they have no effect")  # fmt: skip
     published = PUBLISHED_RUNS.get(o.model) if isinstance(o.model, str) else None
     if published and (o.tp, o.pp) == (published["tp"], published["pp"]):
         wanted = (published["schedule"], published["virtual_stages"])
