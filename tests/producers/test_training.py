@@ -241,6 +241,17 @@ def test_zero_steps_and_gathers_experts_over_their_own_group() -> None:
     assert _named(tr, "mb0_c0_l0_param_ag_experts")  # gathered before the layer, as its dense weights
 
 
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_hardware_flops_leave_out_the_copies_a_capacity_drops(recompute: str) -> None:
+    # HFU once counted the experts' FLOPs on tokens the capacity factor dropped (at 0.01, 99.8% of them).
+    moe = {**SMALL, "arch": "llama", "experts": 8, "top_k": 2, "expert_ffn": 512}
+    traces, info = generate(model=moe, dp=4, ep=4, capacity_factor=0.5, expert_imbalance=1.0, recompute=recompute)
+    assert info["dropped_copies"] > 0.05
+    assert flops(traces) == pytest.approx(info["hardware_flops"], rel=1e-9)
+    if recompute == "none":
+        assert info["hardware_flops"] < info["model_flops"]  # MFU counts the model's FLOPs; HFU those run
+
+
 def test_expert_parallel_volume_is_four_all_to_alls_per_moe_layer() -> None:
     moe = {**SMALL, "experts": 4, "top_k": 2, "moe_every": 2}
     gen, options = parse("transformer", {"model": moe, "global_batch": 8, "tp": 2, "sp": True, "dp": 4, "ep": 2})

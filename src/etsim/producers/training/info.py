@@ -28,6 +28,12 @@ def job_info(job: JobSpec, roles: dict[str, str]) -> str:
         recompute_flops = sequences * model.seq * (model.forward_flops_per_token() - 2 * model.hidden * model.vocab)
     elif job.recompute == "selective":
         recompute_flops = sequences * model.seq * sum(model.attention_core_flops(i) for i in range(model.layers))
+    routing = load_summary(job.routing, model, lay.ep, job.micro_batches)
+    # the FLOPs the experts do not run: the routed copies a capacity drops, in every pass that runs them
+    dropped = routing.get("dropped_copies", 0.0) * sum(model.is_moe(i) for i in range(model.layers))
+    per_copy = 2 * model.hidden * model.expert_ffn * ((2 if model.gated else 1) + 1)  # both GEMMs, forward
+    passes = 3 + (job.recompute == "full")
+    dropped_flops = dropped * sequences * model.seq * model.top_k * per_copy * passes
     stages = [stage_memory(job, stage) for stage in range(lay.pp)]
     largest = max(range(lay.pp), key=lambda stage: stages[stage]["total"])
     return json.dumps(
@@ -41,7 +47,7 @@ def job_info(job: JobSpec, roles: dict[str, str]) -> str:
             "gpu_memory_bytes": job.gpu.memory,
             "tokens_per_iteration": sequences * model.seq,
             "model_flops": model_flops,
-            "hardware_flops": model_flops + recompute_flops,
+            "hardware_flops": model_flops + recompute_flops - dropped_flops,
             "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "sp": job.sp,
             **({"etp": lay.etp} if lay.etp > 1 else {}),
             "schedule": job.schedule, "virtual_stages": job.chunks, "micro_batches": job.micro_batches,
@@ -53,7 +59,7 @@ def job_info(job: JobSpec, roles: dict[str, str]) -> str:
             "memory_terms": {"stage": largest, **stages[largest]},
             "attention": job.attention,
             "pipeline_layers": list(job.chunk_layers),
-            **load_summary(job.routing, model, lay.ep, job.micro_batches),
+            **routing,
         },
         sort_keys=True,
     )  # fmt: skip
