@@ -221,3 +221,22 @@ def test_coverage_helper_reports_every_file(tmp_path, monkeypatch):
 def test_the_coverage_page_is_what_the_script_writes_from_the_corpus():
     """docs/msccl-coverage.md (every corpus file's conversion, verdict and times) regenerated: about 30 s."""
     assert GEN.coverage_markdown(GEN.coverage_rows(CORPUS)) == (REPO / "docs" / "msccl-coverage.md").read_text()
+
+
+@pytest.mark.corpus
+def test_a_round_trip_that_would_be_wrong_in_place_is_written_for_out_of_place_only(tmp_path):
+    # RCCL's ring all-reduce (in and out of place) went MSCCL-IR -> ET -> MSCCL-IR with its reducing receives landing
+    # in the output before the reduction read the input: in place that counted a rank's own contribution twice, and
+    # the file said inplace="1" with exit 0.
+    from etsim.producers.msccl import write_msccl_et
+
+    src = CORPUS / "shipped/rccl/tools/msccl-unit-test-algorithms/all-reduce-ring-ll.xml"
+    conversion = convert_msccl(src)
+    assert conversion.verify().ok
+    write_msccl_et(conversion, tmp_path / "ring")
+    notes: list[str] = []
+    xml = workload_to_msccl(tmp_path / "ring", notes=notes)
+    assert 'inplace="0" outofplace="1"' in xml
+    assert any("written for out of place only" in n and "count rank" in n for n in notes)
+    back = convert_msccl(xml.encode())
+    assert back.verify().ok

@@ -23,7 +23,9 @@ When a graph has no annotations, or one MSCCL-IR cannot express (chunks that are
 a send that also copies, a reducing receive without a COMP node after it, untimed setup copies),
 every step addresses chunk 0 as a placeholder and ``<algo etsim_offsets="placeholder">`` says so:
 the lowering then reads the file as having no data annotations (it cannot be verified) instead of
-as a wrong program; the reason is returned in *notes*.
+as a wrong program; the reason is returned in *notes*. A data-correct program is read back and verified before it is
+returned (:func:`checked_program`): one wrong in place only is written for out of place only (a reducing receive
+lands in its output slot, which in place is the input the reduction still reads), any other wrong one is refused.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from etsim.chakra.io import load_workload
 from etsim.errors import ConfigError, TraceError
 from etsim.producers.msccl.ir import msccl_collective
 
-__all__ = ["MSCCL_COLL_NAMES", "PLACEHOLDER", "graphs_to_msccl", "workload_to_msccl"]
+__all__ = ["MSCCL_COLL_NAMES", "PLACEHOLDER", "checked_program", "graphs_to_msccl", "workload_to_msccl"]
 
 #: ``<algo etsim_offsets>`` value of a program whose offsets are placeholders (no data annotations).
 PLACEHOLDER = "placeholder"
@@ -438,4 +440,33 @@ def workload_to_msccl(
     base = Path(label).name
     if base.endswith(".et"):
         base = base[: -len(".et")]
-    return graphs_to_msccl(graphs, collective=collective, name=name or base, proto=proto, label=label, notes=notes)
+    why: list[str] = []
+    xml = graphs_to_msccl(graphs, collective=collective, name=name or base, proto=proto, label=label, notes=why)
+    if notes is not None:
+        notes += why
+    return xml if why else checked_program(xml, label, notes)
+
+
+def checked_program(xml: str, label: str, notes: list[str] | None = None) -> str:
+    """*xml* once it is read back and verified: a program that does not compute its collective is never written.
+
+    A reducing receive lands in its output slot before the reduction reads the input's: out of place that is right,
+    in place the two slots are one and the landing overwrites the contribution. So a program declared for both
+    placements that fails in place is written for out of place only (the reason appended to *notes*).
+
+    Raises:
+        ConfigError: the program does not compute its collective (the first wrong piece named).
+    """
+    from etsim.producers.msccl.lower import convert_msccl
+
+    verdict = convert_msccl(xml.encode(), name=label).verify()
+    both = 'inplace="1" outofplace="1"'
+    if verdict.ok is False and both in xml:
+        narrowed = xml.replace(both, 'inplace="0" outofplace="1"', 1)
+        if convert_msccl(narrowed.encode(), name=label).verify().ok is not False:
+            if notes is not None:
+                notes.append(f"written for out of place only: in place it would not compute its collective ({verdict})")
+            return narrowed
+    if verdict.ok is False:
+        raise ConfigError(f"{label}: the MSCCL-IR written from it would not compute its collective: {verdict}")
+    return xml
