@@ -581,11 +581,10 @@ class Nested(Parser):
         """An instance of the dataclass."""
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: expected a mapping")
-        parsed = parse_options(self.cls, value, key=lambda n: f"{key}.{n}", unknown=self.unknown)
-        try:
-            return self.cls(**parsed)
-        except ConfigError as exc:  # a check across keys (the dataclass's own): named where the mapping is
-            raise ConfigError(f"{key}: {exc}") from None
+        try:  # (a check across keys, the dataclass's own, is named where the mapping is)
+            return self.cls(**parse_options(self.cls, value, key=lambda n: f"{key}.{n}", unknown=self.unknown))
+        except ConfigError as exc:
+            raise exc if str(exc).startswith(key) else ConfigError(f"{key}: {exc}") from None
 
 
 def keys_named(where: str = "", prefix: str = "") -> Callable[[str], str]:
@@ -595,8 +594,5 @@ def keys_named(where: str = "", prefix: str = "") -> Callable[[str], str]:
 
 def describe_options(cls: type, *, skip: Sequence[str] = ()) -> list[tuple[str, str, str]]:
     """``(name, default as shown, help)`` of each option, for documentation tables."""
-    return [
-        (f.name, "required" if _required(f) else _shown_default(f) or str(f.default), f.metadata["help"])
-        for f in option_fields(cls)
-        if f.name not in skip
-    ]
+    shown = [(f, "required" if _required(f) else _shown_default(f) or str(f.default)) for f in option_fields(cls)]
+    return [(f.name, default, f.metadata["help"]) for f, default in shown if f.name not in skip]
