@@ -359,3 +359,12 @@ def test_etsim_report_on_a_cluster_result_says_where_the_jobs_results_are(tmp_pa
     assert "a cluster's result (etsim cluster run), not one run's: each job's is under jobs[i].result" in (
         capsys.readouterr().err
     )
+
+
+def test_a_straggler_on_a_gpu_no_job_runs_on_is_warned(tmp_path) -> None:
+    # It was accepted, and changed nothing, without a word.
+    from etsim.errors import EtsimWarning
+
+    keys = {"topology": RING8, "model": "analytical", "jobs": [_all_reduce("a", 4, "1 MiB", [0, 1, 2, 3])]}
+    with pytest.warns(EtsimWarning, match=r"stragglers\[0\]: no job runs on GPUs \[6\]: it has no effect"):
+        run_cluster(load_cluster(_cluster(tmp_path, **keys, stragglers=[{"gpus": [6], "slowdown": 3}])))

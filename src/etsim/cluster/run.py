@@ -29,7 +29,7 @@ from etsim.cluster.merge import PlacedJob, is_whole_cluster, job_group, job_pg_n
 from etsim.cluster.placement import node_of, place
 from etsim.cluster.reliability import failure_rate, play
 from etsim.cluster.spec import ClusterSpec, JobEntry
-from etsim.errors import ConfigError, TopologyError
+from etsim.errors import ConfigError, TopologyError, warn
 from etsim.network import NetworkConfig, Topology, load_network
 from etsim.network.faults import LinkChange
 from etsim.network.irregular import with_degraded, with_failures
@@ -531,6 +531,9 @@ def _placed(spec: ClusterSpec, net: NetworkConfig) -> list[PlacedJob]:
         outside = [g for g in straggler.gpus if g >= topo.npus]
         if outside:
             raise ConfigError(f"{spec.where}: stragglers[{i}].gpus: GPU {outside[0]} is not one of 0..{topo.npus - 1}")
+        used = {g for job in gpus for g in job}
+        if not used.intersection(straggler.gpus):
+            warn(f"{spec.where}: stragglers[{i}]: no job runs on GPUs {list(straggler.gpus)}: it has no effect")
     return [
         PlacedJob(job.name, w, _job_groups(spec, i, w), gpus[i])
         for i, (job, w) in enumerate(zip(spec.jobs, workloads, strict=True))
