@@ -240,3 +240,4 @@ def test_a_round_trip_that_would_be_wrong_in_place_is_written_for_out_of_place_o
     assert any("written for out of place only" in n and "count rank" in n for n in notes)
     back = convert_msccl(xml.encode())
     assert back.verify().ok
+    assert (back.program.proto, back.program.name) == (conversion.program.proto, conversion.program.name)  # kept

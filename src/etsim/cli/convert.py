@@ -91,5 +91,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("-o", "--output", required=True, help="XML file to write")
     p.add_argument("--collective", help='collective implemented (default: the files\' metadata, else coll="custom")')
     p.add_argument("--name", help="<algo name> (default: the prefix's base name)")
-    p.add_argument("--proto", default="Simple", choices=("Simple", "LL", "LL128"), help="<algo proto>")
+    p.add_argument("--proto", choices=("Simple", "LL", "LL128"),
+                   help="<algo proto> (default: the one the family records, else Simple)")  # fmt: skip
     p.set_defaults(handler=_to_msccl)

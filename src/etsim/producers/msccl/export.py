@@ -394,15 +394,21 @@ def _append_tbs(lines: list[str], tbs: list[_Tb], buf: str) -> None:
         lines.append("    </tb>")
 
 
+def _recorded(workload: Workload, key: str) -> str | None:
+    """A string the MSCCL-IR converter recorded in the family's global metadata (``collective``, ``proto`` …)."""
+    for attr in workload[0].metadata.attr:
+        if attr.name == key and attr.WhichOneof("value") == "string_val":
+            return str(attr.string_val)
+    return None
+
+
 def _collective_of(workload: Workload) -> CollectiveType | None:
     """The ``collective`` recorded in the family's global metadata, if any."""
-    for attr in workload[0].metadata.attr:
-        if attr.name == "collective" and attr.WhichOneof("value") == "string_val":
-            try:
-                return msccl_collective(attr.string_val.lower())
-            except ValueError:
-                return None
-    return None
+    recorded = _recorded(workload, "collective")
+    try:
+        return msccl_collective(recorded.lower()) if recorded else None
+    except ValueError:
+        return None
 
 
 def workload_to_msccl(
@@ -410,7 +416,7 @@ def workload_to_msccl(
     *,
     collective: CollectiveType | None = None,
     name: str | None = None,
-    proto: str = "Simple",
+    proto: str | None = None,
     notes: list[str] | None = None,
 ) -> str:
     """The MSCCL-IR XML of a Chakra ET algorithm family (``PREFIX.<rank>.et``).
@@ -419,8 +425,8 @@ def workload_to_msccl(
         spec: the family (a prefix, ``PREFIX.et`` or a directory; see ``load_workload``).
         collective: the collective it implements; default: the files' ``collective`` metadata
             (written by the MSCCL-IR converter), else ``custom``.
-        name: ``<algo name>`` (default: the prefix's base name).
-        proto: ``<algo proto>``.
+        name: ``<algo name>`` (default: the name the MSCCL-IR converter recorded, else the prefix's base name).
+        proto: ``<algo proto>`` (default: the recorded one, else ``Simple``).
         notes: if given, why the offsets are placeholders is appended to it (:func:`graphs_to_msccl`).
 
     Raises:
@@ -440,8 +446,10 @@ def workload_to_msccl(
     base = Path(label).name
     if base.endswith(".et"):
         base = base[: -len(".et")]
+    name = name or _recorded(workload, "msccl_name") or base
+    proto = proto or _recorded(workload, "proto") or "Simple"
     why: list[str] = []
-    xml = graphs_to_msccl(graphs, collective=collective, name=name or base, proto=proto, label=label, notes=why)
+    xml = graphs_to_msccl(graphs, collective=collective, name=name, proto=proto, label=label, notes=why)
     if notes is not None:
         notes += why
     return xml if why else checked_program(xml, label, notes)
