@@ -150,3 +150,12 @@ def test_a_gpu_without_nvlink_sits_on_pcie_at_its_own_pcie_rate() -> None:
     assert workstation.dims[0].bandwidth == 24.0  # the preset's RTX 5090 runs PCIe Gen5 (48 GB/s); an L40S Gen4
     as_given = build_topology({"kind": "gpu_cluster", "preset": "pcie-4gpu", "gpus": 4}, None)
     assert as_given.dims[0].bandwidth == 48.0
+
+
+def test_a_stated_link_rate_over_pcie_above_the_gpus_pcie_is_capped_with_a_warning() -> None:
+    from etsim.errors import EtsimWarning
+
+    data = {"kind": "gpu_cluster", "preset": "pcie-4gpu", "gpu": "l40s", "gpus": 4, "nvlink_bandwidth": "64 GB/s"}
+    with pytest.warns(EtsimWarning, match="nvlink_bandwidth 64 GB/s: over PCIe .* its pcie_bandwidth, 24 GB/s"):
+        topo = build_topology(data, None)
+    assert topo.dims[0].bandwidth == 24.0

@@ -178,6 +178,15 @@ def test_nvls_channels_follow_the_version_as_ncclss_nvls_setup(
     assert label.endswith(f"/Simple/{channels}")
 
 
+def test_before_nccl_2_24_a_forced_collnet_it_cannot_run_falls_back_to_ring_and_tree() -> None:
+    # 2.12-2.23 tuning.cc: with CollNet unsupported and nothing else enabled, NCCL enables Ring and Tree.
+    for algo in ("CollNet", "NVLS"):
+        result = run("dgx-h100", 16, C.ALL_REDUCE, 64 * MiB, {"nccl": {"algo": algo, "version": "2.21"}})
+        assert result.collectives[0].algorithm.split("/")[0] in ("nccl:Ring", "nccl:Tree")
+    with pytest.raises(ConfigError, match=r"NCCL 2\.24\+ stops"):
+        run("dgx-h100", 16, C.ALL_REDUCE, 64 * MiB, {"nccl": {"algo": "CollNet", "version": "2.24"}})
+
+
 def test_a_forced_nvls_the_settings_turned_off_says_so() -> None:
     with pytest.raises(ConfigError, match=r"NVLS: NVLS is off \(nvls: false\)"):
         run("dgx-h100", 8, C.ALL_REDUCE, MiB, {"nccl": {"algo": "NVLS", "nvls": False}})
@@ -192,8 +201,8 @@ def test_a_forced_nvls_the_settings_turned_off_says_so() -> None:
     ],
 )
 def test_a_forced_algorithm_nccl_cannot_run_stops_the_run_as_nccl_does(algo: str, proto: str | None, why: str) -> None:
-    # NCCL (2.8-2.29) ends such a call with "no algorithm/protocol available"; it never swaps in another algorithm,
-    # and neither may we: two H100 nodes without SHARP once ran a forced NVLS as Ring/LL128, exit 0.
+    # NCCL 2.24+ ends such a call with "no algorithm/protocol available"; it never swaps in another algorithm, and
+    # neither may we: two H100 nodes without SHARP once ran a forced NVLS as Ring/LL128, exit 0 (default 2.27).
     forced = {"algo": algo} if proto is None else {"algo": algo, "proto": proto}
     with pytest.raises(ConfigError, match=why):
         run("dgx-h100", 16, C.ALL_REDUCE, 64 * MiB, {"nccl": forced})
@@ -302,9 +311,9 @@ def test_pat_moves_the_rings_blocks_in_log_exchanges_each_its_latency_and_bytes(
         assert sent_bytes(c, position) == pytest.approx(expected, abs=len(pat_steps(ranks)))
     graph = c.graph(collective, ranks, 0)
     assert sum(kind == SEND for kind in graph.kinds) == math.ceil(math.log2(ranks))
-    levels = math.ceil(math.log2(ranks))
+    levels = math.ceil(math.log2(ranks))  # exchanges; NCCL's latency counts log2 rounded down
     hop = timing.LAT_NET["Simple"] + timing.FABRIC_TIMING["ib"].hop_us
-    path_us = levels * hop / timing.PAT_LEVEL_OVERLAP + ranks * timing.PAT_PER_RANK
+    path_us = int(math.log2(ranks)) * hop / timing.PAT_LEVEL_OVERLAP + ranks * timing.PAT_PER_RANK
     topo = cluster("dgx-h100", ranks, **more).topology
     latency = topo.latencies[0] * 2  # up and down the rail switch
     rate = topo.bandwidths[0]

@@ -42,7 +42,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from etsim.errors import TopologyError
+from etsim.errors import TopologyError, warn
 from etsim.network.builders import TOPOLOGY_BUILDERS, TopologyBuilder, int_value
 from etsim.network.hardware import FABRICS, GPU_GENERATIONS, INTRA_KINDS, GpuCluster
 from etsim.network.irregular import graph
@@ -111,6 +111,10 @@ class GpuClusterBuilder(TopologyBuilder):
         hardware = _hardware(values, gpus // per_node, per_node, nvlink, nics, nic)
         if hardware is not None and hardware.intra == "pcie" and nvlink > hardware.pcie_bandwidth:
             # the node's links are the GPUs' own PCIe links: a preset's faster figure (its GPU's) does not hold
+            if "nvlink_bandwidth" in data:
+                pcie = hardware.pcie_bandwidth
+                warn(f"nvlink_bandwidth {nvlink:g} GB/s: over PCIe (intra: pcie) the GPU's links run at its "
+                     f"pcie_bandwidth, {pcie:g} GB/s (give pcie_bandwidth to change it)")  # fmt: skip
             nvlink = hardware.pcie_bandwidth
             hardware = dataclasses.replace(hardware, nvlink_bandwidth=nvlink)
         per_gpu = nic * nics / per_node / over

@@ -280,8 +280,8 @@ def plan_call(
     if algo == "PAT":
         # NCCL's own PAT latency (2.23+ tuning.cc): a network step per tree level at a 3.5th of its cost (the levels
         # overlap), plus a part still linear in the ranks; its volume is the ring's, in ⌈log₂ n⌉ exchanges.
-        exchanges = max(1, math.ceil(math.log2(n)))
-        path = exchanges * ln / PAT_LEVEL_OVERLAP + n * PAT_PER_RANK
+        tree_levels = max(1, n.bit_length() - 1)  # (NCCL's log2i: rounded down, as the tuner's estimate)
+        path = tree_levels * ln / PAT_LEVEL_OVERLAP + n * PAT_PER_RANK
         volume = (n - 1) / n * nbytes * overhead / channels
         overhead_us = 0.0
     elif algo == "Ring":

@@ -164,8 +164,16 @@ def _excluded(comm: Comm, graphs: Graphs, kind: str, settings: NcclSettings) -> 
 
 
 def _enabled(comm: Comm, graphs: Graphs, kind: str, settings: NcclSettings) -> set[str]:
-    """The algorithms NCCL may use for this communicator and collective (NCCL never swaps a forced one)."""
+    """The algorithms NCCL may use for this communicator and collective.
+
+    From 2.24 NCCL never swaps a forced one; before, a forced CollNet it cannot run (or NVLS across nodes without
+    CollNet) left nothing, and NCCL enabled Ring and Tree instead (2.12-2.23 ``tuning.cc``).
+    """
     algos = set(settings.algo if settings.algo is not None else ALGORITHMS)
+    if graphs.collnet is None and settings.version < (2, 24):
+        left = algos - {"CollNetDirect", "CollNetChain"} - ({"NVLS"} if comm.nodes > 1 else set())
+        if not left & {"Ring", "Tree", "NVLS", "NVLSTree"}:
+            algos |= {"Ring", "Tree"}
     return algos - _excluded(comm, graphs, kind, settings).keys()
 
 
@@ -373,7 +381,7 @@ def choose(
             + (
                 " (a limit of etsim's, not NCCL's)"
                 if ours
-                else " (NCCL itself stops: 'no algorithm/protocol available')"
+                else " (NCCL 2.24+ stops: 'no algorithm/protocol available')"
             )
         )
     channels, threads = call_channels(comm, graphs, best[1], best[2], nbytes)
