@@ -116,9 +116,7 @@ class _Rank:
         self.pending_bytes = 0.0
         self.grad_role = "dp" if "dp" in self.groups else None
         self.expert_sizes: list[float] = []  # experts' gradients reduced over edp, per layer (ZeRO gathers them back)
-        # ZeRO's shards: a dense parameter's over its gradient group (dp·cp ranks), an expert's over edp
-        self.dp_size = lay.dp * lay.cp
-        self.edp_size = max(1, lay.tp * lay.cp * lay.dp // (lay.ep * lay.etp))
+        self.dp_size, self.edp_size = lay.dense_copies, lay.expert_copies  # ZeRO's shards (as the memory model's)
         #: What the next pass waits for: the previous pass's last compute and tensor-parallel collectives.
         self.prev: list[int] = []
         self.micro_batch = 0  # of the pass being built (the experts' loads are drawn per micro-batch and layer)

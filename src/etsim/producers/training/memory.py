@@ -150,8 +150,7 @@ def stage_memory(job: JobSpec, stage: int) -> dict[str, float]:
     """One GPU of pipeline *stage*: bytes per term (see the module docstring) and their ``total``."""
     lay = job.layout
     dense, expert, largest = _stage_parameters(job, stage)
-    shard = lay.dp * lay.cp
-    expert_shard = max(1, lay.tp * lay.cp * lay.dp // (lay.ep * lay.etp))
+    shard, expert_shard = lay.dense_copies, lay.expert_copies
 
     def held(per_param: int, sharded: bool) -> Fraction:
         return per_param * (dense / shard + expert / expert_shard if sharded else dense + expert)

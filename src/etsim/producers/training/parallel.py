@@ -44,6 +44,16 @@ class Layout:
         """All ranks."""
         return self.tp * self.cp * self.dp * self.pp
 
+    @property
+    def dense_copies(self) -> int:
+        """The ranks holding the same dense weights (a ``dp`` group: data and context parallel), ZeRO's shards."""
+        return self.dp * self.cp
+
+    @property
+    def expert_copies(self) -> int:
+        """The ranks holding the same experts (an ``edp`` group), ZeRO's shards of them."""
+        return max(1, self.tp * self.cp * self.dp // (self.ep * self.etp))
+
     def coords(self, rank: int) -> tuple[int, int, int, int]:
         """``(tp, cp, dp, pp)`` coordinates of *rank*."""
         t, rest = rank % self.tp, rank // self.tp
