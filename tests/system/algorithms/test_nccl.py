@@ -438,11 +438,14 @@ def test_the_host_launch_bounds_a_tiny_call_of_one_thread_driving_eight_gpus() -
 def test_shared_graphs_give_the_per_position_graphs_results_to_the_last_bit(monkeypatch: pytest.MonkeyPatch) -> None:
     cases = [("dgx-a100", 8, C.ALL_REDUCE, 64 * MiB), ("dgx-h100", 8, C.ALL_REDUCE, 64 * MiB),
              ("polaris", 4, C.REDUCE_SCATTER, MiB), ("dgx-a100", 8, C.ALL_TO_ALL, MiB),
-             ("dgx-h100", 16, C.ALL_REDUCE, 64 * MiB)]  # fmt: skip
+             ("dgx-h100", 16, C.ALL_REDUCE, 64 * MiB), ("dgx-h100", 12, C.ALL_GATHER, 8 * KiB),
+             ("dgx-h100", 12, C.REDUCE_SCATTER, 64 * KiB)]  # fmt: skip
     for preset, gpus, collective, size in cases:
-        shared = run(preset, gpus, collective, size)
+        more = {"gpus_per_node": 1} if gpus == 12 else {}  # (PAT: one GPU per node)
+        shared = run(preset, gpus, collective, size, **more)
         monkeypatch.setattr(NcclAlgorithm, "share_graphs", False)
-        apart = run(preset, gpus, collective, size)
+        apart = run(preset, gpus, collective, size, **more)
+        assert gpus != 12 or shared.collectives[0].algorithm.startswith("nccl:PAT/")
         monkeypatch.setattr(NcclAlgorithm, "share_graphs", True)
         assert shared.to_dict() | {"sim": None} == apart.to_dict() | {"sim": None}, (preset, collective)
 
