@@ -26,12 +26,13 @@ from etsim.system.algorithms.base import CollectiveAlgorithm
 from etsim.system.config import SystemConfig
 
 
-def step(s, kind, cnt=1, srcoff=0, dstoff=0, depid=-1, deps=-1, srcbuf="i", dstbuf="i"):
+def step(s, kind, cnt=1, srcoff=0, dstoff=0, depid=-1, deps=-1, srcbuf="i", dstbuf="i", hasdep=1):
+    # hasdep 1 by default: any step may be waited on (a step waited on needs it; more is only extra flags).
     if kind == "nop":
         cnt, srcoff, dstoff, srcbuf, dstbuf = 0, -1, -1, "i", "o"
     return (
         f'<step s="{s}" type="{kind}" srcbuf="{srcbuf}" srcoff="{srcoff}" dstbuf="{dstbuf}" dstoff="{dstoff}" '
-        f'cnt="{cnt}" depid="{depid}" deps="{deps}" hasdep="0"/>'
+        f'cnt="{cnt}" depid="{depid}" deps="{deps}" hasdep="{hasdep}"/>'
     )
 
 
@@ -297,6 +298,15 @@ def test_dangling_depid_and_deps():
     assert (e.gpu, e.tb, e.step) == (0, 0, 0) and "depid=5 names no tb" in e.reason
     e = err(algo(gpu(0, tb(0, -1, -1, step(0, "re", 1)), tb(1, -1, -1, step(0, "re", 1, depid=0, deps=3)))))
     assert (e.tb, e.step) == (1, 0) and "deps=3 names no step of tb 0 (it has 1 steps)" in e.reason
+
+
+def test_a_wait_on_a_step_that_publishes_no_completion_is_an_error():
+    # MSCCL's runtime sets a step's completion flag only when hasdep=1: a wait on one without it never ends.
+    e = err(algo(gpu(0, tb(0, -1, -1, step(0, "re", 1, hasdep=0)), tb(1, -1, -1, step(0, "re", 1, depid=0, deps=0)))))
+    assert (e.gpu, e.tb, e.step) == (0, 1, 0)
+    assert "waits on tb 0 step 0, which has hasdep=0" in e.reason and "wait forever" in e.reason
+    # the same program with the flag published parses
+    parse_msccl(algo(gpu(0, tb(0, -1, -1, step(0, "re", 1)), tb(1, -1, -1, step(0, "re", 1, depid=0, deps=0)))))
 
 
 def test_tb_sending_to_two_peers():

@@ -342,6 +342,16 @@ def _check_references(program: MscclProgram) -> None:
                         raise MscclError(
                             path, f"waits on its own tb's step {st.deps}, which runs later", line=st.line, **where
                         )
+                    # The runtime publishes a step's completion flag only when its hasdep is 1: a wait on a step
+                    # without it spins forever on the GPU, so etsim must not time it as if it finished.
+                    if st.depid != tb.id and target.steps[st.deps].hasdep != 1:
+                        raise MscclError(
+                            path,
+                            f"waits on tb {st.depid} step {st.deps}, which has hasdep=0: that step publishes no "
+                            'completion, so MSCCL\'s runtime would wait forever (set hasdep="1" on it)',
+                            line=st.line,
+                            **where,
+                        )
                 if st.type == "nop":
                     continue
                 for role, buf, off in (("src", st.srcbuf, st.srcoff), ("dst", st.dstbuf, st.dstoff)):
