@@ -69,3 +69,10 @@ def test_a_bad_experiment_of_clusters_is_one_line(write, capsys, body, message) 
     assert main(["experiment", "show", str(_experiment(write, body))]) == 1
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
+
+
+def test_an_inline_cluster_is_named_once_in_an_error(write, capsys) -> None:
+    path = write("e.yaml", "cluster: {topology: {switch: {npus: 4}}, jobs: [{name: a}], colour: red}\n")
+    assert main(["experiment", "show", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "e.yaml: cluster: inline mapping: jobs[0].workload: missing" in err, err

@@ -173,7 +173,10 @@ def point_cluster(source: Mapping[str, Any]) -> ClusterSpec:
     """
     base = Path(source["base"]) / str(source["file"].get("paths_from", "."))
     file = {k: v for k, v in source["file"].items() if k != "paths_from"}
-    return cluster_spec(file, where=f"cluster {source['name']}", base=base.resolve(), name=source["name"])
+    name = source["name"]
+    # (an inline mapping's name is "cluster": the experiment's key already says so)
+    where = "inline mapping" if name == "cluster" else f"cluster {name}"
+    return cluster_spec(file, where=where, base=base.resolve(), name=name)
 
 
 def _training_generator(workload: Any) -> bool:
