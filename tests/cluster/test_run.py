@@ -211,6 +211,20 @@ def test_a_link_that_degrades_or_fails_in_flight_reshares_or_reroutes_the_messag
     assert result.faults[0]["cost_ns"]["a"] == pytest.approx(expected - (LAT + S / B), abs=1e-6)
 
 
+def test_a_fault_can_speed_up_another_job_and_the_table_says_why(tmp_path) -> None:
+    """a (0 <-> 4) and b (1 <-> 5) share the spine at B/2 each; b's access link at 25% from 1 ns holds b to B/4, so a
+    gets 3B/4 of the spine: a finishes sooner with the fault, a negative cost the table explains."""
+    fault = {"link": [1, "s0"], "at": "1 ns", "bandwidth": "25%"}
+    jobs = [_sendrecv([0, 4], "a"), _sendrecv([1, 5], "b")]
+    path = _cluster(tmp_path, topology=TWO_SWITCHES, model="flow", jobs=jobs, faults=[fault])
+    result = run_cluster(load_cluster(path), fault_costs=True)
+    with_fault = 1 + (S - B / 2) / (3 * B / 4) + 3 * LAT
+    assert result.job("a").duration_ns == pytest.approx(with_fault, abs=1e-6)
+    cost = result.faults[0]["cost_ns"]["a"]
+    assert cost == pytest.approx(with_fault - (3 * LAT + 2 * S / B), abs=1e-6) and cost < 0
+    assert "a negative cost: that job finished sooner with the fault" in result.table()
+
+
 def test_a_link_that_recovers_carries_the_messages_sent_after(tmp_path) -> None:
     """Link 0-1 down from 1 ns to 2 ns: the first of two messages 0 -> 1, in flight then, goes around it; the second,
     sent when the first is received, takes the link again."""

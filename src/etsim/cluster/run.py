@@ -166,6 +166,10 @@ class ClusterResult:
             spent = {n: "its step (failed)" if c is None else format_time(c) for n, c in (cost or {}).items()}
             costs = "" if cost is None else ": costs " + ", ".join(f"{n} {c}" for n, c in spent.items())
             lines.append(f"fault: {what}{costs}")
+            if any(c is not None and c < 0 for c in (cost or {}).values()):
+                # (max-min sharing is not monotone: a fault that slows one job frees the links it shared)
+                lines.append("  (a negative cost: that job finished sooner with the fault, which held back a job")
+                lines.append("  it shares links with and left it more of them)")
         for job in self.jobs:
             if job.lost is not None:
                 lost = job.lost
