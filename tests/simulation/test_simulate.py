@@ -10,7 +10,7 @@ from etsim.chakra import Workload
 from etsim.chakra.graph import CollectiveType, Trace
 from etsim.chakra.io import write_workload
 from etsim.chakra.schema import et_def_pb2 as pb
-from etsim.errors import SimulationError
+from etsim.errors import DeadlockError, SimulationError
 from etsim.simulation import simulate
 from etsim.system.config import load_system_config
 
@@ -254,6 +254,28 @@ def test_ranks_whose_gpu_fails_stop_and_the_others_finish_as_before() -> None:
     assert failed.ranks[2:] == healthy.ranks[2:]  # (analytical: the failed pair's traffic takes nothing from them)
     assert sum(1 for c in failed.collectives if c.rank == 0) < sum(1 for c in healthy.collectives if c.rank == 0)
     assert failed.sim["not_folded"] == "rank_fail stops ranks: every rank is simulated"
+
+
+def test_a_collective_under_way_when_its_gpus_fail_sends_no_step_more() -> None:
+    """A ring all-reduce of S on a 4-NPU ring: a step is LAT + (S/4)/B. Every rank fails 1.5 steps in: the first
+    step's messages and the second's (on the wire then) are delivered, no later step is sent, no call is reported
+    done, and every rank ends at the failure (it used to run all 2(n - 1) steps: 6 · 4 · S/4 bytes)."""
+    from etsim.network import ring
+    from etsim.producers import collective_workload
+
+    size, bandwidth, latency = 8 << 20, 50.0, 500.0
+    step = latency + size / 4 / bandwidth
+    fail = {"rank_fail": {r: f"{1.5 * step} ns" for r in range(4)}, "algorithms": {"default": "ring"}}
+    workload = Workload(collective_workload(CollectiveType.ALL_REDUCE, size, 4))
+    result = simulate(workload, topology=ring(4, bandwidth, latency), system=load_system_config(fail))
+    assert sum(link["bytes"] for link in result.links) == 2 * 4 * size / 4
+    assert result.collectives == [] and [r.finish_ns for r in result.ranks] == [1.5 * step] * 4
+    # One GPU alone failing: its peers wait in the call for ever, and the run says on whom.
+    fail["rank_fail"] = {0: f"{1.5 * step} ns"}
+    with pytest.raises(
+        DeadlockError, match=r"3 of 4 ranks stuck \(ranks \[1, 2, 3\]\); likely cause: ranks \[0\] failed"
+    ):
+        simulate(workload, topology=ring(4, bandwidth, latency), system=load_system_config(fail))
 
 
 def test_simulate_reads_a_workload_and_a_system_given_as_paths_and_names_a_wrong_type(tmp_path: Path) -> None:

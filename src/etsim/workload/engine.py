@@ -21,7 +21,7 @@ from etsim.system.costs import CostModel
 from etsim.workload.bulk import FastPath
 from etsim.workload.collectives import CollectiveCall, Namespace, RankQueue
 from etsim.workload.messages import Channel, Mailbox, unreceived_messages
-from etsim.workload.runs import AlgoRun, GraphRun, WorkloadRun
+from etsim.workload.runs import AlgoRun, ExitAlgoRun, GatedAlgoRun, GraphRun, WorkloadRun
 
 if TYPE_CHECKING:
     from etsim.network.model import NetworkModel
@@ -266,6 +266,12 @@ class Engine:
         run.finish_ns = self.env.now
         run.__class__ = FailedRun  # (its next node, and every one after, does nothing: no test on the hot path)
         self.failed[rank] = self.env.now
+        # Its collectives under way stop too: no step more is sent, received or reduced on this GPU (what is on the
+        # wire drains); peers still in the call wait for it, as on a GPU, unless they failed with it (its job).
+        for (r, _), call in self.open_calls.items():
+            if r == rank:
+                for part in call.runs:
+                    part.__class__ = _CUT[type(part)]
 
     def rank_done(self, run: WorkloadRun) -> None:
         """A rank's workload completed."""
@@ -300,8 +306,10 @@ class Engine:
             )
 
     def _root_causes(self, stuck: list[WorkloadRun]) -> list[str]:
-        """The likely reasons first: empty ranks, collectives some ranks never issued, cycles."""
+        """The likely reasons first: failed ranks, empty ranks, collectives some ranks never issued, cycles."""
         causes = []
+        if self.failed:  # (peers waiting on a failed GPU wait for ever, as on a GPU)
+            causes.append(f"ranks {_ranks(sorted(self.failed))} failed (rank_fail), and the stuck ranks wait on them")
         for run in self.runs:
             if not run.indeg:
                 causes.append(f"rank {run.rank} has no nodes (an empty or missing trace?)")
@@ -324,15 +332,19 @@ class Engine:
 
     def deadlock_summary(self) -> str:
         """One line: how many ranks are stuck, which, and the likeliest cause."""
-        stuck = [r for r in self.runs if r.remaining > 0]
+        stuck = self._stuck()
         causes = self._root_causes(stuck)
         cause = f"; likely cause: {causes[0]}" if causes else ""
         return f"{len(stuck)} of {len(self.runs)} ranks stuck (ranks {_ranks([r.rank for r in stuck])}){cause}"
 
+    def _stuck(self) -> list[WorkloadRun]:
+        """Ranks with nodes left that did not fail (a failed rank stopped; it is not stuck)."""
+        return [r for r in self.runs if r.remaining > 0 and r.rank not in self.failed]
+
     def deadlock_report(self) -> str:
         """Why the run cannot progress (likely root causes first), then which ranks are stuck and on what."""
         lines = []
-        stuck = [r for r in self.runs if r.remaining > 0]
+        stuck = self._stuck()
         causes = self._root_causes(stuck)
         if causes:
             lines.append("likely cause:")
@@ -367,3 +379,42 @@ class FailedRun(WorkloadRun):
 
     def execute(self, j: int) -> None:
         """Nothing: the GPU is gone."""
+
+
+class _CutPart:
+    """An algorithm part on a GPU that failed (:meth:`Engine.fail`): it starts, sends and finishes nothing more."""
+
+    __slots__ = ()
+
+    def start(self) -> None:
+        """Nothing: the GPU is gone."""
+
+    def execute(self, j: int) -> None:
+        """Nothing: the GPU is gone."""
+
+    def release(self, j: int) -> None:
+        """Nothing: a step that ends now (a message delivered to it) releases no other."""
+
+    admit = execute
+    finish = release
+
+
+class _CutAlgoRun(_CutPart, AlgoRun):
+    __slots__ = ()
+
+
+class _CutExitAlgoRun(_CutPart, ExitAlgoRun):
+    __slots__ = ()
+
+
+class _CutGatedAlgoRun(_CutPart, GatedAlgoRun):
+    __slots__ = ()
+
+
+#: Each walk's cut counterpart (same slots: a part's class is swapped in place).
+_CUT: dict[type, type] = {
+    AlgoRun: _CutAlgoRun,
+    ExitAlgoRun: _CutExitAlgoRun,
+    GatedAlgoRun: _CutGatedAlgoRun,
+    **{cut: cut for cut in (_CutAlgoRun, _CutExitAlgoRun, _CutGatedAlgoRun)},
+}
