@@ -49,15 +49,18 @@ class Gpu:
         return self.peak_bf16
 
 
-#: The GPU presets, by name.
+_MIB = 1 << 20
+#: The GPU presets, by name. Capacity is the device memory the driver reports (``nvidia-smi``'s total: A100 40 and
+#: 80 GB 40960 and 81920 MiB, H100/H800 80 GB 81559 MiB, B200 183359 MiB): the vendors' "80 GB" is HBM stacks of
+#: binary size, 80 GiB; what the CUDA context, libraries and allocator take of it is the memory model's allowance.
 GPUS: dict[str, Gpu] = {
     g.name: g
     for g in (
-        Gpu("a100-40gb", 312e12, None, 1555e9, 40e9, "NVIDIA A100 datasheet (SXM4 40 GB)"),
-        Gpu("a100-80gb", 312e12, None, 2039e9, 80e9, "NVIDIA A100 datasheet (SXM4 80 GB)"),
-        Gpu("h100-sxm", 989e12, 1979e12, 3.35e12, 80e9, "NVIDIA H100 datasheet (SXM5, dense)"),
-        Gpu("h800", 989e12, 1979e12, 3.35e12, 80e9, "NVIDIA H800 SXM5 (H100 compute, reduced NVLink)"),
-        Gpu("b200", 2.25e15, 4.5e15, 8e12, 180e9, "NVIDIA HGX B200 datasheet (dense, per GPU)"),
+        Gpu("a100-40gb", 312e12, None, 1555e9, 40960 * _MIB, "NVIDIA A100 datasheet (SXM4 40 GB)"),
+        Gpu("a100-80gb", 312e12, None, 2039e9, 81920 * _MIB, "NVIDIA A100 datasheet (SXM4 80 GB)"),
+        Gpu("h100-sxm", 989e12, 1979e12, 3.35e12, 81559 * _MIB, "NVIDIA H100 datasheet (SXM5, dense)"),
+        Gpu("h800", 989e12, 1979e12, 3.35e12, 81559 * _MIB, "NVIDIA H800 SXM5 (H100 compute, reduced NVLink)"),
+        Gpu("b200", 2.25e15, 4.5e15, 8e12, 183359 * _MIB, "NVIDIA HGX B200 datasheet (dense, per GPU)"),
     )
 }
 
