@@ -342,7 +342,14 @@ def test_pairing_mismatch_reports_the_first_one():
     assert (e.gpu, e.tb, e.step) == (1, 0, 1) and "receives 2 messages but gpu 0 sends 1" in e.reason
     # Different channels do not pair.
     xml = algo(gpu(0, tb(0, 1, -1, step(0, "s", 1), chan=1)), gpu(1, tb(0, -1, 0, step(0, "r", 1))))
-    assert "on channel" in str(err(xml))
+    assert "on channel" in str(err(xml.replace(b'nchannels="1"', b'nchannels="2"')))
+
+
+def test_a_tb_on_a_channel_past_nchannels_is_an_error():
+    # The runtime sets up nchannels channels; instances shift channels by nchannels, so two would share one.
+    xml = algo(gpu(0, tb(0, 1, -1, step(0, "s", 1), chan=1)), gpu(1, tb(0, -1, 0, step(0, "r", 1), chan=1)))
+    assert "nchannels=1, but gpu 0 tb 0 uses chan=1 (channels are 0..nchannels-1)" in str(err(xml))
+    parse_msccl(xml.replace(b'nchannels="1"', b'nchannels="2"'))
 
 
 def test_other_structural_errors():

@@ -127,13 +127,23 @@ def parse_msccl(source: str | os.PathLike[str] | bytes, *, name: str | None = No
         first = next(g for g in range(len(gpus) + 1) if g not in gpus)
         raise MscclError(path, f"ngpus={ngpus} but there is no <gpu> with id {first}", line=algo.sourceline)
     max_chan = max((tb.chan for gpu in gpus.values() for tb in gpu.tbs), default=-1)
+    declared = opt_int("nchannels")
+    if declared is not None and declared <= max_chan:
+        # (the runtime sets up nchannels channels: a tb on a channel past them has none; instances, which shift
+        # channels by nchannels, would share one)
+        gpu, tb = next((g, t) for g in gpus.values() for t in g.tbs if t.chan == max_chan)
+        raise MscclError(
+            path,
+            f"nchannels={declared}, but gpu {gpu.id} tb {tb.id} uses chan={max_chan} (channels are 0..nchannels-1)",
+            line=algo.sourceline,
+        )
     program = MscclProgram(
         path=path,
         name=algo.get("name", ""),
         coll=coll,
         ngpus=ngpus,
         nchunksperloop=nchunks,
-        nchannels=opt_int("nchannels") or max_chan + 1,
+        nchannels=declared or max_chan + 1,
         proto=algo.get("proto", "Simple"),
         inplace=_flag(algo.get("inplace")),
         outofplace=_flag(algo.get("outofplace")),
