@@ -26,13 +26,33 @@ def test_the_dgx_a100_preset_is_an_nvswitch_node_dimension_and_a_rail_dimension(
 def test_fields_override_the_preset_and_oversubscription_divides_the_fabric_bandwidth() -> None:
     topo = build_topology(
         {"kind": "gpu_cluster", "preset": "dgx-h100", "gpus": 32, "gpus_per_node": 4, "oversubscription": 2,
-         "nics_per_gpu": 2, "fabric_levels": 2},
+         "nics_per_gpu": 2, "nic_bandwidth": "25 GB/s", "fabric_levels": 2},
         None,
     )  # fmt: skip
     nvlink, rail = topo.dims
     assert (nvlink.npus, rail.npus) == (4, 8)
-    assert nvlink.bandwidth == 450.0 and rail.bandwidth == 50.0 * 2 / 2
+    assert nvlink.bandwidth == 450.0 and rail.bandwidth == 25.0 * 2 / 2
     assert 2 * rail.latency == 2 * 1000 + 3 * 130
+
+
+@pytest.mark.parametrize(
+    ("keys", "link", "how"),
+    [
+        ({"nics_per_gpu": 2}, 64.0, "an x16 link of its generation"),  # 2 × 400G on an H100's Gen5 x16 (NCCL: 48)
+        ({"pcie_bandwidth": "10 GB/s"}, 10.0, "pcie_bandwidth"),
+    ],
+)
+def test_a_rail_runs_at_most_at_the_gpus_pcie_link(keys, link, how) -> None:
+    """A GPU's fabric traffic crosses its PCIe link to the NIC: the rail (before oversubscription) and the NICs the
+    collective runtime sees are capped there, with a warning."""
+    from etsim.errors import EtsimWarning
+
+    data = {"kind": "gpu_cluster", "preset": "dgx-h100", "gpus": 16, "oversubscription": 2, **keys}
+    with pytest.warns(EtsimWarning, match=rf"more than its PCIe link carries \({link:g} GB/s, {how}\)"):
+        topo = build_topology(data, None)
+    assert topo.dims[1].bandwidth == link / 2
+    hardware = topo.hardware
+    assert hardware.nic_bandwidth * hardware.nics_per_node / hardware.gpus_per_node == link
 
 
 def test_a_single_node_has_only_its_nvswitch() -> None:

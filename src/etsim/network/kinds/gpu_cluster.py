@@ -21,6 +21,8 @@ rail-optimised fabrics. Hierarchical collectives see the two dimensions.
   ``nvls`` (the NVSwitch reduces; default: the GPU generation's, an error where it has none), ``fabric`` (``ib``,
   ``roce``, ``efa``, ``slingshot``, ``tcpxo``), ``sharp`` (the fabric's switches reduce) and ``pcie_bandwidth``
   describe the hardware further (``Topology.hardware``): what a collective runtime lays its channels on (``nccl``).
+  A GPU's rail runs at most at its PCIe link (its fabric traffic crosses it to the NIC), with a warning: the stated
+  ``pcie_bandwidth``, else an x16 link of the GPU's generation (32 GB/s Gen4, 64 Gen5).
 
 Presets (per-direction figures from the vendors' user guides and reference architectures, each cited):
 
@@ -117,8 +119,11 @@ class GpuClusterBuilder(TopologyBuilder):
                      f"pcie_bandwidth, {pcie:g} GB/s (give pcie_bandwidth to change it)")  # fmt: skip
             nvlink = hardware.pcie_bandwidth
             hardware = dataclasses.replace(hardware, nvlink_bandwidth=nvlink)
-        per_gpu = nic * nics / per_node / over
+        per_gpu = nic * nics / per_node
         nodes = gpus // per_node
+        if hardware is not None and nodes > 1:
+            per_gpu, hardware = _pcie_capped(per_gpu, hardware, stated="pcie_bandwidth" in values)
+        per_gpu /= over
         if not rail and nodes > 1:
             return _fabric_graph(gpus, per_node, nvlink, nvlink_lat, per_gpu, nic_lat, hop, levels, name, hardware)
         # A route through a switch dimension crosses two links (up and down): each carries half the path latency.
@@ -207,6 +212,23 @@ def _hardware(
     return GpuCluster(
         gpu, per_node, nodes, intra, nvlink, nvls, nics, nic, FABRICS[fabric], _boolean(values, "sharp", False), pcie_bw
     )
+
+
+def _pcie_capped(per_gpu: float, hardware: GpuCluster, *, stated: bool) -> tuple[float, GpuCluster]:
+    """A GPU's rail at most at its PCIe link, and the hardware's NICs as seen through it.
+
+    Its fabric traffic crosses the link to the NIC (GPUDirect RDMA, or PXN's peer GPU's link). A stated
+    ``pcie_bandwidth`` is the link's rate; the generation's default is NCCL's figure for an x16 link (24 GB/s Gen4,
+    48 Gen5), 3/4 of its raw rate.
+    """
+    link = hardware.pcie_bandwidth if stated else hardware.pcie_bandwidth * 4 / 3
+    if per_gpu <= link:
+        return per_gpu, hardware
+    how = "pcie_bandwidth" if stated else "an x16 link of its generation"
+    warn(f"a GPU's share of its node's NICs, {per_gpu:g} GB/s, is more than its PCIe link carries ({link:g} GB/s, "
+         f"{how}): its rail runs at {link:g} GB/s")  # fmt: skip
+    nic = link * hardware.gpus_per_node / hardware.nics_per_node
+    return link, dataclasses.replace(hardware, nic_bandwidth=nic)
 
 
 def _node_dimension(intra: str, per_node: int, nvlink: float, latency: float) -> Dim:
