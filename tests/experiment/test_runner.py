@@ -171,6 +171,29 @@ def test_existing_results_need_resume_or_force(small: Path, tmp_path: Path) -> N
     assert [r["point"] for r in rows(out / "results.csv")] == ["0000", "0002", "0004"]
 
 
+def test_resume_reruns_points_whose_topology_file_changed_in_place(write, tmp_path: Path) -> None:
+    """Same configuration text, same path, 10x slower links: the rows are the new file's, not the old one's."""
+    topology = write("ring4.yaml", "kind: ring\nnpus: 4\nbandwidth: 50 GB/s\nlatency: 500 ns\n")
+    exp = write(
+        "e.yaml",
+        """
+        workload: {generate: collective, type: all_reduce, npus: 4, size: 16 MiB}
+        topology: ring4.yaml
+        sweep: {algo: [ring, direct]}
+        """,
+    )
+    out = tmp_path / "out"
+    run_experiment(load_experiment(exp), out=out, jobs=1, plots=False)
+    before = [float(r["finish_ns"]) for r in rows(out / "results.csv")]
+    summary = run_experiment(load_experiment(exp), out=out, jobs=1, resume=True, plots=False)
+    assert (summary.skipped, summary.ran) == (2, 0)  # unchanged: kept
+    topology.write_text("kind: ring\nnpus: 4\nbandwidth: 5 GB/s\nlatency: 500 ns\n")
+    summary = run_experiment(load_experiment(exp), out=out, jobs=1, resume=True, plots=False)
+    assert (summary.skipped, summary.ran) == (0, 2)
+    after = [float(r["finish_ns"]) for r in rows(out / "results.csv")]
+    assert all(a > 9 * b for a, b in zip(after, before, strict=True))
+
+
 def test_resume_reruns_points_whose_configuration_changed(small: Path, tmp_path: Path, monkeypatch) -> None:
     out = tmp_path / "out"
     run_experiment(load_experiment(small), out=out, jobs=1, plots=False)

@@ -99,6 +99,23 @@ def test_a_second_run_resumes_from_the_cache_and_finds_the_same(
     assert second.best.iteration_ns == first.best.iteration_ns
 
 
+def test_a_topology_edited_in_place_starts_the_cache_over(tmp_path: Path) -> None:
+    """The cache stamps the files the job reads: the same paths with another link rate are simulated again (the
+    cached times were the old topology's; the report would have quoted them beside files giving 10x longer)."""
+    write_workload(collective_workload(CollectiveType.ALL_REDUCE, 1 << 20, 4), tmp_path / "ar")
+    topology = tmp_path / "ring4.yaml"
+    topology.write_text("kind: ring\nnpus: 4\nbandwidth: 50 GB/s\nlatency: 500 ns\n")
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"workload": str(tmp_path / "ar"), "topology": str(topology)}))
+    cache = tmp_path / "candidates.jsonl"
+    first = opt.optimise(baseline(job), budget=2, cache=cache)
+    again = opt.optimise(baseline(job), budget=2, cache=cache)
+    assert again.baseline.iteration_ns == first.baseline.iteration_ns  # unchanged inputs: from the cache
+    topology.write_text("kind: ring\nnpus: 4\nbandwidth: 5 GB/s\nlatency: 500 ns\n")
+    slower = opt.optimise(baseline(job), budget=2, cache=cache)
+    assert slower.baseline.iteration_ns > 9 * first.baseline.iteration_ns
+
+
 def test_for_a_trace_workload_it_finds_the_fastest_algorithm(tmp_path: Path) -> None:
     # A 64 KiB all-reduce over 16 NPUs on one switch: latency-bound, so the log-step algorithms beat the ring.
     write_workload(collective_workload(CollectiveType.ALL_REDUCE, 64 << 10, 16), tmp_path / "ar")

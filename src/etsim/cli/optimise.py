@@ -91,7 +91,7 @@ def _search(
             kinds=request.moves,
         )
     except KeyboardInterrupt:
-        kept = sum(1 for line in cache.read_text().splitlines() if line.strip()) if cache.exists() else 0
+        kept = sum(1 for line in cache.read_text().splitlines() if '"key"' in line) if cache.exists() else 0
         what = f"{kept} candidate{'s' if kept != 1 else ''}"
         print(f"etsim: {what} finished kept in {cache}: the same command resumes", file=sys.stderr)
         raise

@@ -35,6 +35,7 @@ from etsim.errors import ConfigError
 from etsim.experiment.spec import Experiment, Point, point_config
 from etsim.experiment.worker import PointOutcome
 from etsim.files import lock_directory, make_parent
+from etsim.stamp import input_stamp
 
 __all__ = ["LOCK", "MARKER", "ResultsDir", "read_results"]
 
@@ -88,7 +89,13 @@ def _whole_record(line: bytes) -> bool:
 
 
 def _body(config: str) -> str:
-    return "".join(line for line in config.splitlines(keepends=True) if not line.startswith("#"))
+    """The configuration without its comments, but with the stamp of the files it names (:func:`input_stamp`)."""
+    lines = config.splitlines(keepends=True)
+    return "".join(line for line in lines if not line.startswith("#") or line.startswith(_STAMP))
+
+
+#: The comment line of ``config.yaml`` stamping the files the point reads: a point whose files changed runs again.
+_STAMP = "# inputs: "
 
 
 def read_results(path: str | os.PathLike[str]) -> tuple[list[str], list[dict[str, str]]]:
@@ -148,9 +155,10 @@ class ResultsDir:
         header += f" (repeat {point.repeat})" if self.experiment.repeat > 1 else ""
         header += f": {axes}\n" if axes else "\n"
         header += f"# re-run alone: etsim run --config {self.dir / 'points' / point.id / 'config.yaml'}\n"
-        body = yaml.dump(
-            point_config(point.spec, directory), Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=120
-        )
+        config = point_config(point.spec, directory)
+        stamp = input_stamp(config, directory)
+        header += f"{_STAMP}{stamp}\n" if stamp else ""
+        body = yaml.dump(config, Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=120)
         return header + body
 
     def open(self, run: Iterable[Point], *, resume: bool, force: bool) -> list[Point]:

@@ -33,6 +33,7 @@ from etsim.report.result import Result
 from etsim.report.training import training_columns
 from etsim.simulation import Simulation
 from etsim.simulation.inputs import point_workload
+from etsim.stamp import input_stamp
 from etsim.system.config import SystemConfig, load_system_config
 
 # The synthesiser's public functions, imported here only (they may move; this is the one line to change).
@@ -59,7 +60,8 @@ _SYNTHESIS_DIR = ProcessDirectory("etsim-synth-")
 
 
 def _key(value: Any) -> str:
-    return json.dumps(value, sort_keys=True)
+    # (with the stamp of the files it names: a file edited while this process lives is read again)
+    return json.dumps(value, sort_keys=True) + input_stamp(value)
 
 
 def _network(spec: str | dict[str, Any] | None) -> NetworkConfig | None:

@@ -26,6 +26,7 @@ from etsim.network import NETWORK_MODELS, NetworkConfig, load_network
 from etsim.options import keys_named, parse_options
 from etsim.producers.tacos.source import TacosParams
 from etsim.producers.workloads.base import generate, generated_collectives, normalize
+from etsim.stamp import input_stamp
 from etsim.system.config import load_system_config
 
 __all__ = ["Values", "error_at", "point_workload"]
@@ -49,7 +50,8 @@ def point_workload(spec: str | dict[str, Any]) -> Workload:
             return Workload(generate(spec), source=f"generate: {spec['generate']}")
         return load_workload(spec)
 
-    return _WORKLOADS.get(json.dumps(spec, sort_keys=True), build)
+    # (keyed with the stamp of its files: a workload regenerated at the same path is read again)
+    return _WORKLOADS.get(json.dumps(spec, sort_keys=True) + input_stamp(spec), build)
 
 
 def _is_pathlike(value: str, base: Path) -> bool:

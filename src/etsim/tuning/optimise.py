@@ -49,6 +49,7 @@ from etsim.experiment.worker import PointOutcome, PointTask
 from etsim.options import Integer, ListOf, Optional, Parser, Text, Time, option
 from etsim.producers.workloads.base import generator_of, normalize
 from etsim.simulation.inputs import point_workload
+from etsim.stamp import input_stamp
 from etsim.system.algorithms.sources import claiming_source
 from etsim.workers import stop_on_signals
 
@@ -340,7 +341,8 @@ def optimise(
         ConfigError: the baseline itself cannot be simulated (its message).
     """
     deadline = None if seconds is None else time.monotonic() + seconds
-    search = _Search(budget, ENGINES.get(engine)(jobs=jobs), _cached(cache), cache, on_candidate, kinds, deadline)
+    done = _cached(cache, input_stamp(baseline.as_dict()))
+    search = _Search(budget, ENGINES.get(engine)(jobs=jobs), done, cache, on_candidate, kinds, deadline)
     base = Candidate(baseline, ())
     # Ctrl-C and SIGTERM end the search at once (every candidate finished is in the cache: a second run resumes).
     again = f"the candidates finished are in {cache}: run again to resume" if cache else "nothing kept"
@@ -361,16 +363,29 @@ def optimise(
     return OptimiseResult(base, best, search.evaluated, accepted, search.history, search.out_of_time())
 
 
-def _cached(cache: Path | None) -> dict[str, dict[str, Any]]:
-    """The candidates an earlier search with the same inputs evaluated (``candidates.jsonl``), by key."""
+def _cached(cache: Path | None, stamp: str) -> dict[str, dict[str, Any]]:
+    """The candidates an earlier search with the same inputs evaluated (``candidates.jsonl``), by key.
+
+    The file's first line stamps the files the job reads (:func:`input_stamp`): when they changed (a topology edited
+    in place, a workload regenerated at the same path) the cache is started over, as its times are no longer theirs.
+    """
     done: dict[str, dict[str, Any]] = {}
-    if cache is not None and cache.exists():
-        for line in cache.read_text().splitlines():
-            try:
-                entry = json.loads(line)
-                done[entry["key"]] = entry
-            except (ValueError, TypeError, KeyError):
-                continue  # a line torn by a kill (or blank): that candidate runs again
+    if cache is None:
+        return done
+    lines = cache.read_text().splitlines() if cache.exists() else []
+    try:
+        same = bool(lines) and json.loads(lines[0]).get("inputs") == stamp
+    except (ValueError, AttributeError):
+        same = False
+    if not same:
+        cache.write_text(json.dumps({"inputs": stamp}) + "\n")
+        return done
+    for line in lines[1:]:
+        try:
+            entry = json.loads(line)
+            done[entry["key"]] = entry
+        except (ValueError, TypeError, KeyError):
+            continue  # a line torn by a kill (or blank): that candidate runs again
     return done
 
 
