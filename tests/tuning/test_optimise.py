@@ -192,6 +192,20 @@ def test_in_context_it_beats_the_table_etsim_tune_measured_alone(tmp_path: Path)
     assert report["best_ns"] < 0.9 * report["baseline_ns"]
 
 
+def test_a_rule_table_from_etsim_tune_is_kept_as_it_is(tmp_path: Path) -> None:
+    # `etsim tune` writes its table as a list of rules: the search keeps it (no algorithm move) and runs the rest.
+    (tmp_path / "tuned.yaml").write_text(
+        "resources: {comm_streams: 0}\nalgorithms:\n"
+        "  - {collective: all_reduce, algorithm: direct}\n  - {default: direct}\n"
+    )
+    out = tmp_path / "out"
+    args = ["optimise", str(REPO / "workloads" / "moe_16npus_2layers"), "--topology"]
+    args += [str(REPO / "topologies" / "ring4_switch4.yaml"), "--system", str(tmp_path / "tuned.yaml")]
+    assert main([*args, "--budget", "3", "-o", str(out), "-q"]) == 0
+    moves = [line for line in (out / "report.md").read_text().splitlines() if "algorithms." in line]
+    assert moves == []
+
+
 def test_the_shipped_case_study_is_one_point_whose_moves_reach_the_known_optimum() -> None:
     spec = baseline(REPO / "jobs" / "gpt3_175b_64.yaml")
     assert spec.workload["model"] == "gpt3-175b" and (spec.workload["tp"], spec.workload["pp"]) == (8, 8)

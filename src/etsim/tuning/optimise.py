@@ -194,7 +194,8 @@ def moves(spec: PointSpec, collectives: list[str]) -> list[Move]:
         generator, options = found
         out += [Move("workload", r.values, r.role) for r in generator.rewrites(options)]
     current = spec.system.get("algorithms", {}) or {}
-    for collective in collectives:
+    # A selection table of rules (``etsim tune``'s) is kept as it is: the moves set one algorithm per collective.
+    for collective in collectives if isinstance(current, dict) else ():
         for name in CANDIDATES:
             implemented = claiming_source(name).collectives(name) or frozenset()
             if current.get(collective, "") != name and parse_collective(collective) in implemented:
