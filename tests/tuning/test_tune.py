@@ -185,3 +185,62 @@ def test_a_fallback_no_run_could_load_is_refused_before_any_work(repo: Path, tmp
     with pytest.raises(ConfigError, match="--fallback 'bogus' is neither an algorithm name"):
         tune(request, jobs=1)
     assert not (tmp_path / "table.yaml").exists()
+
+
+def _mixed_groups_workload(prefix: Path, small: int) -> None:
+    """16 ranks on ring4_switch4: a 4 MiB all-reduce in each ring of four (dimension 0), then one of *small* bytes in
+    groups {0, 1, 4, 5} … that span no single dimension."""
+    import json
+
+    from etsim.chakra import CollectiveType, TraceBuilder
+    from etsim.system.groups import GROUPS_ATTR
+
+    rings = {f"r{k}": list(range(4 * k, 4 * k + 4)) for k in range(4)}
+    across = {f"x{k}": [r + 8 * (k // 2) + 2 * (k % 2) for r in (0, 1, 4, 5)] for k in range(4)}
+    groups = {**rings, **across}
+    traces = []
+    for rank in range(16):
+        b = TraceBuilder(rank)
+        ring = next(name for name, members in rings.items() if rank in members)
+        first = b.collective(CollectiveType.ALL_REDUCE, 4 * MiB, pg_name=ring)
+        other = next(name for name, members in across.items() if rank in members)
+        b.collective(CollectiveType.ALL_REDUCE, small, deps=[first], pg_name=other)
+        trace = b.build(rank=rank)
+        trace.metadata.attr.add(name=GROUPS_ATTR, string_val=json.dumps(groups))
+        traces.append(trace)
+    write_workload(Workload(traces), prefix)
+
+
+@pytest.mark.parametrize("small", [64 * KiB, 4 * MiB])
+def test_groups_spanning_no_dimension_get_the_rule_after_those_that_span_one(
+    repo: Path, tmp_path: Path, small: int
+) -> None:
+    # Their rule has no dimension key: before the dimension-0 rule it caught the rings' calls too (the table then
+    # lost to a single algorithm); with equal sizes the calls could not even be sorted (a TypeError).
+    _mixed_groups_workload(tmp_path / "mix", small)
+    out = tmp_path / "table.yaml"
+    topology = str(repo / "topologies" / "ring4_switch4.yaml")
+    request = _request(repo, tmp_path, topology=topology, workload=str(tmp_path / "mix"), output=str(out),
+                       candidates=["tree", "ring"])  # fmt: skip
+    result = tune(request, jobs=1)
+    rules = [r for r in result.rules if not r.is_default]
+    assert [r.dimension for r in rules][-1] is None and all(r.dimension == 0 for r in rules[:-1])
+    out.write_text(result.table_text)
+    tuned, *singles = compare_workload(request, load_system_config(out), jobs=1)
+    assert tuned.time_ns is not None and all(m.time_ns is not None and tuned.time_ns <= m.time_ns for m in singles)
+
+
+def test_a_base_systems_relative_comm_groups_is_written_relative_to_the_table(repo: Path, tmp_path: Path) -> None:
+    from etsim.tuning.tune import base_settings
+
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "groups.json").write_text('{"g": [0, 1, 2, 3]}')
+    (tmp_path / "base" / "sys.yaml").write_text("comm_groups: groups.json\n")
+    out = tmp_path / "tables" / "t.yaml"
+    out.parent.mkdir()
+    request = _request(repo, tmp_path, output=str(out), sizes=[MiB], collectives=["all_reduce"],
+                       settings=base_settings(tmp_path / "base" / "sys.yaml"))  # fmt: skip
+    out.write_text(tune(request, jobs=1).table_text)
+    assert "comm_groups: ../base/groups.json" in out.read_text()
+    config = load_system_config(out)
+    assert Path(config.resolve_path(config.comm_groups)).resolve() == tmp_path / "base" / "groups.json"

@@ -66,7 +66,16 @@ def winners(measurements: Sequence[Measurement], candidates: Sequence[str]) -> l
         if key not in best or entry[:2] < best[key][:2]:
             best[key] = entry
     out = [TunedPoint(s, size, cand, t, group) for (s, size), (t, _, cand, group) in best.items()]
-    return sorted(out, key=lambda w: (w.series[0], w.series[1], -1 if w.series[2] is None else w.series[2], w.size))
+    return sorted(out, key=lambda w: (*_series_order(w.series), w.size))
+
+
+def _series_order(series: Series) -> tuple[str, int, bool, int]:
+    """The order of series: by collective and group size, then the groups spanning one dimension first.
+
+    The others' rules carry no ``dimension`` key, and the table's first matching rule wins: the catch-all comes last.
+    """
+    collective, group_size, dimension = series
+    return (collective, group_size, dimension is None, dimension or 0)
 
 
 def table_rules(tuned: Sequence[TunedPoint], *, dimensions: bool, fallback: str | None) -> list[SelectionRule]:
@@ -108,7 +117,11 @@ def _relative(algorithm: str, out_dir: Path) -> str:
     """File candidates written relative to the table's directory (the table resolves paths against it)."""
     if (os.sep not in algorithm and "/" not in algorithm) or not claiming_source(algorithm).reads_files:
         return algorithm
-    return os.path.relpath(os.path.abspath(algorithm), os.path.abspath(out_dir)).replace(os.sep, "/")
+    return _relative_path(algorithm, out_dir)
+
+
+def _relative_path(path: str, out_dir: Path) -> str:
+    return os.path.relpath(os.path.abspath(path), os.path.abspath(out_dir)).replace(os.sep, "/")
 
 
 def table_yaml(
@@ -122,20 +135,27 @@ def table_yaml(
     """The selection table as a system YAML, each rule with the tuned points it serves as a comment."""
     lines = [f"# {h}" for h in header]
     if settings:
-        lines.append(yaml.safe_dump(dict(settings), sort_keys=True, default_flow_style=False).rstrip("\n"))
+        written = dict(settings)
+        if isinstance(written.get("comm_groups"), str):  # (a system file resolves its paths against itself)
+            written["comm_groups"] = _relative_path(written["comm_groups"], out.parent)
+        lines.append(yaml.safe_dump(written, sort_keys=True, default_flow_style=False).rstrip("\n"))
     lines.append("algorithms:")
-    for rule in rules:
-        text = replace(rule, algorithm=_relative(rule.algorithm, out.parent), bounds_from_file=False).describe()
-        served = [
-            w
-            for w in tuned
-            if not rule.is_default
+
+    def matches(rule: SelectionRule, w: TunedPoint) -> bool:
+        return (
+            not rule.is_default
             and w.series[0] == rule.collective
             and rule.group_sizes == ((w.series[1], w.series[1]),)
             and (rule.dimension is None or rule.dimension == w.series[2])
             and (rule.min_bytes is None or w.size >= rule.min_bytes)
             and (rule.max_bytes is None or w.size <= rule.max_bytes)
-        ]
+        )
+
+    # Each tuned point is served by the first rule that matches it (as the table is read).
+    first = {id(w): next((i for i, r in enumerate(rules) if matches(r, w)), -1) for w in tuned}
+    for i, rule in enumerate(rules):
+        text = replace(rule, algorithm=_relative(rule.algorithm, out.parent), bounds_from_file=False).describe()
+        served = [w for w in tuned if first[id(w)] == i]
         note = ", ".join(f"{format_size(w.size)} {format_time(w.time_ns)}" for w in served)
         lines.append(f"  - {text}" + (f"  # tuned: {note}" if note else "  # calls no tuned point covers"))
     return "\n".join(lines) + "\n"
@@ -164,8 +184,8 @@ def _bus_gbps(collective: str, size: int, n: int, time_ns: float) -> float:
     return collective_buffer_bytes(collective, size, n) / time_ns * bus_bandwidth_factor(collective, n)
 
 
-def _sort_key(p: Point) -> tuple[str, int, int, int]:
-    return (p.collective, p.group_size, -1 if p.dimension is None else p.dimension, p.size)
+def _sort_key(p: Point) -> tuple[str, int, bool, int, int]:
+    return (*_series_order(_series(p)), p.size)
 
 
 def plot(

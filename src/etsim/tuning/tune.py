@@ -111,7 +111,7 @@ def expand_candidates(text: str) -> list[str]:
     return unique
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Call:
     """A distinct (collective, size, group) a workload makes; ``group`` is the first group of its shape."""
 
@@ -155,7 +155,9 @@ def workload_calls(workload: str, net: NetworkConfig, config: SystemConfig) -> l
             key = (collective, size, len(group), dim)
             if key not in found:
                 found[key] = Call(collective, size, len(group), dim, group)
-    return sorted(found.values())
+    # (a group spanning no single dimension has none: after the others of its shape)
+    return sorted(found.values(), key=lambda c: (c.collective, c.size, c.group_size, c.dimension is None,
+                                                 c.dimension or 0, c.group))  # fmt: skip
 
 
 class SizeList(Parser):
@@ -362,4 +364,10 @@ def base_settings(path: str | os.PathLike[str] | None) -> dict[str, Any]:
     from etsim.files import read_text
 
     data = yaml.safe_load(read_text(path, "system file")) or {}
-    return {k: v for k, v in data.items() if k != "algorithms"} if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    settings = {k: v for k, v in data.items() if k != "algorithms"}
+    groups = settings.get("comm_groups")
+    if isinstance(groups, str) and not os.path.isabs(groups):  # (the table writes it relative to where it is)
+        settings["comm_groups"] = os.path.abspath(os.path.join(os.path.dirname(os.fspath(path)), groups))
+    return settings
