@@ -187,6 +187,19 @@ def test_write_workload_and_reload(tmp_path: Path) -> None:
     assert load_workload(tmp_path / "sub" / "p").traces[1].comm_dst == [0]
 
 
+def test_writing_a_smaller_family_over_a_larger_one_replaces_it_whole(tmp_path: Path) -> None:
+    # Rank files 4..7 of an 8-rank family left beside a new 4-rank one were read as its ranks (an 8-rank answer).
+    from etsim.chakra import CollectiveType
+    from etsim.producers import collective_workload
+
+    write_workload(collective_workload(CollectiveType.ALL_REDUCE, 1 << 20, 8), tmp_path / "x")
+    write_trace(TraceBuilder().build(), tmp_path / "x.9.et.gz")
+    write_trace(TraceBuilder().build(), tmp_path / "xy.5.et")  # another family: kept
+    write_workload(collective_workload(CollectiveType.ALL_REDUCE, 1 << 20, 4), tmp_path / "x")
+    assert load_workload(tmp_path / "x").num_ranks == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.0.et", "x.1.et", "x.2.et", "x.3.et", "xy.5.et"]
+
+
 def test_family_with_two_files_for_one_rank(tmp_path: Path) -> None:
     trace = TraceBuilder().build()
     for name in ("f.0.et", "f.00.et", "f.1.et"):

@@ -381,13 +381,22 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> Path:
 
 
 def write_workload(workload: Workload | list[Trace], prefix: str | os.PathLike[str]) -> list[Path]:
-    """Write rank ``r`` to ``PREFIX.r.et``; return the paths written."""
+    """Write rank ``r`` to ``PREFIX.r.et``; return the paths written.
+
+    The family is replaced whole: rank files past the new count (an earlier, larger family at the same prefix) are
+    removed, since reading the prefix would take them as ranks of this one.
+    """
     traces = workload.traces if isinstance(workload, Workload) else workload
     watch = progress.stage(f"writing {os.fspath(prefix)}.*.et", len(traces), "files")
     paths = []
     for rank, t in enumerate(traces):
         paths.append(write_trace(t, f"{os.fspath(prefix)}.{rank}.et"))
         watch.advance()
+    folder, name = Path(prefix).parent, Path(prefix).name
+    for entry in folder.iterdir() if folder.is_dir() else ():
+        m = _FAMILY_RE.match(entry.name)
+        if m and m["prefix"] == name and (int(m["rank"]) >= len(traces) or entry.name.endswith(".gz")):
+            entry.unlink()  # (a compressed rank file would be a second rank r beside the one just written)
     return paths
 
 

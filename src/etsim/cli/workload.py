@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from etsim.chakra.io import write_workload
 from etsim.files import write_text
@@ -37,8 +38,10 @@ def cmd_gen(args: argparse.Namespace) -> int:
     paths = write_workload(generator.generate(options), args.output)
     print(f"wrote {len(paths)} file(s): {paths[0]} … {paths[-1]}" if len(paths) > 1 else f"wrote {paths[0]}")
     groups = generator.comm_groups(options)
+    path = f"{args.output}.comm_groups.json"
     if groups:
-        path = f"{args.output}.comm_groups.json"
         write_text(path, json.dumps(groups) + "\n")
         print(f"wrote {path} ({len(groups)} communicator groups, the comm-group JSON other simulators read)")
+    elif os.path.exists(path):  # (an earlier family's groups are not this one's)
+        os.remove(path)
     return 0

@@ -38,6 +38,7 @@ def write_outputs(result: OptimiseResult, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     workload = point_workload(spec.workload)
     write_workload(workload.traces, out / "workload")
+    (out / "workload.comm_groups.json").unlink(missing_ok=True)  # (an earlier search's, in a reused directory)
     if isinstance(spec.workload, dict):
         values = {k: v for k, v in spec.workload.items() if k != "generate"}
         generator, options = parse(str(spec.workload["generate"]), values)
