@@ -163,6 +163,13 @@ def test_dbt_needs_a_power_of_two(tmp_path: Path) -> None:
 # -- 2. multi-dimensional lists ---------------------------------------------------------------------------------
 
 
+def test_a_list_shorter_than_the_dimensions_is_refused(tmp_path: Path) -> None:
+    # ASTRA-sim indexes its list by dimension: one name for two dimensions left the second out (a 4 x 8 all-reduce
+    # that never combined across the rings, at a third of the time, exit 0).
+    with pytest.raises(ConfigError, match=r"names 1 for 2 dimensions \(4 x 8\): give one per dimension"):
+        run(tmp_path, C.ALL_REDUCE, MiB, ["Ring", "Switch"], [4, 8], ["ring"])
+
+
 @pytest.mark.parametrize(
     ("optimization", "expected"),
     [

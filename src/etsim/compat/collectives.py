@@ -148,7 +148,7 @@ class AstraCollective(CollectiveAlgorithm):
             # one ring over the group (a sub-group runs as one ring, as in ASTRA-sim)
             return [(group_size, 1)]
         out, stride = [], 1
-        for n in self.dims[: len(self.names)]:
+        for n in self.dims:
             out.append((n, stride))
             stride *= n
         return out
@@ -159,6 +159,12 @@ class AstraCollective(CollectiveAlgorithm):
         if reason is not None:
             return reason
         dims = self._dims(group_size)
+        if len(dims) > len(self.names):
+            # ASTRA-sim reads an implementation for every dimension (its list indexed by dimension): a shorter list
+            # would leave the last dimensions out, and the collective would not combine across them.
+            shape = " x ".join(str(n) for n, _ in dims)
+            return (f"ASTRA-sim's implementation list names {len(self.names)} for {len(dims)} dimensions ({shape}): "
+                    "give one per dimension (e.g. astra:" + ",".join(["ring"] * len(dims)) + ")")  # fmt: skip
         for (n, _), algo in zip(dims, self.names, strict=False):
             if algo in ("hd", "dbt") and n & (n - 1):
                 return f"ASTRA-sim's {algo} needs a power-of-two dimension size, not {n}"
