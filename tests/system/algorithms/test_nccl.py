@@ -494,8 +494,9 @@ def test_a_tree_over_nodes_carries_twice_the_slice_through_its_busiest_nics_as_n
 def test_nvls_fill_grows_in_with_its_rounds(gpus: int, nic: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
     """S rounds (a round: a chunk of every channel and head) pay ``1 − RAMP / S`` of FILL_TREE rounds through the
     slower stage: a GPU's NVLS link, or across nodes the node's NICs at each tree level (up and down), plus the NVLS
-    tree's fixed cost; a call of one round a tenth. Eight 800 GB/s NICs leave the NVLS link the slower."""
-    more = {} if nic is None else {"nic_bandwidth": nic}
+    tree's fixed cost; a call of one round a tenth. Eight 800 GB/s NICs (on PCIe links as fast) leave the NVLS link
+    the slower."""
+    more = {} if nic is None else {"nic_bandwidth": nic, "pcie_bandwidth": nic}
 
     def fixed(size: int, fill: float) -> float:
         monkeypatch.setattr(timing, "FILL_TREE", fill)
