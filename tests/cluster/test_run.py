@@ -309,6 +309,7 @@ def test_a_gpu_that_fails_stops_its_job_and_says_what_was_lost(tmp_path) -> None
         {"at_ns": 3e6, "gpu": 5, "job": "a", "cost_ns": {"a": None, "b": b.duration_ns - healthy.jobs[1].duration_ns}}
     ]
     assert "job a stopped at 3 ms: GPU 5 failed; its step is lost" in result.table()
+    assert result.table().splitlines()[0].endswith("; stopped by a failed GPU: a")
 
 
 def test_a_nic_fault_degrades_the_gpus_links_to_the_fabric(tmp_path) -> None:
@@ -382,3 +383,14 @@ def test_a_straggler_on_a_gpu_no_job_runs_on_is_warned(tmp_path) -> None:
     keys = {"topology": RING8, "model": "analytical", "jobs": [_all_reduce("a", 4, "1 MiB", [0, 1, 2, 3])]}
     with pytest.warns(EtsimWarning, match=r"stragglers\[0\]: no job runs on GPUs \[6\]: it has no effect"):
         run_cluster(load_cluster(_cluster(tmp_path, **keys, stragglers=[{"gpus": [6], "slowdown": 3}])))
+
+
+def test_a_failed_gpu_the_cluster_lacks_is_an_error_and_one_no_job_uses_is_warned(tmp_path) -> None:
+    # GPU 99 on an 8-GPU ring was accepted and did nothing, exit 0.
+    from etsim.errors import EtsimWarning
+
+    keys = {"topology": RING8, "model": "analytical", "jobs": [_all_reduce("a", 4, "1 MiB", [0, 1, 2, 3])]}
+    with pytest.raises(ConfigError, match=r"faults\[0\]\.gpu: GPU 99 is not one of 0\.\.7"):
+        run_cluster(load_cluster(_cluster(tmp_path, **keys, faults=[{"gpu": 99, "at": "1 us"}])))
+    with pytest.warns(EtsimWarning, match=r"faults\[0\]: no job runs on GPU 7: its failure has no effect"):
+        run_cluster(load_cluster(_cluster(tmp_path, **keys, faults=[{"gpu": 7, "at": "1 us"}])))

@@ -114,7 +114,13 @@ class ClusterResult:
         """The jobs (finish, duration, alone, slowdown) and the links they shared, for a terminal."""
         from etsim.units import format_size, format_time
 
-        lines = [f"cluster {self.name}: every job done at {format_time(self.result.finish_ns)}"]
+        stopped = [job.name for job in self.jobs if job.lost is not None]
+        ended = (
+            f"every job ended at {format_time(self.result.finish_ns)}; stopped by a failed GPU: {', '.join(stopped)}"
+        )
+        lines = [
+            f"cluster {self.name}: " + (ended if stopped else f"every job done at {format_time(self.result.finish_ns)}")
+        ]
         heads = ("start", "finish", "duration", "alone")
         lines.append(f"{'job':<16} {'GPUs':>5} " + " ".join(f"{h:>11}" for h in heads) + f" {'slowdown':>9}")
         for job in self.jobs:
@@ -538,6 +544,13 @@ def _placed(spec: ClusterSpec, net: NetworkConfig) -> list[PlacedJob]:
         used = {g for job in gpus for g in job}
         if not used.intersection(straggler.gpus):
             warn(f"{spec.where}: stragglers[{i}]: no job runs on GPUs {list(straggler.gpus)}: it has no effect")
+    for i, fault in enumerate(spec.faults):
+        if fault.gpu is None:
+            continue
+        if fault.gpu >= topo.npus:
+            raise ConfigError(f"{spec.where}: faults[{i}].gpu: GPU {fault.gpu} is not one of 0..{topo.npus - 1}")
+        if not any(fault.gpu in job for job in gpus):
+            warn(f"{spec.where}: faults[{i}]: no job runs on GPU {fault.gpu}: its failure has no effect")
     return [
         PlacedJob(job.name, w, _job_groups(spec, i, w), gpus[i])
         for i, (job, w) in enumerate(zip(spec.jobs, workloads, strict=True))
