@@ -40,6 +40,12 @@ def test_validate_reports_errors_with_exit_1(corpus: Path, capsys: pytest.Captur
     assert "FAILED" in err
 
 
+def test_validate_refuses_a_negative_max(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run(capsys, "workload", "gen", "sendrecv", "--size", "64", "--npus", "2", "-o", str(tmp_path / "p"))
+    code, _, err = run(capsys, "validate", "--max", "-1", str(tmp_path / "p"))
+    assert code == 1 and err == "etsim: error: --max must be >= 0, got -1\n"  # (an IndexError traceback before)
+
+
 def test_jsonize_and_visualize(corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = corpus / "chakra" / "generator_npus4" / "ALL_REDUCE.0.et"
     code, out, _ = run(capsys, "jsonize", str(src))

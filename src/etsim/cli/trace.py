@@ -10,7 +10,7 @@ from etsim.chakra.io import load_workload, read_trace, resolve_family
 from etsim.chakra.jsonize import jsonize
 from etsim.chakra.summary import summarize_trace, write_graph
 from etsim.chakra.validate import validate_workload
-from etsim.errors import TraceError
+from etsim.errors import ConfigError, TraceError
 from etsim.files import write_text
 
 __all__ = ["register"]
@@ -82,6 +82,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Print errors and warnings; exit 1 if there is any error."""
+    if args.max < 0:
+        raise ConfigError(f"--max must be >= 0, got {args.max}")
     workload = load_workload(args.workload)
     issues = validate_workload(workload, ignore_ctrl_deps=args.ignore_ctrl_deps)
     errors = [i for i in issues if i.severity == "error"]
@@ -90,7 +92,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for issue in group[: args.max]:
             print(issue)
         if len(group) > args.max:
-            print(f"... and {len(group) - args.max} more {group[0].severity}s")
+            print(f"... and {len(group) - args.max} more {group[0].severity}(s)")
     nodes = sum(t.num_nodes for t in workload)
     status = "FAILED" if errors else "OK"
     print(
