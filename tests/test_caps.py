@@ -11,7 +11,7 @@ import pytest
 
 from etsim.chakra import CollectiveType, Workload
 from etsim.errors import EtsimError, EtsimWarning
-from etsim.network import fully_connected, graph, switch
+from etsim.network import fully_connected, graph, ring, switch
 from etsim.producers import collective_workload
 from etsim.producers.msccl import convert_msccl
 from etsim.producers.tacos import synthesize
@@ -62,6 +62,10 @@ def test_tacos_runs_and_transfers() -> None:
     topo = switch(8, 50.0, 500.0)
     with at_once(r"10000000 chunks per NPU on 8 NPUs make 560,000,000 transfers, more than etsim's limit"):
         synthesize(topo, "all_gather", size=1 << 20, chunks_per_npu=10**7)
+    # Fewer transfers, but 800,000 chunks: their bit masks alone grow as chunks² (18 GB in a minute, then on).
+    ring8 = ring(8, 50.0, 500.0)
+    with at_once(r"100000 chunks per NPU on 8 NPUs make 800,000 chunks, more than etsim's limit of 65,536"):
+        synthesize(ring8, "all_gather", size=1 << 20, chunks_per_npu=100_000)
     from etsim.producers.tacos.source import parse_tacos_spec
 
     with at_once(r"runs.*<= 10,000"):
@@ -89,6 +93,7 @@ def test_caps_are_stated_where_a_user_reads_them(repo: Path) -> None:
         "MAX_MESSAGES",
         "MAX_DECOMPRESSED",
         "MAX_TRANSFERS",
+        "MAX_CHUNKS",
         "MAX_NODES",
         "MAX_WALKED_NODES",
     ):

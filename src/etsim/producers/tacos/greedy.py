@@ -105,6 +105,13 @@ class _Below:
         return (1 << r) - 1
 
 
+class _Bit:
+    """``bit[c] == 1 << c``, computed on demand (as :class:`_Below`)."""
+
+    def __getitem__(self, c: int) -> int:
+        return 1 << c
+
+
 #: Largest in-degree whose link orders are drawn from a table of permutations (one random draw).
 _PERM_TABLE_MAX = 6
 _PERMS: list[list[tuple[int, ...]]] = [list(permutations(range(m))) for m in range(_PERM_TABLE_MAX + 1)]
@@ -138,7 +145,8 @@ def _greedy(sched: Schedule, n: int, k: int, seed: int) -> None:
     uniform_w = wl[0]
     perms = _PERMS
     getters = _GETTERS
-    bit = [1 << c for c in range(nchunks)]
+    # (a table of n·k masks holds (n·k)²/16 bytes: on demand past 16,384 chunks)
+    bit: list[int] | _Bit = [1 << c for c in range(nchunks)] if nchunks <= _BELOW_TABLE_MAX else _Bit()
     below: list[int] | _Below = [b - 1 for b in bit] if nchunks <= _BELOW_TABLE_MAX else _Below()
     full = (1 << nchunks) - 1
     hold = [0] * n

@@ -30,6 +30,8 @@ COLLECTIVES: dict[str, CollectiveType] = {
 
 #: The most chunk transfers one synthesis may schedule (memory and time grow with them).
 MAX_TRANSFERS = 1 << 26
+#: The most chunks (NPUs × chunks per NPU) one synthesis may move: a 64x64 mesh at 16 chunks per NPU.
+MAX_CHUNKS = 1 << 16
 
 
 @dataclass(eq=False)
@@ -143,6 +145,11 @@ def synthesize(
         raise ConfigError(
             f"{k} chunks per NPU on {lg.n} NPUs make {transfers:,} transfers, more than etsim's limit of "
             f"{MAX_TRANSFERS:,} per synthesis (a 64x64 mesh all-gather with one chunk per NPU has 16.8 million)"
+        )
+    if lg.n * k > MAX_CHUNKS:
+        raise ConfigError(
+            f"{k} chunks per NPU on {lg.n} NPUs make {lg.n * k:,} chunks, more than etsim's limit of {MAX_CHUNKS:,} "
+            "per synthesis (each NPU's chunks are a bit mask of them all: the work grows as transfers x chunks)"
         )
     chunk_bytes = size / (lg.n * k)
     w = lg.weights(chunk_bytes)
