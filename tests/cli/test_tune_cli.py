@@ -51,6 +51,7 @@ def test_tune_workload_reports_the_comparison(repo: Path, tmp_path: Path, capsys
         (["--sizes", "3KiB..8KiB"], "a range runs over powers of two"),
         (["--collective", "allreduce_x"], "--collective: unknown collective 'allreduce_x'"),
         (["--workload", "w", "--collective", "all_reduce"], "--workload tunes the calls the workload makes"),
+        (["--workload", "w", "--sizes", "4KiB"], "at their sizes; do not give --collective, --group-sizes or --sizes"),
         (["--jobs", "0"], "--jobs must be >= 1"),
         (["--candidates", "no/such/*.xml"], "matches no file"),
         (["--group-sizes", "4,x"], "--group-sizes: expected comma-separated integers"),

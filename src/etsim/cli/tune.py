@@ -95,8 +95,11 @@ def _tune(args: argparse.Namespace) -> int:
             raise ConfigError(f"--export: unknown format {fmt!r}; valid: {', '.join(_EXPORTS)}")
     system = load_system_config(args.system) if args.system else SystemConfig()
     given = arguments_given(args, TuneRequest)
-    if "workload" in given and ({"collectives", "group_sizes"} & set(given)):
-        raise ConfigError("--workload tunes the calls the workload makes; do not give --collective or --group-sizes")
+    if "workload" in given and ({"collectives", "group_sizes", "sizes"} & set(given)):
+        raise ConfigError(
+            "--workload tunes the calls the workload makes, at their sizes; do not give --collective, --group-sizes "
+            "or --sizes"
+        )
     options = parse_options(TuneRequest, given, key=_flag, text=True)
     request = TuneRequest(**options, system=system, settings=base_settings(args.system), output=args.output)
     result = tune(request, jobs=jobs)
