@@ -147,7 +147,7 @@ def _greedy(sched: Schedule, n: int, k: int, seed: int) -> None:
     getters = _GETTERS
     # (a table of n·k masks holds (n·k)²/16 bytes: on demand past 16,384 chunks)
     bit: list[int] | _Bit = [1 << c for c in range(nchunks)] if nchunks <= _BELOW_TABLE_MAX else _Bit()
-    below: list[int] | _Below = [b - 1 for b in bit] if nchunks <= _BELOW_TABLE_MAX else _Below()
+    below: list[int] | _Below = [(1 << c) - 1 for c in range(nchunks)] if nchunks <= _BELOW_TABLE_MAX else _Below()
     full = (1 << nchunks) - 1
     hold = [0] * n
     need = [0] * n
