@@ -141,7 +141,10 @@ def test_phased_algorithms_and_gated_nodes_cannot_be_verified():
 
     verdict = Phased().verify(C.ALL_REDUCE, 2)
     assert verdict.ok is None and "runs as phases" in verdict.message
-    Phased().check_correct(C.ALL_REDUCE, 2)  # nothing to refuse
+    # Not verified, but its phases' bytes are counted: moving nothing, it cannot compute the all-reduce (a phased
+    # plug-in that moved half or a thousandth of what is needed ran, exit 0).
+    with pytest.raises(ConfigError, match="its 2 ranks send 0 buffers in all, and at least 2 are needed"):
+        Phased().check_correct(C.ALL_REDUCE, 2)
     b = AlgorithmBuilder(total_chunks=1)
     a = b.recv(1, 1, dst="o@0")
     c = b.recv(1, 1, 1, dst="s@0")
@@ -360,3 +363,19 @@ def test_no_verifying_copy_is_left_behind_by_a_refusal_or_an_interrupt(
         with pytest.raises(KeyboardInterrupt):
             run_tacos(good)
         assert len(beside) == 1 and _children(beside) == []
+
+
+def test_a_phased_algorithm_that_moves_half_an_all_reduce_is_refused() -> None:
+    # A ring's reduce-scatter given as the all-reduce's one phase: 7 of the 14 buffers 8 ranks must send.
+    from etsim.system.algorithms.base import CollectiveAlgorithm, Phase
+    from etsim.system.algorithms.ring import RingAlgorithm
+
+    class HalfRing(CollectiveAlgorithm):
+        name = "half"
+        collectives = frozenset({C.ALL_REDUCE})
+
+        def phases(self, collective, group_size, position, *, stream, state):
+            return [Phase(RingAlgorithm().graph(C.REDUCE_SCATTER, group_size, position))]
+
+    with pytest.raises(ConfigError, match="its 8 ranks send 7 buffers in all, and at least 14 are needed"):
+        HalfRing().check_correct(C.ALL_REDUCE, 8)

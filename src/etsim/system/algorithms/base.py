@@ -311,7 +311,7 @@ class CollectiveAlgorithm:
                 f"{prefix}algorithm {name!r} does not compute {collective.name.lower()} over "
                 f"{group_size} ranks: {verdict.message}"
             )
-        if verdict.ok is None and type(self).phases is CollectiveAlgorithm.phases:
+        if verdict.ok is None:
             short = self._too_few_bytes(collective, group_size, size)
             if short:
                 raise ConfigError(
@@ -324,6 +324,8 @@ class CollectiveAlgorithm:
         if self.supports(collective, group_size) is not None:
             return ""
         watch = progress.stage(f"reading the graphs of {self.name}", group_size, "ranks")
+        if type(self).phases is not CollectiveAlgorithm.phases:
+            return self._too_few_phased(collective, group_size, watch)
         graphs = []
         for r in range(group_size):
             graphs.append(self.graph(collective, group_size, r))
@@ -354,6 +356,25 @@ class CollectiveAlgorithm:
                 return f"rank {r} sends {sent[r]:g} {unit}, and at least {out:g} are needed"
             if received[r] < into * slack:
                 return f"rank {r} receives {received[r]:g} {unit}, and at least {into:g} are needed"
+        return ""
+
+    def _too_few_phased(self, collective: CollectiveType, group_size: int, watch: progress.Stage) -> str:
+        """:meth:`_too_few_bytes` for phases: each phase's sends as shares of the buffer, summed per rank."""
+        sent = [0.0] * group_size
+        for r in range(group_size):
+            for phase in self.phases(collective, group_size, r, stream=0, state={}):
+                g = phase.graph
+                if not g.total_chunks:
+                    return ""  # (absolute sizes: shares of no buffer)
+                sent[r] += sum(a for k, a in zip(g.kinds, g.chunks, strict=True) if k == SEND) / g.total_chunks
+            watch.advance()
+        need = minimum_bytes(collective, group_size, 1.0)
+        total, out, slack = need["total"], need["sent_per_rank"], 1 - 1e-9
+        if sum(sent) < total * slack:
+            return f"its {group_size} ranks send {sum(sent):.4g} buffers in all, and at least {total:.4g} are needed"
+        worst = min(range(group_size), key=sent.__getitem__)
+        if sent[worst] < out * slack:
+            return f"rank {worst} sends {sent[worst]:.4g} buffers, and at least {out:.4g} are needed"
         return ""
 
     def check_position(self, collective: CollectiveType, group_size: int, position: int) -> None:
