@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import yaml
 
 from etsim.chakra import CollectiveType, Workload
 from etsim.errors import ConfigError
-from etsim.experiment import load_experiment, select_points
+from etsim.experiment import load_experiment, run_experiment, select_points
 from etsim.experiment.spec import point_config
 from etsim.producers.workloads import collective_workload
 from etsim.simulation import simulate
@@ -70,6 +71,28 @@ def test_dotted_keys_zip_labels_and_repeat(write) -> None:
     assert first.spec.algo["default"] == {"tacos": {"chunks_per_npu": 2, "seed": 0, "runs": 1, "size": None}}
     assert second.spec.algo["default"]["tacos"]["seed"] == 1  # type: ignore[index]
     assert "repeat" in exp.columns
+
+
+def test_repeats_advance_the_jitter_and_routing_seeds_where_they_draw(write, tmp_path: Path) -> None:
+    # With compute_jitter, three repeats gave three identical rows (jitter_seed stayed 0), averaged as if measured.
+    write("ring8.yaml", RING8)
+    path = write(
+        "e.yaml",
+        """
+        workload: {generate: dp, npus: 8, layers: 2, grad_size: 1 MiB, fwd_us: 100, bwd_us: 100}
+        topology: ring8.yaml
+        system: {compute_jitter: 0.2}
+        repeat: 3
+        """,
+    )
+    exp = load_experiment(path)
+    assert [p.spec.system["jitter_seed"] for p in exp.points[1:]] == [1, 2] and "jitter_seed" not in exp.points[
+        0
+    ].spec.system
+    run_experiment(exp, out=tmp_path / "out", jobs=1, plots=False)
+    with open(tmp_path / "out" / "results.csv", newline="") as f:
+        finishes = [row["finish_ns"] for row in csv.DictReader(f)]
+    assert len(set(finishes)) == 3
 
 
 def test_point_config_round_trips(small: Path, tmp_path: Path) -> None:

@@ -155,7 +155,11 @@ def expand(
 
 
 def _with_repeat(spec: PointSpec, r: int) -> PointSpec:
-    """Repeat *r* of a point: TACOS seeds and a model's ``seed`` option advance by *r*."""
+    """Repeat *r* of a point: every seed of something drawn at random advances by *r*.
+
+    TACOS seeds, a model's ``seed`` option, the system's ``jitter_seed`` (with ``compute_jitter``) and a training
+    job's ``routing_seed`` (with ``expert_imbalance``): repeats of a point that draws nothing are identical.
+    """
     algo = {
         k: {"tacos": {**v["tacos"], "seed": v["tacos"]["seed"] + r}} if isinstance(v, dict) else v
         for k, v in spec.algo.items()
@@ -163,7 +167,13 @@ def _with_repeat(spec: PointSpec, r: int) -> PointSpec:
     options = dict(spec.model_options)
     if isinstance(options.get("seed"), int) and not isinstance(options["seed"], bool):
         options["seed"] += r
-    return PointSpec(spec.workload, spec.topology, algo, spec.model, options, spec.system, spec.cluster)
+    system = dict(spec.system)
+    if system.get("compute_jitter"):
+        system["jitter_seed"] = int(system.get("jitter_seed", 0)) + r
+    workload = spec.workload
+    if isinstance(workload, dict) and workload.get("expert_imbalance"):
+        workload = {**workload, "routing_seed": int(workload.get("routing_seed", 0)) + r}
+    return PointSpec(workload, spec.topology, algo, spec.model, options, system, spec.cluster)
 
 
 def _cluster_source(values: Values, value: Any) -> dict[str, Any]:
