@@ -236,3 +236,16 @@ def test_a_file_that_is_not_a_trace_is_called_that(tmp_path: Path, capsys: pytes
     path.write_bytes(path.read_bytes()[:-3])
     assert main(["inspect", str(path)]) == 1
     assert "(truncated file?)" in capsys.readouterr().err
+
+
+def test_algo_options_take_an_algorithms_own_parameters() -> None:
+    from etsim.cli.run import parse_algo_options
+    from etsim.errors import ConfigError
+
+    # `tacos:seed=1` was read as COLL=ALGO ("unknown collective 'tacos:seed'").
+    assert parse_algo_options(["tacos:seed=1", "all_gather=tacos:chunks_per_npu=2,seed=0"]) == {
+        "default": "tacos:seed=1",
+        "all_gather": "tacos:chunks_per_npu=2,seed=0",
+    }
+    with pytest.raises(ConfigError, match="unknown collective 'allsum'"):
+        parse_algo_options(["allsum=ring"])

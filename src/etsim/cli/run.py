@@ -118,7 +118,7 @@ def parse_algo_options(values: list[str]) -> dict[str, str]:
         coll, sep, algo = value.partition("=")
         if sep and coll in COLLECTIVE_NAMES.values():
             key = coll
-        elif sep and "/" not in coll and "." not in coll:
+        elif sep and "/" not in coll and "." not in coll and ":" not in coll:  # (tacos:seed=1 is an algorithm)
             valid = ", ".join(sorted(COLLECTIVE_NAMES.values()))
             raise ConfigError(f"--algo {value!r}: unknown collective {coll!r}; valid: {valid}")
         else:

@@ -91,8 +91,14 @@ def expand_candidates(text: str) -> list[str]:
     Raises:
         ConfigError: a glob that matches nothing, or no candidate.
     """
+    items: list[str] = []
+    for part in filter(None, (part.strip() for part in text.split(","))):
+        if items and "=" in part and ":" not in part and ":" in items[-1] and "=" in items[-1]:
+            items[-1] += "," + part  # (a parameter of the spec before: tacos:chunks_per_npu=2,seed=3)
+        else:
+            items.append(part)
     out: list[str] = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
+    for item in items:
         if not any(ch in item for ch in "*?["):
             out.append(item)
             continue
