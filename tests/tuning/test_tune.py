@@ -248,3 +248,10 @@ def test_a_base_systems_relative_comm_groups_is_written_relative_to_the_table(re
     assert "comm_groups: ../base/groups.json" in out.read_text()
     config = load_system_config(out)
     assert Path(config.resolve_path(config.comm_groups)).resolve() == tmp_path / "base" / "groups.json"
+
+
+def test_a_barrier_has_no_bus_bandwidth(repo: Path, tmp_path: Path) -> None:
+    # It moves no data: 524 GB/s "bus bandwidth" on 50 GB/s links was printed for a 1 MiB barrier.
+    result = tune(_request(repo, tmp_path, collectives=["barrier"], sizes=[MiB], candidates=["ring"]), jobs=1)
+    (row,) = csv_text(result.measurements, result.tuned).splitlines()[1:]
+    assert row.split(",")[7] == "" and float(row.split(",")[6]) > 0

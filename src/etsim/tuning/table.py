@@ -168,7 +168,8 @@ def csv_text(measurements: Sequence[Measurement], tuned: Sequence[TunedPoint]) -
     points = [(m.point, m) for m in measurements if isinstance(m.point, Point)]
     for p, m in sorted(points, key=lambda pm: (_sort_key(pm[0]), pm[0].candidate)):
         time = "" if m.time_ns is None else f"{m.time_ns:.3f}"
-        bus = "" if not m.time_ns else f"{_bus_gbps(p.collective, p.size, p.group_size, m.time_ns):.6g}"
+        moves = p.collective != "barrier"  # (a barrier moves no data: no bus bandwidth)
+        bus = "" if not m.time_ns or not moves else f"{_bus_gbps(p.collective, p.size, p.group_size, m.time_ns):.6g}"
         fastest = "yes" if best.get((_series(p), p.size)) == p.candidate and m.time_ns is not None else ""
         dim = "" if p.dimension is None else str(p.dimension)
         note = m.note.replace('"', "'")
