@@ -255,3 +255,10 @@ def test_a_barrier_has_no_bus_bandwidth(repo: Path, tmp_path: Path) -> None:
     result = tune(_request(repo, tmp_path, collectives=["barrier"], sizes=[MiB], candidates=["ring"]), jobs=1)
     (row,) = csv_text(result.measurements, result.tuned).splitlines()[1:]
     assert row.split(",")[7] == "" and float(row.split(",")[6]) > 0
+
+
+def test_a_reduce_scatter_block_is_tuned_as_the_reduce_scatter_it_runs_as(repo: Path, tmp_path: Path) -> None:
+    # Every native was skipped ("does not implement reduce_scatter_block"), though `etsim run --algo ring` runs it.
+    request = _request(repo, tmp_path, collectives=["reduce_scatter_block"], sizes=[MiB], candidates=["ring", "direct"])
+    (winner,) = tune(request, jobs=1).tuned
+    assert winner.series[0] == "reduce_scatter_block" and winner.candidate in ("ring", "direct") and winner.time_ns > 0
