@@ -117,3 +117,18 @@ def test_a_zipped_axis_follows_the_plotted_one(write, tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"axis 'workload\.layers' has 2 values but is not the plot's x"):
         load_experiment(write("n.yaml", crossed))
+
+
+def test_a_damaged_row_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    # A row with too few fields (edited by hand) silently vanished from the plot.
+    from etsim.errors import EtsimWarning
+
+    path = tmp_path / "results.csv"
+    path.write_text("point,algo,finish_ns\n0000,ring,5\n0001,direct\n0002,tree,7\n")
+    with pytest.warns(
+        EtsimWarning, match=r"1 row\(s\) with a wrong number of fields skipped \(line 3: 2, expected 3\)"
+    ):
+        _, rows = read_results(path)
+    assert [r["point"] for r in rows] == ["0000", "0002"]
+    path.write_text("point,algo,finish_ns\n0000,ring,5\n0001,dir")  # a torn last row: cut without a word
+    assert [r["point"] for r in read_results(path)[1]] == ["0000"]

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, warn
 from etsim.experiment.spec import Experiment, Point, point_config
 from etsim.experiment.worker import PointOutcome
 from etsim.files import lock_directory, make_parent
@@ -116,6 +116,11 @@ def read_results(path: str | os.PathLike[str]) -> tuple[list[str], list[dict[str
         raise ConfigError(f"{p}: empty (no header)")
     header = rows[0]
     out = [dict(zip(header, row, strict=True)) for row in rows[1:] if len(row) == len(header)]
+    bad = [(i + 2, len(row)) for i, row in enumerate(rows[1:]) if len(row) != len(header)]
+    if bad:  # (a torn last row was cut above: these were edited or damaged, and their points are not shown)
+        line, fields = bad[0]
+        warn(f"{p}: {len(bad)} row(s) with a wrong number of fields skipped (line {line}: {fields}, "
+             f"expected {len(header)}); their points are left out")  # fmt: skip
     return header, out
 
 
