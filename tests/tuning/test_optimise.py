@@ -164,6 +164,16 @@ def test_bad_requests_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "optimise starts from one configuration; the file sweeps 2 points" in capsys.readouterr().err
     assert main(["optimise", str(tmp_path / "nothing"), "-o", out]) == 1
     assert "--topology is needed with a workload" in capsys.readouterr().err
+    assert main(["optimise", str(tmp_path / "nothing.yaml"), "-o", out]) == 1
+    assert f"{tmp_path / 'nothing.yaml'}: no such job file" in capsys.readouterr().err
+    # A workload that is not there is named, not the job file this command writes for it in a temporary directory.
+    ring8 = str(REPO / "topologies" / "ring8.yaml")
+    assert main(["optimise", str(tmp_path / "nothing"), "--topology", ring8, "-o", out]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err.startswith(f"etsim: error: workload: workload '{tmp_path / 'nothing'}': no such file")
+        and "job.yaml" not in err
+    )
     args = [
         "optimise",
         str(REPO / "workloads" / "allreduce_8npus_1MiB"),

@@ -50,6 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def _job_file(args: argparse.Namespace, tmp: str) -> Path:
     """The job as an experiment file: the one given, or one written for a workload and its flags."""
     job = Path(args.job)
+    if job.suffix in (".yaml", ".yml") and not job.exists():
+        raise ConfigError(f"{job}: no such job file")
     if job.suffix in (".yaml", ".yml") and job.is_file():
         if args.topology or args.system or args.model:
             raise ConfigError(f"{job}: a job file names its own topology, system and model; drop the flags")
@@ -104,7 +106,14 @@ def cmd_optimise(args: argparse.Namespace) -> int:
                                               text=True))  # fmt: skip
     ENGINES.get(request.engine)  # (an unknown engine is named before anything runs)
     with tempfile.TemporaryDirectory() as tmp:
-        experiment = load_experiment(_job_file(args, tmp))
+        path = _job_file(args, tmp)
+        try:
+            experiment = load_experiment(path)
+        except ConfigError as exc:
+            if not path.is_relative_to(tmp):
+                raise
+            # (the job this command wrote for the workload and its flags: the message names those, not the file)
+            raise ConfigError(str(exc).replace(f"{path}: ", "", 1)) from None
         if len(experiment.points) != 1:
             raise ConfigError(
                 f"{args.job}: optimise starts from one configuration; the file sweeps {len(experiment.points)} points"
