@@ -10,7 +10,7 @@ from etsim.chakra import Workload
 from etsim.chakra.graph import CollectiveType, Trace
 from etsim.chakra.io import write_workload
 from etsim.chakra.schema import et_def_pb2 as pb
-from etsim.errors import DeadlockError, SimulationError
+from etsim.errors import ConfigError, DeadlockError, SimulationError
 from etsim.simulation import simulate
 from etsim.system.config import load_system_config
 
@@ -187,6 +187,21 @@ def test_a_slowdown_of_a_rank_the_workload_lacks_is_refused() -> None:
             Workload(collective_workload(CollectiveType.ALL_REDUCE, 1024, 4)),
             topology=ring(4, 50.0, 500.0),
             system=SystemConfig(compute_slowdown={9: 2.0}),
+        )
+
+
+def test_a_rank_a_system_file_names_and_the_workload_lacks_names_the_file(tmp_path: Path) -> None:
+    from etsim.network import ring
+    from etsim.producers import collective_workload
+
+    (tmp_path / "sys.yaml").write_text("rank_fail: {7: 1 us}\n")
+    with pytest.raises(
+        ConfigError, match=rf"^{tmp_path / 'sys.yaml'}: rank_fail: rank 7 is not a rank of the workload"
+    ):
+        simulate(
+            Workload(collective_workload(CollectiveType.ALL_REDUCE, 1024, 4)),
+            topology=ring(4, 50.0, 500.0),
+            system=load_system_config(tmp_path / "sys.yaml"),
         )
 
 

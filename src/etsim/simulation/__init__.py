@@ -257,7 +257,8 @@ class Simulation:
         for key, ranks in config.ranks_named().items():
             outside = sorted(r for r in ranks if r >= n)
             if outside:
-                raise ConfigError(f"{key}: rank {outside[0]} is not a rank of the workload (ranks 0..{n - 1})")
+                where = f"{config.where}: " if config.where else ""
+                raise ConfigError(f"{where}{key}: rank {outside[0]} is not a rank of the workload (ranks 0..{n - 1})")
         net, label, default = self._network(n)
         topo = net.topology
         if topo.npus < n:

@@ -317,6 +317,8 @@ class SystemConfig:
     """Walk ``data_deps`` only (PyTorch-derived traces keep call-stack parents in ``ctrl_deps``)."""
     base_dir: str = "."
     """Directory relative paths in this config resolve against."""
+    where: str = ""
+    """The file it was read from (empty: built in code), for messages about its keys."""
     # -- how collectives are split, queued and costed; the defaults match the α-β closed forms.
     chunking: str = option("equal", "how a collective's bytes split into chunks", Choice(*CHUNKINGS), flag=False)
     """How a collective's bytes split into chunks: ``equal`` or ``whole`` (see :func:`chunk_sizes`)."""
@@ -414,6 +416,7 @@ def load_system_config(source: str | os.PathLike[str] | dict[str, Any], *, base_
         SystemConfig, data, key=keys_named(where), unknown=escaped + ": unknown key {name!r}; valid keys: {valid}"
     )
     values["base_dir"] = base
+    values["where"] = "" if isinstance(source, dict) else where
     if "algorithms" in values:
         algorithms = values["algorithms"]
         if isinstance(algorithms, list):
