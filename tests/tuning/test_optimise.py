@@ -456,3 +456,25 @@ def test_ctrl_c_stops_the_search_keeping_what_finished(tmp_path: Path) -> None:
         assert kept >= before + 2
     # The same command resumes: the kept candidates are not simulated again.
     assert main(["optimise", str(job_file(tmp_path)), "-o", str(out), "--budget", "3", "-q"]) == 0
+
+
+def test_no_move_reruns_the_algorithm_a_collective_already_runs_or_reorders_a_collective_on_one_rank(
+    tmp_path: Path,
+) -> None:
+    from etsim.chakra import load_workload
+    from etsim.chakra.graph import NodeType
+
+    workload = REPO / "workloads" / "moe_16npus_2layers"
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        yaml.safe_dump({"workload": str(workload), "topology": str(REPO / "topologies" / "ring4_switch4.yaml")})
+    )
+    spec = baseline(job)
+    # ring is what runs by default here: a move to it simulated the job as given (the same time, a candidate spent)
+    assert not [m for m in opt.moves(spec, ["all_reduce", "all_to_all"]) if m.values[0][1] == "ring"]
+    # a collective prioritised on one rank meets the others' in another order (refused, or a hang): never moved
+    traces = load_workload(str(workload)).traces
+    for move in opt.reorder_moves(spec):
+        rank, node = move.values[0][0].split(".", 1)[1].split(":")
+        trace = traces[int(rank)]
+        assert trace.types[trace.index_of[int(node)]] != NodeType.COMM_COLL_NODE, move

@@ -42,15 +42,17 @@ from typing import Any
 
 from etsim import progress
 from etsim.chakra.graph import COLLECTIVE_NAMES, NodeType, parse_collective
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, EtsimError
 from etsim.experiment.engines import ENGINES
 from etsim.experiment.points import PointSpec
 from etsim.experiment.worker import PointOutcome, PointTask
+from etsim.network import load_network
 from etsim.options import Integer, ListOf, Optional, Parser, Text, Time, option
 from etsim.producers.workloads.base import generator_of, normalize
 from etsim.simulation.inputs import point_workload
 from etsim.stamp import input_stamp
 from etsim.system.algorithms.sources import claiming_source
+from etsim.system.selection import default_algorithm
 from etsim.workers import stop_on_signals
 
 __all__ = [
@@ -196,15 +198,29 @@ def moves(spec: PointSpec, collectives: list[str]) -> list[Move]:
     current = spec.system.get("algorithms", {}) or {}
     # A selection table of rules (``etsim tune``'s) is kept as it is: the moves set one algorithm per collective.
     for collective in collectives if isinstance(current, dict) else ():
+        running = _running(spec, current, collective)  # (a move to it would simulate the job as it is)
         for name in CANDIDATES:
             implemented = claiming_source(name).collectives(name) or frozenset()
-            if current.get(collective, "") != name and parse_collective(collective) in implemented:
+            if name != running and parse_collective(collective) in implemented:
                 out.append(Move("system", ((f"algorithms.{collective}", name),), "dp"))
     chunks = spec.system.get("chunks", 1)
     out += [Move("system", (("chunks", c),), "tp") for c in (1, 2, 4) if c != chunks]
     streams = (spec.system.get("resources", {}) or {}).get("comm_streams", 1)
     out += [Move("system", (("resources.comm_streams", c),), "order") for c in (0, 1, 2) if c != streams]
     return out
+
+
+def _running(spec: PointSpec, current: dict[str, Any], collective: str) -> str:
+    """The algorithm *collective* runs on now: the system's, the point's ``algo``, else the topology's default."""
+    for table in (current, spec.algo):
+        for key in (collective, "default"):
+            if isinstance(table.get(key), str):
+                return str(table[key])
+    try:
+        topology = load_network(spec.topology).topology if spec.topology is not None else None
+    except EtsimError:
+        return ""
+    return default_algorithm(parse_collective(collective), topology)
 
 
 def memory_moves(spec: PointSpec) -> list[Move]:
@@ -239,7 +255,9 @@ def reorder_moves(spec: PointSpec) -> list[Move]:
         rank = entry["rank"]
         run = engine.runs[rank]
         j = run.trace.index_of.get(entry["node_id"])
-        if j is None:
+        if j is None or run.trace.types[j] == NodeType.COMM_COLL_NODE:
+            # (a collective issued earlier on one rank only would meet the others' in another order: NCCL hangs,
+            # and etsim refuses the run; a collective moves for every member or not at all)
             continue
         if rank not in csrs:
             csrs[rank] = run.trace.dependency_csrs(include_ctrl=not run.engine.config.ignore_ctrl_deps)
