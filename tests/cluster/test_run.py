@@ -209,6 +209,9 @@ def test_a_link_that_degrades_or_fails_in_flight_reshares_or_reroutes_the_messag
     result = run_cluster(load_cluster(path), fault_costs=True)
     assert result.jobs[0].duration_ns == pytest.approx(expected, abs=1e-6)
     assert result.faults[0]["cost_ns"]["a"] == pytest.approx(expected - (LAT + S / B), abs=1e-6)
+    if share == "50%":  # the link's busy time counts its bytes at the rate of each period: its whole transfer
+        (link,) = [e for e in result.jobs[0].result.links if (e["src"], e["dst"]) == (0, 1)]
+        assert link["busy_ns"] == pytest.approx(expected - LAT, abs=1e-6) and link["utilisation"] < 1
 
 
 def test_a_fault_can_speed_up_another_job_and_the_table_says_why(tmp_path) -> None:

@@ -82,6 +82,8 @@ class FlowNetwork(NetworkModel):
         self._lat = topology.latencies
         self._bytes = [0.0] * n
         self._msgs = [0] * n
+        # Links whose rate changed: bytes carried and their time at the earlier rates (link_stats' busy time).
+        self._before: dict[int, tuple[float, float]] = {}
         # Per route: (links, Σ latency, bottleneck bandwidth).
         self._routes: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
         self._interned: dict[tuple[int, ...], tuple[int, ...]] = {}
@@ -333,6 +335,7 @@ class FlowNetwork(NetworkModel):
         self._route_table = None
         failed = {link for link, bw in bandwidths.items() if bw == 0}
         for link, bw in bandwidths.items():
+            self._close_period(link, now)
             self._dirty[link] = None
             if bw > 0:
                 self._bw[link] = bw
@@ -382,13 +385,25 @@ class FlowNetwork(NetworkModel):
         for link, end in ends.items():
             self._busy_until[link] = end
 
+    def _close_period(self, link: int, now: float) -> None:
+        """Before *link*'s rate changes: the bytes it has carried so far, and their time at the rates it had."""
+        in_flight = 0.0
+        for slot in self._on_link[link]:
+            left = self._f_left[slot] - self._f_rate[slot] * (now - self._f_last[slot]) if self._f_rate[slot] else 0.0
+            in_flight += (left if self._f_rate[slot] else self._f_left[slot]) * self._f_weight[slot]
+        carried, busy = self._before.get(link, (0.0, 0.0))
+        now_carried = max(carried, self._bytes[link] - in_flight)
+        self._before[link] = (now_carried, busy + (now_carried - carried) / self._bw[link])
+
     def link_stats(self) -> list[LinkStats]:
-        """Bytes, the time they need at the link's bandwidth, and messages, per directed link so far."""
+        """Bytes, the time they need at the link's bandwidth (at each rate it had), and messages, per directed link."""
         topo = self.topology
-        return [
-            LinkStats(i, u, v, self._bw[i], self._lat[i], self._bytes[i], self._bytes[i] / self._bw[i], self._msgs[i])
-            for i, (u, v) in enumerate(topo.links)
-        ]
+        out = []
+        for i, (u, v) in enumerate(topo.links):
+            carried, busy = self._before.get(i, (0.0, 0.0))
+            busy += (self._bytes[i] - carried) / self._bw[i]
+            out.append(LinkStats(i, u, v, self._bw[i], self._lat[i], self._bytes[i], busy, self._msgs[i]))
+        return out
 
     def bulk_timing(self) -> FlowTiming:
         """Delivery times in bulk for a collective's messages, lone or sharing links (``flow_bulk.py``)."""
