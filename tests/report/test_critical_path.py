@@ -165,3 +165,19 @@ def test_a_straggler_is_named_as_what_held_the_run_back_and_the_collective_it_de
     first = critical_path_lines(cp)[0]
     assert first.startswith("held back most by rank 2: 15 us of its compute on the critical path")
     assert "reaching the others through" in first and "all_reduce 1 MiB" in first
+
+
+def test_nccls_fixed_costs_are_the_collectives_time_not_compute() -> None:
+    # NCCL's graphs hold the call's kernel start and latencies in a node of no data: it was counted as compute
+    # ("nccl:Ring/Simple/16 reduction"), in a run with none, and a straggler's "compute" was named.
+    from etsim.network import load_network
+    from etsim.producers import collective_workload
+
+    net = load_network({"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": 16})
+    rec = RunRecorder(messages=True)
+    workload = Workload(collective_workload(CollectiveType.ALL_REDUCE, 256 << 20, 16))
+    result = simulate(workload, topology=net, observer=rec)
+    cp = critical_path(rec)
+    _check_tiles(cp, result.finish_ns)
+    assert cp["totals"]["compute_ns"] == 0.0 and result.collectives[0].algorithm.startswith("nccl:")
+    assert any(s["detail"].endswith(": nccl_launch") and s["kind"] == "exposed_comm" for s in cp["segments"])

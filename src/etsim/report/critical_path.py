@@ -288,7 +288,12 @@ class _Walk:
         call = part.call
         kind = part.kinds[k]
         self.visit(call.rank, call.j)
-        if kind == COMP:
+        if kind == COMP and not part.chunks[k]:
+            # A node of no data holds the call's fixed costs (NCCL's kernel start, launch and latencies): the
+            # collective's time, not a reduction's compute.
+            name = part.names[k] if part.names else ""
+            self.add(s, f, call.rank, call.j, "exposed_comm", f"{call.algorithm}: {name or 'fixed delay'}")
+        elif kind == COMP:
             held = self.rec.reductions.get((part, k))
             if held is not None and held[0] > s:
                 # It waited for the NPU's reduction unit: the path goes on at the reduction that held it.
