@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -347,3 +348,17 @@ def test_a_fold_that_does_not_hold_says_why_every_rank_ran() -> None:
     assert "folded" not in result.sim
     assert result.sim["not_folded"].startswith("the fold did not hold: ")
     assert "graphs its mirrored members can take" in result.sim["not_folded"]
+
+
+def test_a_trace_of_a_folded_run_says_it_holds_the_simulated_ranks(tmp_path: Path) -> None:
+    # It left the mirrored ranks out without a word (otherData said nothing, no warning).
+    from etsim.report.record import RunRecorder
+    from etsim.report.trace import write_chrome_trace
+
+    rec = RunRecorder(messages=True)
+    result = simulate(job(tp=8, pp=2, dp=4, zero=1), topology=cluster(64), system=TRAINING, observer=rec)
+    assert "simulated 2 of 64 ranks" in result.sim["folded"]
+    with pytest.warns(EtsimWarning, match=r"replica folding \(.*simulated 2 of 64 ranks.*\): only the simulated ranks"):
+        write_chrome_trace(rec, tmp_path / "t.json")
+    other = json.loads((tmp_path / "t.json").read_text())["otherData"]
+    assert other["folded"].endswith("only the simulated ranks are traced")

@@ -366,6 +366,11 @@ def write_chrome_trace(
     b.assign_tids()
     truncated = cut != math.inf
     other, note = _other_data(b, cut, available, limit)
+    fold = getattr(b.engine, "fold", None)
+    if fold is not None:  # (the ranks it mirrors ran as the simulated ones did: their rows would repeat them)
+        other["folded"] = f"{fold.description}: only the simulated ranks are traced"
+        warn(f"{make_parent(path)}: replica folding ({fold.description}): only the simulated ranks are traced; "
+             "--no-fold-replicas traces every rank")  # fmt: skip
     p = make_parent(path)
     count = _write_file(p, b, other, cut, note)
     if truncated:
