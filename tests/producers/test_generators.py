@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,3 +162,30 @@ def test_the_node_estimate_is_not_below_what_is_built(kind: str) -> None:
     generator, options = parse(kind, values)
     built = sum(len(t.ids) for t in generator.generate(options))
     assert built <= generator.nodes(options) <= 2 * built
+
+
+_TINY = {"layers": 2, "hidden": 64, "heads": 4, "ffn": 128, "vocab": 100, "seq": 32}
+_TINY_MOE = {**_TINY, "experts": 4, "top_k": 2, "moe_every": 1, "expert_ffn": 64}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"model": _TINY, "pp": 2},  # a tied embedding's all-reduce between the first and last stage
+        {"model": _TINY, "pp": 2, "dp": 2, "zero": 1},
+        {"model": _TINY, "tp": 2, "sp": True, "dp": 2, "zero": 3},
+        {"model": _TINY_MOE, "tp": 2, "sp": True, "dp": 2, "ep": 2, "zero": 1},  # experts reduce-scattered
+        {"model": _TINY_MOE, "dp": 2, "ep": 2},
+        {"model": _TINY_MOE, "dp": 2, "ep": 2, "expert_imbalance": 0.5},  # sends, not an all-to-all
+        {"model": _TINY_MOE, "dp": 2, "ep": 2, "capacity_factor": 0.5},
+        {"model": _TINY_MOE, "tp": 2, "sp": True, "etp": 2, "dp": 2, "ep": 2},
+    ],
+    ids=lambda v: ",".join(f"{k}={v[k]}" for k in v if k != "model"),
+)
+def test_the_transformers_collectives_are_those_its_traces_issue(values: dict[str, Any]) -> None:
+    # An experiment's per-collective columns come from this list: the tied embedding's all-reduce was missing (no
+    # column, its time in no row), experts under ZeRO and an unbalanced router's exchange were listed but not issued.
+    from etsim.producers.workloads.base import WorkloadGenerator
+
+    generator, options = parse("transformer", {"global_batch": 4, **values})
+    assert set(generator.collectives(options)) == set(WorkloadGenerator.collectives(generator, options))

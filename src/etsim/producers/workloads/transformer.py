@@ -370,8 +370,11 @@ class TransformerGenerator(WorkloadGenerator):
         if (o.sp and o.tp > 1) or o.cp > 1 or sharded:
             out += ["all_gather", "reduce_scatter"]
         expert_copies = o.tp * o.cp * o.dp // o.ep
-        if (o.tp > 1 and not o.sp) or (o.dp * o.cp > 1 and o.zero == 0) or (model.experts and expert_copies > 1):
+        experts_reduced = model.experts and expert_copies > 1 and o.zero == 0  # (under ZeRO: reduce-scattered)
+        tied = model.tied and o.pp > 1  # (the two copies of a tied embedding: their gradients all-reduced)
+        if (o.tp > 1 and not o.sp) or (o.dp * o.cp > 1 and o.zero == 0) or experts_reduced or tied:
             out.append("all_reduce")
-        if o.ep > 1:
+        balanced = o.expert_imbalance == 0 and (o.capacity_factor is None or o.capacity_factor >= 1)
+        if o.ep > 1 and balanced:  # (an unbalanced router's exchange is a send and a receive per peer)
             out.append("all_to_all")
         return out
