@@ -472,3 +472,17 @@ def test_ctrl_c_on_a_large_sweep_stops_at_once(write, tmp_path: Path, signal_com
     written = len(list((out / "points").iterdir()))
     assert written < 50_000  # the writer stopped with the sweep instead of finishing all 50,000 files
     assert time.perf_counter() - t0 < 20
+
+
+def test_a_collective_the_workload_did_not_declare_is_named_in_the_warnings(write, tmp_path: Path, monkeypatch) -> None:
+    # The per-collective columns come from the generator's declaration: a call it left out was in no column, silently.
+    from etsim.producers.workloads.collective import CollectiveGenerator
+
+    monkeypatch.setattr(CollectiveGenerator, "collectives", lambda self, options: [])
+    write("ring4.yaml", "kind: ring\nnpus: 4\nbandwidth: 50 GB/s\nlatency: 500 ns\n")
+    exp = write(
+        "e.yaml", "workload: {generate: collective, type: all_reduce, npus: 4, size: 1 MiB}\ntopology: ring4.yaml\n"
+    )
+    run_experiment(load_experiment(exp), out=tmp_path / "out", jobs=1, plots=False)
+    (row,) = rows(tmp_path / "out" / "results.csv")
+    assert "all_reduce_ns: measured, but the experiment has no column for it" in row["warnings"]

@@ -293,7 +293,11 @@ class ResultsDir:
         values["point"] = point.id
         values["status"] = outcome.status
         values["error"] = " | ".join(outcome.error.splitlines())
-        values["warnings"] = " | ".join(" ".join(w.splitlines()) for w in outcome.warnings)
+        said = list(outcome.warnings)
+        unlisted = [k for k in outcome.metrics if k.endswith("_ns") and k not in self.columns]
+        if unlisted:  # (the columns come from what the workload declares it issues: a run that issued more says so)
+            said.append(f"{', '.join(unlisted)}: measured, but the experiment has no column for it (results.jsonl)")
+        values["warnings"] = " | ".join(" ".join(w.splitlines()) for w in said)
         values["wall_s"] = round(outcome.wall_s, 6)
         values["repeat"] = point.repeat
         for key, label in zip(self.experiment.axis_keys, point.labels, strict=True):
