@@ -224,3 +224,22 @@ def test_a_collective_that_depends_on_its_predecessor_on_some_ranks_only_is_warn
     )
     assert not [i for i in validate_workload(traces(set())) if i.severity == "warning"]
     assert not [i for i in validate_workload(traces({0, 1, 2, 3})) if i.severity == "warning"]  # the same on all
+
+
+def test_involved_dim_that_leaves_dimensions_out_or_is_not_a_bool_list_is_warned() -> None:
+    # etsim runs a collective over its whole group; ASTRA-sim skips the dimensions marked false (a run 3x shorter
+    # there), and stops on an involved_dim that is not a bool_list: neither was said.
+    attrs = {"is_cpu_op": False, "comm_type": 0, "comm_size": 1024}
+    b = TraceBuilder()
+    b.node(NodeType.COMM_COLL_NODE, "ar", attrs={**attrs, "involved_dim": [True, False]})
+    b.node(NodeType.COMM_COLL_NODE, "all", attrs={**attrs, "involved_dim": [True, True]})
+    found = warnings(workload(b))
+    assert [m for m in found if "involved_dim" in m] == [
+        "rank 0: node 0 (ar): involved_dim leaves dimensions out, which etsim does not model: the collective runs "
+        "over its whole group (ASTRA-sim runs it on the dimensions marked true)"
+    ]
+    trace = b.build(rank=0)
+    trace.nodes[1].attr[-1].CopyFrom(pb.AttributeProto(name="involved_dim", int64_list=pb.Int64List(values=[1, 1])))
+    found = [i.message for i in validate_workload(Workload([trace])) if i.severity == "warning"]
+    wrong = "node 1 (all): involved_dim is written as int64_list: ASTRA-sim reads a bool_list only (and stops)"
+    assert any(m.endswith(wrong) for m in found)

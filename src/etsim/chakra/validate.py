@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from etsim.chakra.dag import in_degrees, transpose
 from etsim.chakra.dag import topological_order as dag_order
@@ -190,6 +191,12 @@ def _check_comm_nodes(report: _TraceReport, num_ranks: int | None, *, symbolic_s
                 error(pos, f"negative comm_size {size}", not host_op)
             elif size == 0 and comm_type != CollectiveType.BARRIER:
                 warning(pos, "comm_size is 0; the collective completes at once")
+            member, values = _involved_dim(trace, pos)
+            if member not in ("", "bool_list"):
+                warning(pos, f"involved_dim is written as {member}: ASTRA-sim reads a bool_list only (and stops)")
+            if values and not all(values):
+                warning(pos, "involved_dim leaves dimensions out, which etsim does not model: the collective runs "
+                        "over its whole group (ASTRA-sim runs it on the dimensions marked true)")  # fmt: skip
             continue
         is_send = node_type == NodeType.COMM_SEND_NODE
         peer_key, self_key = ("comm_dst", "comm_src") if is_send else ("comm_src", "comm_dst")
@@ -215,6 +222,16 @@ def _check_comm_nodes(report: _TraceReport, num_ranks: int | None, *, symbolic_s
             error(pos, f"{self_key}={own} on a {kind} of rank {trace.rank} (must be the rank itself)")
         if peer is not None and trace.rank is not None and peer == trace.rank:
             warning(pos, f"{kind} to itself")
+
+
+def _involved_dim(trace: Trace, pos: int) -> tuple[str, list[Any]]:
+    """The member an ``involved_dim`` attribute is written as, and its values (``""`` and none without one)."""
+    dims = next((a for a in trace.nodes[pos].attr if a.name == "involved_dim"), None) if trace.nodes else None
+    member = dims.WhichOneof("value") if dims is not None else None
+    if dims is None or member is None:
+        return "", []
+    value = getattr(dims, member)
+    return member, list(getattr(value, "values", [value]))
 
 
 def _symbolic_size(trace: Trace, pos: int) -> bool:
