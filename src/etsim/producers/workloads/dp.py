@@ -26,9 +26,9 @@ def data_parallel_workload(
     """One (or more) data-parallel training steps, as in Fig. 2(a) of the seed paper.
 
     Per iteration and rank: the forward pass runs layer 0 … L-1; the backward pass runs layer
-    L-1 … 0, each layer computing its input gradient (``bwd_micros``, on the critical path) and
-    its weight gradient (``wg_micros``, default ``bwd_micros``). Each layer's weight-gradient
-    all-reduce of ``grad_bytes`` starts as soon as that weight gradient exists, so it overlaps
+    L-1 … 0, each layer computing its input gradient (``bwd_micros``, on the critical path; not layer 0, whose
+    input is the data, needing none) and its weight gradient (``wg_micros``, default ``bwd_micros``). Each layer's
+    weight-gradient all-reduce of ``grad_bytes`` starts as soon as that weight gradient exists, so it overlaps
     the backward pass of the layers below. The next iteration's forward pass of a layer waits
     for that layer's all-reduce (the optimiser update needs the reduced gradient).
     """
@@ -73,7 +73,8 @@ class DataParallelGenerator(WorkloadGenerator):
         layers: int = option(help="layers", parse=Integer(1))
         grad_size: int = option(help="all-reduce bytes per layer", parse=Size())
         fwd_us: int = option(100, "forward compute per layer, µs", Integer(0))
-        bwd_us: int = option(100, "input-gradient compute per layer, µs", Integer(0))
+        bwd_us: int = option(100, "input-gradient compute per layer but the first (its input needs none), µs",
+                             Integer(0))  # fmt: skip
         wg_us: int | None = option(None, "weight-gradient compute per layer, µs (default bwd_us)", Optional(Integer(0)))
 
         iterations: int = option(1, "training steps", Integer(1))
