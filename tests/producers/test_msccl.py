@@ -442,3 +442,15 @@ def test_export_packs_chains_and_carries_extra_dependencies_in_nops():
     assert sorted(kinds(g)) == ["C", "C", "R", "R", "S"]
     red = next(i for i in range(g.num_nodes) if g.kinds[i] == COMP and g.deps(i))
     assert sorted(g.kinds[d] for d in g.deps(red)) == sorted([RECV, RECV, COMP])
+
+
+def test_an_export_past_the_runtimes_thread_block_limit_is_warned(tmp_path) -> None:
+    # A 128-rank ring gives hundreds of thread blocks a GPU, past the 216 MSCCL's runtime takes: it said nothing.
+    from etsim.errors import EtsimWarning
+    from etsim.system.algorithms.ring import RingAlgorithm
+
+    graphs = [RingAlgorithm().graph(CollectiveType.ALL_REDUCE, 128, r) for r in range(128)]
+    with pytest.warns(EtsimWarning, match=r"ring128: \d+ thread blocks on a GPU .* at most 216 and 256"):
+        graphs_to_msccl(graphs, collective=CollectiveType.ALL_REDUCE, label="ring128")
+    eight = [RingAlgorithm().graph(CollectiveType.ALL_REDUCE, 8, r) for r in range(8)]
+    graphs_to_msccl(eight, collective=CollectiveType.ALL_REDUCE)  # (under the limits: no warning)

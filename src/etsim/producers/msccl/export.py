@@ -41,7 +41,7 @@ from etsim.algo.graph import COMP, RECV, SEND, AlgoGraph
 from etsim.chakra.dag import topological_order
 from etsim.chakra.graph import CollectiveType, Workload
 from etsim.chakra.io import load_workload
-from etsim.errors import ConfigError, TraceError
+from etsim.errors import ConfigError, TraceError, warn
 from etsim.producers.msccl.ir import msccl_collective
 
 __all__ = ["MSCCL_COLL_NAMES", "PLACEHOLDER", "checked_program", "graphs_to_msccl", "workload_to_msccl"]
@@ -61,6 +61,9 @@ MSCCL_COLL_NAMES: dict[CollectiveType, str] = {
     CollectiveType.SCATTER: "scatter",
 }
 
+
+#: The MSCCL runtime's limits: thread blocks per GPU (the older runtime's) and steps per thread block.
+MAX_RUNTIME_TBS, MAX_RUNTIME_STEPS = 216, 256
 
 #: A step's type and local buffers: ``(type, srcbuf, srcoff, dstbuf, dstoff)``.
 _Data = tuple[str, str, int, str, int]
@@ -292,6 +295,14 @@ def graphs_to_msccl(
     if why and notes is not None:
         notes.append(why)
     per_gpu = [_gpu_tbs(g, r, n, label, plans[r]) for r, g in enumerate(graphs)]
+    most_tbs = max((len(tbs) for tbs in per_gpu), default=0)
+    most_steps = max((len(tb.steps) for tbs in per_gpu for tb in tbs), default=0)
+    if most_tbs > MAX_RUNTIME_TBS or most_steps > MAX_RUNTIME_STEPS:
+        warn(
+            f"{label}: {most_tbs} thread blocks on a GPU and {most_steps} steps in a thread block: MSCCL's runtime "
+            f"takes at most {MAX_RUNTIME_TBS} and {MAX_RUNTIME_STEPS} (etsim reads and runs the XML; the runtime may "
+            "refuse it)"
+        )
     max_cnt = max((st[1] for tbs in per_gpu for tb in tbs for st in tb.steps), default=0)
     size = max(total, max_cnt)
     nchannels = max((tb.chan for tbs in per_gpu for tb in tbs), default=0) + 1
