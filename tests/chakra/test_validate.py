@@ -236,10 +236,10 @@ def test_involved_dim_that_leaves_dimensions_out_or_is_not_a_bool_list_is_warned
     found = warnings(workload(b))
     assert [m for m in found if "involved_dim" in m] == [
         "rank 0: node 0 (ar): involved_dim leaves dimensions out, which etsim does not model: the collective runs "
-        "over its whole group (ASTRA-sim runs it on the dimensions marked true)"
+        "over its whole group (a simulator that reads it runs the dimensions marked true)"
     ]
     trace = b.build(rank=0)
     trace.nodes[1].attr[-1].CopyFrom(pb.AttributeProto(name="involved_dim", int64_list=pb.Int64List(values=[1, 1])))
     found = [i.message for i in validate_workload(Workload([trace])) if i.severity == "warning"]
-    wrong = "node 1 (all): involved_dim is written as int64_list: ASTRA-sim reads a bool_list only (and stops)"
+    wrong = "node 1 (all): involved_dim is written as int64_list: its readers take a bool_list (one stops)"
     assert any(m.endswith(wrong) for m in found)

@@ -193,10 +193,10 @@ def _check_comm_nodes(report: _TraceReport, num_ranks: int | None, *, symbolic_s
                 warning(pos, "comm_size is 0; the collective completes at once")
             member, values = _involved_dim(trace, pos)
             if member not in ("", "bool_list"):
-                warning(pos, f"involved_dim is written as {member}: ASTRA-sim reads a bool_list only (and stops)")
+                warning(pos, f"involved_dim is written as {member}: its readers take a bool_list (one stops)")
             if values and not all(values):
                 warning(pos, "involved_dim leaves dimensions out, which etsim does not model: the collective runs "
-                        "over its whole group (ASTRA-sim runs it on the dimensions marked true)")  # fmt: skip
+                        "over its whole group (a simulator that reads it runs the dimensions marked true)")  # fmt: skip
             continue
         is_send = node_type == NodeType.COMM_SEND_NODE
         peer_key, self_key = ("comm_dst", "comm_src") if is_send else ("comm_src", "comm_dst")
