@@ -118,3 +118,12 @@ def test_size_round_trip(n):
     number, unit = text.split()
     factor = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}[unit]
     assert math.isclose(float(number) * factor, n, rel_tol=1e-5)
+
+
+def test_a_value_that_rounds_up_to_the_next_unit_is_shown_in_it() -> None:
+    # 999,999.7 ns printed as "1000 us": the unit is chosen on the digits shown.
+    from etsim.units import format_bandwidth, format_size, format_time
+
+    assert (format_time(999_999.7), format_time(999.9999), format_time(1500.0)) == ("1 ms", "1 us", "1.5 us")
+    assert (format_size(2**20 - 0.1), format_size(1048570)) == ("1 MiB", "1023.99 KiB")
+    assert format_bandwidth(999.9999999) == "1 TB/s"

@@ -197,9 +197,14 @@ def _fmt(number: float) -> str:
     return text
 
 
+def _shown(number: float) -> float:
+    """|*number*| at the 6 digits shown: the unit is chosen on it (999,999.7 ns is "1 ms", not "1000 us")."""
+    return abs(float(f"{number:.6g}"))
+
+
 def format_time(ns: float) -> str:
     """Format a duration in nanoseconds with a readable unit (``1500.0`` → ``"1.5 us"``)."""
-    magnitude = abs(ns)
+    magnitude = _shown(ns)
     for unit, factor in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
         if magnitude >= factor:
             return f"{_fmt(ns / factor)} {unit}"
@@ -208,7 +213,7 @@ def format_time(ns: float) -> str:
 
 def format_size(nbytes: float) -> str:
     """Format a size in bytes with a binary prefix (``1048576`` → ``"1 MiB"``)."""
-    magnitude = abs(nbytes)
+    magnitude = _shown(nbytes)
     for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if magnitude >= factor:
             return f"{_fmt(nbytes / factor)} {unit}"
@@ -218,7 +223,7 @@ def format_size(nbytes: float) -> str:
 def format_bandwidth(bytes_per_ns: float) -> str:
     """Format a bandwidth in bytes per ns with a decimal prefix (``50.0`` → ``"50 GB/s"``)."""
     per_second = bytes_per_ns * 1e9
-    magnitude = abs(per_second)
+    magnitude = _shown(per_second)
     for unit, factor in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("KB/s", 1e3)):
         if magnitude >= factor:
             return f"{_fmt(per_second / factor)} {unit}"
