@@ -249,3 +249,18 @@ def test_algo_options_take_an_algorithms_own_parameters() -> None:
     }
     with pytest.raises(ConfigError, match="unknown collective 'allsum'"):
         parse_algo_options(["allsum=ring"])
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--trace-messages"], "--trace-messages adds the messages to the --trace file: give --trace FILE too"),
+        (["--trace", "-"], "--trace writes a file (a Chrome trace, often large): give a path, not '-'"),
+    ],
+)
+def test_trace_flags_that_would_write_nothing_or_a_file_named_dash_are_refused(
+    repo: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    # --trace-messages alone was ignored; --trace - wrote a file named "-".
+    assert main(["run", str(repo / "workloads" / "allreduce_8npus_1MiB"), *flags]) == 1
+    assert message in capsys.readouterr().err

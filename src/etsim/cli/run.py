@@ -150,6 +150,10 @@ def _with_cli_rules(
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Load, simulate, print and optionally write JSON."""
+    if getattr(args, "trace_messages", False) and not getattr(args, "trace", None):
+        raise ConfigError("--trace-messages adds the messages to the --trace file: give --trace FILE too")
+    if getattr(args, "trace", None) == "-":
+        raise ConfigError("--trace writes a file (a Chrome trace, often large): give a path, not '-'")
     if args.config is not None or args.workload is None:
         return _run_config(args)
     config = load_system_config(args.system) if args.system else SystemConfig()
