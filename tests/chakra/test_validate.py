@@ -243,3 +243,14 @@ def test_involved_dim_that_leaves_dimensions_out_or_is_not_a_bool_list_is_warned
     found = [i.message for i in validate_workload(Workload([trace])) if i.severity == "warning"]
     wrong = "node 1 (all): involved_dim is written as int64_list: its readers take a bool_list (one stops)"
     assert any(m.endswith(wrong) for m in found)
+
+
+def test_an_attribute_given_twice_is_warned() -> None:
+    # comm_size 1024 then 4096: etsim (and the reference feeder) read the first, the old mlcommons reader the last.
+    b = TraceBuilder()
+    b.collective(CollectiveType.ALL_REDUCE, 1024)
+    trace = b.build(rank=0)
+    trace.nodes[0].attr.append(pb.AttributeProto(name="comm_size", int64_val=4096))
+    found = [i.message for i in validate_workload(Workload([trace])) if i.severity == "warning"]
+    assert any(m.endswith("attribute 'comm_size' is given more than once: readers differ on which one counts")
+               for m in found)  # fmt: skip

@@ -18,6 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from etsim.chakra.attributes import EXPECTED_MEMBER
 from etsim.chakra.dag import in_degrees, transpose
 from etsim.chakra.dag import topological_order as dag_order
 from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Trace, Workload
@@ -95,6 +96,7 @@ def validate_trace(
     ignore_ctrl_deps: bool = False,
     symbolic_sizes: bool = True,
     cycles: bool = True,
+    attributes: bool = True,
 ) -> list[Issue]:
     """Check one rank in isolation (and peers against *num_ranks* when known).
 
@@ -109,10 +111,12 @@ def validate_trace(
         symbolic_sizes: accept SEND/RECV sized by chunk counts (``msg_chunk_cnt`` of
             ``total_chunk_cnt``, as algorithm files are) instead of ``comm_size``.
         cycles: search for a dependency cycle (a walk of the whole graph).
+        attributes: read every node's raw attributes for what only other readers stumble on (repeated attributes,
+            ``involved_dim``): warnings, which a run's pre-flight check leaves out.
     """
     report = _TraceReport(trace)
-    _check_structure(report, ignore_ctrl_deps=ignore_ctrl_deps, cycles=cycles)
-    _check_comm_nodes(report, num_ranks, symbolic_sizes=symbolic_sizes)
+    _check_structure(report, ignore_ctrl_deps=ignore_ctrl_deps, cycles=cycles, attributes=attributes)
+    _check_comm_nodes(report, num_ranks, symbolic_sizes=symbolic_sizes, attributes=attributes)
     return report.issues
 
 
@@ -134,7 +138,7 @@ class _TraceReport:
         self.issues.append(Issue("warning", f"{self.trace.describe(pos)}: {text}"))
 
 
-def _check_structure(report: _TraceReport, *, ignore_ctrl_deps: bool, cycles: bool) -> None:
+def _check_structure(report: _TraceReport, *, ignore_ctrl_deps: bool, cycles: bool, attributes: bool) -> None:
     """The graph's own issues: no nodes, duplicate ids, missing dependencies, bad attributes, a cycle."""
     trace, issues, error, warning = report.trace, report.issues, report.error, report.warning
     where = trace.where()
@@ -158,6 +162,11 @@ def _check_structure(report: _TraceReport, *, ignore_ctrl_deps: bool, cycles: bo
         error(pos, f"attribute {name!r}: {what}")
     for pos, name, member in trace.member_mismatches:
         warning(pos, f"attribute {name!r} is written as {member}; the mlcommons feeder reads only the expected member")
+    for pos, node in enumerate(trace.nodes or () if attributes else ()):
+        names = [a.name for a in node.attr if a.name in EXPECTED_MEMBER]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            # (readers disagree on which counts: etsim and the reference feeder take the first, the old one the last)
+            warning(pos, f"attribute {name!r} is given more than once: readers differ on which one counts")
 
     cycle = find_cycle(trace, include_ctrl=not ignore_ctrl_deps) if cycles else None
     if cycle is not None:
@@ -165,7 +174,9 @@ def _check_structure(report: _TraceReport, *, ignore_ctrl_deps: bool, cycles: bo
         issues.append(Issue("error", f"{where}dependency cycle (each node waits for the next): {chain}"))
 
 
-def _check_comm_nodes(report: _TraceReport, num_ranks: int | None, *, symbolic_sizes: bool) -> None:
+def _check_comm_nodes(
+    report: _TraceReport, num_ranks: int | None, *, symbolic_sizes: bool, attributes: bool = True
+) -> None:
     """Every node's type, and the attributes of every communication node (peers against *num_ranks*)."""
     trace, error, warning = report.trace, report.error, report.warning
     for pos, node_type in enumerate(trace.types):
@@ -191,7 +202,7 @@ def _check_comm_nodes(report: _TraceReport, num_ranks: int | None, *, symbolic_s
                 error(pos, f"negative comm_size {size}", not host_op)
             elif size == 0 and comm_type != CollectiveType.BARRIER:
                 warning(pos, "comm_size is 0; the collective completes at once")
-            member, values = _involved_dim(trace, pos)
+            member, values = _involved_dim(trace, pos) if attributes else ("", [])
             if member not in ("", "bool_list"):
                 warning(pos, f"involved_dim is written as {member}: its readers take a bool_list (one stops)")
             if values and not all(values):
@@ -250,7 +261,9 @@ def preflight(workload: Workload, *, ignore_ctrl_deps: bool = False) -> list[Iss
     n = workload.num_ranks
     found: list[Issue] = []
     for trace in workload:
-        issues = validate_trace(trace, n, ignore_ctrl_deps=ignore_ctrl_deps, symbolic_sizes=False, cycles=False)
+        issues = validate_trace(
+            trace, n, ignore_ctrl_deps=ignore_ctrl_deps, symbolic_sizes=False, cycles=False, attributes=False
+        )
         found.extend(i for i in issues if i.blocking)
     return found
 
