@@ -264,3 +264,10 @@ def test_trace_flags_that_would_write_nothing_or_a_file_named_dash_are_refused(
     # --trace-messages alone was ignored; --trace - wrote a file named "-".
     assert main(["run", str(repo / "workloads" / "allreduce_8npus_1MiB"), *flags]) == 1
     assert message in capsys.readouterr().err
+
+
+def test_an_algo_for_a_collective_the_workload_never_issues_is_warned(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", str(repo / "workloads" / "allreduce_8npus_1MiB"), "--algo", "all_gather=direct", "-q"]) == 0
+    assert "--algo all_gather=direct: the workload issues no all_gather; it had no effect" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from etsim.chakra.graph import COLLECTIVE_NAMES
 from etsim.chakra.io import load_workload, resolve_family
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, warn
 from etsim.files import write_text
 from etsim.network.loader import NetworkConfig, load_network
 from etsim.network.model import DEFAULT_MODEL, NETWORK_MODELS
@@ -196,6 +196,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     simulation = Simulation(workload, topology=topology, model=args.model, system=config, reports=reports)
     result = simulation.run()
+    issued = {c.type.lower() for c in result.collectives}
+    if "reduce_scatter_block" in issued:  # (it runs as a reduce-scatter and takes that collective's algorithm)
+        issued.add("reduce_scatter")
+    for key, algo in cli_algorithms.items():
+        if key != "default" and key not in issued:
+            warn(f"--algo {key}={algo}: the workload issues no {key}; it had no effect")
     recorder = simulation.recorder
     if args.trace and recorder is not None:
         from etsim.report.trace import write_chrome_trace
