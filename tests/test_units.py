@@ -126,4 +126,5 @@ def test_a_value_that_rounds_up_to_the_next_unit_is_shown_in_it() -> None:
 
     assert (format_time(999_999.7), format_time(999.9999), format_time(1500.0)) == ("1 ms", "1 us", "1.5 us")
     assert (format_size(2**20 - 0.1), format_size(1048570)) == ("1 MiB", "1023.99 KiB")
+    assert (format_size(2**30), format_size(2**40), format_time(1e9)) == ("1 GiB", "1 TiB", "1 s")  # (exact: kept)
     assert format_bandwidth(999.9999999) == "1 TB/s"

@@ -197,25 +197,23 @@ def _fmt(number: float) -> str:
     return text
 
 
-def _shown(number: float) -> float:
-    """|*number*| at the 6 digits shown: the unit is chosen on it (999,999.7 ns is "1 ms", not "1000 us")."""
-    return abs(float(f"{number:.6g}"))
+def _in(number: float, factor: float) -> bool:
+    """Whether |*number*| shown in the unit of *factor* (6 digits) is at least 1 of it: 999,999.7 ns is "1 ms"."""
+    return abs(float(f"{number / factor:.6g}")) >= 1
 
 
 def format_time(ns: float) -> str:
     """Format a duration in nanoseconds with a readable unit (``1500.0`` → ``"1.5 us"``)."""
-    magnitude = _shown(ns)
     for unit, factor in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if magnitude >= factor:
+        if _in(ns, factor):
             return f"{_fmt(ns / factor)} {unit}"
     return f"{_fmt(ns)} ns"
 
 
 def format_size(nbytes: float) -> str:
     """Format a size in bytes with a binary prefix (``1048576`` → ``"1 MiB"``)."""
-    magnitude = _shown(nbytes)
     for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if magnitude >= factor:
+        if _in(nbytes, factor):
             return f"{_fmt(nbytes / factor)} {unit}"
     return f"{_fmt(nbytes)} B"
 
@@ -223,8 +221,7 @@ def format_size(nbytes: float) -> str:
 def format_bandwidth(bytes_per_ns: float) -> str:
     """Format a bandwidth in bytes per ns with a decimal prefix (``50.0`` → ``"50 GB/s"``)."""
     per_second = bytes_per_ns * 1e9
-    magnitude = _shown(per_second)
     for unit, factor in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("KB/s", 1e3)):
-        if magnitude >= factor:
+        if _in(per_second, factor):
             return f"{_fmt(per_second / factor)} {unit}"
     return f"{_fmt(per_second)} B/s"
