@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from etsim.chakra.graph import CollectiveType
+from etsim.chakra.graph import CollectiveType, algorithm_collective
 
 __all__ = ["LAYOUTS", "CollectiveLayout", "minimum_bytes"]
 
@@ -112,7 +112,7 @@ def minimum_bytes(collective: CollectiveType, n: int, buffer: float, *, in_netwo
     if n <= 1:
         return {"sent_per_rank": 0.0, "received_per_rank": 0.0, "total": 0.0}
     piece = buffer * (n - 1) / n
-    c = C.REDUCE_SCATTER if collective == C.REDUCE_SCATTER_BLOCK else collective
+    c = algorithm_collective(collective)
     table = {
         C.ALL_GATHER: (0.0, piece, (n - 1) * buffer),
         C.GATHER: (0.0, 0.0, piece),

@@ -33,6 +33,7 @@ __all__ = [
     "NodeType",
     "Trace",
     "Workload",
+    "algorithm_collective",
     "collective_buffer_bytes",
     "parse_collective",
 ]
@@ -75,6 +76,11 @@ def _squash(name: str) -> str:
 
 
 _BY_SQUASHED = {_squash(c.name): c for c in CollectiveType}
+
+
+def algorithm_collective(collective: CollectiveType) -> CollectiveType:
+    """The collective an algorithm is asked to run for *collective*: a reduce-scatter-block runs as a reduce-scatter."""
+    return CollectiveType.REDUCE_SCATTER if collective == CollectiveType.REDUCE_SCATTER_BLOCK else collective
 
 
 def parse_collective(text: str | int | CollectiveType) -> CollectiveType:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from etsim.chakra.graph import COLLECTIVE_NAMES
+from etsim.chakra.graph import COLLECTIVE_NAMES, algorithm_collective, parse_collective
 from etsim.chakra.io import load_workload, resolve_family
 from etsim.errors import ConfigError, warn
 from etsim.files import write_text
@@ -111,6 +111,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(handler=cmd_run)
 
 
+def _algorithm_name(collective: str) -> str:
+    return COLLECTIVE_NAMES[algorithm_collective(parse_collective(collective))]
+
+
 def parse_algo_options(values: list[str]) -> dict[str, str]:
     """``["ring", "all_gather=direct"]`` → ``{"default": "ring", "all_gather": "direct"}``."""
     out: dict[str, str] = {}
@@ -196,9 +200,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     simulation = Simulation(workload, topology=topology, model=args.model, system=config, reports=reports)
     result = simulation.run()
-    issued = {c.type.lower() for c in result.collectives}
-    if "reduce_scatter_block" in issued:  # (it runs as a reduce-scatter and takes that collective's algorithm)
-        issued.add("reduce_scatter")
+    # (a reduce-scatter-block runs as a reduce-scatter, and takes that collective's algorithm)
+    issued = {name for c in result.collectives for name in (c.type.lower(), _algorithm_name(c.type))}
     for key, algo in cli_algorithms.items():
         if key != "default" and key not in issued:
             warn(f"--algo {key}={algo}: the workload issues no {key}; it had no effect")

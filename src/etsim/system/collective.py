@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from etsim import progress
 from etsim.algo.graph import SEND, AlgoGraph
-from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Trace, collective_buffer_bytes
+from etsim.chakra.graph import (
+    COLLECTIVE_NAMES,
+    CollectiveType,
+    NodeType,
+    Trace,
+    algorithm_collective,
+    collective_buffer_bytes,
+)
 from etsim.errors import ConfigError, EtsimError, FoldConflict, SimulationError, warn
 from etsim.system.algorithms import CollectiveAlgorithm, DeferredCheck, DeferredChecks, Phase
 from etsim.system.config import SystemConfig, chunk_sizes
@@ -102,11 +109,6 @@ class Participation:
     """The selection rule that chose the algorithm (``algorithms[2]``, ``built-in default`` …)."""
 
 
-def _lookup(collective: CollectiveType) -> CollectiveType:
-    """The collective an algorithm is asked for (a reduce-scatter-block is a reduce-scatter)."""
-    return CollectiveType.REDUCE_SCATTER if collective == CollectiveType.REDUCE_SCATTER_BLOCK else collective
-
-
 class System:
     """Collective matching and expansion for one simulation.
 
@@ -186,7 +188,7 @@ class System:
 
     def choose(self, collective: CollectiveType, size: int, group: tuple[int, ...], group_key: str) -> Choice:
         """The rule and algorithm serving a call (one that depends on the call is bound to it: ``for_call``)."""
-        lookup = _lookup(collective)
+        lookup = algorithm_collective(collective)
         choice = self.selection.choose(lookup, self.call_info(collective, size, group, group_key))
         bound = choice.algorithm.for_call(lookup, size, group)
         if bound is not choice.algorithm:
@@ -252,7 +254,7 @@ class System:
         key = (group_key, seq)
         inst = self._instances.get(key)
         n = len(group)
-        lookup = _lookup(collective)
+        lookup = algorithm_collective(collective)
         if inst is None:
             inst = self._new_instance(key, collective, size, group, where, node_id)
         elif inst.collective != collective or inst.size != size:
@@ -302,7 +304,7 @@ class System:
     ) -> _Instance:
         """The instance *key* of a collective its group's first member issues: its algorithm chosen and checked."""
         n = len(group)
-        lookup = _lookup(collective)
+        lookup = algorithm_collective(collective)
         node_spec = self.config.node_algorithms.get(node_id) if node_id is not None else None
         if node_spec:
             label, algo = self.selection.resolve(node_spec, "per-node algorithm")
@@ -480,7 +482,7 @@ class System:
                     n = len(group)
                     if n == 1 or rank not in group:
                         continue
-                    lookup = _lookup(collective)
+                    lookup = algorithm_collective(collective)
                     group_key = pg_name if pg_name and pg_name != "0" else "0"
                     size = trace.comm_size[pos] or 0
                     node_spec = self.config.node_algorithms.get(trace.ids[pos])

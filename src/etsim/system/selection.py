@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType
+from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, algorithm_collective
 from etsim.errors import ConfigError, warn
 from etsim.network.hardware import GpuCluster
 from etsim.system.algorithms import CollectiveAlgorithm
@@ -76,8 +76,7 @@ class Choice:
 
 
 def _lookup_name(collective: CollectiveType) -> str:
-    lookup = CollectiveType.REDUCE_SCATTER if collective == CollectiveType.REDUCE_SCATTER_BLOCK else collective
-    return COLLECTIVE_NAMES[lookup]
+    return COLLECTIVE_NAMES[algorithm_collective(collective)]
 
 
 class AlgorithmSelection:
@@ -135,9 +134,7 @@ class AlgorithmSelection:
         """Resolve a rule's algorithm; check it implements the rule's collective; take an XML's window."""
         _, algo = self.resolve(rule.algorithm, rule.origin)
         if rule.collective is not None:
-            lookup = CollectiveType[rule.collective.upper()]
-            if lookup == CollectiveType.REDUCE_SCATTER_BLOCK:
-                lookup = CollectiveType.REDUCE_SCATTER
+            lookup = algorithm_collective(CollectiveType[rule.collective.upper()])
             if lookup not in algo.collectives:
                 supported = ", ".join(sorted(c.name.lower() for c in algo.collectives)) or "nothing"
                 raise ConfigError(

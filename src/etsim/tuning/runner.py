@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from etsim import progress
-from etsim.chakra.graph import CollectiveType, Workload, collective_buffer_bytes, parse_collective
+from etsim.chakra.graph import Workload, algorithm_collective, collective_buffer_bytes, parse_collective
 from etsim.chakra.io import load_workload
 from etsim.errors import EtsimError, EtsimWarning
 from etsim.network import NetworkConfig, Topology, load_network
@@ -129,9 +129,7 @@ def _skip_reason(point: Point, config: SystemConfig, net: NetworkConfig) -> str 
         base_dir=config.base_dir, dims=dims, ignore_ctrl_deps=config.ignore_ctrl_deps, topology=topo
     )
     _, algo = resolve_algorithm(point.candidate, context, origin="--candidates")
-    ctype = parse_collective(point.collective)
-    if ctype == CollectiveType.REDUCE_SCATTER_BLOCK:  # (the run asks the algorithm for a reduce-scatter)
-        ctype = CollectiveType.REDUCE_SCATTER
+    ctype = algorithm_collective(parse_collective(point.collective))
     algo = algo.for_call(ctype, point.size, point.group)
     reason = algo.supports(ctype, point.group_size)
     if reason is not None:

@@ -388,9 +388,9 @@ class FlowNetwork(NetworkModel):
     def _close_period(self, link: int, now: float) -> None:
         """Before *link*'s rate changes: the bytes it has carried so far, and their time at the rates it had."""
         in_flight = 0.0
-        for slot in self._on_link[link]:
-            left = self._f_left[slot] - self._f_rate[slot] * (now - self._f_last[slot]) if self._f_rate[slot] else 0.0
-            in_flight += (left if self._f_rate[slot] else self._f_left[slot]) * self._f_weight[slot]
+        for slot in self._on_link[link]:  # (bytes left at `last`, less what the rate since drained; 0 before one)
+            left = self._f_left[slot] - self._f_rate[slot] * (now - self._f_last[slot])
+            in_flight += left * self._f_weight[slot]
         carried, busy = self._before.get(link, (0.0, 0.0))
         now_carried = max(carried, self._bytes[link] - in_flight)
         self._before[link] = (now_carried, busy + (now_carried - carried) / self._bw[link])

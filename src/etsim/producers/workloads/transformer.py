@@ -374,7 +374,7 @@ class TransformerGenerator(WorkloadGenerator):
         tied = model.tied and o.pp > 1  # (the two copies of a tied embedding: their gradients all-reduced)
         if (o.tp > 1 and not o.sp) or (o.dp * o.cp > 1 and o.zero == 0) or experts_reduced or tied:
             out.append("all_reduce")
-        balanced = o.expert_imbalance == 0 and (o.capacity_factor is None or o.capacity_factor >= 1)
+        balanced = Routing(o.expert_imbalance, o.capacity_factor, o.routing_seed).balanced
         if o.ep > 1 and balanced:  # (an unbalanced router's exchange is a send and a receive per peer)
             out.append("all_to_all")
         return out

@@ -14,7 +14,7 @@ import functools
 from typing import Any, ClassVar
 
 from etsim.algo.graph import AlgoGraph
-from etsim.chakra.graph import CollectiveType, collective_buffer_bytes
+from etsim.chakra.graph import CollectiveType, algorithm_collective, collective_buffer_bytes
 from etsim.errors import ConfigError, warn
 from etsim.network.hardware import GpuCluster
 from etsim.network.topology import Topology
@@ -166,7 +166,7 @@ class NcclAlgorithm(CollectiveAlgorithm):
             plan = plan_p2p(comm, self.settings, nbytes / n, remote, farthest, channels)
             return NcclCall(self, collective, nbytes, group, layout, plan)
         graphs = channel_graphs(comm, self.settings)
-        kind = CollectiveType.REDUCE_SCATTER if collective == C.REDUCE_SCATTER_BLOCK else collective
+        kind = algorithm_collective(collective)
         choice = choose(comm, graphs, kind, nbytes, self.settings)
         if isinstance(choice, str):
             raise ConfigError(f"algorithm 'nccl': {choice}")
