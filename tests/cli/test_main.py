@@ -159,3 +159,21 @@ def test_a_ctrl_c_while_a_module_defines_a_dataclass_is_an_interrupt_not_a_trace
     monkeypatch.setattr(etsim.cli, "_main", lambda argv: (_ for _ in ()).throw(RuntimeError("other")))
     with pytest.raises(RuntimeError, match="other"):
         main([])
+
+
+def test_a_mistyped_command_is_named_not_taken_for_a_missing_workload(tmp_path, capsys, monkeypatch):
+    """`etsim valdate w` said 'unrecognized arguments: w' (valdate was taken for a workload); a word close to a
+    command that names no file says which command was meant. A workload of such a name still runs."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["valdate", "w.et"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "'valdate' is not a command" in err and "`etsim validate`" in err
+    from etsim.chakra import CollectiveType, write_workload
+    from etsim.producers import collective_workload
+
+    write_workload(collective_workload(CollectiveType.ALL_REDUCE, 1 << 20, 4), tmp_path / "valdate")
+    assert main(["valdate", "--quiet"]) == 0  # (the family valdate.0.et … is a workload: it runs)
+    assert main(["nothing_close"]) == 1  # (no command near it: the missing workload's own error)
+    assert "workload 'nothing_close': no such file" in capsys.readouterr().err

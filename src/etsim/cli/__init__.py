@@ -20,6 +20,8 @@ import _thread
 import argparse
 import atexit
 import contextlib
+import difflib
+import glob
 import importlib
 import os
 import signal
@@ -196,10 +198,25 @@ def _error_text(message: str, verbose: bool) -> str:
     return f"{kept}\n  ... {len(lines) - ERROR_LINES} more lines: add --verbose to see them"
 
 
+def _refuse_mistyped_command(word: str) -> None:
+    """Exit 2 when *word*, taken for a workload, is no file but is close to a command's name (``valdate``)."""
+    if os.path.exists(word) or glob.glob(glob.escape(word) + ".*"):
+        return
+    near = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.75)
+    if near:
+        print(
+            f"etsim: error: {word!r} is not a command (did you mean `etsim {near[0]}`?) and no workload of that "
+            f"name exists (`etsim run {word}` runs one)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
 def _run_parsed(argv: list[str], verbose: bool = False) -> int:
     if argv and not argv[0].startswith("-"):
         # `etsim WORKLOAD …` means `etsim run WORKLOAD …`.
         if argv[0] not in COMMANDS:
+            _refuse_mistyped_command(argv[0])
             argv.insert(0, "run")
         parser = build_parser(argv[0])
     else:
