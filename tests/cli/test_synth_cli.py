@@ -148,3 +148,13 @@ def test_parse_group():
     assert synth_cli.parse_group("0-2, 7") == [0, 1, 2, 7]
     with pytest.raises(ConfigError):
         synth_cli.parse_group("3-1")
+
+
+def test_an_empty_group_is_refused_not_taken_for_every_npu(tmp_path, capsys):
+    """`--group ''` (a variable that expanded to nothing) synthesised for every NPU, silently."""
+    topo = tmp_path / "t.yaml"
+    topo.write_text("kind: mesh\nshape: [2, 2]\nbandwidth: 50 GB/s\nlatency: 500 ns\n")
+    args = ["synth", "tacos", "--topology", str(topo), "--collective", "all_gather", "--group", "", "-o"]
+    assert main([*args, str(tmp_path / "a")]) == 1
+    assert "--group '': no ranks" in capsys.readouterr().err
+    assert not list(tmp_path.glob("a*"))

@@ -52,7 +52,7 @@ def parse_group(text: str) -> list[int]:
 def _tacos(args: argparse.Namespace) -> int:
     topology = load_topology(args.topology)
     size = Size()(args.size, key="--size")
-    group = parse_group(args.group) if args.group else None
+    group = None if args.group is None else parse_group(args.group)  # (an empty --group is an error, not all)
     given = arguments_given(args, TacosParams, only=_TACOS_FLAGS)
     params = parse_options(TacosParams, given, key=flag_name, text=True)
     k = params.get("chunks_per_npu", 1)
