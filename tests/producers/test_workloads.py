@@ -53,3 +53,16 @@ def test_a_generated_collective_on_a_named_group_defines_it(tmp_path) -> None:
     assert not (tmp_path / "d.comm_groups.json").exists()
     default = simulate(tmp_path / "d", topology=topology)
     assert named.finish_ns == default.finish_ns > 0
+
+
+def test_a_generated_sequence_on_a_named_group_defines_it(tmp_path) -> None:
+    """The same for `workload gen sequence --pg-name 7` (each rank's metadata defines the group: the run runs)."""
+    from etsim.chakra import Workload
+    from etsim.producers.workloads.base import generate, normalize
+    from etsim.system.groups import CommGroups, groups_from_metadata
+
+    steps = [{"type": "all_reduce", "size": 1024}, {"type": "all_gather", "size": 1024}]
+    traces = generate(normalize({"generate": "sequence", "npus": 3, "collectives": steps, "pg_name": 7}))
+    groups = CommGroups(3)
+    groups_from_metadata(Workload(traces), groups)
+    assert groups.resolve("7") == (0, 1, 2)

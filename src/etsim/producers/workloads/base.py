@@ -10,15 +10,18 @@ path. Every generator works the same three ways: ``etsim workload gen NAME --fla
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from etsim.chakra.attributes import make_attribute
 from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveName, NodeType, Trace
 from etsim.errors import ConfigError
 from etsim.network.topology import MAX_NPUS
 from etsim.options import Integer, Parser, keys_named, parse_options
 from etsim.registry import Registry
+from etsim.system.groups import GROUPS_ATTR
 
 __all__ = [
     "WORKLOAD_GENERATORS",
@@ -28,6 +31,8 @@ __all__ = [
     "Rewrite",
     "WorkloadGenerator",
     "check_npus",
+    "define_groups",
+    "every_rank_group",
     "generate",
     "generated_collectives",
     "generator_of",
@@ -44,6 +49,25 @@ def check_npus(npus: int) -> None:
     """Raise ValueError for fewer than one NPU (the functions' own check, for callers from Python)."""
     if npus < 1:
         raise ValueError(f"npus must be >= 1, got {npus}")
+
+
+def every_rank_group(pg_name: str | None, npus: int) -> dict[str, list[int]] | None:
+    """*pg_name* as the group of every rank, or None for the default group ("" or "0").
+
+    What :meth:`WorkloadGenerator.comm_groups` returns for generators whose collectives every rank issues.
+    """
+    return None if not pg_name or pg_name == "0" else {pg_name: list(range(npus))}
+
+
+def define_groups(traces: list[Trace], groups: dict[str, list[int]] | None) -> list[Trace]:
+    """*traces* with *groups* defined in each one's metadata (:data:`~etsim.system.groups.GROUPS_ATTR`).
+
+    Traces that name a group nothing defines stop every run of them: a generator that names one defines it.
+    """
+    if groups:
+        for trace in traces:
+            trace.metadata.attr.append(make_attribute(GROUPS_ATTR, json.dumps(groups)))
+    return traces
 
 
 class Npus(Integer):

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from etsim.chakra.attributes import make_attribute
 from etsim.chakra.builder import TraceBuilder
 from etsim.chakra.graph import CollectiveType, Trace
 from etsim.options import Integer, Optional, Size, option
@@ -17,8 +15,9 @@ from etsim.producers.workloads.base import (
     Npus,
     WorkloadGenerator,
     check_npus,
+    define_groups,
+    every_rank_group,
 )
-from etsim.system.groups import GROUPS_ATTR
 
 __all__ = ["CollectiveGenerator", "collective_workload"]
 
@@ -70,16 +69,11 @@ class CollectiveGenerator(WorkloadGenerator):
         """The collectives; a *pg_name* is defined in every rank's metadata as the group of every rank."""
         o = options
         traces = collective_workload(CollectiveName.type_of(o.type), o.size, o.npus, count=o.count, pg_name=o.pg_name)
-        groups = self.comm_groups(o)
-        if groups:  # (else the traces name a group nothing defines: every run of them would stop)
-            for trace in traces:
-                trace.metadata.attr.append(make_attribute(GROUPS_ATTR, json.dumps(groups)))
-        return traces
+        return define_groups(traces, self.comm_groups(o))
 
     def comm_groups(self, options: Any) -> dict[str, list[int]] | None:
-        """The one group, every rank (a collective that every rank issues); None for the default group."""
-        name = options.pg_name
-        return None if not name or name == "0" else {name: list(range(options.npus))}
+        """The one group, every rank; None for the default group."""
+        return every_rank_group(options.pg_name, options.npus)
 
     def collectives(self, options: Any) -> list[str]:
         """The one type."""

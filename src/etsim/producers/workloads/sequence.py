@@ -10,7 +10,15 @@ from etsim.chakra.builder import TraceBuilder
 from etsim.chakra.graph import Trace
 from etsim.errors import ConfigError
 from etsim.options import Integer, Optional, Parser, Size, keys_named, option, parse_options
-from etsim.producers.workloads.base import WORKLOAD_GENERATORS, CollectiveName, GroupName, Npus, WorkloadGenerator
+from etsim.producers.workloads.base import (
+    WORKLOAD_GENERATORS,
+    CollectiveName,
+    GroupName,
+    Npus,
+    WorkloadGenerator,
+    define_groups,
+    every_rank_group,
+)
 
 __all__ = ["SequenceGenerator"]
 
@@ -107,7 +115,7 @@ class SequenceGenerator(WorkloadGenerator):
         return sum(step["count"] for step in options.collectives) * options.npus
 
     def generate(self, options: Any) -> list[Trace]:
-        """The steps on every rank."""
+        """The steps on every rank; a *pg_name* is defined in every rank's metadata as the group of every rank."""
         traces = []
         for rank in range(options.npus):
             b = TraceBuilder()
@@ -119,7 +127,11 @@ class SequenceGenerator(WorkloadGenerator):
                     name = f"{step['type']}_{i}" + (f"_{j}" if step["count"] > 1 else "")
                     prev = [b.collective(ctype, step["size"], deps=prev, name=name, pg_name=options.pg_name)]
             traces.append(b.build(rank=rank))
-        return traces
+        return define_groups(traces, self.comm_groups(options))
+
+    def comm_groups(self, options: Any) -> dict[str, list[int]] | None:
+        """The one group, every rank; None for the default group."""
+        return every_rank_group(options.pg_name, options.npus)
 
     def collectives(self, options: Any) -> list[str]:
         """The steps' types, in order of first use."""
