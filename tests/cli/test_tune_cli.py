@@ -33,6 +33,30 @@ def test_tune_writes_table_csv_and_exports(repo: Path, tmp_path: Path, capsys: p
     assert "note:" in err and "NCCL has no algorithm 'direct'" in err
 
 
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--export", "nccl-tuner", "{d}"], "--export nccl-tuner {d}: a directory"),
+        (["--export", "msccl", "{f}"], "--export msccl {f}: a file"),
+        (["--csv", "{d}"], "--csv {d}: a directory"),
+    ],
+)
+def test_an_unwritable_output_is_refused_before_tuning(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], said: str
+) -> None:
+    """An export to a directory failed after the whole tuning ran (its results lost); now refused first."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "f").write_text("")
+    names = {"d": str(tmp_path / "d"), "f": str(tmp_path / "f")}
+    code, out, err = run(
+        capsys, "tune", "--topology", str(repo / "topologies" / "ring8.yaml"), "--sizes", "1KiB",
+        "--candidates", "ring", "-o", str(tmp_path / "t.yaml"), "--plot", "none",
+        *(a.format(**names) for a in extra),
+    )  # fmt: skip
+    assert code == 1 and said.format(**names) in err
+    assert not (tmp_path / "t.yaml").exists() and out == ""
+
+
 def test_tune_workload_reports_the_comparison(repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(
         capsys, "tune", "--topology", str(repo / "topologies" / "ring4_switch4.yaml"), "--workload",

@@ -90,9 +90,17 @@ def _tune(args: argparse.Namespace) -> int:
     if args.plot and args.plot != "none" and Path(args.plot).suffix.lower() not in PLOT_FORMATS:
         formats = ", ".join(PLOT_FORMATS)
         raise ConfigError(f"--plot {args.plot}: the file's suffix says its format; use one of {formats} (or 'none')")
-    for fmt, _ in args.export:
+    for fmt, target in args.export:
         if fmt not in _EXPORTS:
             raise ConfigError(f"--export: unknown format {fmt!r}; valid: {', '.join(_EXPORTS)}")
+        # (checked before the tuning: its results were lost when the export could not be written after it)
+        if fmt == "msccl" and Path(target).is_file():
+            raise ConfigError(f"--export msccl {target}: a file; MSCCL-IR files are written to a directory")
+        if fmt == "nccl-tuner" and Path(target).is_dir():
+            raise ConfigError(f"--export nccl-tuner {target}: a directory; give the CSV file to write")
+    for flag, path in (("-o", args.output), ("--csv", args.csv), ("--plot", args.plot)):
+        if path and Path(path).is_dir():
+            raise ConfigError(f"{flag} {path}: a directory; give the file to write")
     system = load_system_config(args.system) if args.system else SystemConfig()
     given = arguments_given(args, TuneRequest)
     if "workload" in given and ({"collectives", "group_sizes", "sizes"} & set(given)):
