@@ -47,3 +47,17 @@ def test_bad_arguments() -> None:
         moe_workload(8, ep_size=3, layers=1, token_bytes=1, dense_grad_bytes=[1])
     with pytest.raises(ValueError, match="must be >= 0"):
         moe_workload(8, ep_size=4, layers=1, token_bytes=-1, dense_grad_bytes=[1])
+
+
+def test_an_expert_gradient_with_nothing_to_reduce_is_warned() -> None:
+    """With ep_size = npus no rank holds a replica of another's experts: the expert-gradient all-reduce it asks for
+    is not generated (rightly), and the user is told, not left to believe it ran."""
+    from etsim.errors import EtsimWarning
+    from etsim.producers.workloads.base import generate, normalize
+
+    spec = {"generate": "moe", "npus": 4, "layers": 1, "token_size": 1024, "dense_grad_sizes": [1024]}
+    with pytest.warns(EtsimWarning, match="expert_grad_size 4096 B has no effect: with ep_size 4 = npus"):
+        traces = generate(normalize({**spec, "ep_size": 4, "expert_grad_size": 4096}))
+    assert not any("expert_grads" in n.name for t in traces for n in t.nodes)
+    replicated = generate(normalize({**spec, "ep_size": 2, "expert_grad_size": 4096}))  # (two blocks: no warning)
+    assert any("expert_grads" in n.name for t in replicated for n in t.nodes)

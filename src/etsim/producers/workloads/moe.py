@@ -9,7 +9,7 @@ from typing import Any
 
 from etsim.chakra.builder import TraceBuilder
 from etsim.chakra.graph import CollectiveType, NodeType, Trace
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, warn
 from etsim.options import Integer, ListOf, Size, option
 from etsim.producers.workloads.base import WORKLOAD_GENERATORS, Npus, Rewrite, WorkloadGenerator, check_npus
 
@@ -148,8 +148,13 @@ class MoeGenerator(WorkloadGenerator):
         return per_rank * options.npus
 
     def generate(self, options: Any) -> list[Trace]:
-        """The training steps."""
+        """The training steps (an expert-gradient size with no effect is warned about)."""
         o = options
+        if o.expert_grad_size and o.ep_size == o.npus:
+            warn(
+                f"expert_grad_size {o.expert_grad_size} B has no effect: with ep_size {o.ep_size} = npus every expert "
+                "is on one rank only, so no rank holds a replica to all-reduce its gradient with"
+            )
         return moe_workload(
             o.npus,
             ep_size=o.ep_size,
