@@ -483,6 +483,13 @@ def test_a_schedule_with_no_effect_or_off_a_published_run_is_warned_about() -> N
     assert layout_notes(published) == []
     _, other = parse("transformer", {"model": "gpt3-175b", "tp": 4, "pp": 8, "global_batch": 8})
     assert layout_notes(other) == []  # (another layout: the published run says nothing about it)
+    _, seeded = parse("transformer", {"model": SMALL, "global_batch": 8, "routing_seed": 3})
+    assert layout_notes(seeded) == [  # (a dense model, or balanced experts: the seed draws nothing)
+        "routing_seed 3 has no effect: it draws the experts' loads, which are balanced without expert_imbalance"
+    ]
+    _, drawn = parse("transformer", {"model": {**SMALL, "experts": 4}, "ep": 2, "dp": 2, "global_batch": 8,
+                                     "expert_imbalance": 0.5, "routing_seed": 3})  # fmt: skip
+    assert layout_notes(drawn) == []
 
 
 def test_expert_blocks_move_the_gating_and_permutation_bytes_and_run_grouped_gemms() -> None:

@@ -149,6 +149,9 @@ def layout_notes(options: Any) -> list[str]:
     if o.ep == 1 and (o.expert_imbalance or o.capacity_factor is not None):
         notes.append("expert_imbalance and capacity_factor shape the tokens each expert-parallel rank gets: with ep 1 "
                      "every expert is on every rank, and they have no effect")  # fmt: skip
+    if o.routing_seed and not o.expert_imbalance:
+        notes.append(f"routing_seed {o.routing_seed} has no effect: it draws the experts' loads, which are balanced "
+                     "without expert_imbalance")  # fmt: skip
     published = PUBLISHED_RUNS.get(o.model) if isinstance(o.model, str) else None
     if published and (o.tp, o.pp) == (published["tp"], published["pp"]):
         wanted = (published["schedule"], published["virtual_stages"])
