@@ -165,6 +165,25 @@ def test_a_straggler_is_named_as_what_held_the_run_back_and_the_collective_it_de
     first = critical_path_lines(cp)[0]
     assert first.startswith("held back most by rank 2: 15 us of its compute on the critical path")
     assert "reaching the others through" in first and "all_reduce 1 MiB" in first
+    assert held["alike"] is False
+
+
+def test_equal_ranks_are_not_said_to_hold_the_others_back() -> None:
+    """Without the straggler every rank computes 10 µs: the path passes through one of the equal ranks, which it
+    named as holding the run back most; it says the ranks are alike instead."""
+    traces = []
+    for rank in range(4):
+        b = TraceBuilder(rank)
+        b.collective(CollectiveType.ALL_REDUCE, 1 << 20, deps=[b.comp("grad", duration_micros=10)], name="ar")
+        traces.append(b.build(rank=rank))
+    cp, _ = _path(Workload(traces), 4)
+    held = cp["held_back"]
+    assert held["compute_ns"] == 10_000 and held["alike"] is True
+    from etsim.report.tables import critical_path_lines
+
+    first = critical_path_lines(cp)[0]
+    assert first.startswith(f"the critical path runs through rank {held['rank']}: 10 us of its compute on the critical")
+    assert first.endswith("every rank computes as long") and "held back" not in first
 
 
 def test_nccls_fixed_costs_are_the_collectives_time_not_compute() -> None:

@@ -451,7 +451,7 @@ def critical_path(rec: RunRecorder) -> dict[str, Any]:
         "finish_ns": finish,
         "end": {"rank": end_rank, "node_id": runs[end_rank].trace.ids[end]},
         "totals": {f"{k}_ns": v for k, v in totals.items()},
-        "held_back": _held_back(nodes, segments, finish),
+        "held_back": _held_back(nodes, segments, finish, [run.compute_ns for run in runs]),
         "nodes": nodes,
         "segments": [
             {
@@ -467,12 +467,16 @@ def critical_path(rec: RunRecorder) -> dict[str, Any]:
     }
 
 
-def _held_back(nodes: list[dict[str, Any]], segments: list[tuple[Any, ...]], finish: float) -> dict[str, Any] | None:
+def _held_back(
+    nodes: list[dict[str, Any]], segments: list[tuple[Any, ...]], finish: float, computed: list[float]
+) -> dict[str, Any] | None:
     """The rank that held the run back most: the most compute on the critical path, and where others waited for it.
 
-    ``{rank, compute_ns, share, through}``: *share* of the finish time is that rank's compute on the path;
+    ``{rank, compute_ns, share, through, alike}``: *share* of the finish time is that rank's compute on the path;
     *through* is the first node after its last compute on the path that other ranks also waited in (a collective
-    of several ranks, or a receive on another rank), as the path's node entry; None if there is none.
+    of several ranks, or a receive on another rank), as the path's node entry; None if there is none. *alike*:
+    every rank computed as long in all (*computed*, per rank), so the path's rank is one of equals, not a
+    straggler that kept the others waiting.
     """
     compute: dict[int, float] = {}
     for t0, t1, rank, _j, kind, _detail in segments:
@@ -487,4 +491,5 @@ def _held_back(nodes: list[dict[str, Any]], segments: list[tuple[Any, ...]], fin
         None,
     )
     share = compute[rank] / finish if finish > 0 else 0.0
-    return {"rank": rank, "compute_ns": compute[rank], "share": share, "through": through}
+    alike = len(set(computed)) == 1
+    return {"rank": rank, "compute_ns": compute[rank], "share": share, "through": through, "alike": alike}

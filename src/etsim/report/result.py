@@ -225,7 +225,7 @@ _NODE_FIELDS = {
     "end_ns": "num", "compute_ns": "num", "exposed_comm_ns": "num", "memory_ns": "num", "other_ns": "num",
     "wait_ns": "num", "collective": "str?", "algorithm": "str?", "bytes": "num?", "group_size": "int?",
 }  # fmt: skip
-_HELD_FIELDS = {"rank": "int", "compute_ns": "num", "share": "num"}
+_HELD_FIELDS = {"rank": "int", "compute_ns": "num", "share": "num", "alike": "bool|null?"}
 _SEGMENT_FIELDS = {
     "rank": "int", "node_id": "int", "kind": "str", "start_ns": "num", "end_ns": "num", "detail": "str",
 }  # fmt: skip

@@ -143,11 +143,13 @@ def critical_path_lines(cp: dict[str, Any], limit: int = 40) -> list[str]:
     if held is not None:
         through = held["through"]
         how = f", reaching the others through {_node_label(through)}" if through is not None else ""
-        lines.insert(
-            0,
-            f"held back most by rank {held['rank']}: {format_time(held['compute_ns'])} of its compute on the critical "
-            f"path ({held['share']:.0%} of the run){how}",
-        )
+        share = f"{held['share']:.0%} of the run"
+        spent = f"{format_time(held['compute_ns'])} of its compute on the critical path ({share})"
+        if held.get("alike"):  # (one of equal ranks: it held no one back)
+            head = f"the critical path runs through rank {held['rank']}: {spent}; every rank computes as long"
+        else:
+            head = f"held back most by rank {held['rank']}: {spent}{how}"
+        lines.insert(0, head)
     nodes = cp["nodes"]
     shown = nodes if len(nodes) <= limit else [*nodes[: limit // 2], None, *nodes[-limit // 2 :]]
     for n in shown:
