@@ -245,6 +245,30 @@ def test_involved_dim_that_leaves_dimensions_out_or_is_not_a_bool_list_is_warned
     assert any(m.endswith(wrong) for m in found)
 
 
+def test_a_run_warns_of_an_involved_dim_it_does_not_model(tmp_path) -> None:
+    """Only `etsim validate` said it: a run of such a trace (read from its files, raw nodes kept or not) ran the
+    collective over every dimension in silence. The run now says so once, naming the first node."""
+    import pytest
+
+    from etsim.chakra import load_workload, write_workload
+    from etsim.errors import EtsimWarning
+    from etsim.simulation import simulate
+
+    attrs = {"is_cpu_op": False, "comm_type": 0, "comm_size": 1024}
+    traces = []
+    for rank in range(2):
+        b = TraceBuilder()
+        b.node(NodeType.COMM_COLL_NODE, "ar", attrs={**attrs, "involved_dim": [True, False]})
+        b.node(NodeType.COMM_COLL_NODE, "ar2", attrs={**attrs, "involved_dim": [False, True]}, deps=[0])
+        traces.append(b.build(rank=rank))
+    write_workload(traces, tmp_path / "w")
+    for keep_raw in (True, False):
+        with pytest.warns(EtsimWarning, match=r"rank 0: node 0 \(ar\) \(and 3 more collectives\): involved_dim leaves"):
+            simulate(load_workload(tmp_path / "w", keep_raw=keep_raw))
+    write_workload([TraceBuilder().build(rank=r) for r in range(2)], tmp_path / "plain")
+    simulate(tmp_path / "plain")  # (none: no warning, as the suite turns warnings into errors)
+
+
 def test_an_attribute_given_twice_is_warned() -> None:
     # comm_size 1024 then 4096: etsim (and the reference feeder) read the first, the old mlcommons reader the last.
     b = TraceBuilder()

@@ -172,11 +172,13 @@ class NodeColumns:
     """Lifted attribute → {position: value} (most nodes carry few attributes)."""
     bad: list[tuple[int, str, str]]
     mismatch: list[tuple[int, str, str]]
+    narrowed: list[int]
+    """Positions of collectives whose ``involved_dim`` leaves a dimension out (etsim runs the whole group)."""
 
     @classmethod
     def empty(cls) -> NodeColumns:
         """No nodes yet."""
-        return cls([], [], [], [], [], [], [], [], {name: {} for name in _LIFTED}, [], [])
+        return cls([], [], [], [], [], [], [], [], {name: {} for name in _LIFTED}, [], [], [])
 
     def extend(self, part: NodeColumns) -> None:
         """Append the next run of nodes."""
@@ -193,6 +195,7 @@ class NodeColumns:
             self.sparse[name].update(values)
         self.bad += part.bad
         self.mismatch += part.mismatch
+        self.narrowed += part.narrowed
 
 
 _LIFTED = (*_INT_COLUMNS, "is_cpu_op", "pg_name")
@@ -205,7 +208,7 @@ def gather_columns(nodes: Iterable[pb.Node], first: int = 0) -> NodeColumns:
     cols = NodeColumns.empty()
     names_seen: dict[str, str] = {}
     sparse = cols.sparse
-    bad, mismatch = cols.bad, cols.mismatch
+    bad, mismatch, narrowed = cols.bad, cols.mismatch, cols.narrowed
     data_dep_ids, ctrl_dep_ids = cols.data_ids, cols.ctrl_ids
     int_columns = frozenset(_INT_COLUMNS)
     # (name, member) pairs whose value is stored as read: each lifted column in its expected member.
@@ -235,6 +238,9 @@ def gather_columns(nodes: Iterable[pb.Node], first: int = 0) -> NodeColumns:
                 name = attr.name
                 column = sparse.get(name)
                 if column is None or pos in column:  # not lifted, or a repeat (the first one wins)
+                    narrows = name == "involved_dim" and attr.WhichOneof("value") == "bool_list"
+                    if narrows and not all(attr.bool_list.values) and (not narrowed or narrowed[-1] != pos):
+                        narrowed.append(pos)
                     continue
                 member = attr.WhichOneof("value")
                 if (name, member) in plain:  # the expected member of an int or bool column: most attributes
@@ -311,6 +317,8 @@ class Trace:
     """(node position, attribute name, what is wrong) for attributes of the wrong kind."""
     member_mismatches: list[tuple[int, str, str]] = field(default_factory=list)
     """(node position, attribute name, member used) where the writer used an unexpected member."""
+    narrowed_dims: list[int] = field(default_factory=list)
+    """Positions of nodes whose ``involved_dim`` leaves a dimension out, which etsim does not model."""
 
     @classmethod
     def from_nodes(
@@ -351,6 +359,7 @@ class Trace:
             trace.ids, trace.names, trace.types, trace.duration_micros = whole.ids, whole.names, whole.types, whole.durs
             trace.bad_attributes.extend(whole.bad)
             trace.member_mismatches.extend(whole.mismatch)
+            trace.narrowed_dims.extend(whole.narrowed)
             ids, index_of, duplicates = trace.ids, trace.index_of, trace.duplicate_ids
             n = len(ids)
             index_of.update(zip(ids, range(n), strict=True))

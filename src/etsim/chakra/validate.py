@@ -16,14 +16,20 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
 
 from etsim.chakra.attributes import EXPECTED_MEMBER
 from etsim.chakra.dag import in_degrees, transpose
 from etsim.chakra.dag import topological_order as dag_order
 from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Trace, Workload
+from etsim.errors import warn
 
 __all__ = ["Issue", "find_cycle", "preflight", "topological_order", "validate_trace", "validate_workload"]
+
+#: What a collective whose ``involved_dim`` leaves dimensions out is told (by ``validate``, and once by a run).
+NARROWED = (
+    "involved_dim leaves dimensions out, which etsim does not model: the collective runs over its whole group (a "
+    "simulator that reads it runs the dimensions marked true)"
+)
 
 _COMM_TYPES = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE)
 
@@ -179,6 +185,7 @@ def _check_comm_nodes(
 ) -> None:
     """Every node's type, and the attributes of every communication node (peers against *num_ranks*)."""
     trace, error, warning = report.trace, report.error, report.warning
+    narrowed = set(trace.narrowed_dims)
     for pos, node_type in enumerate(trace.types):
         if node_type not in NodeType._value2member_map_:
             error(pos, f"unknown node type {node_type} (Chakra defines 0 to 7): the simulator cannot run it", True)
@@ -202,12 +209,11 @@ def _check_comm_nodes(
                 error(pos, f"negative comm_size {size}", not host_op)
             elif size == 0 and comm_type != CollectiveType.BARRIER:
                 warning(pos, "comm_size is 0; the collective completes at once")
-            member, values = _involved_dim(trace, pos) if attributes else ("", [])
+            member = _involved_dim_member(trace, pos) if attributes else ""
             if member not in ("", "bool_list"):
                 warning(pos, f"involved_dim is written as {member}: its readers take a bool_list (one stops)")
-            if values and not all(values):
-                warning(pos, "involved_dim leaves dimensions out, which etsim does not model: the collective runs "
-                        "over its whole group (a simulator that reads it runs the dimensions marked true)")  # fmt: skip
+            if pos in narrowed:
+                warning(pos, NARROWED)
             continue
         is_send = node_type == NodeType.COMM_SEND_NODE
         peer_key, self_key = ("comm_dst", "comm_src") if is_send else ("comm_src", "comm_dst")
@@ -235,14 +241,10 @@ def _check_comm_nodes(
             warning(pos, f"{kind} to itself")
 
 
-def _involved_dim(trace: Trace, pos: int) -> tuple[str, list[Any]]:
-    """The member an ``involved_dim`` attribute is written as, and its values (``""`` and none without one)."""
+def _involved_dim_member(trace: Trace, pos: int) -> str:
+    """The member an ``involved_dim`` attribute is written as (``""`` without one)."""
     dims = next((a for a in trace.nodes[pos].attr if a.name == "involved_dim"), None) if trace.nodes else None
-    member = dims.WhichOneof("value") if dims is not None else None
-    if dims is None or member is None:
-        return "", []
-    value = getattr(dims, member)
-    return member, list(getattr(value, "values", [value]))
+    return (dims.WhichOneof("value") or "") if dims is not None else ""
 
 
 def _symbolic_size(trace: Trace, pos: int) -> bool:
@@ -265,6 +267,11 @@ def preflight(workload: Workload, *, ignore_ctrl_deps: bool = False) -> list[Iss
             trace, n, ignore_ctrl_deps=ignore_ctrl_deps, symbolic_sizes=False, cycles=False, attributes=False
         )
         found.extend(i for i in issues if i.blocking)
+    narrowed = [(t, pos) for t in workload for pos in t.narrowed_dims if t.types[pos] == NodeType.COMM_COLL_NODE]
+    if narrowed:  # (a run would otherwise ignore it in silence; `etsim validate` names every node)
+        trace, pos = narrowed[0]
+        more = f" (and {len(narrowed) - 1} more collectives)" if len(narrowed) > 1 else ""
+        warn(f"{trace.describe(pos)}{more}: {NARROWED}")
     return found
 
 
