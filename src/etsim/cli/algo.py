@@ -17,6 +17,7 @@ annotations), so scripts can tell an unchecked algorithm from a checked one.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from etsim.algo.family_encode import RankEncoder
@@ -24,7 +25,7 @@ from etsim.algo.family_io import SIZE_FREE_NOTE, encode_algo_graph, write_family
 from etsim.algo.verify import Verdict
 from etsim.chakra.graph import CollectiveType
 from etsim.chakra.graph import parse_collective as chakra_parse_collective
-from etsim.errors import ConfigError, warn
+from etsim.errors import ConfigError, EtsimError, warn
 from etsim.options import Size
 from etsim.system.algorithms import (
     ALGORITHMS,
@@ -155,7 +156,11 @@ def _verify(args: argparse.Namespace) -> int:
     collective = parse_collective(args.collective) if args.collective else None
     dims = parse_dims(args.dims) if args.dims else None
     _check_npus(args.npus)
-    _, _, verdict = verify_spec(args.spec, collective, args.npus, dims)
+    try:
+        _, _, verdict = verify_spec(args.spec, collective, args.npus, dims)
+    except EtsimError as exc:  # (exit 1 says "wrong": an input that cannot be read is "cannot verify")
+        print(f"etsim: error: {exc}", file=sys.stderr)
+        return VERIFY_STATUS[None]
     print(f"{args.spec}: {verdict}")
     if verdict.ambiguity:
         warn(f"{args.spec}: {verdict.ambiguity}")
@@ -210,7 +215,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(handler=_export)
     p = sub.add_parser(
         "verify",
-        help="check that an algorithm computes its collective (exit 0 correct, 1 wrong, 3 cannot verify)",
+        help="check that an algorithm computes its collective (exit 0 correct, 1 wrong, 3 cannot verify or read)",
     )
     p.add_argument("spec", metavar="SPEC", help="a family prefix, an MSCCL-IR XML, or an algorithm name")
     p.add_argument("--collective", help="the collective to check (default: what the files record)")
