@@ -13,7 +13,7 @@ import pytest
 import etsim.system.algorithms.base as base
 from etsim.algo.dataflow import NodeData, Segment
 from etsim.chakra import CollectiveType as C
-from etsim.chakra import Workload, load_workload, write_workload
+from etsim.chakra import TraceBuilder, Workload, load_workload, write_workload
 from etsim.cli.algo import export_algorithm, make_algorithm
 from etsim.errors import ConfigError, EtsimWarning
 from etsim.network import fully_connected, mesh
@@ -169,6 +169,35 @@ def test_an_unverifiable_algorithm_that_moves_too_little_is_refused(tmp_path: Pa
     )
     with pytest.warns(EtsimWarning, match="records no collective type"), pytest.raises(ConfigError, match=expected):
         simulate(workload, topology=ring(8, 50.0, 500.0), system=system)
+
+
+def test_absolute_sizes_written_for_a_larger_call_are_warned(tmp_path: Path) -> None:
+    """A family of absolute sizes runs as written: one written for 1 MiB ran a 1 KiB all-reduce as 1 MiB (21.5 us,
+    exit 0, against 1.5 us), with a warning only that it records no collective. Far more bytes than the call
+    needs are now said (once); at the size it was written for, nothing more is said."""
+    from etsim.network import ring
+
+    exchange = []
+    for rank in range(2):  # (each rank sends its whole 1 MiB buffer to the other, as a 2-rank all-reduce may)
+        b = TraceBuilder()
+        b.send(dst=1 - rank, size=MiB)
+        b.recv(src=1 - rank, size=MiB)
+        exchange.append(b.build(rank=rank))
+    write_workload(exchange, tmp_path / "exchange")
+    system = SystemConfig(algorithms={"default": str(tmp_path / "exchange")})
+    topology = ring(2, 50.0, 500.0)
+    small = Workload(collective_workload(C.ALL_REDUCE, 1024, 2, count=2))
+    with pytest.warns(EtsimWarning) as said:
+        simulate(small, topology=topology, system=system)
+    oversized = [str(w.message) for w in said if "absolute sizes" in str(w.message)]
+    assert oversized == [
+        f"algorithm '{tmp_path / 'exchange'}' gives absolute sizes (comm_size), which run as written: its 2 ranks "
+        "send 2.09715e+06 bytes for a 1024-byte all_reduce, 1024x the 2048 it needs at least; written for a larger "
+        "call? (sizes written as chunk counts, msg_chunk_cnt of total_chunk_cnt, scale with the call)"
+    ]
+    with pytest.warns(EtsimWarning) as said:
+        simulate(Workload(collective_workload(C.ALL_REDUCE, MiB, 2)), topology=topology, system=system)
+    assert not [w for w in said if "absolute sizes" in str(w.message)]  # (only that it records no collective)
 
 
 def tacos_family(tmp_path: Path, broken: bool) -> Path:

@@ -11,10 +11,14 @@ from etsim.algo.graph import RECV, SEND, AlgoGraph
 from etsim.algo.semantics import minimum_bytes
 from etsim.algo.verify import PendingVerdict, Verdict, verify_graphs, verify_graphs_later
 from etsim.chakra.graph import CollectiveType, collective_buffer_bytes
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, warn
 from etsim.registry import Registry
 
 __all__ = ["ALGORITHMS", "BuiltAlgorithm", "CollectiveAlgorithm", "DeferredCheck", "DeferredChecks", "Phase"]
+
+#: How many times the least bytes a collective needs graphs of absolute sizes may send before a run says they were
+#: likely written for a larger call (ring, direct and tree algorithms send between one and two times that least).
+OVERSIZED = 4.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +296,8 @@ class CollectiveAlgorithm:
         """
         if type(self).__dict__.get("verified_by_tests", False):
             return
+        if size is not None:
+            self._warn_oversized(collective, group_size, label, size)
         found = self._verify_later(collective, group_size) if later is not None else None
         if found is None:
             self._judge(self.verify(collective, group_size), collective, group_size, where, label, size)
@@ -318,6 +324,33 @@ class CollectiveAlgorithm:
                     f"{prefix}algorithm {name!r} cannot compute {collective.name.lower()} over {group_size} ranks: "
                     f"{short} (it cannot be verified: {verdict.message})"
                 )
+
+    def _warn_oversized(self, collective: CollectiveType, group_size: int, label: str, size: float) -> None:
+        """Warn (once per algorithm) when graphs of absolute sizes move :data:`OVERSIZED` times what the call needs.
+
+        Such graphs run as written, whatever the call's size: far more bytes than any algorithm computing the call
+        moves means they were written for a larger call (fewer is an error: :meth:`_too_few_bytes`).
+        """
+        checked: set[tuple[int, int, float]] = self.__dict__.setdefault("_sizes_checked", set())
+        key = (int(collective), group_size, size)
+        if key in checked or self.__dict__.get("_oversized_warned") or self.supports(collective, group_size):
+            return
+        checked.add(key)
+        if type(self).phases is not CollectiveAlgorithm.phases or self.graph(collective, group_size, 0).total_chunks:
+            return  # (chunk counts scale with the call)
+        graphs = [self.graph(collective, group_size, r) for r in range(group_size)]
+        if any(g.total_chunks is not None for g in graphs):
+            return
+        sent = sum(a for g in graphs for k, a in zip(g.kinds, g.chunks, strict=True) if k == SEND)
+        need = minimum_bytes(collective, group_size, collective_buffer_bytes(collective, size, group_size))["total"]
+        if need > 0 and sent > OVERSIZED * need:
+            self._oversized_warned = True
+            warn(
+                f"algorithm {label or self.name!r} gives absolute sizes (comm_size), which run as written: its "
+                f"{group_size} ranks send {sent:g} bytes for a {size:g}-byte {collective.name.lower()}, "
+                f"{sent / need:.0f}x the {need:g} it needs at least; written for a larger call? (sizes written as "
+                "chunk counts, msg_chunk_cnt of total_chunk_cnt, scale with the call)"
+            )
 
     def _too_few_bytes(self, collective: CollectiveType, group_size: int, size: float | None) -> str:
         """Why the graphs move fewer bytes than any algorithm computing *collective* must, or ``""``."""
