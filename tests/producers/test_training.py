@@ -474,6 +474,10 @@ def test_a_schedule_with_no_effect_or_off_a_published_run_is_warned_about() -> N
                                      "expert_imbalance": 2.0})  # fmt: skip
     sp, imbalance = layout_notes(flags)
     assert sp.startswith("sp with tp 1 has no effect") and "with ep 1 every expert is on every rank" in imbalance
+    # A capacity drops copies with ep 1 too (the step is shorter): it was said to have no effect.
+    for capped in ({"capacity_factor": 0.5}, {"capacity_factor": 0.5, "expert_imbalance": 2.0}):
+        _, flags = parse("transformer", {"model": {**SMALL, "experts": 4}, "global_batch": 8, **capped})
+        assert layout_notes(flags) == []
 
     _, gpt3 = parse("transformer", {"model": "gpt3-175b", "tp": 8, "pp": 8, "global_batch": 8})
     (note,) = layout_notes(gpt3)

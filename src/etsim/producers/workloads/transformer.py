@@ -146,9 +146,9 @@ def layout_notes(options: Any) -> list[str]:
         )
     if o.sp and o.tp == 1:
         notes.append("sp with tp 1 has no effect: sequence parallelism splits what tensor parallelism shares")
-    if o.ep == 1 and (o.expert_imbalance or o.capacity_factor is not None):
-        notes.append("expert_imbalance and capacity_factor shape the tokens each expert-parallel rank gets: with ep 1 "
-                     "every expert is on every rank, and they have no effect")  # fmt: skip
+    if o.ep == 1 and o.expert_imbalance and o.capacity_factor is None:  # (a capacity drops copies on one rank too)
+        notes.append("expert_imbalance shapes the tokens each expert-parallel rank gets: with ep 1 every expert is on "
+                     "every rank, and without a capacity_factor (nothing dropped) it has no effect")  # fmt: skip
     if o.routing_seed and not o.expert_imbalance:
         notes.append(f"routing_seed {o.routing_seed} has no effect: it draws the experts' loads, which are balanced "
                      "without expert_imbalance")  # fmt: skip
