@@ -352,6 +352,9 @@ def test_collectives_are_issued_in_the_same_order_on_every_group_member_and_vali
         ({"precision": "fp8", "gpu": "a100-80gb"}, "no FP8"),
         ({"model": "gpt-5"}, "neither a model preset"),
         ({"efficiency": {"gemm": 2}}, "efficiency.gemm"),
+        # (an infinite GEMM dimension raised ZeroDivisionError; a tiny efficiency, durations a trace cannot hold)
+        ({"efficiency": {"gemm_half": float("inf")}}, "efficiency.gemm_half: expected a finite GEMM dimension > 0"),
+        ({"efficiency": {"attention": 1e-300}}, "efficiency.attention: expected a number in .0.0001, 1., got 1e-300"),
     ],
 )
 def test_bad_parameters_are_named(values: dict[str, Any], message: str) -> None:

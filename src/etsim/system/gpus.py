@@ -17,6 +17,7 @@ Peak rates are the vendors' dense (not sparse) figures.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -100,8 +101,12 @@ class Efficiency:
 DEFAULT_EFFICIENCY = Efficiency()
 
 
+#: The least efficiency a GPU may be given (a ten-thousandth of its peak).
+MIN_EFFICIENCY = 1e-4
+
+
 def parse_efficiency(values: Mapping[str, Any], key: str) -> Efficiency:
-    """:class:`Efficiency` with *values* (``{gemm: 0.7}``) replacing the defaults; each a number in (0, 1]."""
+    """:class:`Efficiency` with *values* (``{gemm: 0.7}``) replacing its defaults, each in [MIN_EFFICIENCY, 1]."""
     fields = {"gemm", "gemm_half", "attention", "memory"}
     changes: dict[str, float] = {}
     for name, value in values.items():
@@ -110,9 +115,9 @@ def parse_efficiency(values: Mapping[str, Any], key: str) -> Efficiency:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{key}.{name}: expected a number, got {value!r}")
         if name == "gemm_half":  # a GEMM dimension, not a fraction
-            if not value > 0:
-                raise ConfigError(f"{key}.{name}: expected a GEMM dimension > 0, got {value!r}")
-        elif not 0 < value <= 1:
-            raise ConfigError(f"{key}.{name}: expected a number in (0, 1], got {value!r}")
+            if not 0 < value < math.inf:
+                raise ConfigError(f"{key}.{name}: expected a finite GEMM dimension > 0, got {value!r}")
+        elif not MIN_EFFICIENCY <= value <= 1:  # (below it, kernel times overflow what a trace can hold)
+            raise ConfigError(f"{key}.{name}: expected a number in [{MIN_EFFICIENCY:g}, 1], got {value!r}")
         changes[name] = float(value)
     return replace(DEFAULT_EFFICIENCY, **changes)
