@@ -352,6 +352,11 @@ def test_collectives_are_issued_in_the_same_order_on_every_group_member_and_vali
         ({"precision": "fp8", "gpu": "a100-80gb"}, "no FP8"),
         ({"model": "gpt-5"}, "neither a model preset"),
         ({"efficiency": {"gemm": 2}}, "efficiency.gemm"),
+        # (keys that changed nothing in silence: seq 15 over tp 2 gave 7.5 tokens a rank; MoE keys on a dense model)
+        ({"model": {**SMALL, "seq": 15}, "tp": 2, "sp": True}, "seq (15) is not a multiple of cp × tp (2)"),
+        ({"model": {**SMALL, "shared_experts": 1}}, "shared_experts is a mixture-of-experts key: it needs experts"),
+        ({"model": {**SMALL, "experts": 4, "first_dense": 4}}, "first_dense 4 leaves none of the 4 layers an MoE"),
+        ({"model": {**SMALL, "kv_lora_rank": 8, "arch": "llama", "kv_heads": 2}}, "kv_heads 2 does not apply"),
         # (an infinite GEMM dimension raised ZeroDivisionError; a tiny efficiency, durations a trace cannot hold)
         ({"efficiency": {"gemm_half": float("inf")}}, "efficiency.gemm_half: expected a finite GEMM dimension > 0"),
         ({"efficiency": {"attention": 1e-300}}, "efficiency.attention: expected a number in .0.0001, 1., got 1e-300"),

@@ -227,6 +227,21 @@ def _preset(name: str, **values: Any) -> ModelSpec:
 
 def _complete(spec: ModelSpec, where: str) -> ModelSpec:
     """*spec* with defaults that depend on other keys filled in, checked."""
+    moe_keys = {"top_k": 1, "moe_every": 1, "first_dense": 0, "expert_ffn": 0, "shared_experts": 0}
+    given = [key for key, default in moe_keys.items() if getattr(spec, key) != default]
+    if not spec.experts and given:  # (a dense model: they would change nothing, in silence)
+        raise ConfigError(
+            f"{where}: {given[0]} is a mixture-of-experts key: it needs experts (routed experts per layer)"
+        )
+    if spec.experts and spec.first_dense >= spec.layers:
+        raise ConfigError(
+            f"{where}: first_dense {spec.first_dense} leaves none of the {spec.layers} layers an MoE layer"
+        )
+    if spec.kv_lora_rank and spec.kv_heads not in (0, spec.heads):
+        raise ConfigError(
+            f"{where}: kv_heads {spec.kv_heads} does not apply to latent attention (kv_lora_rank): every head's keys "
+            "and values come from the latent"
+        )
     if spec.head_dim == 0 and spec.hidden % max(spec.heads, 1):
         raise ConfigError(f"{where}: hidden {spec.hidden} is not a multiple of heads {spec.heads} (or give head_dim)")
     spec = replace(

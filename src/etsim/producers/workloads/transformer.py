@@ -271,6 +271,11 @@ class TransformerGenerator(WorkloadGenerator):
                 raise ConfigError(f"the model's {name} ({size}) is not a multiple of {key('tp')} {o.tp}")
         if model.seq % o.cp:
             raise ConfigError(f"the model's seq ({model.seq}) is not a multiple of {key('cp')} {o.cp}")
+        if o.sp and model.seq % (o.cp * o.tp):  # (sequence parallelism splits each rank's tokens over tp)
+            raise ConfigError(
+                f"{key('sp')}: the model's seq ({model.seq}) is not a multiple of {key('cp')} × {key('tp')} "
+                f"({o.cp * o.tp}): sequence parallelism gives each tensor-parallel rank an equal part"
+            )
         if o.ep > 1 and (o.dp % o.ep or not model.experts or model.experts % o.ep):
             raise ConfigError(
                 f"{key('ep')} {o.ep} must divide {key('dp')} {o.dp} and the model's experts ({model.experts})"
