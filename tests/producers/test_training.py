@@ -248,8 +248,15 @@ def test_hardware_flops_leave_out_the_copies_a_capacity_drops(recompute: str) ->
     traces, info = generate(model=moe, dp=4, ep=4, capacity_factor=0.5, expert_imbalance=1.0, recompute=recompute)
     assert info["dropped_copies"] > 0.05
     assert flops(traces) == pytest.approx(info["hardware_flops"], rel=1e-9)
+    # Nor do the model's FLOPs count them (they did: MFU 504%, above HFU's 49%, at capacity 0.05): without
+    # recomputation the two are one; with it, the hardware runs the kept copies' forward pass once more.
+    kept = generate(model=moe, dp=4, ep=4, capacity_factor=None, recompute=recompute)[1]
+    dropped = info["dropped_copies"] * 4 * 8 * 128 * 2 * (2 * 256 * 512 * 3)  # (layers × b × s × k × FLOPs a copy)
+    assert info["model_flops"] == pytest.approx(kept["model_flops"] - 3 * dropped, rel=1e-12)
     if recompute == "none":
-        assert info["hardware_flops"] < info["model_flops"]  # MFU counts the model's FLOPs; HFU those run
+        assert info["hardware_flops"] == info["model_flops"]
+    else:
+        assert info["hardware_flops"] == pytest.approx(kept["hardware_flops"] - 4 * dropped, rel=1e-12)
 
 
 def test_expert_parallel_volume_is_four_all_to_alls_per_moe_layer() -> None:
