@@ -9,8 +9,8 @@ Per pipeline stage, on one GPU of it (bytes; every term is an exact rational unt
   output layer on the last (a ``gpt`` model's tied embedding has its copy there, as Megatron-LM keeps one); ZeRO-1
   shards the states, ZeRO-2 the gradients too, ZeRO-3 the weights too, over the data-parallel group (``dp·cp``
   ranks; expert weights over their expert-data-parallel group, ``tp·cp·dp/(ep·etp)``). ZeRO-3 adds the two layers
-  it holds gathered (the one computing and the one prefetched); FP8 adds the FP8 copy of each weight and its
-  transpose, which Transformer Engine caches across micro-batches.
+  it holds gathered (the one computing and the one prefetched), its experts' weights included; FP8 adds the FP8
+  copy of each weight and its transpose, which Transformer Engine caches across micro-batches.
 - **activations**: what each micro-batch leaves stored for its backward (:func:`layer_activations`, Korthikanti et
   al. 2022 §4, generalised to grouped-query attention and gated MLPs), summed over the layers of a model chunk, plus
   the embedding's dropout mask on the first chunk and the output layer's inputs and FP32 logits on the last; the
@@ -127,10 +127,11 @@ def peak_held(ops: list[Op], weight: Callable[[Op], Fraction]) -> Fraction:
     return peak
 
 
-def _stage_parameters(job: JobSpec, stage: int) -> tuple[Fraction, Fraction, Fraction]:
-    """Parameters one GPU of *stage* holds: (dense, expert, the largest layer's dense)."""
+def _stage_parameters(job: JobSpec, stage: int) -> tuple[Fraction, Fraction, list[tuple[Fraction, Fraction]]]:
+    """Parameters one GPU of *stage* holds: (dense, expert, each layer's (dense, expert))."""
     m, lay = job.model, job.layout
-    dense = expert = largest = Fraction(0)
+    dense = expert = Fraction(0)
+    layers: list[tuple[Fraction, Fraction]] = []
     last = lay.pp * job.chunks - 1
     for k in range(job.chunks):
         chunk = k * lay.pp + stage
@@ -138,18 +139,20 @@ def _stage_parameters(job: JobSpec, stage: int) -> tuple[Fraction, Fraction, Fra
             total = m.layer_parameters(layer)
             experts = m.expert_weights(layer)
             d = Fraction(total - experts, lay.tp)  # (as the trace splits them: experts by ep·etp, the rest by tp)
-            dense, expert, largest = dense + d, expert + Fraction(experts, lay.ep * lay.etp), max(largest, d)
+            e = Fraction(experts, lay.ep * lay.etp)
+            dense, expert = dense + d, expert + e
+            layers.append((d, e))
         if m.vocab and chunk == 0:
             dense += Fraction(m.input_embedding_parameters(), lay.tp)
         if m.vocab and chunk == last and (chunk != 0 or m.arch == "llama"):  # (a tied embedding: its copy)
             dense += Fraction(m.vocab * m.hidden, lay.tp) + (m.hidden if m.arch == "llama" else 0)
-    return dense, expert, largest
+    return dense, expert, layers
 
 
 def stage_memory(job: JobSpec, stage: int) -> dict[str, float]:
     """One GPU of pipeline *stage*: bytes per term (see the module docstring) and their ``total``."""
     lay = job.layout
-    dense, expert, largest = _stage_parameters(job, stage)
+    dense, expert, per_layer = _stage_parameters(job, stage)
     shard, expert_shard = lay.dense_copies, lay.expert_copies
 
     def held(per_param: int, sharded: bool) -> Fraction:
@@ -160,8 +163,9 @@ def stage_memory(job: JobSpec, stage: int) -> dict[str, float]:
         "gradients": held(GRADIENT_BYTES, job.zero >= 2),
         "optimizer states": held(STATE_BYTES, job.zero >= 1),
     }
-    if job.zero >= 3 and shard > 1:
-        terms["gathered layers"] = 2 * WEIGHT_BYTES * largest
+    if job.zero >= 3 and (shard > 1 or expert_shard > 1):  # (a layer's experts are gathered as its dense weights)
+        gathered = [d * (shard > 1) + e * (expert_shard > 1) for d, e in per_layer]
+        terms["gathered layers"] = 2 * WEIGHT_BYTES * max(gathered, default=Fraction(0))
     if job.precision == "fp8":
         terms["fp8 weight copies"] = FP8_COPY_BYTES * (dense + expert)
     ops = schedule(job.schedule, lay.pp, stage, job.micro_batches, job.chunks)
