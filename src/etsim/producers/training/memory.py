@@ -7,7 +7,8 @@ Per pipeline stage, on one GPU of it (bytes; every term is an exact rational unt
   FP32 master weights and two moments), P the parameters the GPU holds: its layers' (dense ones split by tensor
   parallelism, experts by expert and expert tensor parallelism), the input embedding on the first model chunk, the
   output layer on the last (a ``gpt`` model's tied embedding has its copy there, as Megatron-LM keeps one); ZeRO-1
-  shards the states, ZeRO-2 the gradients too, ZeRO-3 the weights too, over the data-parallel group (``dp·cp``
+  shards the states, ZeRO-2 the gradients too (with one micro-batch: the trace reduces them after the last one, so
+  they accumulate whole until then), ZeRO-3 the weights too, over the data-parallel group (``dp·cp``
   ranks; expert weights over their expert-data-parallel group, ``tp·cp·dp/(ep·etp)``). ZeRO-3 adds the two layers
   it holds gathered (the one computing and the one prefetched), its experts' weights included; FP8 adds the FP8
   copy of each weight and its transpose, which Transformer Engine caches across micro-batches.
@@ -160,7 +161,9 @@ def stage_memory(job: JobSpec, stage: int) -> dict[str, float]:
 
     terms: dict[str, Fraction] = {
         "weights": held(WEIGHT_BYTES, job.zero >= 3),
-        "gradients": held(GRADIENT_BYTES, job.zero >= 2),
+        # (the trace reduces gradients after the last micro-batch, as Megatron-LM and FSDP's no_sync do: until
+        # then they accumulate whole, so ZeRO-2/3 hold them sharded only when there is one micro-batch)
+        "gradients": held(GRADIENT_BYTES, job.zero >= 2 and job.micro_batches == 1),
         "optimizer states": held(STATE_BYTES, job.zero >= 1),
     }
     if job.zero >= 3 and (shard > 1 or expert_shard > 1):  # (a layer's experts are gathered as its dense weights)
