@@ -154,6 +154,19 @@ def test_a_forced_collnet_says_whether_the_fabric_or_the_settings_lack_it() -> N
         run("dgx-h100", 16, C.ALL_REDUCE, MiB, {"nccl": {"algo": "CollNet", "collnet": True}})
 
 
+@pytest.mark.parametrize("collective", [C.ALL_GATHER, C.REDUCE_SCATTER])
+def test_collnet_all_gather_and_reduce_scatter_across_nodes_are_not_offered(collective: CollectiveType) -> None:
+    """CollNetDirect's all-gather and reduce-scatter were laid with no stage between nodes: 32 GPUs of 4 nodes
+    moved no byte over the NICs (a 256 MiB reduce-scatter in 0.93 ms, under the 1.01 ms the NICs allow), and the
+    tuner chose it unforced. NCCL needs the CollNet plugin's iallgather/ireducescatter for it (tuning.cc)."""
+    system = {"nccl": {"collnet": True}}
+    result = run("dgx-a100", 32, collective, 256 * MiB, system, sharp=True)
+    assert "CollNet" not in result.collectives[0].algorithm
+    with pytest.raises(ConfigError, match="need the CollNet plugin's iallgather and ireducescatter"):
+        run("dgx-a100", 32, collective, 256 * MiB, {"nccl": {"collnet": True, "algo": "CollNetDirect"}}, sharp=True)
+    assert "CollNet" in run("dgx-a100", 32, C.ALL_REDUCE, 256 * MiB, system, sharp=True).collectives[0].algorithm
+
+
 def test_one_process_drives_gpus_of_its_own_node_only() -> None:
     with pytest.raises(ConfigError, match="gpus_per_process 16 is more than a node's 8 GPUs"):
         run("dgx-h100", 16, C.ALL_REDUCE, MiB, {"nccl": {"gpus_per_process": 16}})

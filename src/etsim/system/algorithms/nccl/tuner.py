@@ -160,6 +160,13 @@ def _excluded(comm: Comm, graphs: Graphs, kind: str, settings: NcclSettings) -> 
         out["PAT"] = "PAT runs with one GPU per node, from NCCL 2.23"
     if kind in ("ag", "rs") and comm.nodes > 1:
         out.setdefault("NVLS", "NVLS all-gather and reduce-scatter across nodes need the CollNet plugin")
+        # (tuning.cc zeroes it without the plugin's iallgather/ireducescatter and one NIC per GPU; etsim lays no
+        # cross-node stage for it: its graphs moved no byte between nodes)
+        out.setdefault(
+            "CollNetDirect",
+            "CollNetDirect all-gather and reduce-scatter across nodes need the CollNet plugin's iallgather and "
+            "ireducescatter, which etsim does not model",
+        )
     return out
 
 
