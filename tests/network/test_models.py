@@ -249,6 +249,12 @@ def test_link_model_on_multidimensional_switched_topology():
     assert run(make("link", t3), [(0, 0, 7, S)]) == [3 * (L + S / B)]
 
 
+def test_link_integer_ns_with_packets_is_refused():
+    # Each 32 B packet's hop floored to 0 ns: a 64 KiB message crossed a 50 GB/s link in its 500 ns latency alone.
+    with pytest.raises(ConfigError, match="packet_size and integer_ns together"):
+        make("link", ring(4, B, L), integer_ns=True, packet_size=32)
+
+
 def test_link_integer_ns_truncates_per_hop():
     t = switch(4, 50 * 2**30 / 1e9, 500.0)
     m = 131072

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 from simpy.events import Timeout
 
+from etsim.errors import ConfigError
 from etsim.network.bulk import BulkTiming, LinkClaims, repeats
 from etsim.network.model import (
     NETWORK_MODELS,
@@ -93,7 +94,7 @@ class LinkNetwork(NetworkModel):
     back; the message is delivered when its last packet arrives.
 
     ``integer_ns: true`` truncates to whole ns per hop: the busy time to ``floor(S/B)`` and the hop
-    time to ``floor(L + S/B)``.
+    time to ``floor(L + S/B)`` (not with ``packet_size``: floored per packet, it would beat the bandwidth).
 
     Implementation: links are busy-until floats (no ``simpy.Resource``, no process per message); a
     message costs one scheduled SimPy event per hop, so that FIFO order at downstream links follows
@@ -131,6 +132,11 @@ class LinkNetwork(NetworkModel):
         self._routes: dict[tuple[int, int], list[int]] = {}
         self._packet = self.options.packet_size
         self._integer = self.options.integer_ns
+        if self._packet and self._integer:  # (each packet's hop floored: 32 B packets at 50 GB/s took no time)
+            raise ConfigError(
+                "network: packet_size and integer_ns together: integer_ns truncates each message's hop to whole ns; "
+                "per packet it would drop up to 1 ns a packet, faster than the link's bandwidth allows"
+            )
         self._shared = SharedDeliveries(env)
         # When each link last queued a message.
         self._last = [-1.0] * n
