@@ -244,6 +244,12 @@ def test_a_class_over_a_failed_link_goes_around_with_all_its_members() -> None:
     assert together == apart and stats == reference
     detour = AvoidingRouter(make_router("default", topo), {topo.link_ids[0, 1], topo.link_ids[1, 0]}).lookup(0, 1)
     assert all(stats[link].messages == 3 for link in detour)
+    # The failed link carried what drained before it failed, the detour the rest: 3 MiB in all on each hop of the
+    # way. (The failed link kept the whole 3 MiB, and 20 µs of busy time, besides the detour's share.)
+    down = topo.link_ids[0, 1]
+    before = stats[down].bytes
+    assert 0 < before < 3 * MiB and stats[down].busy == pytest.approx(before / 50.0, rel=1e-12)
+    assert all(stats[link].bytes == pytest.approx(3 * MiB - before, rel=1e-12) for link in detour)
 
 
 def test_a_collectives_equal_chunks_drain_as_classes_with_the_times_of_flows_apart(

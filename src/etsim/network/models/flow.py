@@ -325,7 +325,8 @@ class FlowNetwork(NetworkModel):
         """New bandwidths from now on, and *router*'s routes.
 
         Flows in flight over a changed link are re-shared; those over a failed link continue, with the bytes they
-        have left, over *router*'s route around it (one more message on each link of the new route).
+        have left, over *router*'s route around it (one more message on each link of the new route; those bytes
+        move from the old route's links to the new one's).
         """
         now = self.env.now
         self.router = router
@@ -349,6 +350,10 @@ class FlowNetwork(NetworkModel):
                 del self._on_link[link][slot]
                 self._load[link] -= weight
                 self._dirty[link] = None
+                # (its bytes were counted on the route when it was sent: those left go by the new route instead;
+                # member by member, as the messages of a class taken apart)
+                for _ in range(weight):
+                    self._bytes[link] -= self._f_left[slot]
             src, dst = self.topology.links[route[0]][0], self.topology.links[route[-1]][1]  # (a route joins them)
             try:
                 links, latency, _ = self._route(src, dst)  # type: ignore[arg-type]
