@@ -397,3 +397,52 @@ def test_a_failed_gpu_the_cluster_lacks_is_an_error_and_one_no_job_uses_is_warne
         run_cluster(load_cluster(_cluster(tmp_path, **keys, faults=[{"gpu": 99, "at": "1 us"}])))
     with pytest.warns(EtsimWarning, match=r"faults\[0\]: no job runs on GPU 7: its failure has no effect"):
         run_cluster(load_cluster(_cluster(tmp_path, **keys, faults=[{"gpu": 7, "at": "1 us"}])))
+
+
+def _computing(name: str, gpus: list[int], micros: int = 100) -> dict[str, Any]:
+    """A data-parallel step on two ranks: 2 × *micros* of compute and a tiny all-reduce."""
+    workload = {"generate": "dp", "npus": 2, "layers": 1, "grad_size": 1000, "fwd_us": micros, "wg_us": micros}
+    return {"name": name, "workload": workload, "placement": gpus}
+
+
+def test_a_jobs_own_per_rank_settings_name_its_ranks_and_its_clock(tmp_path) -> None:
+    """Job b (on GPUs 1 and 5) slows its rank 0: it slowed GPU 0, job a's. Its rank_start and rank_fail were
+    dropped; its other settings applied to every job, or to none."""
+    b = {**_computing("b", [1, 5]), "start": "1 ms", "system": {"compute_slowdown": {0: 2.0}}}
+    a, b = load_cluster_and_run(tmp_path, [_computing("a", [0, 4]), b]).jobs
+    assert 200_000 < a.duration_ns < 250_000 < 400_000 < b.duration_ns < 450_000  # (b's rank 0 at half speed)
+    late = {**_computing("b", [1, 5]), "start": "1 ms", "system": {"rank_start": {1: "300 us"}}}
+    (b,) = load_cluster_and_run(tmp_path, [late]).jobs
+    assert 500_000 < b.duration_ns < 550_000  # (its rank 1 300 us into the job, then 200 us of compute)
+    failing = {**_computing("b", [1, 5]), "start": "1 ms", "system": {"rank_fail": {1: "10 us"}}}
+    (b,) = load_cluster_and_run(tmp_path, [failing]).jobs
+    assert b.finish_ns == 1_010_000.0 and b.lost is not None and b.lost["gpu"] == 5  # (its rank 1, 10 us in)
+    leaking = {**_computing("b", [1, 5]), "system": {"endpoint_delay": "50 us"}}
+    with pytest.raises(ConfigError, match=r"jobs\[1\]\.system\.endpoint_delay: a setting of the whole run"):
+        load_cluster_and_run(tmp_path, [_computing("a", [0, 4]), leaking])
+    with pytest.raises(ConfigError, match=r"jobs\[0\]\.system\.compute_slowdown: rank 2 is not one of the job's"):
+        load_cluster_and_run(tmp_path, [{**_computing("a", [0, 4]), "system": {"compute_slowdown": {2: 2.0}}}])
+
+
+def load_cluster_and_run(tmp_path: Path, jobs: list[dict[str, Any]], **keys: Any) -> Any:
+    return run_cluster(load_cluster(_cluster(tmp_path, topology=TWO_SWITCHES, model="flow", jobs=jobs, **keys)))
+
+
+def test_alone_a_late_job_meets_the_faults_of_its_own_time(tmp_path) -> None:
+    """A job starting at 2 ms, alone on the cluster, with a spine at half rate from 0.2 ms to 1.9 ms (over before it
+    starts): its slowdown is 1. Its alone run started at 0 and met the fault: 0.556x."""
+    faults = [{"link": ["s0", "s1"], "at": "200 us", "bandwidth": "50%"},
+              {"link": ["s0", "s1"], "at": "1900 us", "bandwidth": "100%"}]  # fmt: skip
+    job = {**_sendrecv([0, 4], "c"), "start": "2 ms"}
+    path = _cluster(tmp_path, topology=TWO_SWITCHES, model="flow", jobs=[job], faults=faults)
+    (result,) = run_cluster(load_cluster(path), alone=True).jobs
+    assert result.duration_ns == pytest.approx(3 * LAT + S / B, abs=1e-6)
+    assert result.slowdown == 1.0
+
+
+def test_a_gpu_that_fails_before_its_job_starts_costs_no_negative_time(tmp_path) -> None:
+    """GPU 5 fails at 1 ms, its job starts at 2 ms: it printed a duration of -1 ms and -1 ms lost a GPU."""
+    job = {**_sendrecv([1, 5], "b"), "start": "2 ms"}
+    (b,) = load_cluster_and_run(tmp_path, [job], faults=[{"gpu": 5, "at": "1 ms"}]).jobs
+    assert b.duration_ns == 0.0 and b.lost is not None
+    assert b.lost["step_ns"] == b.lost["gpu_ns"] == 0.0

@@ -251,23 +251,55 @@ def _fabric_links(topology: Topology, gpu: int, key: str) -> list[tuple[Any, Any
     return [(gpu, s) for s in sorted(fabric, key=str)]
 
 
+def _failures(spec: ClusterSpec, gpus: Sequence[tuple[int, ...]]) -> list[tuple[int, float]]:
+    """The GPUs that fail and when: the faults', the cluster system's ``rank_fail`` and the jobs' (on their GPUs)."""
+    cluster = load_system_config({"rank_fail": spec.system["rank_fail"]}) if "rank_fail" in spec.system else None
+    out = list(cluster.rank_fail.items()) if cluster is not None else []
+    for i, (system, ranks, job) in enumerate(zip(spec.job_systems, gpus, spec.jobs, strict=True)):
+        if "rank_fail" in system:
+            mine = _on_gpus(load_system_config({"rank_fail": system["rank_fail"]}), ranks, job.start, f"jobs[{i}]")
+            out += mine.rank_fail.items()
+    return out + [(fault.gpu, fault.at) for fault in spec.faults if fault.gpu is not None]
+
+
+#: The system settings that name ranks: a job's name its own ranks, the cluster's its GPUs.
+PER_RANK = frozenset({"compute_slowdown", "compute_delay", "slowdown_windows", "rank_start", "rank_fail"})
+
+
+def _on_gpus(config: SystemConfig, gpus: Sequence[int], start: float, where: str) -> SystemConfig:
+    """A job's per-rank settings (*config*) moved to its *gpus*, their times to the cluster's clock (+ *start*)."""
+    named = config.ranks_named()
+    for key, ranks in named.items():
+        bad = sorted(r for r in ranks if r >= len(gpus))
+        if bad:
+            raise ConfigError(f"{where}.system.{key}: rank {bad[0]} is not one of the job's ranks 0..{len(gpus) - 1}")
+    return config.with_overrides(
+        compute_slowdown={gpus[r]: f for r, f in config.compute_slowdown.items()},
+        compute_delay={gpus[r]: d for r, d in config.compute_delay.items()},
+        slowdown_windows=tuple((gpus[r], a + start, b + start, f) for r, a, b, f in config.slowdown_windows),
+        rank_start={gpus[r]: t + start for r, t in config.rank_start.items()},
+        rank_fail={gpus[r]: t + start for r, t in config.rank_fail.items()},
+    )
+
+
 def _system(
     spec: ClusterSpec,
     gpus: Sequence[tuple[int, ...]],
-    only: int | None = None,
     groups: Sequence[Sequence[str]] | None = None,
 ) -> SystemConfig:
     """The run's settings: the cluster's and the jobs' (which must agree), starts and stragglers by GPU.
 
     With *groups* (each job's merged group names), a job's own ``algorithms`` become selection rules for its groups
-    (:func:`_job_rules`), before the cluster's: jobs may use different algorithms.
+    (:func:`_job_rules`), before the cluster's: jobs may use different algorithms. A job's per-rank settings
+    (:data:`PER_RANK`) name its own ranks, at times from its own start: they are moved to its GPUs and the
+    cluster's clock. Any other setting is the whole run's: a job gives it as the cluster does, or every job alike.
     """
-    merged = {k: v for k, v in spec.system.items() if k != "comm_groups"}
+    merged = {k: v for k, v in spec.system.items() if k != "comm_groups" and k not in PER_RANK}
     setter: dict[str, int] = {}
     rules: list[dict[str, Any]] = []
     for i, system in enumerate(spec.job_systems):
         for key, value in system.items():
-            if key == "comm_groups":
+            if key == "comm_groups" or key in PER_RANK:
                 continue
             if key == "algorithms" and groups is not None:
                 rules += _job_rules(value, spec.jobs[i].name, groups[i])
@@ -277,17 +309,39 @@ def _system(
                     f"{spec.where}: jobs[{i}].system.{key}: differs from jobs[{setter[key]}]'s; the jobs of a cluster "
                     "run under one system, so give it once (the cluster's system) or the same in every job"
                 )
+            if key in spec.system and spec.system[key] != value:
+                raise ConfigError(f"{spec.where}: jobs[{i}].system.{key}: differs from the cluster's system's")
             setter.setdefault(key, i)
             merged[key] = value
+    for key, i in setter.items():  # (one job's setting applied to every job, in silence)
+        if key not in spec.system and any(key not in system for system in spec.job_systems):
+            raise ConfigError(
+                f"{spec.where}: jobs[{i}].system.{key}: a setting of the whole run, which not every job gives; give "
+                "it in the cluster's system (or the same in every job)"
+            )
     if rules:
         merged["algorithms"] = rules + _job_rules(merged.get("algorithms", {}), None, None)
     config = load_system_config(merged)
-    starts = {}
-    if only is None:  # (alone, a job starts at 0)
-        starts = {gpu: job.start for job, ranks in zip(spec.jobs, gpus, strict=True) for gpu in ranks if job.start}
-    constant: dict[int, float] = dict(config.compute_slowdown)
-    delays: dict[int, float] = dict(config.compute_delay)
-    windows = list(config.slowdown_windows)
+    cluster = load_system_config({k: v for k, v in spec.system.items() if k in PER_RANK})  # (by GPU)
+    jobs = [
+        _on_gpus(load_system_config({k: v for k, v in system.items() if k in PER_RANK}), ranks, job.start, f"jobs[{i}]")
+        for i, (system, ranks, job) in enumerate(zip(spec.job_systems, gpus, spec.jobs, strict=True))
+    ]
+    starts = {gpu: job.start for job, ranks in zip(spec.jobs, gpus, strict=True) for gpu in ranks if job.start}
+    constant: dict[int, float] = dict(cluster.compute_slowdown)
+    delays: dict[int, float] = dict(cluster.compute_delay)
+    windows = list(cluster.slowdown_windows)
+    failing: dict[int, float] = {}
+    for gpu, when in cluster.rank_start.items():
+        starts[gpu] = max(starts.get(gpu, 0.0), when)
+    for mine in jobs:
+        for gpu, factor in mine.compute_slowdown.items():
+            constant[gpu] = constant.get(gpu, 1.0) * factor
+        for gpu, delay in mine.compute_delay.items():
+            delays[gpu] = delays.get(gpu, 0.0) + delay
+        windows += mine.slowdown_windows
+        for gpu, when in mine.rank_start.items():
+            starts[gpu] = max(starts.get(gpu, 0.0), when)
     for straggler in spec.stragglers:
         for gpu in straggler.gpus if straggler.delay else ():
             delays[gpu] = delays.get(gpu, 0.0) + straggler.delay
@@ -299,11 +353,9 @@ def _system(
         else:
             until = float("inf") if straggler.until is None else straggler.until
             windows += [(gpu, straggler.start, until, straggler.slowdown) for gpu in straggler.gpus]
-    failing: dict[int, float] = {}
-    for fault in spec.faults:  # a GPU that fails stops its whole job (the others wait for it forever)
-        job = next((ranks for ranks in gpus if fault.gpu in ranks), ())
-        for gpu in job:
-            failing[gpu] = min(failing.get(gpu, fault.at), fault.at)
+    for failed, when in _failures(spec, gpus):  # a GPU that fails stops its whole job (the others wait for it forever)
+        for gpu in next((ranks for ranks in gpus if failed in ranks), (failed,)):
+            failing[gpu] = min(failing.get(gpu, when), when)
     return config.with_overrides(
         compute_slowdown=constant,
         compute_delay=delays,
@@ -370,6 +422,7 @@ def _job_view(
             rank = entry.get("rank_of_max")
             groups.append({**entry, "group": name, **({"rank_of_max": index[rank]} if rank in index else {})})
     finish = max((r.finish_ns for r in ranks), default=start)
+    finish = max(finish, start)  # (a job whose GPU failed before it started never ran: no negative duration)
     result = dataclasses.replace(
         run,
         finish_ns=finish,
@@ -498,17 +551,17 @@ def run_cluster(
         processes = {gpu: f"job {job.name} · rank {r} (GPU {gpu})" for job in placed for r, gpu in enumerate(job.gpus)}
         write_chrome_trace(recorder, trace, links=False, process_names=processes)
     if alone:
-        for i, job in enumerate(placed):  # (the same stragglers and faults, from time 0)
-            if "apart" in run.sim and not spec.jobs[i].start:  # (its own run was this one)
+        for i, job in enumerate(placed):  # (at its own start, with the same stragglers and faults: only alone)
+            if "apart" in run.sim:  # (its own run was this one)
                 jobs[i].alone_ns = jobs[i].duration_ns
                 continue
             by_itself = Simulation(
                 merge_jobs([job], topo.npus),
                 topology=net,
-                system=restricted(_system(spec, gpus, i, groups), job.gpus),
+                system=restricted(_system(spec, gpus, groups), job.gpus),
                 reports=NO_REPORTS,
             ).run()
-            jobs[i].alone_ns = max(by_itself.ranks[g].finish_ns for g in job.gpus)
+            jobs[i].alone_ns = max(by_itself.ranks[g].finish_ns for g in job.gpus) - spec.jobs[i].start
     failed = {int(r): t for r, t in run.sim.get("failed", {}).items()}
     _mark_lost(spec, jobs, failed)
     faults = [_fault_entry(spec, i, placed) for i in range(len(spec.faults))]
@@ -576,9 +629,10 @@ def _mark_lost(spec: ClusterSpec, jobs: Sequence[JobResult], failed: dict[int, f
         when = min((failed[g] for g in job.gpus if g in failed), default=None)
         if when is None:
             continue
-        gpu = next(f.gpu for f in spec.faults if f.gpu in job.gpus and f.at == when)
+        # (the GPU a fault or a rank_fail named: every GPU of its job stops with it)
+        gpu = next(g for g, at in _failures(spec, [job.gpus for job in jobs]) if g in job.gpus and at == when)
         finished = sum(1 for c in job.result.collectives if c.rank == 0 and c.end_ns <= when)
-        step = when - job.start_ns
+        step = max(0.0, when - job.start_ns)  # (a GPU that failed before its job started: nothing ran, none lost)
         job.lost = {"gpu": gpu, "at_ns": when, "step_ns": step, "gpu_ns": step * len(job.gpus),
                     "collectives_done": finished}  # fmt: skip
 
@@ -588,4 +642,4 @@ def _durations(
 ) -> list[float]:
     """Each job's duration in *run*: its last rank's finish minus its start (*jobs*: these of the file's jobs)."""
     finishes = [max((run.ranks[g].finish_ns for g in ranks), default=0.0) for ranks in gpus]
-    return [f - job.start for f, job in zip(finishes, spec.jobs if jobs is None else jobs, strict=True)]
+    return [max(0.0, f - job.start) for f, job in zip(finishes, spec.jobs if jobs is None else jobs, strict=True)]
