@@ -167,6 +167,20 @@ def test_collnet_all_gather_and_reduce_scatter_across_nodes_are_not_offered(coll
     assert "CollNet" in run("dgx-a100", 32, C.ALL_REDUCE, 256 * MiB, system, sharp=True).collectives[0].algorithm
 
 
+@pytest.mark.parametrize("channels", [1, 2, 4])
+def test_a_ring_of_fewer_channels_than_nics_crosses_as_many_nics(channels: int) -> None:
+    """A channel is one ring, and a ring leaves a node through one NIC: with c channels on two 8-GPU A100 nodes (25
+    GB/s NICs) a 256 MiB all-reduce moves 2·(15/16)·S between the nodes over c NICs each way. Every NIC carried a
+    ring: 1 channel took 14.3 ms against the 20.1 ms its NIC allows."""
+    size = 256 * MiB
+    result = run("dgx-a100", 16, C.ALL_REDUCE, size, {"algorithms": {"default": f"nccl:Ring/Simple/{channels}"}})
+    assert result.collectives[0].algorithm == f"nccl:Ring/Simple/{channels}"
+    bound = 2 * 15 / 16 * size / (channels * 25.0)  # ns: the bytes each ring moves between the nodes, its NIC
+    assert bound < result.finish_ns < 1.3 * bound
+    nics = [link for link in result.links if link["bandwidth_GBps"] == 25.0 and isinstance(link["src"], int)]
+    assert len(nics) == 2 * channels  # (one NIC out of each node per ring)
+
+
 def test_one_process_drives_gpus_of_its_own_node_only() -> None:
     with pytest.raises(ConfigError, match="gpus_per_process 16 is more than a node's 8 GPUs"):
         run("dgx-h100", 16, C.ALL_REDUCE, MiB, {"nccl": {"gpus_per_process": 16}})
@@ -436,7 +450,7 @@ def test_a_trees_ll_network_hops_speed_up_with_the_gpu_generation_and_the_others
         scale = generation**timing.LAT_GEN_EXPONENT if proto == "LL" else 1.0
         hop = timing.LAT_NET[proto] / scale + fabric
         # the fixed delay leaves out the network's own latency on the path, which the graph's messages carry
-        on_path = [c.parent._path_latency("Tree", C.ALL_REDUCE, c.group, c.layout) for c in (two, four)]
+        on_path = [c.parent._path_latency("Tree", C.ALL_REDUCE, c.group, c.layout, 0) for c in (two, four)]
         added = four.plan.fixed_ns + on_path[1] - two.plan.fixed_ns - on_path[0]
         assert added == pytest.approx(2 * hop * 1000.0, rel=1e-9), proto
 

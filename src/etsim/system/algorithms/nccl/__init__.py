@@ -170,7 +170,7 @@ class NcclAlgorithm(CollectiveAlgorithm):
         choice = choose(comm, graphs, kind, nbytes, self.settings)
         if isinstance(choice, str):
             raise ConfigError(f"algorithm 'nccl': {choice}")
-        latency = self._path_latency(choice.algorithm, kind, group, layout)
+        latency = self._path_latency(choice.algorithm, kind, group, layout, choice.channels)
         plan = plan_call(comm, graphs, choice, kind, nbytes, self.settings, latency)
         return NcclCall(self, kind, nbytes, group, layout, plan)
 
@@ -189,7 +189,9 @@ class NcclAlgorithm(CollectiveAlgorithm):
             found = self._routes[key] = sum(topo.latencies[link] for link in router.lookup(a, b))
         return found
 
-    def _path_latency(self, algo: str, kind: CollectiveType, group: tuple[int, ...], layout: Layout) -> float:
+    def _path_latency(
+        self, algo: str, kind: CollectiveType, group: tuple[int, ...], layout: Layout, channels: int
+    ) -> float:
         """The latency the network adds on the graph's critical path (its hops, one message each).
 
         A ring's super-step waits for the previous one's block from the previous rank: the path runs back along
@@ -199,7 +201,7 @@ class NcclAlgorithm(CollectiveAlgorithm):
             return sum(self._route_latency(group[0], group[d % len(group)]) for d, _ in pat_steps(len(group)))
         if algo == "Ring" and kind not in (C.BROADCAST, C.REDUCE):
             n = len(group)
-            orders = layout.ring_orders(self.hardware().intra)
+            orders = layout.ring_orders(self.hardware().intra, channels)
             hops = len(ring_steps(2 * (n - 1) if kind == C.ALL_REDUCE else n - 1, len(orders)))
             worst = 0.0
             for order in orders:

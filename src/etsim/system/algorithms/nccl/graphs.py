@@ -85,8 +85,16 @@ class Layout:
             found = self._columns[local] = [m[local] for m in self.by_node.values() if local < len(m)]
         return found
 
-    def ring_orders(self, intra: str) -> list[list[int]]:
-        """The ring orders of the channel groups (see the module docstring)."""
+    def ring_orders(self, intra: str, channels: int = 0) -> list[list[int]]:
+        """The ring orders of the channel groups (see the module docstring); at most *channels* of them if given.
+
+        A channel is one ring: fewer channels than groups lay fewer rings, so fewer NICs and links carry them (one
+        ring on two 8-GPU nodes crosses one NIC of each; every NIC carried one, beating the NICs' bound).
+        """
+        orders = self._ring_orders(intra)
+        return orders[:channels] if channels else orders
+
+    def _ring_orders(self, intra: str) -> list[list[int]]:
         ppn = self.per_node
         if len(self.node_ids) > 1:
             orders = []
@@ -161,9 +169,8 @@ def rotation_invariant(kind: CollectiveType, layout: Layout, plan: Plan, intra: 
     if algo == "Ring":
         if kind in (C.BROADCAST, C.REDUCE):
             return False
-        return all(
-            len({(order[(i + 1) % n] - order[i]) % n for i in range(n)}) == 1 for order in layout.ring_orders(intra)
-        )
+        orders = layout.ring_orders(intra, plan.choice.channels)
+        return all(len({(order[(i + 1) % n] - order[i]) % n for i in range(n)}) == 1 for order in orders)
     return nodes == 1 or nodes == 2 or sharp  # exchanges with every member (no tree over the nodes)
 
 
@@ -229,7 +236,7 @@ def _rings(
 ) -> None:  # fmt: skip
     """Each channel group's ring: a super-step's block goes to the next rank once the previous one has arrived."""
     n = len(layout.nodes)
-    orders = layout.ring_orders(intra)
+    orders = layout.ring_orders(intra, plan.choice.channels)
     block = nbytes / n / len(orders)
     merged = ring_steps(2 * (n - 1) if kind == C.ALL_REDUCE else n - 1, len(orders))
     for g, order in enumerate(orders):
@@ -274,7 +281,7 @@ def _chain(
 ) -> None:  # fmt: skip
     """A pipelined chain along each ring from position 0 (broadcast) or to it (reduce)."""
     n = len(layout.nodes)
-    orders = layout.ring_orders(intra)
+    orders = layout.ring_orders(intra, plan.choice.channels)
     chunks = plan.chunks
     piece = nbytes / len(orders) / chunks
     for g, ring in enumerate(orders):
