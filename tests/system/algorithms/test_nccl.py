@@ -181,6 +181,13 @@ def test_a_ring_of_fewer_channels_than_nics_crosses_as_many_nics(channels: int) 
     assert len(nics) == 2 * channels  # (one NIC out of each node per ring)
 
 
+@pytest.mark.parametrize("collective", [C.GATHER, C.SCATTER, C.BARRIER])
+def test_nccl_asked_for_a_collective_it_does_not_implement_says_so(collective: CollectiveType) -> None:
+    # `--algo gather=nccl` ended in a KeyError traceback (the call was bound before it was checked).
+    with pytest.raises(ConfigError, match=f"algorithm 'nccl' does not implement {collective.name.lower()}"):
+        run("dgx-h100", 8, collective, MiB, {"algorithms": {collective.name.lower(): "nccl"}})
+
+
 def test_one_process_drives_gpus_of_its_own_node_only() -> None:
     with pytest.raises(ConfigError, match="gpus_per_process 16 is more than a node's 8 GPUs"):
         run("dgx-h100", 16, C.ALL_REDUCE, MiB, {"nccl": {"gpus_per_process": 16}})

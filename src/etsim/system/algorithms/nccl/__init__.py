@@ -140,6 +140,8 @@ class NcclAlgorithm(CollectiveAlgorithm):
 
     def for_call(self, collective: CollectiveType, size: int, group: tuple[int, ...]) -> CollectiveAlgorithm:
         """The algorithm of one call: NCCL's choice for *collective* of *size* bytes over *group*."""
+        if collective not in self.collectives:  # (unbound: supports() says why, where a KeyError escaped)
+            return self
         key = (int(collective), size, group)
         found = self._calls.get(key)
         if found is None:
