@@ -188,6 +188,12 @@ def test_nccl_asked_for_a_collective_it_does_not_implement_says_so(collective: C
         run("dgx-h100", 8, collective, MiB, {"algorithms": {collective.name.lower(): "nccl"}})
 
 
+def test_nvls_efficiency_is_the_hardwares_not_the_groups() -> None:
+    # A group of 9 GPUs of an NVL72 rack took NVL72's efficiency and one of 8 a baseboard's: 9 ran 19% slower.
+    hw = nccl("gb200-nvl72", 72).hardware()
+    assert {timing._nvls_efficiency(Comm(hw, n, 1, n)) for n in (4, 8, 9, 72)} == {timing.NVL72_NVLS_EFFICIENCY}
+
+
 def test_one_process_drives_gpus_of_its_own_node_only() -> None:
     with pytest.raises(ConfigError, match="gpus_per_process 16 is more than a node's 8 GPUs"):
         run("dgx-h100", 16, C.ALL_REDUCE, MiB, {"nccl": {"gpus_per_process": 16}})

@@ -195,7 +195,8 @@ def _intra_rate(comm: Comm) -> float:
 
 
 def _nvls_efficiency(comm: Comm) -> float:
-    if comm.per_node > 8:  # an NVLink domain of trays (NVL72), not one baseboard's NVSwitches
+    if comm.hardware.gpus_per_node > 8:  # an NVLink domain of trays (NVL72), not one baseboard's NVSwitches (the
+        # hardware's, not the group's: 9 GPUs of a rack ran slower than 8 of it)
         return NVL72_NVLS_EFFICIENCY
     return _NVLS_EFFICIENCY.get(min(comm.compute_capability, 100), 0.8)
 
