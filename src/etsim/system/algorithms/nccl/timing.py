@@ -352,8 +352,16 @@ def plan_call(
     if algo in ("NVLS", "NVLSTree") or (algo == "CollNetDirect"):
         intra = comm.hardware.nvlink_bandwidth / (comm.nvlink_bandwidth * _nvls_efficiency(comm))
     inter = overhead / _fabric(comm).efficiency if nodes > 1 else overhead
-    host_ns = settings.gpus_per_process * HOST_PER_GPU * 1000.0
+    host_ns = _launched(comm, settings) * HOST_PER_GPU * 1000.0
     return Plan(choice, intra, inter, fixed_ns, cta_ns, host_ns, chunks)
+
+
+def _launched(comm: Comm, settings: NcclSettings) -> int:
+    """The GPUs one thread launches the call on: those it drives that are in the communicator.
+
+    A process's GPUs are of one node: two ranks of two nodes launch one each, however many GPUs each process drives.
+    """
+    return min(settings.gpus_per_process, comm.per_node)
 
 
 def plan_p2p(
@@ -376,10 +384,10 @@ def plan_p2p(
     if comm_channels and comm.ranks > 1:  # every other rank a peer, each on its channels (as a workload's sends)
         intra = p2p_channel_scale(comm, comm_channels, peer_bytes, comm.ranks - 1)
     inter = 1.0 / fabric.p2p_efficiency if fabric is not None else 1.0
-    host_ns = settings.gpus_per_process * HOST_PER_P2P * 2 * comm.ranks * 1000.0
+    host_ns = _launched(comm, settings) * HOST_PER_P2P * 2 * comm.ranks * 1000.0
     choice = Choice("P2P", "Simple", 1, 512, 0.0)
     fixed_ns = max(0.0, latency * 1000.0 - network_latency_ns)
-    if settings.gpus_per_process > 1:  # one thread enqueues every GPU's sends before any starts
+    if _launched(comm, settings) > 1:  # one thread enqueues every GPU's sends before any starts
         return Plan(choice, intra, inter, fixed_ns + host_ns, 0.0, 0.0, 1)
     return Plan(choice, intra, inter, fixed_ns, 0.0, host_ns, 1)
 
