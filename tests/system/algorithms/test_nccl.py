@@ -194,6 +194,15 @@ def test_nvls_efficiency_is_the_hardwares_not_the_groups() -> None:
     assert {timing._nvls_efficiency(Comm(hw, n, 1, n)) for n in (4, 8, 9, 72)} == {timing.NVL72_NVLS_EFFICIENCY}
 
 
+@pytest.mark.parametrize("collective", [C.ALL_REDUCE, C.ALL_GATHER, C.BROADCAST, C.ALL_TO_ALL])
+def test_a_call_of_no_bytes_is_discarded_from_nccl_2_20(collective: CollectiveType) -> None:
+    # enqueue.cc (2.20+): "Empty collectives can be discarded" -- no kernel, no wait. It cost 10.7-15.8 us.
+    result = run("dgx-h100", 8, collective, 0)
+    assert result.finish_ns == 0.0 and result.collectives[0].algorithm == "nccl:discarded"
+    older = run("dgx-h100", 8, collective, 0, {"nccl": {"version": "2.18"}})
+    assert older.finish_ns > 5_000 and older.collectives[0].algorithm != "nccl:discarded"
+
+
 def test_one_process_drives_gpus_of_its_own_node_only() -> None:
     with pytest.raises(ConfigError, match="gpus_per_process 16 is more than a node's 8 GPUs"):
         run("dgx-h100", 16, C.ALL_REDUCE, MiB, {"nccl": {"gpus_per_process": 16}})

@@ -22,7 +22,14 @@ from etsim.system.algorithms.base import ALGORITHMS, CollectiveAlgorithm
 from etsim.system.algorithms.nccl.graphs import Layout, build_graph, pat_steps, ring_steps, rotation_invariant
 from etsim.system.algorithms.nccl.search import Comm, channel_graphs
 from etsim.system.algorithms.nccl.settings import NcclSettings, forced
-from etsim.system.algorithms.nccl.timing import Plan, p2p_channel_scale, p2p_message, plan_call, plan_p2p
+from etsim.system.algorithms.nccl.timing import (
+    DISCARDED,
+    Plan,
+    p2p_channel_scale,
+    p2p_message,
+    plan_call,
+    plan_p2p,
+)
 from etsim.system.algorithms.nccl.tuner import UNEVEN, choose
 from etsim.system.algorithms.sources import SOURCES, AlgorithmContext, AlgorithmSource
 from etsim.system.p2p import P2pPair
@@ -160,6 +167,8 @@ class NcclAlgorithm(CollectiveAlgorithm):
             counts = ", ".join(str(len(m)) for m in layout.by_node.values())
             warn(f"nccl: a group of {n} GPUs on nodes holding {counts} of them runs NCCL's rings ({UNEVEN})")
         nbytes = collective_buffer_bytes(collective, size, n)
+        if nbytes == 0 and self.settings.version >= (2, 20):  # (enqueue.cc returns at once: no kernel, no wait)
+            return NcclCall(self, algorithm_collective(collective), 0.0, group, layout, DISCARDED)
         if collective == C.ALL_TO_ALL:
             remote = n - layout.per_node
             farthest = max(self._route_latency(group[0], group[q]) for q in range(1, n)) if n > 1 else 0.0
@@ -240,7 +249,8 @@ class NcclCall(CollectiveAlgorithm):
     verified_by_tests = True  # tests/system/algorithms/test_nccl.py (byte volumes per rank, per link kind)
     # A rank's kernel ends when its own work is done: a broadcast root's sends land in its receivers' buffers
     # whether or not they have launched the call (calls in a row overlap, as nccl-tests measures them); every
-    # other wait is a message the graphs carry (even a call of no bytes moves flags: MIN_WIRE_BYTES).
+    # other wait is a message the graphs carry (even a call of a few bytes moves flags: MIN_WIRE_BYTES; one of none
+    # NCCL 2.20+ discards).
     synchronises_itself = True
 
     def __init__(
@@ -260,7 +270,8 @@ class NcclCall(CollectiveAlgorithm):
         self.plan = plan
         choice = plan.choice
         #: How results name this call's algorithm.
-        self.label = f"nccl:{choice.algorithm}/{choice.protocol}/{choice.channels}"
+        self.label = f"nccl:{choice.algorithm}/{choice.protocol}/{choice.channels}" if plan is not DISCARDED else (
+            "nccl:discarded")  # fmt: skip
         self._graphs: dict[int, AlgoGraph] = {}
         hw = parent.hardware()
         sharp = choice.algorithm.startswith("CollNet")

@@ -194,6 +194,8 @@ def build_graph(
     """
     b = _RelativeBuilder(position, len(layout.nodes)) if relative else AlgorithmBuilder()
     launch = b.reduce(0, name="nccl_launch", duration_ns=plan.fixed_ns)
+    if plan.choice.algorithm == "discarded":  # (a call of no bytes NCCL returns from at once: nothing more)
+        return b.build()
     if plan.cta_ns > 0:
         b.reduce(0, deps=[launch], name="nccl_channels", duration_ns=plan.cta_ns)
     if plan.host_ns > 0:
