@@ -129,6 +129,7 @@ def test_the_system_yaml_block_and_the_forced_spec_reproduce_a_forced_run() -> N
         ({"algo": "Rings"}, "unknown algorithm 'rings'; NCCL's are Tree, Ring"),
         ({"proto": "LL256"}, "unknown protocol 'll256'"),
         ({"version": "2.3"}, "older than the oldest modelled (2.8)"),
+        ({"version": 2.10}, "2.1 is a number, not a version (YAML reads 2.10 as 2.1): quote it, e.g. '2.10'"),
         ({"min_channels": 0}, "min_channels"),
         ({"min_ctas": 8, "max_ctas": 4}, "nccl: min_ctas 8 is more than max_ctas 4"),
         ({"min_channels": 32, "max_channels": 4}, "nccl: min_channels 32 is more than max_channels 4"),

@@ -73,6 +73,10 @@ class Version(Parser):
         if match is None or isinstance(value, bool):
             raise ConfigError(f"{key}: expected an NCCL version such as 2.18 or 2.27.7, got {value!r}")
         version = (int(match.group(1)), int(match.group(2)))
+        if version < (2, 8) and isinstance(value, float):  # (YAML reads 2.10 as the number 2.1)
+            raise ConfigError(
+                f"{key}: {value!r} is a number, not a version (YAML reads 2.10 as 2.1): quote it, e.g. '{value}0'"
+            )
         if version < (2, 8):
             raise ConfigError(f"{key}: NCCL {version[0]}.{version[1]} is older than the oldest modelled (2.8)")
         if version > NEWEST:
