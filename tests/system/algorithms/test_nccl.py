@@ -204,6 +204,17 @@ def test_a_call_of_no_bytes_is_discarded_from_nccl_2_20(collective: CollectiveTy
     assert older.finish_ns > 5_000 and older.collectives[0].algorithm != "nccl:discarded"
 
 
+def test_from_nccl_2_23_one_gpu_per_node_takes_the_trees_network_latency_and_pat_its_base() -> None:
+    """tuning.cc 2.23.4-2.27.7 as 2.28: ``interLat = ppn == 1 ? hwLat[NET][TREE][p] : …`` and PAT's latency
+    ``8 + log2i(nNodes)·interLat/3.5 + nRanks·2.8``. etsim applied both from 2.28 only: 2.27 chose Ring/LL for an
+    8-byte all-reduce of four nodes' GPU 0 (NCCL: Tree/LL), and PAT for a 4 KiB all-gather of eight (NCCL: Ring/LL)."""
+    for version, tree in (((2, 22), False), ((2, 27), True), ((2, 29), True)):
+        label = call(nccl("dgx-h100", 32, NcclSettings(version=version)), C.ALL_REDUCE, 8, (0, 8, 16, 24)).label
+        assert label.startswith("nccl:Tree/LL/" if tree else "nccl:Ring/LL/"), version
+        gather = call(nccl("dgx-h100", 64, NcclSettings(version=version)), C.ALL_GATHER, 4 * KiB, range(0, 64, 8))
+        assert gather.label.startswith("nccl:Ring/LL/"), version
+
+
 def test_one_process_drives_gpus_of_its_own_node_only() -> None:
     with pytest.raises(ConfigError, match="gpus_per_process 16 is more than a node's 8 GPUs"):
         run("dgx-h100", 16, C.ALL_REDUCE, MiB, {"nccl": {"gpus_per_process": 16}})
@@ -352,7 +363,7 @@ def test_pat_moves_the_rings_blocks_in_log_exchanges_each_its_latency_and_bytes(
     a message to the peer at its distance and back: on the rails nothing shares a link, so each costs the route's
     latency and its bytes at the NIC's rate; the fixed delay is NCCL's PAT latency shape."""
     more = {"gpus_per_node": 1}
-    size = 8 * KiB
+    size = 256 * KiB  # (NCCL 2.27 runs Ring/LL below about 64 KiB of a reduce-scatter: PAT's latency has a base)
     c = call(nccl("dgx-h100", ranks, **more), collective, size, range(ranks))
     assert c.label.startswith("nccl:PAT/Simple/")
     buffer = size * ranks if collective == C.ALL_GATHER else size

@@ -28,7 +28,7 @@ _BASE = {
     "old": {"Tree": (4.4, 4.4, 0), "Ring": (3.6, 10.0, 8.4), "CollNetDirect": (4.4, 4.4, 0),
             "CollNetChain": (4.4, 4.4, 0), "NVLS": (0, 0, 40.0), "NVLSTree": (0, 0, 40.0), "PAT": (0, 0, 0)},
     "2.18": {"Tree": (6.8, 14.0, 0), "Ring": (6.6, 14.0, 8.4)},
-    "2.23": {"Tree": (6.8, 14.0, 8.4), "Ring": (6.6, 14.0, 8.4)},
+    "2.23": {"Tree": (6.8, 14.0, 8.4), "Ring": (6.6, 14.0, 8.4), "PAT": (8, 8, 8)},  # (PAT's "base time", 2.23+)
     "2.28": {"Tree": (6.8, 14.0, 8.4), "Ring": (6.6, 14.0, 8.4), "PAT": (8, 8, 8)},
 }  # fmt: skip
 # Hardware latency per hop kind and algorithm, (LL, LL128, Simple) µs; per version bucket.
@@ -294,7 +294,9 @@ def _latency(comm: Comm, graph: Graph, algo: str, p: int, kind: str, b: str) -> 
     intra = hw[hop].get(algo, zero)[p]
     if b in ("2.8", "2.12") and nodes > 1 and p == 0:
         intra *= 1.8
-    inter = hw["net"].get("Tree" if (ppn == 1 and b == "2.28") else algo, zero)[p]
+    # (from 2.23, one GPU per node takes the tree's network latency, "fully exposed", for every algorithm: PAT's
+    # own is none, so it had no network latency at all)
+    inter = hw["net"].get("Tree" if (ppn == 1 and b in ("2.23", "2.28")) else algo, zero)[p]
     if algo == "Ring":
         if kind in ("bcast", "reduce"):
             return lat + hw[hop if nodes == 1 else "net"]["Ring"][p]
