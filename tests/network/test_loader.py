@@ -171,3 +171,22 @@ def test_bad_degraded_links_are_named(tmp_path, degraded: str, message: str) -> 
     )
     with pytest.raises(TopologyError, match=message):
         load_network(tmp_path / "t.yaml")
+
+
+def test_another_model_keeps_the_files_router_and_says_what_it_drops(tmp_path) -> None:
+    """`--model flow` on a file written for link ran the default router, not the file's `router: shortest`, and
+    dropped packet_size, both in silence."""
+    import pytest
+
+    from etsim.errors import EtsimWarning
+    from etsim.network import load_network
+
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        "kind: torus\nshape: [4, 4]\nbandwidth: 50 GB/s\nlatency: 500 ns\n"
+        "network: {model: link, router: shortest, packet_size: 4 KiB}\n"
+    )
+    net = load_network(str(path))
+    assert net.options_for("link") == dict(net.options)
+    with pytest.warns(EtsimWarning, match="network options packet_size are link's: not used with model flow"):
+        assert net.options_for("flow") == {"router": "shortest"}

@@ -30,6 +30,7 @@ Every error is a :class:`~etsim.errors.TopologyError` of the form ``FILE: KEY: r
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from typing import Any
 
 import simpy
 
-from etsim.errors import ConfigError, TopologyError
+from etsim.errors import ConfigError, TopologyError, warn
 from etsim.files import parse_yaml, read_text
 from etsim.network.builders import build_topology, check_keys, int_value
 from etsim.network.faults import LinkChange
@@ -71,6 +72,20 @@ class NetworkConfig:
     def build(self, env: simpy.Environment) -> NetworkModel:
         """Construct the model in *env* (see :func:`~etsim.network.model.build_model`)."""
         return build_model(env, self.topology, self.model, self.options)
+
+    def options_for(self, model: str) -> dict[str, Any]:
+        """The options to run *model* with: all of them for the file's model.
+
+        For another model, those every model takes (``router``, ``seed``); the others are warned about as unused
+        (they were all dropped in silence, the router too).
+        """
+        if model == self.model:
+            return dict(self.options)
+        common = {f.name for f in dataclasses.fields(NetworkModel.Options)}
+        dropped = sorted(k for k in self.options if k not in common)
+        if dropped:
+            warn(f"network options {', '.join(dropped)} are {self.model}'s: not used with model {model}")
+        return {k: v for k, v in self.options.items() if k in common}
 
 
 def _read(source: str | Path | Mapping[str, Any]) -> tuple[Mapping[str, Any], str, Path | None]:

@@ -276,7 +276,7 @@ class Simulation:
         if failed:
             raise ConfigError(f"workload ranks {failed} sit on failed NPUs of topology {label}")
         model = self.model or net.model
-        options = dict(net.options) if self.model is None or self.model == net.model else {}
+        options = net.options_for(model)
         options.update(self.model_options)
         groups = CommGroups(n)
         if config.comm_groups:
