@@ -152,6 +152,12 @@ def test_analytical_integer_ns_first_differing_dimension():
     # 0 -> 8 + 3 differs in both dims: charged to dim 0 only (3 ring hops)
     charged = make("analytical", t, integer_ns=True, dimension_charge="first_differing")
     assert run(charged, [(0, 0, 11, m)]) == [math.floor(3 * 500 + m / b0)]
+    # A failed link anywhere made the topology irregular: the option was dropped in silence (the whole route).
+    from etsim.errors import EtsimWarning
+    from etsim.network import with_failures
+
+    with pytest.warns(EtsimWarning, match="dimension_charge first_differing needs a topology of whole dimensions"):
+        make("analytical", with_failures(t, links=[(10, 11)]), dimension_charge="first_differing")
 
 
 def test_analytical_link_stats():

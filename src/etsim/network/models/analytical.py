@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from etsim.errors import warn
 from etsim.network.bulk import BulkTiming
 from etsim.network.model import (
     NETWORK_MODELS,
@@ -74,6 +75,11 @@ class AnalyticalNetwork(NetworkModel):
         self._pairs: dict[tuple[int, int], list[Any]] = {}
         self._integer = self.options.integer_ns
         self._first_differing = self.options.dimension_charge == "first_differing"
+        if self._first_differing and not topology.regular:  # (it was dropped in silence)
+            warn(
+                f"dimension_charge first_differing needs a topology of whole dimensions ({topology.name} has "
+                "failed or degraded links, or none): every message is charged its whole route"
+            )
         # Collectives on symmetric networks deliver many messages at one instant: share the event.
         self._shared = SharedDeliveries(env)
 
