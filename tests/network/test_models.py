@@ -255,6 +255,13 @@ def test_link_model_on_multidimensional_switched_topology():
     assert run(make("link", t3), [(0, 0, 7, S)]) == [3 * (L + S / B)]
 
 
+def test_link_packets_past_the_limit_are_refused():
+    # 1 B packets of a 1 GiB message grew to 2 GB in 8 s, printing nothing.
+    model = make("link", ring(4, B, L), packet_size=1)
+    with pytest.raises(ConfigError, match=r"network\.packet_size 1 B splits a message of 1,073,741,824 B into"):
+        run(model, [(0, 0, 1, 2**30)])
+
+
 def test_link_integer_ns_with_packets_is_refused():
     # Each 32 B packet's hop floored to 0 ns: a 64 KiB message crossed a 50 GB/s link in its 500 ns latency alone.
     with pytest.raises(ConfigError, match="packet_size and integer_ns together"):

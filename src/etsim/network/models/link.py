@@ -75,6 +75,10 @@ class _Hop:
             Timeout(env, arrival - now).callbacks.append(self.arrive)
 
 
+#: The most packets one message may be split into (``packet_size``): each is simulated, events and objects.
+MAX_PACKETS = 1_000_000
+
+
 @NETWORK_MODELS.register("link")
 class LinkNetwork(NetworkModel):
     """Congestion-aware model: every directed link is a FIFO server of capacity one.
@@ -220,6 +224,11 @@ class LinkNetwork(NetworkModel):
         env = self.env
         now = env.now
         count = math.ceil(size / packet)
+        if count > MAX_PACKETS:  # (each packet is events and objects: 1 B packets of 1 GiB grew 2 GB in 8 s)
+            raise ConfigError(
+                f"network.packet_size {packet} B splits a message of {size:,.0f} B into {count:,} packets, more than "
+                f"{MAX_PACKETS:,} (each is simulated): give a larger packet_size"
+            )
         first = route[0]
         if len(route) == 1:
             arrival = now
