@@ -190,3 +190,16 @@ def test_another_model_keeps_the_files_router_and_says_what_it_drops(tmp_path) -
     assert net.options_for("link") == dict(net.options)
     with pytest.warns(EtsimWarning, match="network options packet_size are link's: not used with model flow"):
         assert net.options_for("flow") == {"router": "shortest"}
+
+
+def test_an_unknown_router_is_named_with_the_file_and_key(tmp_path) -> None:
+    # It was found only when the model was built, without the file's name or the key (and `topology show` took it).
+    import pytest
+
+    from etsim.errors import TopologyError
+    from etsim.network import load_network
+
+    path = tmp_path / "t.yaml"
+    path.write_text("kind: ring\nnpus: 4\nbandwidth: 50 GB/s\nlatency: 500 ns\nnetwork: {model: link, router: bogus}\n")
+    with pytest.raises(TopologyError, match=r"t\.yaml: network\.router: unknown router 'bogus'; valid: default"):
+        load_network(str(path))

@@ -45,6 +45,7 @@ from etsim.network.builders import build_topology, check_keys, int_value
 from etsim.network.faults import LinkChange
 from etsim.network.irregular import degrade_factor, with_degraded, with_failures
 from etsim.network.model import DEFAULT_MODEL, NETWORK_MODELS, NetworkModel, build_model
+from etsim.network.routing import ROUTERS
 from etsim.network.topology import Topology
 
 __all__ = ["NetworkConfig", "load_network", "load_topology", "topology_from_dict"]
@@ -226,6 +227,9 @@ def load_network(source: str | Path | Mapping[str, Any], *, name: str | None = N
         except ConfigError as exc:
             message = str(exc)
             raise TopologyError(message if message.startswith("network.") else f"network.model: {message}") from None
+        router = options.get("router")
+        if isinstance(router, str) and ":" not in router and router not in ROUTERS.names():  # (plug-ins load later)
+            raise TopologyError(f"network.router: unknown router {router!r}; valid: {', '.join(ROUTERS.names())}")
     except ConfigError as exc:
         raise TopologyError(f"{where}: {exc}") from None
     return NetworkConfig(topology, model, options)
