@@ -116,6 +116,11 @@ def test_without_rails_a_nic_reaches_every_other_gpu_directly_and_nvlink_stays_i
     assert _one_message(rails, 3, 8, size) == 1_000_000 + between_nodes + 700
     # Inside a node both use the NVSwitch: 300 GB/s, 700 ns.
     assert _one_message(fabric, 3, 5, size) == _one_message(rails, 3, 5, size) == size / 300 + 700
+    # Nodes of direct NVLink links (Polaris' 4 A100s) keep them without rails: the fabric's graph gave them an
+    # NVSwitch at the GPU's whole NVLink rate (2.1x faster inside the node than with rails).
+    polaris = {"kind": "gpu_cluster", "preset": "polaris", "gpus": 8}
+    unrailed = {**polaris, "rail_optimised": False}
+    assert _one_message(unrailed, 1, 2, size) == _one_message(polaris, 1, 2, size) == size / (300 / 3) + 700
 
 
 def test_rail_optimised_must_be_a_boolean() -> None:

@@ -125,7 +125,9 @@ class GpuClusterBuilder(TopologyBuilder):
             per_gpu, hardware = _pcie_capped(per_gpu, hardware, stated="pcie_bandwidth" in values)
         per_gpu /= over
         if not rail and nodes > 1:
-            return _fabric_graph(gpus, per_node, nvlink, nvlink_lat, per_gpu, nic_lat, hop, levels, name, hardware)
+            intra = hardware.intra if hardware else "nvswitch"
+            return _fabric_graph(gpus, per_node, intra, nvlink, nvlink_lat, per_gpu, nic_lat, hop, levels, name,
+                                 hardware)  # fmt: skip
         # A route through a switch dimension crosses two links (up and down): each carries half the path latency.
         fabric_latency = (2 * nic_lat + (2 * levels - 1) * hop) / 2
         dims = []
@@ -246,6 +248,7 @@ def _node_dimension(intra: str, per_node: int, nvlink: float, latency: float) ->
 def _fabric_graph(
     gpus: int,
     per_node: int,
+    intra: str,
     nvlink: float,
     nvlink_latency: float,
     fabric: float,
@@ -257,14 +260,24 @@ def _fabric_graph(
 ) -> Topology:
     """A cluster whose NICs all join one fabric (not rail-optimised): GPU → NIC → fabric → NIC → GPU between nodes.
 
-    Latencies: NVLink's split over a GPU's two NVSwitch links, as in the product; between nodes the NIC at each end
-    (GPU → NIC and NIC → GPU links) and ``2·levels − 1`` switch hops (split over the NIC ↔ fabric links).
+    Inside a node the links are the rail-optimised product's (:func:`_node_dimension`): an NVSwitch (or the host's
+    PCIe switch), NVLink's latency split over a GPU's two links to it; or, with ``intra: nvlink``, a direct link to
+    every other GPU of the node, the GPU's NVLink shared evenly. Between nodes the NIC at each end (GPU → NIC and NIC
+    → GPU links) and ``2·levels − 1`` switch hops (split over the NIC ↔ fabric links).
     """
-    nvswitches = [f"nvswitch{k}" for k in range(gpus // per_node)]
+    direct = intra == "nvlink" and per_node > 1
+    nvswitches = [] if direct else [f"nvswitch{k}" for k in range(gpus // per_node)]
     nics = [f"nic{r}" for r in range(gpus)]
     links: list[dict[str, object]] = []
     for r in range(gpus):
-        links.append({"src": r, "dst": nvswitches[r // per_node], "bandwidth": nvlink, "latency": nvlink_latency / 2})
+        if direct:  # (one link each way per pair: the GPU's NVLink shared over its peers, as the product's)
+            first = r - r % per_node
+            links += [{"src": r, "dst": q, "bandwidth": nvlink / (per_node - 1), "latency": nvlink_latency,
+                       "bidirectional": False} for q in range(first, first + per_node) if q != r]  # fmt: skip
+        else:
+            links.append(
+                {"src": r, "dst": nvswitches[r // per_node], "bandwidth": nvlink, "latency": nvlink_latency / 2}
+            )
         links.append({"src": r, "dst": nics[r], "bandwidth": fabric, "latency": nic_latency})
         links.append({"src": nics[r], "dst": "fabric", "bandwidth": fabric, "latency": (2 * levels - 1) * hop / 2})
     return graph(gpus, links, switches=[*nvswitches, *nics, "fabric"], name=name or "gpu_cluster", hardware=hardware)
