@@ -446,3 +446,16 @@ def test_a_gpu_that_fails_before_its_job_starts_costs_no_negative_time(tmp_path)
     (b,) = load_cluster_and_run(tmp_path, [job], faults=[{"gpu": 5, "at": "1 ms"}]).jobs
     assert b.duration_ns == 0.0 and b.lost is not None
     assert b.lost["step_ns"] == b.lost["gpu_ns"] == 0.0
+
+
+def test_a_fault_sets_its_share_of_the_healthy_link_and_a_later_one_overrides_it(tmp_path) -> None:
+    """The spine at 50% from 0 and back to 100% at 100 us: the bytes left after 100 us at half rate go at the full
+    rate (the restore did nothing: the whole message at half rate). Two 50% faults at 0 gave 25% (at 1 ns, 50%)."""
+    t = 100_000.0
+    faults = [{"link": ["s0", "s1"], "at": "0 ns", "bandwidth": "50%"},
+              {"link": ["s0", "s1"], "at": f"{t:.0f} ns", "bandwidth": "100%"}]  # fmt: skip
+    (job,) = load_cluster_and_run(tmp_path, [_sendrecv([0, 4], "a")], faults=faults).jobs
+    assert job.duration_ns == pytest.approx(3 * LAT + t + (S - t * B / 2) / B, rel=1e-12)
+    twice = [{"link": ["s0", "s1"], "at": "0 ns", "bandwidth": "50%"}] * 2
+    (job,) = load_cluster_and_run(tmp_path, [_sendrecv([0, 4], "a")], faults=twice).jobs
+    assert job.duration_ns == pytest.approx(3 * LAT + S / (B / 2), rel=1e-12)

@@ -207,10 +207,17 @@ class ClusterResult:
 
 
 def _network(spec: ClusterSpec) -> NetworkConfig:
-    """The cluster's network with its faults: links degraded or failed from the start, or changing later on."""
+    """The cluster's network with its faults: links degraded or failed from the start, or changing later on.
+
+    A fault sets a link's bandwidth to its share of the topology's (the healthy link's) from its time on: a later
+    one on the same link overrides it (a restore to 100% after a degradation at 0 restores the link; two at 0 do not
+    compound). A link failed from 0 leaves the network unless a later fault brings it back (then it fails at 0 as a
+    change of the run: ``flow`` only).
+    """
     net = load_network(spec.topology)
     topo = net.topology
-    changes = []
+    at_zero: dict[tuple[Any, Any], float] = {}  # directed link → its share from 0 (the last fault at 0 wins)
+    later: list[tuple[float, tuple[Any, Any], float]] = []
     for i, fault in enumerate(spec.faults):
         key = f"{spec.where}: faults[{i}]"
         if fault.gpu is not None:  # (a GPU: the system's rank_fail)
@@ -219,18 +226,31 @@ def _network(spec: ClusterSpec) -> NetworkConfig:
         for link in links:
             if not isinstance(link, list | tuple) or len(link) != 2:
                 raise ConfigError(f"{key}.link: expected [U, V], got {link!r}")
-            try:
+            pairs = [(link[0], link[1]), (link[1], link[0])] if fault.bidirectional else [(link[0], link[1])]
+            for pair in pairs:
+                try:
+                    LinkChange(fault.at, pair, fault.bandwidth, bidirectional=False).link_ids(topo)
+                except ConfigError as exc:
+                    raise ConfigError(f"{key}.link: {exc}") from None
                 if fault.at > 0:
-                    change = LinkChange(fault.at, (link[0], link[1]), fault.bandwidth, fault.bidirectional)
-                    change.link_ids(topo)
-                    changes.append(change)
-                elif fault.bandwidth == 0:
-                    topo = with_failures(topo, links=[(link[0], link[1])], bidirectional=fault.bidirectional)
-                elif fault.bandwidth < 1:
-                    bidirectional = fault.bidirectional
-                    topo = with_degraded(topo, [(link[0], link[1])], fault.bandwidth, bidirectional=bidirectional)
-            except (TopologyError, ConfigError) as exc:
-                raise ConfigError(f"{key}.link: {exc}") from None
+                    later.append((fault.at, pair, fault.bandwidth))
+                else:
+                    at_zero[pair] = fault.bandwidth
+    back = {pair for _, pair, _ in later}
+    changes = [LinkChange(0.0, pair, 0.0, bidirectional=False) for pair, share in at_zero.items() if share == 0 and
+               pair in back]  # fmt: skip
+    try:
+        failed = [pair for pair, share in at_zero.items() if share == 0 and pair not in back]
+        if failed:
+            topo = with_failures(topo, links=failed, bidirectional=False)
+        for pair, share in at_zero.items():
+            if 0 < share < 1:
+                topo = with_degraded(topo, [pair], share, bidirectional=False)
+    except (TopologyError, ConfigError) as exc:
+        raise ConfigError(f"{spec.where}: faults: {exc}") from None
+    for at, pair, share in later:  # (a share of the healthy link: the topology's at 0 may be degraded)
+        base = at_zero.get(pair, 1.0)
+        changes.append(LinkChange(at, pair, share / base if 0 < base < 1 else share, bidirectional=False))
     label = spec.topology if isinstance(spec.topology, str) else (topo.name or "topology")
     return dataclasses.replace(
         net, topology=topo, model=spec.model, options=dict(spec.model_options), label=label, changes=tuple(changes)
