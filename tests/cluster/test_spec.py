@@ -61,6 +61,13 @@ def test_placements_packed_spread_random_and_lists() -> None:
         ({"jobs": [_job("a")], "stragglers": [{"gpus": [1], "slowdown": 2, "from": "2 ms", "until": "1 ms"}]},
          r"stragglers\[0\]\.until: until must come after start"),
         ({"jobs": [_job("a")], "stragglers": [{"gpus": [1], "slowdown": 0}]}, r"stragglers\[0\]\.slowdown: expected"),
+        # (a GPU twice took its factor twice; an entry of neither changed nothing, in silence)
+        ({"jobs": [_job("a")], "stragglers": [{"gpus": [0, 0], "slowdown": 2}]},
+         r"stragglers\[0\]\.gpus: GPU 0 is listed twice"),
+        ({"jobs": [_job("a")], "stragglers": [{"gpus": [1], "from": "1 ms"}]},
+         r"stragglers\[0\]: neither slowdown nor delay"),
+        ({"jobs": [_job("a")], "faults": [{"gpu": 1, "at": "1 ms", "bandwidth": "50%"}]},
+         r"faults\[0\]\.bandwidth: a GPU fault"),
         ({"jobs": [_job("a"), _job("a")]}, r"jobs\[1\]\.name: 'a' names two jobs"),
         ({"jobs": [_job("a")], "faults": [{"at": "1 ms"}]}, r"faults\[0\]: give a link: \[U, V\], a nic: G or a gpu"),
         ({"jobs": [_job("a")], "faults": [{"gpu": 3}]}, r"faults\[0\]\.at: a GPU that fails at 0 runs nothing"),

@@ -120,7 +120,7 @@ class _Stragglers(Nested):
         if "start" in value:
             raise ConfigError(f"{key}: start: unknown key; valid keys: {_STRAGGLER_KEYS}")
         renamed = {("start" if k == "from" else k): v for k, v in value.items()}
-        return StragglerEntry(
+        entry = StragglerEntry(
             **parse_options(
                 StragglerEntry,
                 renamed,
@@ -128,6 +128,12 @@ class _Stragglers(Nested):
                 unknown="{key}: unknown key; valid keys: " + _STRAGGLER_KEYS,
             )
         )
+        twice = next((g for g in entry.gpus if entry.gpus.count(g) > 1), None)
+        if twice is not None:  # (its factor applied twice: 4x for a slowdown of 2)
+            raise ConfigError(f"{key}.gpus: GPU {twice} is listed twice")
+        if entry.slowdown == 1.0 and not entry.delay:
+            raise ConfigError(f"{key}: neither slowdown nor delay: the straggler changes nothing")
+        return entry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,6 +233,9 @@ def cluster_spec(data: Mapping[str, Any], *, where: str, base: Path, name: str =
             raise values.error([f"faults[{i}]"], "give a link: [U, V], a nic: G or a gpu: G (one of them)")
         if fault.gpu is not None and fault.at <= 0:
             raise values.error([f"faults[{i}].at"], "a GPU that fails at 0 runs nothing: give a later time")
+        if fault.gpu is not None and (fault.bandwidth != 0 or not fault.bidirectional):  # (accepted, then ignored)
+            key = "bandwidth" if fault.bandwidth != 0 else "bidirectional"
+            raise values.error([f"faults[{i}].{key}"], "a GPU fault stops the GPU: it has no bandwidth or direction")
     for i, straggler in enumerate(top.stragglers):
         if straggler.until is not None and not straggler.start < straggler.until:
             raise values.error([f"stragglers[{i}].until"], "until must come after start")
