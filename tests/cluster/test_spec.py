@@ -41,6 +41,16 @@ def test_placements_packed_spread_random_and_lists() -> None:
     assert drawn != place([("random", 8)], [5], topo, "c.yaml")[0]
 
 
+def test_packed_takes_whole_free_nodes_for_a_job_of_a_node_or_more() -> None:
+    """Beside a job on GPUs 0 and 1, a 4-GPU job took GPUs 2..5 (two nodes) where node 1 was free; a 2-GPU job
+    still packs into the first node with room."""
+    topo = load_network(CLUSTER8).topology  # 4 nodes of 4 GPUs
+    _, four, two = place([(0, 1), "packed", "packed"], [2, 4, 2], topo, "c.yaml")
+    assert four == (4, 5, 6, 7) and two == (2, 3)
+    _, six = place([(0, 1), "packed"], [2, 6], topo, "c.yaml")
+    assert six == (2, 3, 4, 5, 6, 7)  # (a whole node, then the lowest free GPUs)
+
+
 @pytest.mark.parametrize(
     ("keys", "message"),
     [

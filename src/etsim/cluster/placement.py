@@ -1,6 +1,7 @@
 """Where each job runs: explicit GPU lists first, then ``packed``, ``spread`` and ``{random: SEED}`` in file order.
 
-- ``packed``: the lowest free GPUs, in order (whole nodes first, as a scheduler packs them);
+- ``packed``: a job of a node or more takes whole free nodes first, in order, then the lowest free GPUs; a smaller
+  job the lowest free GPUs (into the first node with room, as a scheduler packs them);
 - ``spread``: one free GPU per node in turn (the first free GPU of every node, then the second, …);
 - ``{random: SEED}``: GPUs drawn without replacement by ``numpy.random.default_rng(SEED)`` from the free ones, then
   sorted (job rank r runs on the r-th lowest drawn GPU);
@@ -75,7 +76,7 @@ def place(placements: Sequence[Any], sizes: Sequence[int], topology: Topology, w
                 f"{len(usable)} GPUs are free"
             )
         if placement == "packed":
-            chosen = free[:size]
+            chosen = _packed(free, size, nodes)
         elif placement == "spread":
             turn: dict[int, int] = {}  # node → its free GPUs taken so far in the order
             order = []
@@ -93,3 +94,22 @@ def place(placements: Sequence[Any], sizes: Sequence[int], topology: Topology, w
             owner[gpu] = i
         out[i] = tuple(chosen)
     return [p for p in out if p is not None]
+
+
+def _packed(free: list[int], size: int, nodes: list[int]) -> list[int]:
+    """*size* of the *free* GPUs, packed (see the module docstring); *nodes* gives each GPU's node."""
+    per_node: dict[int, int] = {}
+    for node in nodes:
+        per_node[node] = per_node.get(node, 0) + 1
+    left: dict[int, int] = {}
+    for gpu in free:
+        left[nodes[gpu]] = left.get(nodes[gpu], 0) + 1
+    if size < min(per_node.values(), default=1):
+        return free[:size]
+    # (whole nodes first: a job of 8 beside a job on GPUs 0 and 1 of 8-GPU nodes took GPUs 2..9, over two nodes)
+    taken: list[int] = []
+    for node in sorted(left):
+        if left[node] == per_node[node] and len(taken) + per_node[node] <= size:
+            taken += [gpu for gpu in free if nodes[gpu] == node]
+    chosen = set(taken)
+    return sorted([*taken, *[gpu for gpu in free if gpu not in chosen][: size - len(taken)]])
