@@ -95,6 +95,30 @@ def test_repeats_advance_the_jitter_and_routing_seeds_where_they_draw(write, tmp
     assert len(set(finishes)) == 3
 
 
+def test_repeats_of_a_cluster_point_advance_the_seeds_of_its_file(write, tmp_path: Path) -> None:
+    # A cluster point's system is its file's: three repeats with compute_jitter gave three identical rows.
+    write("ring8.yaml", RING8)
+    write("jit.yaml", "compute_jitter: 0.2\n")
+    write(
+        "c.yaml",
+        """
+        topology: ring8.yaml
+        system: jit.yaml
+        jobs:
+          - {name: a, workload: {generate: dp, npus: 4, layers: 2, grad_size: 1 MiB, fwd_us: 100, bwd_us: 100},
+             placement: packed}
+        """,
+    )
+    path = write("e.yaml", "cluster: c.yaml\nrepeat: 3\n")
+    exp = load_experiment(path)
+    seeds = [p.spec.cluster["file"]["system"] for p in exp.points]
+    assert seeds[0] == "jit.yaml" and [s["jitter_seed"] for s in seeds[1:]] == [1, 2]
+    run_experiment(exp, out=tmp_path / "out", jobs=1, plots=False)
+    with open(tmp_path / "out" / "results.csv", newline="") as f:
+        finishes = [row["finish_ns"] for row in csv.DictReader(f)]
+    assert len(set(finishes)) == 3
+
+
 def test_point_config_round_trips(small: Path, tmp_path: Path) -> None:
     exp = load_experiment(small)
     point = exp.points[4]

@@ -173,7 +173,28 @@ def _with_repeat(spec: PointSpec, r: int) -> PointSpec:
     workload = spec.workload
     if isinstance(workload, dict) and workload.get("expert_imbalance"):
         workload = {**workload, "routing_seed": int(workload.get("routing_seed", 0)) + r}
-    return PointSpec(workload, spec.topology, algo, spec.model, options, system, spec.cluster)
+    cluster = _cluster_with_repeat(spec.cluster, r) if spec.cluster is not None else None
+    return PointSpec(workload, spec.topology, algo, spec.model, options, system, cluster)
+
+
+def _cluster_with_repeat(cluster: dict[str, Any], r: int) -> dict[str, Any]:
+    """A cluster point's repeat *r*: the seeds its systems (the cluster's, each job's) and jobs' routers draw from.
+
+    (A cluster point's own system is its file's: the repeats of one with ``compute_jitter`` were identical.)
+    """
+    file = copy.deepcopy(dict(cluster["file"]))
+    base = Path(cluster["base"], str(file.get("paths_from", ".")))
+    holders = [file, *(job for job in file.get("jobs", []) if isinstance(job, dict))]
+    for holder in holders:
+        system = holder.get("system")
+        if isinstance(system, str) and system:  # (a system file: read, with its paths made absolute)
+            system = holder["system"] = Values("system", base).system(system, ["system"])
+        if isinstance(system, dict) and system.get("compute_jitter"):
+            system["jitter_seed"] = int(system.get("jitter_seed", 0)) + r
+        workload = holder.get("workload")
+        if isinstance(workload, dict) and workload.get("expert_imbalance"):
+            workload["routing_seed"] = int(workload.get("routing_seed", 0)) + r
+    return {**cluster, "file": file}
 
 
 def _cluster_source(values: Values, value: Any) -> dict[str, Any]:
