@@ -335,6 +335,10 @@ def test_a_nic_fault_degrades_the_gpus_links_to_the_fabric(tmp_path) -> None:
     with pytest.raises(ConfigError, match=r"faults\[0\]\.nic: GPU 3 has no link to a switch that reaches other nodes"):
         node = {"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": 8}
         run_cluster(load_cluster(_cluster(tmp_path, topology=node, model="flow", jobs=jobs[:1], faults=[{"nic": 3}])))
+    # On a leaf-spine the NIC is the link to the leaf, which reaches the other leaves through the spines (it was
+    # refused: a leaf links no other leaf's GPU directly).
+    leaf_spine = str(Path(__file__).resolve().parents[2] / "topologies" / "leaf_spine16.yaml")
+    assert _fabric_links(load_network(leaf_spine).topology, 9, "nic") == [(9, "s2")]  # (its leaf)
 
 
 def test_jobs_may_run_their_collectives_with_different_algorithms(tmp_path) -> None:

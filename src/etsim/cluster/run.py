@@ -262,10 +262,11 @@ def _fabric_links(topology: Topology, gpu: int, key: str) -> list[tuple[Any, Any
     if not 0 <= gpu < topology.npus:
         raise ConfigError(f"{key}: GPU {gpu} is not one of 0..{topology.npus - 1}")
     nodes, switches, graph = node_of(topology), set(topology.switches), topology.graph
-    fabric = [
-        s for s in graph.successors(gpu)
-        if s in switches and any(isinstance(g, int) and nodes[g] != nodes[gpu] for g in graph.successors(s))
-    ]  # fmt: skip
+
+    def onward(s: Any) -> bool:  # (another node's GPU, or another switch: a leaf's spines reach the other leaves)
+        return any(n in switches or (isinstance(n, int) and nodes[n] != nodes[gpu]) for n in graph.successors(s))
+
+    fabric = [s for s in graph.successors(gpu) if s in switches and onward(s)]
     if not fabric:
         raise ConfigError(f"{key}: GPU {gpu} has no link to a switch that reaches other nodes (no NIC to fault)")
     return [(gpu, s) for s in sorted(fabric, key=str)]
