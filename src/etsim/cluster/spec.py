@@ -236,6 +236,11 @@ def cluster_spec(data: Mapping[str, Any], *, where: str, base: Path, name: str =
         if fault.gpu is not None and (fault.bandwidth != 0 or not fault.bidirectional):  # (accepted, then ignored)
             key = "bandwidth" if fault.bandwidth != 0 else "bidirectional"
             raise values.error([f"faults[{i}].{key}"], "a GPU fault stops the GPU: it has no bandwidth or direction")
+        if fault.gpu is None and fault.at > 0 and not _changes_links(model):
+            raise values.error(
+                [f"faults[{i}].at"],
+                f"network model {model!r} does not model links changing during a run: use model flow (or at: 0)",
+            )
     for i, straggler in enumerate(top.stragglers):
         if straggler.until is not None and not straggler.start < straggler.until:
             raise values.error([f"stragglers[{i}].until"], "until must come after start")
@@ -257,3 +262,10 @@ def cluster_spec(data: Mapping[str, Any], *, where: str, base: Path, name: str =
         faults=list(top.faults),
         reliability=top.reliability,
     )
+
+
+def _changes_links(model: str) -> bool:
+    """Whether network model *model* takes links changing during a run (``change_links``)."""
+    from etsim.network.model import NETWORK_MODELS, NetworkModel
+
+    return NETWORK_MODELS.get(model).change_links is not NetworkModel.change_links
