@@ -78,6 +78,8 @@ def test_packed_takes_whole_free_nodes_for_a_job_of_a_node_or_more() -> None:
          r"stragglers\[0\]: neither slowdown nor delay"),
         ({"jobs": [_job("a")], "faults": [{"gpu": 1, "at": "1 ms", "bandwidth": "50%"}]},
          r"faults\[0\]\.bandwidth: a GPU fault"),
+        ({"jobs": [_job("a")], "reliability": {"gpu_mtbf": "0 h", "checkpoint_every": "1 h"}},
+         r"c\.yaml: reliability\.gpu_mtbf: a mean time between failures must be longer than 0"),
         ({"jobs": [_job("a")], "model": "link", "faults": [{"link": [0, 4], "at": "1 ms", "bandwidth": "50%"}]},
          r"c\.yaml: faults\[0\]\.at: network model 'link' does not model links changing during a run"),
         ({"jobs": [_job("a"), _job("a")]}, r"jobs\[1\]\.name: 'a' names two jobs"),

@@ -228,6 +228,10 @@ def cluster_spec(data: Mapping[str, Any], *, where: str, base: Path, name: str =
             raise values.error([f"jobs[{i}].name"], f"{job_name!r} names two jobs")
     if top.reliability is not None and not top.reliability.checkpoint_every > 0:
         raise values.error(["reliability.checkpoint_every"], "expected a time longer than 0")
+    for part in ("gpu", "node", "link"):  # (said at run time, without the file's name)
+        mtbf = getattr(top.reliability, f"{part}_mtbf", None)
+        if mtbf is not None and not mtbf > 0:
+            raise values.error([f"reliability.{part}_mtbf"], "a mean time between failures must be longer than 0")
     for i, fault in enumerate(top.faults):
         if [fault.link is not None, fault.gpu is not None, fault.nic is not None].count(True) != 1:
             raise values.error([f"faults[{i}]"], "give a link: [U, V], a nic: G or a gpu: G (one of them)")
