@@ -702,3 +702,25 @@ def _ancestors(tr: Any, node: int) -> set[int]:
                 seen.add(k)
                 stack.append(k)
     return seen
+
+
+def test_mfu_is_of_the_16_bit_peak_for_fp8_jobs_too() -> None:
+    """An FP8 job's MFU was of the FP8 peak: faster than the same job in BF16, it read lower (18.7% against 29.6%)."""
+    from etsim.network import load_network
+    from etsim.report.training import training_lines, training_report
+    from etsim.simulation import simulate
+
+    model = {"layers": 2, "hidden": 1024, "heads": 8, "vocab": 1000, "seq": 512, "arch": "llama"}
+    mfu = {}
+    for precision in ("bf16", "fp8"):
+        values = {"model": model, "global_batch": 2, "tp": 8, "gpu": "h100-sxm", "precision": precision}
+        gen, options = parse("transformer", values)
+        traces = gen.generate(options)
+        info = next(json.loads(a.string_val) for a in traces[0].metadata.attr if a.name == TRAINING_ATTR)
+        assert info["peak_flops_per_gpu"] == 989e12
+        topology = load_network({"kind": "gpu_cluster", "preset": "dgx-h100", "gpus": 8}).topology
+        report = training_report(info, simulate(Workload(traces), topology=topology), None)
+        mfu[precision] = report["mfu"]
+        if precision == "fp8":
+            assert "(of the BF16 peak)" in "\n".join(training_lines(report))
+    assert mfu["fp8"] > mfu["bf16"]

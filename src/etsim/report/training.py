@@ -7,7 +7,7 @@ layout, which ``pg_name`` is which parallelism). From it and a recorded run:
 - ``iteration_ns``: the run's finish time; ``tokens_per_s`` = tokens per iteration / iteration time;
 - ``model_tflops_per_gpu`` = model FLOPs / (iteration time · GPUs) (Narayanan et al.: FLOPs the model needs, no
   recomputation); ``hardware_tflops_per_gpu`` counts the FLOPs executed, recomputation included;
-- ``mfu`` and ``hfu``: those rates over the GPU's dense peak;
+- ``mfu`` and ``hfu``: those rates over the GPU's dense 16-bit peak (FP8 jobs too, as the field reports them);
 - ``exposed_comm_ns``: per parallelism (``tp``, ``pp``, ``dp``, ``ep``, ``cp``; expert gradients count as ``dp``),
   the mean over ranks of the time its communication is in flight while no compute runs; ``pp`` is the wait in
   pipeline SEND/RECV and so includes the pipeline bubble;
@@ -80,6 +80,11 @@ def gpu_clash(info: dict[str, Any], hardware: Any, topology: str) -> str | None:
         f"the job's compute was timed on {info.get('gpu')} (its --gpu), but topology {topology} has {cluster} "
         "GPUs: the step report's times and MFU are the former's"
     )
+
+
+#: The job's description the report repeats (its ``job`` block).
+JOB_KEYS = ("model", "gpus", "gpu", "precision", "tp", "pp", "dp", "cp", "ep", "etp", "sp", "schedule",
+            "virtual_stages", "micro_batches", "global_batch", "zero", "recompute")  # fmt: skip
 
 
 def training_report(
@@ -158,9 +163,7 @@ def training_report(
         "stage_compute_ns": _stage_compute(info, result),
         "pipeline_layers": info.get("pipeline_layers", []),
         **({"routing": {k: info[k] for k in ROUTING if k in info}} if "expert_load_peak" in info else {}),
-        "job": {k: info[k] for k in ("model", "gpus", "gpu", "tp", "pp", "dp", "cp", "ep", "etp", "sp", "schedule",
-                                      "virtual_stages", "micro_batches", "global_batch", "zero", "recompute")
-                if k in info},
+        "job": {k: info[k] for k in JOB_KEYS if k in info},
     }  # fmt: skip
 
 
@@ -174,7 +177,8 @@ def training_lines(report: dict[str, Any]) -> list[str]:
         f"  iteration {format_time(report['iteration_ns'])}   {report['tokens_per_s']:,.0f} tokens/s",
         f"  TFLOP/s per GPU: model {report['model_tflops_per_gpu']:.1f}, "
         f"hardware {report['hardware_tflops_per_gpu']:.1f}   "
-        f"MFU {100 * report['mfu']:.1f}%   HFU {100 * report['hfu']:.1f}%",
+        f"MFU {100 * report['mfu']:.1f}%   HFU {100 * report['hfu']:.1f}%"
+        + (" (of the BF16 peak)" if job.get("precision") == "fp8" else ""),
         f"  pipeline bubble {100 * report['bubble_fraction']:.1f}% of busy time",
         "  exposed comm (mean per GPU): "
         + ", ".join(f"{role} {format_time(ns)}" for role, ns in report["exposed_comm_ns"].items()),
