@@ -254,7 +254,8 @@ def outcome(
     first = err.lstrip().split("\n", 1)[0]
     if elapsed > limit:  # a TimeoutError swallowed on the way (a sweep records it as a failed point)
         return f"took {elapsed:.1f} s (limit {limit} s): {first[:160]}"
-    if code not in (0, 1, 2):
+    verify = [str(a) for a in args[:2]] == ["algo", "verify"]  # (exit 3: cannot verify, an unreadable input too)
+    if code not in ((0, 1, 2, 3) if verify else (0, 1, 2)):
         return f"exit code {code}: {first[:160]}"
     if "Traceback" in err:
         return "traceback: " + err.strip().rsplit("\n", 1)[-1][:160]
@@ -263,7 +264,7 @@ def outcome(
     if code == 0 and NON_FINITE.search(out):
         line = next(line for line in out.splitlines() if NON_FINITE.search(line))
         return f"exit 0 with a non-finite result: {line.strip()[:160]}"
-    if one_line and code == 1 and (err.count("\n") != 1 or not err.startswith("etsim: error: ")):
+    if one_line and code in (1, 3) and (err.count("\n") != 1 or not err.startswith("etsim: error: ")):
         return f"not one 'etsim: error:' line ({err.count(chr(10))} lines): {err[:160]!r}"
     return None
 

@@ -15,7 +15,8 @@ import yaml
 
 from etsim.cluster import load_cluster, run_cluster
 from etsim.cluster.apart import share_no_link
-from etsim.cluster.run import _network, _placed
+from etsim.cluster.run import _placed
+from etsim.cluster.settings import cluster_network as _network
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = {"layers": 4, "hidden": 256, "heads": 8, "vocab": 1000, "seq": 128}

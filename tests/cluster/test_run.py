@@ -317,7 +317,7 @@ def test_a_gpu_that_fails_stops_its_job_and_says_what_was_lost(tmp_path) -> None
 
 def test_a_nic_fault_degrades_the_gpus_links_to_the_fabric(tmp_path) -> None:
     """GPU 3 and GPU 11 (same rail, two nodes) exchange S: with GPU 3's NIC at half rate, S takes S/B_nic longer."""
-    from etsim.cluster.run import _fabric_links
+    from etsim.cluster.settings import fabric_links as _fabric_links
     from etsim.network import load_network
 
     dgx = {"kind": "gpu_cluster", "preset": "dgx-a100", "gpus": 16}

@@ -28,17 +28,16 @@ from etsim.cluster.links import TrafficByPair, link_tables, traffic
 from etsim.cluster.merge import PlacedJob, is_whole_cluster, job_group, job_pg_name, merge_jobs
 from etsim.cluster.placement import node_of, place
 from etsim.cluster.reliability import failure_rate, play
+from etsim.cluster.settings import cluster_network, cluster_system, failures
 from etsim.cluster.spec import ClusterSpec, JobEntry
-from etsim.errors import ConfigError, TopologyError, warn
-from etsim.network import NetworkConfig, Topology, load_network
-from etsim.network.faults import LinkChange
-from etsim.network.irregular import with_degraded, with_failures
+from etsim.errors import ConfigError, warn
+from etsim.network import NetworkConfig
 from etsim.report.record import RunRecorder
 from etsim.report.result import Result
 from etsim.report.training import training_info, training_lines, training_report
 from etsim.simulation import DEFAULT_REPORTS, NO_REPORTS, Simulation
 from etsim.simulation.inputs import point_workload
-from etsim.system.config import SystemConfig, load_system_config
+from etsim.system.config import SystemConfig
 from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
 
 __all__ = ["ClusterResult", "JobResult", "run_cluster"]
@@ -206,208 +205,6 @@ class ClusterResult:
         }
 
 
-def _network(spec: ClusterSpec) -> NetworkConfig:
-    """The cluster's network with its faults: links degraded or failed from the start, or changing later on.
-
-    A fault sets a link's bandwidth to its share of the topology's (the healthy link's) from its time on: a later
-    one on the same link overrides it (a restore to 100% after a degradation at 0 restores the link; two at 0 do not
-    compound). A link failed from 0 leaves the network unless a later fault brings it back (then it fails at 0 as a
-    change of the run: ``flow`` only).
-    """
-    net = load_network(spec.topology)
-    topo = net.topology
-    at_zero: dict[tuple[Any, Any], float] = {}  # directed link → its share from 0 (the last fault at 0 wins)
-    later: list[tuple[float, tuple[Any, Any], float]] = []
-    for i, fault in enumerate(spec.faults):
-        key = f"{spec.where}: faults[{i}]"
-        if fault.gpu is not None:  # (a GPU: the system's rank_fail)
-            continue
-        links = _fabric_links(topo, fault.nic, f"{key}.nic") if fault.nic is not None else [fault.link]
-        for link in links:
-            if not isinstance(link, list | tuple) or len(link) != 2:
-                raise ConfigError(f"{key}.link: expected [U, V], got {link!r}")
-            pairs = [(link[0], link[1]), (link[1], link[0])] if fault.bidirectional else [(link[0], link[1])]
-            for pair in pairs:
-                try:
-                    LinkChange(fault.at, pair, fault.bandwidth, bidirectional=False).link_ids(topo)
-                except ConfigError as exc:
-                    raise ConfigError(f"{key}.link: {exc}") from None
-                if fault.at > 0:
-                    later.append((fault.at, pair, fault.bandwidth))
-                else:
-                    at_zero[pair] = fault.bandwidth
-    back = {pair for _, pair, _ in later}
-    changes = [LinkChange(0.0, pair, 0.0, bidirectional=False) for pair, share in at_zero.items() if share == 0 and
-               pair in back]  # fmt: skip
-    try:
-        failed = [pair for pair, share in at_zero.items() if share == 0 and pair not in back]
-        if failed:
-            topo = with_failures(topo, links=failed, bidirectional=False)
-        for pair, share in at_zero.items():
-            if 0 < share < 1:
-                topo = with_degraded(topo, [pair], share, bidirectional=False)
-    except (TopologyError, ConfigError) as exc:
-        raise ConfigError(f"{spec.where}: faults: {exc}") from None
-    for at, pair, share in later:  # (a share of the healthy link: the topology's at 0 may be degraded)
-        base = at_zero.get(pair, 1.0)
-        changes.append(LinkChange(at, pair, share / base if 0 < base < 1 else share, bidirectional=False))
-    label = spec.topology if isinstance(spec.topology, str) else (topo.name or "topology")
-    return dataclasses.replace(
-        net, topology=topo, model=spec.model, options=dict(spec.model_options), label=label, changes=tuple(changes)
-    )
-
-
-def _fabric_links(topology: Topology, gpu: int, key: str) -> list[tuple[Any, Any]]:
-    """The links from *gpu* to the switches that reach other nodes' GPUs: its NIC's (a rail's, on a gpu_cluster)."""
-    if not 0 <= gpu < topology.npus:
-        raise ConfigError(f"{key}: GPU {gpu} is not one of 0..{topology.npus - 1}")
-    nodes, switches, graph = node_of(topology), set(topology.switches), topology.graph
-
-    def onward(s: Any) -> bool:  # (another node's GPU, or another switch: a leaf's spines reach the other leaves)
-        return any(n in switches or (isinstance(n, int) and nodes[n] != nodes[gpu]) for n in graph.successors(s))
-
-    fabric = [s for s in graph.successors(gpu) if s in switches and onward(s)]
-    if not fabric:
-        raise ConfigError(f"{key}: GPU {gpu} has no link to a switch that reaches other nodes (no NIC to fault)")
-    return [(gpu, s) for s in sorted(fabric, key=str)]
-
-
-def _failures(spec: ClusterSpec, gpus: Sequence[tuple[int, ...]]) -> list[tuple[int, float]]:
-    """The GPUs that fail and when: the faults', the cluster system's ``rank_fail`` and the jobs' (on their GPUs)."""
-    cluster = load_system_config({"rank_fail": spec.system["rank_fail"]}) if "rank_fail" in spec.system else None
-    out = list(cluster.rank_fail.items()) if cluster is not None else []
-    for i, (system, ranks, job) in enumerate(zip(spec.job_systems, gpus, spec.jobs, strict=True)):
-        if "rank_fail" in system:
-            mine = _on_gpus(load_system_config({"rank_fail": system["rank_fail"]}), ranks, job.start, f"jobs[{i}]")
-            out += mine.rank_fail.items()
-    return out + [(fault.gpu, fault.at) for fault in spec.faults if fault.gpu is not None]
-
-
-#: The system settings that name ranks: a job's name its own ranks, the cluster's its GPUs.
-PER_RANK = frozenset({"compute_slowdown", "compute_delay", "slowdown_windows", "rank_start", "rank_fail"})
-
-
-def _on_gpus(config: SystemConfig, gpus: Sequence[int], start: float, where: str) -> SystemConfig:
-    """A job's per-rank settings (*config*) moved to its *gpus*, their times to the cluster's clock (+ *start*)."""
-    named = config.ranks_named()
-    for key, ranks in named.items():
-        bad = sorted(r for r in ranks if r >= len(gpus))
-        if bad:
-            raise ConfigError(f"{where}.system.{key}: rank {bad[0]} is not one of the job's ranks 0..{len(gpus) - 1}")
-    return config.with_overrides(
-        compute_slowdown={gpus[r]: f for r, f in config.compute_slowdown.items()},
-        compute_delay={gpus[r]: d for r, d in config.compute_delay.items()},
-        slowdown_windows=tuple((gpus[r], a + start, b + start, f) for r, a, b, f in config.slowdown_windows),
-        rank_start={gpus[r]: t + start for r, t in config.rank_start.items()},
-        rank_fail={gpus[r]: t + start for r, t in config.rank_fail.items()},
-    )
-
-
-def _system(
-    spec: ClusterSpec,
-    gpus: Sequence[tuple[int, ...]],
-    groups: Sequence[Sequence[str]] | None = None,
-) -> SystemConfig:
-    """The run's settings: the cluster's and the jobs' (which must agree), starts and stragglers by GPU.
-
-    With *groups* (each job's merged group names), a job's own ``algorithms`` become selection rules for its groups
-    (:func:`_job_rules`), before the cluster's: jobs may use different algorithms. A job's per-rank settings
-    (:data:`PER_RANK`) name its own ranks, at times from its own start: they are moved to its GPUs and the
-    cluster's clock. Any other setting is the whole run's: a job gives it as the cluster does, or every job alike.
-    """
-    merged = {k: v for k, v in spec.system.items() if k != "comm_groups" and k not in PER_RANK}
-    setter: dict[str, int] = {}
-    rules: list[dict[str, Any]] = []
-    for i, system in enumerate(spec.job_systems):
-        for key, value in system.items():
-            if key == "comm_groups" or key in PER_RANK:
-                continue
-            if key == "algorithms" and groups is not None:
-                rules += _job_rules(value, spec.jobs[i].name, groups[i])
-                continue
-            if key in setter and merged[key] != value:
-                raise ConfigError(
-                    f"{spec.where}: jobs[{i}].system.{key}: differs from jobs[{setter[key]}]'s; the jobs of a cluster "
-                    "run under one system, so give it once (the cluster's system) or the same in every job"
-                )
-            if key in spec.system and spec.system[key] != value:
-                raise ConfigError(f"{spec.where}: jobs[{i}].system.{key}: differs from the cluster's system's")
-            setter.setdefault(key, i)
-            merged[key] = value
-    for key, i in setter.items():  # (one job's setting applied to every job, in silence)
-        if key not in spec.system and any(key not in system for system in spec.job_systems):
-            raise ConfigError(
-                f"{spec.where}: jobs[{i}].system.{key}: a setting of the whole run, which not every job gives; give "
-                "it in the cluster's system (or the same in every job)"
-            )
-    if rules:
-        merged["algorithms"] = rules + _job_rules(merged.get("algorithms", {}), None, None)
-    config = load_system_config(merged)
-    cluster = load_system_config({k: v for k, v in spec.system.items() if k in PER_RANK})  # (by GPU)
-    jobs = [
-        _on_gpus(load_system_config({k: v for k, v in system.items() if k in PER_RANK}), ranks, job.start, f"jobs[{i}]")
-        for i, (system, ranks, job) in enumerate(zip(spec.job_systems, gpus, spec.jobs, strict=True))
-    ]
-    starts = {gpu: job.start for job, ranks in zip(spec.jobs, gpus, strict=True) for gpu in ranks if job.start}
-    constant: dict[int, float] = dict(cluster.compute_slowdown)
-    delays: dict[int, float] = dict(cluster.compute_delay)
-    windows = list(cluster.slowdown_windows)
-    failing: dict[int, float] = {}
-    for gpu, when in cluster.rank_start.items():
-        starts[gpu] = max(starts.get(gpu, 0.0), when)
-    for mine in jobs:
-        for gpu, factor in mine.compute_slowdown.items():
-            constant[gpu] = constant.get(gpu, 1.0) * factor
-        for gpu, delay in mine.compute_delay.items():
-            delays[gpu] = delays.get(gpu, 0.0) + delay
-        windows += mine.slowdown_windows
-        for gpu, when in mine.rank_start.items():
-            starts[gpu] = max(starts.get(gpu, 0.0), when)
-    for straggler in spec.stragglers:
-        for gpu in straggler.gpus if straggler.delay else ():
-            delays[gpu] = delays.get(gpu, 0.0) + straggler.delay
-        if straggler.slowdown == 1.0:
-            continue
-        if straggler.start == 0 and straggler.until is None:
-            for gpu in straggler.gpus:
-                constant[gpu] = constant.get(gpu, 1.0) * straggler.slowdown
-        else:
-            until = float("inf") if straggler.until is None else straggler.until
-            windows += [(gpu, straggler.start, until, straggler.slowdown) for gpu in straggler.gpus]
-    for failed, when in _failures(spec, gpus):  # a GPU that fails stops its whole job (the others wait for it forever)
-        for gpu in next((ranks for ranks in gpus if failed in ranks), (failed,)):
-            failing[gpu] = min(failing.get(gpu, when), when)
-    return config.with_overrides(
-        compute_slowdown=constant,
-        compute_delay=delays,
-        slowdown_windows=tuple(windows),
-        rank_start=starts,
-        rank_fail=failing,
-    )
-
-
-def _job_rules(algorithms: Any, job: str | None, names: Sequence[str] | None) -> list[dict[str, Any]]:
-    """A system's ``algorithms`` (a mapping or a selection table) as rules, limited to *job*'s groups *names*."""
-    if isinstance(algorithms, dict):
-        table = [
-            {"algorithm": a} if c == "default" else {"collective": c, "algorithm": a} for c, a in algorithms.items()
-        ]
-    elif isinstance(algorithms, list):
-        table = [
-            {"algorithm": r["default"]} if isinstance(r, dict) and set(r) == {"default"} else r for r in algorithms
-        ]
-    else:
-        raise ConfigError(f"algorithms: expected a mapping or a list of rules, got {algorithms!r}")
-    if job is None or names is None:
-        return table
-    out = []
-    for rule in table:
-        own = rule.get("pg_name") if isinstance(rule, dict) else None
-        named = [job_pg_name(job, str(g)) for g in (own if isinstance(own, list) else [own])] if own else list(names)
-        out.append({**rule, "pg_name": named})
-    return out
-
-
 def _job_groups(spec: ClusterSpec, i: int, workload: Workload) -> CommGroups:
     """Job *i*'s communicator groups in its own ranks: its (or the cluster's) comm-group file, its metadata."""
     groups = CommGroups(workload.num_ranks)
@@ -555,7 +352,7 @@ def run_cluster(
             system settings disagree (named by their keys).
         DeadlockError, SimulationError: as :meth:`~etsim.simulation.Simulation.run` raises them.
     """
-    net = _network(spec)
+    net = cluster_network(spec)
     topo = net.topology
     placed = _placed(spec, net)
     gpus = [job.gpus for job in placed]
@@ -563,7 +360,7 @@ def run_cluster(
     renamed = not is_whole_cluster(placed, topo.npus)
     group_names = [[job_pg_name(j.name, None), *(job_pg_name(j.name, g) for g in j.groups.groups)] for j in placed]
     groups = group_names if renamed else None
-    system = _system(spec, gpus, groups=groups)
+    system = cluster_system(spec, gpus, groups=groups)
     runs = _simulate(spec, net, placed, system, recorder, trace is None and not together, progress)
     run, jobs, durations, shared, system = runs.run, runs.jobs, runs.durations, runs.shared, runs.system
     if trace is not None:
@@ -579,7 +376,7 @@ def run_cluster(
             by_itself = Simulation(
                 merge_jobs([job], topo.npus),
                 topology=net,
-                system=restricted(_system(spec, gpus, groups), job.gpus),
+                system=restricted(cluster_system(spec, gpus, groups), job.gpus),
                 reports=NO_REPORTS,
             ).run()
             jobs[i].alone_ns = max(by_itself.ranks[g].finish_ns for g in job.gpus) - spec.jobs[i].start
@@ -589,9 +386,9 @@ def run_cluster(
     if fault_costs:
         for i, entry in enumerate(faults):
             without = dataclasses.replace(spec, faults=[f for k, f in enumerate(spec.faults) if k != i])
-            settings = _system(without, gpus, groups=groups).with_overrides(fold_replicas=system.fold_replicas)
+            settings = cluster_system(without, gpus, groups=groups).with_overrides(fold_replicas=system.fold_replicas)
             healthy = Simulation(
-                merge_jobs(placed, topo.npus), topology=_network(without), system=settings, reports=NO_REPORTS
+                merge_jobs(placed, topo.npus), topology=cluster_network(without), system=settings, reports=NO_REPORTS
             ).run()
             entry["cost_ns"] = {  # (a job that failed did not finish: no duration to compare)
                 job.name: None if job.lost is not None else d - h
@@ -651,7 +448,7 @@ def _mark_lost(spec: ClusterSpec, jobs: Sequence[JobResult], failed: dict[int, f
         if when is None:
             continue
         # (the GPU a fault or a rank_fail named: every GPU of its job stops with it)
-        gpu = next(g for g, at in _failures(spec, [job.gpus for job in jobs]) if g in job.gpus and at == when)
+        gpu = next(g for g, at in failures(spec, [job.gpus for job in jobs]) if g in job.gpus and at == when)
         finished = sum(1 for c in job.result.collectives if c.rank == 0 and c.end_ns <= when)
         step = max(0.0, when - job.start_ns)  # (a GPU that failed before its job started: nothing ran, none lost)
         job.lost = {"gpu": gpu, "at_ns": when, "step_ns": step, "gpu_ns": step * len(job.gpus),
