@@ -463,3 +463,14 @@ def test_a_fault_sets_its_share_of_the_healthy_link_and_a_later_one_overrides_it
     twice = [{"link": ["s0", "s1"], "at": "0 ns", "bandwidth": "50%"}] * 2
     (job,) = load_cluster_and_run(tmp_path, [_sendrecv([0, 4], "a")], faults=twice).jobs
     assert job.duration_ns == pytest.approx(3 * LAT + S / (B / 2), rel=1e-12)
+
+
+def test_a_failed_gpu_stops_sending_and_its_link_share_returns(tmp_path) -> None:
+    """Jobs a (0, 4) and b (1, 5) share the spine; GPU 0 fails at t: a's messages stop there (they kept half of the
+    spine until they had drained, 1.5 ms of a 10 MB message: b's failure cost was 0), and b has it all from t."""
+    t = 50_000.0
+    a, b = load_cluster_and_run(
+        tmp_path, [_sendrecv([0, 4], "a"), _sendrecv([1, 5], "b")], faults=[{"gpu": 0, "at": f"{t:.0f} ns"}]
+    ).jobs
+    assert a.lost is not None and a.finish_ns == t
+    assert b.duration_ns == pytest.approx(3 * LAT + t + (S - t * B / 2) / B, rel=1e-12)

@@ -273,8 +273,9 @@ def test_ranks_whose_gpu_fails_stop_and_the_others_finish_as_before() -> None:
 
 def test_a_collective_under_way_when_its_gpus_fail_sends_no_step_more() -> None:
     """A ring all-reduce of S on a 4-NPU ring: a step is LAT + (S/4)/B. Every rank fails 1.5 steps in: the first
-    step's messages and the second's (on the wire then) are delivered, no later step is sent, no call is reported
-    done, and every rank ends at the failure (it used to run all 2(n - 1) steps: 6 · 4 · S/4 bytes)."""
+    step's messages are delivered, the second's stop with what had left the GPU (half a step at B: the rest was
+    sent on, 2 · 4 · S/4 bytes, before the flow model stopped a failed GPU's sends), no later step is sent, no call
+    is reported done, and every rank ends at the failure (it used to run all 2(n - 1) steps: 6 · 4 · S/4 bytes)."""
     from etsim.network import ring
     from etsim.producers import collective_workload
 
@@ -283,7 +284,7 @@ def test_a_collective_under_way_when_its_gpus_fail_sends_no_step_more() -> None:
     fail = {"rank_fail": {r: f"{1.5 * step} ns" for r in range(4)}, "algorithms": {"default": "ring"}}
     workload = Workload(collective_workload(CollectiveType.ALL_REDUCE, size, 4))
     result = simulate(workload, topology=ring(4, bandwidth, latency), system=load_system_config(fail))
-    assert sum(link["bytes"] for link in result.links) == 2 * 4 * size / 4
+    assert sum(link["bytes"] for link in result.links) == 4 * size / 4 + 4 * (step / 2) * bandwidth
     assert result.collectives == [] and [r.finish_ns for r in result.ranks] == [1.5 * step] * 4
     # One GPU alone failing: its peers wait in the call for ever, and the run says on whom.
     fail["rank_fail"] = {0: f"{1.5 * step} ns"}

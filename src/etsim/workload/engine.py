@@ -266,8 +266,10 @@ class Engine:
         run.finish_ns = self.env.now
         run.__class__ = FailedRun  # (its next node, and every one after, does nothing: no test on the hot path)
         self.failed[rank] = self.env.now
+        self.network.stop_npu(rank)  # (what it had not yet sent stays unsent)
         # Its collectives under way stop too: no step more is sent, received or reduced on this GPU (what is on the
-        # wire drains); peers still in the call wait for it, as on a GPU, unless they failed with it (its job).
+        # wire drains; under flow, what had not left it stops); peers still in the call wait for it, as on a GPU,
+        # unless they failed with it (its job).
         for (r, _), call in self.open_calls.items():
             if r == rank:
                 for part in call.runs:

@@ -371,6 +371,31 @@ class FlowNetwork(NetworkModel):
             self._admit(slot, now)
         self._arm_realloc(now)
 
+    def stop_npu(self, npu: int) -> None:
+        """*npu* failed now: its flows, out and in, stop with the bytes they have left (never delivered).
+
+        A dead GPU kept sending: its 10 MB message held half of a shared link for 1.5 ms after it failed.
+        """
+        now, links = self.env.now, self.topology.links
+        self._join_at = None  # (no message sent later this instant joins a class that stops)
+        for slot, route in enumerate(self._f_route):
+            if self._f_done[slot] is None or npu not in (links[route[0]][0], links[route[-1]][1]):
+                continue
+            left = self._f_left[slot] - self._f_rate[slot] * (now - self._f_last[slot])
+            weight = self._f_weight[slot]
+            for link in route:
+                self._close_period(link, now)  # (its carried bytes at the rates they had)
+                del self._on_link[link][slot]
+                self._load[link] -= weight
+                self._dirty[link] = None
+                for _ in range(weight):  # (never carried; member by member, as a class taken apart)
+                    self._bytes[link] -= left
+            self._f_done[slot] = None
+            self._f_version[slot] += 1
+            self._free_slots.append(slot)
+        if self._dirty:
+            self._arm_realloc(now)
+
     # -- reporting and the fast path ------------------------------------------------------------------------------
 
     def route_table(self) -> RouteTable:
