@@ -474,3 +474,17 @@ def test_a_failed_gpu_stops_sending_and_its_link_share_returns(tmp_path) -> None
     ).jobs
     assert a.lost is not None and a.finish_ns == t
     assert b.duration_ns == pytest.approx(3 * LAT + t + (S - t * B / 2) / B, rel=1e-12)
+
+
+def test_a_shared_link_whose_rate_changed_gives_no_job_a_busy_time_it_cannot_know(tmp_path) -> None:
+    """Job b crossed the spine at full rate, job a after it halved: the measured time split by bytes gave b 150% of
+    its own time. The model does not record when each job's bytes crossed: the share is not given."""
+    late = {**_sendrecv([0, 4], "a"), "start": "1 ms"}
+    fault = {"link": ["s0", "s1"], "at": "500 us", "bandwidth": "50%"}
+    result = load_cluster_and_run(tmp_path, [late, _sendrecv([1, 5], "b")], faults=[fault])
+    (spine,) = [e for e in result.shared_links if (e["src"], e["dst"]) == ("s0", "s1")]
+    assert {name: (use["busy_ns"], use["utilisation"]) for name, use in spine["jobs"].items()} == {
+        "a": (None, None),
+        "b": (None, None),
+    }
+    assert "% of its time" not in result.table()

@@ -56,8 +56,9 @@ def link_tables(
     """Each job's links and the links jobs shared.
 
     A link one job used alone is the run's entry for it (busy time as the model measured it); on a shared link a
-    job's busy time is its bytes at the link's rate, or, where the rate changed during the run, its bytes' share of
-    the time the model measured. Utilisation is over the job's duration.
+    job's busy time is its bytes at the link's rate, or, where the rate changed during the run, unknown (None: the
+    jobs' bytes crossed it at rates the model does not record per job; splitting the measured time by bytes gave a
+    job 150% of its own time). Utilisation is over the job's duration.
     """
     topo = net.topology
     measured = {entry["link"]: entry for entry in run_links}
@@ -70,15 +71,16 @@ def link_tables(
         total = sum(use[0] for _, use in uses)
         model = measured[link]["busy_ns"] if link in measured else None
         # A link whose rate changed during the run (a fault) was busy longer or shorter than its bytes at the
-        # topology's rate: its measured time is split among the jobs by their bytes.
+        # topology's rate: a job alone on it has the measured time; jobs sharing it, none known.
         changed = model is not None and abs(model - total / rate) > 1e-9 * max(model, total / rate)
         users = {}
         for j, (nbytes, count) in uses:
-            if model is not None and (len(uses) == 1 or changed):
-                busy = model if len(uses) == 1 else model * nbytes / total
-            else:
-                busy = nbytes / rate
-            share = busy / durations[j] if durations[j] > 0 else None
+            busy: float | None = nbytes / rate
+            if model is not None and len(uses) == 1:
+                busy = model
+            elif changed:
+                busy = None
+            share = busy / durations[j] if busy is not None and durations[j] > 0 else None
             entry = {"link": link, "src": src, "dst": dst, "bytes": nbytes, "busy_ns": busy, "messages": int(count),
                      "bandwidth_GBps": rate, "utilisation": share}  # fmt: skip
             mine[j].append(entry)
