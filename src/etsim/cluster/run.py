@@ -400,7 +400,15 @@ def run_cluster(
             used = len({nodes[g] for g in done.gpus})
             rate = failure_rate(spec.reliability, len(done.gpus), used, len(done.result.links))
             done.goodput = play(spec.reliability, rate, done.duration_ns, stream=i)
-    return ClusterResult(spec.name, jobs, shared, run, list(run.warnings), faults)
+    notes = list(run.warnings)
+    cut = next((i for i, f in enumerate(spec.faults) if f.gpu is None and f.at > 0 and f.bandwidth == 0), None)
+    if cut is not None:  # (the jobs' tables charge routes, which the run's statistics do not)
+        notes.append(
+            f"faults[{cut}] fails a link during the run: each job's links and the shared links charge its messages "
+            "along their routes before the failure; the run's own link statistics count the detours"
+        )
+        warn(notes[-1])
+    return ClusterResult(spec.name, jobs, shared, run, notes, faults)
 
 
 def _placed(spec: ClusterSpec, net: NetworkConfig) -> list[PlacedJob]:
