@@ -493,3 +493,13 @@ def test_a_shared_link_whose_rate_changed_gives_no_job_a_busy_time_it_cannot_kno
         "b": (None, None),
     }
     assert "% of its time" not in result.table()
+
+
+def test_a_restores_negative_cost_is_said_to_be_the_restore(tmp_path) -> None:
+    # One job, a spine at 50% then restored: without the restore the job is slower. The note said the fault had
+    # held back another job it shares links with (there is none).
+    faults = [{"link": ["s0", "s1"], "at": "1 ns", "bandwidth": "50%"},
+              {"link": ["s0", "s1"], "at": "50 us", "bandwidth": "100%"}]  # fmt: skip
+    path = _cluster(tmp_path, topology=TWO_SWITCHES, model="flow", jobs=[_sendrecv([0, 4], "a")], faults=faults)
+    table = run_cluster(load_cluster(path), fault_costs=True).table()
+    assert "it restores the link, which the jobs would miss without it" in table and "held back" not in table

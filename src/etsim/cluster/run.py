@@ -172,9 +172,11 @@ class ClusterResult:
             costs = "" if cost is None else ": costs " + ", ".join(f"{n} {c}" for n, c in spent.items())
             lines.append(f"fault: {what}{costs}")
             if any(c is not None and c < 0 for c in (cost or {}).values()):
-                # (max-min sharing is not monotone: a fault that slows one job frees the links it shared)
-                lines.append("  (a negative cost: that job finished sooner with the fault, which held back a job")
-                lines.append("  it shares links with and left it more of them)")
+                if fault.get("bandwidth", 0) >= 1:  # (a restore: without it the link stays down or slow)
+                    lines.append("  (a negative cost: it restores the link, which the jobs would miss without it)")
+                else:  # (max-min sharing is not monotone: a fault that slows one job frees the links it shared)
+                    lines.append("  (a negative cost: that job finished sooner with the fault, which held back a job")
+                    lines.append("  it shares links with and left it more of them)")
         for job in self.jobs:
             if job.lost is not None:
                 lost = job.lost
