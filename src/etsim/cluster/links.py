@@ -56,12 +56,14 @@ def link_tables(
     """Each job's links and the links jobs shared.
 
     A link one job used alone is the run's entry for it (busy time as the model measured it); on a shared link a
-    job's busy time is its bytes at the link's rate, or, where the rate changed during the run, unknown (None: the
-    jobs' bytes crossed it at rates the model does not record per job; splitting the measured time by bytes gave a
-    job 150% of its own time). Utilisation is over the job's duration.
+    job's busy time is its bytes at the link's rate, its utilisation that over its duration. Where the shared link's
+    rate changed during the run, or it carried other bytes than those charged (a failed GPU's unsent rest, a
+    detour), neither is known per job: the shared-links table gives None, the job's own entry its bytes at the
+    link's rate and no utilisation (the run's own link statistics hold the whole).
     """
     topo = net.topology
     measured = {entry["link"]: entry for entry in run_links}
+    rate_changed = {link for change in net.changes for link in change.link_ids(topo)}
     mine: list[list[dict[str, Any]]] = [[] for _ in names]
     shared = []
     for link in sorted(per_link):
@@ -69,22 +71,21 @@ def link_tables(
         rate = topo.bandwidths[link]
         uses = [(j, use) for j, use in enumerate(per_link[link]) if use[0] > 0]
         total = sum(use[0] for _, use in uses)
-        model = measured[link]["busy_ns"] if link in measured else None
-        # A link whose rate changed during the run (a fault) was busy longer or shorter than its bytes at the
-        # topology's rate: a job alone on it has the measured time; jobs sharing it, none known.
-        changed = model is not None and abs(model - total / rate) > 1e-9 * max(model, total / rate)
+        run = measured.get(link)
+        # Where the link's rate changed during the run, or it carried other bytes than the messages charged to it
+        # (a failed GPU's unsent rest, a detour), the jobs sharing it are not known each a time: the run's link
+        # statistics hold the whole (split by bytes, a job was given 150% of its own time).
+        other_bytes = run is not None and abs(run["bytes"] - total) > 1e-9 * max(total, 1.0)
+        unknown = len(uses) > 1 and (link in rate_changed or other_bytes)
         users = {}
         for j, (nbytes, count) in uses:
-            busy: float | None = nbytes / rate
-            if model is not None and len(uses) == 1:
-                busy = model
-            elif changed:
-                busy = None
-            share = busy / durations[j] if busy is not None and durations[j] > 0 else None
+            busy = run["busy_ns"] if run is not None and len(uses) == 1 else nbytes / rate
+            share = busy / durations[j] if durations[j] > 0 and not unknown else None
             entry = {"link": link, "src": src, "dst": dst, "bytes": nbytes, "busy_ns": busy, "messages": int(count),
                      "bandwidth_GBps": rate, "utilisation": share}  # fmt: skip
             mine[j].append(entry)
-            users[names[j]] = {"bytes": nbytes, "busy_ns": busy, "utilisation": share}
+            part = None if unknown and other_bytes else nbytes
+            users[names[j]] = {"bytes": part, "busy_ns": None if unknown else busy, "utilisation": share}
         if len(users) > 1:
             shared.append({"link": link, "src": src, "dst": dst, "bandwidth_GBps": rate, "jobs": users})
     return mine, shared

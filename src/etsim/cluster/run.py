@@ -133,11 +133,14 @@ class ClusterResult:
             lines.append(f"links carrying more than one job's traffic: {len(self.shared_links)}")
             for entry in self.shared_links[:20]:
                 users = ", ".join(
-                    f"{name} {format_size(use['bytes'])}"
+                    f"{name} {format_size(use['bytes']) if use['bytes'] is not None else '?'}"
                     + (f" ({use['utilisation']:.0%} of its time)" if use["utilisation"] is not None else "")
                     for name, use in entry["jobs"].items()
                 )
-                lines.append(f"  {entry['src']} -> {entry['dst']} ({entry['bandwidth_GBps']:g} GB/s): {users}")
+                parts = entry["jobs"].values()
+                unknown = any(use["bytes"] is None or use["busy_ns"] is None for use in parts)
+                note = " (each job's part not known: the run's link statistics have the whole)" if unknown else ""
+                lines.append(f"  {entry['src']} -> {entry['dst']} ({entry['bandwidth_GBps']:g} GB/s): {users}{note}")
             if len(self.shared_links) > 20:
                 lines.append(f"  ... {len(self.shared_links) - 20} more (--json has them all)")
         else:
@@ -403,11 +406,12 @@ def run_cluster(
             rate = failure_rate(spec.reliability, len(done.gpus), used, len(done.result.links))
             done.goodput = play(spec.reliability, rate, done.duration_ns, stream=i)
     notes = list(run.warnings)
-    cut = next((i for i, f in enumerate(spec.faults) if f.gpu is None and f.at > 0 and f.bandwidth == 0), None)
-    if cut is not None:  # (the jobs' tables charge routes, which the run's statistics do not)
+    cut = [change.link for change in net.changes if change.share == 0]
+    if cut and len(placed) > 1 and "apart" not in run.sim:  # (one job's tables are the run's own statistics)
+        u, v = cut[0]
         notes.append(
-            f"faults[{cut}] fails a link during the run: each job's links and the shared links charge its messages "
-            "along their routes before the failure; the run's own link statistics count the detours"
+            f"link {u} - {v} fails during the run: each job's links and the shared links charge its messages along "
+            "their routes before the failure; the run's own link statistics count the detours"
         )
         warn(notes[-1])
     return ClusterResult(spec.name, jobs, shared, run, notes, faults)
