@@ -509,3 +509,30 @@ def test_two_jobs_beside_a_link_failed_during_the_run_are_told_their_tables_char
     with pytest.warns(EtsimWarning, match=r"link 0 - 1 fails during the run: each job's links and the shared"):
         result = run_cluster(load_cluster(path), together=True)
     assert any("fails during the run" in w for w in result.warnings)
+
+
+def test_a_job_filling_the_cluster_runs_its_own_algorithms(tmp_path) -> None:
+    # A job of every GPU with its own all_reduce: direct, in a cluster whose system says ring, was refused as
+    # differing from the cluster's (a job's algorithms go first: the documented exception).
+    job = {**_all_reduce("a", 8, "1 MiB", "packed"), "system": {"algorithms": {"all_reduce": "direct"}}}
+    keys = {"system": {"algorithms": {"all_reduce": "ring"}}}
+    (result,) = load_cluster_and_run(tmp_path, [job], **keys).jobs
+    assert {c.algorithm for c in result.result.collectives} == {"direct"}
+
+
+def test_what_a_live_gpu_sends_a_failed_one_drains_as_sent(tmp_path) -> None:
+    # Under flow the message to a GPU that failed stopped with it: its sender never finished (the other models let
+    # it drain). Only what the failed GPU sends stops.
+    sender, receiver = TraceBuilder(0), TraceBuilder(1)
+    sender.send(1, S, 0)
+    receiver.recv(0, S, 0)
+    write_workload(Workload([sender.build(rank=0), receiver.build(rank=1)]), tmp_path / "p" / "p")
+    from etsim.network import load_network
+    from etsim.simulation import simulate
+    from etsim.system.config import load_system_config
+
+    system = load_system_config({"rank_fail": {1: "10 us"}})
+    ring2 = load_network({**RING8, "npus": 2})
+    finish = {m: simulate(str(tmp_path / "p" / "p"), topology=ring2, model=m, system=system).ranks[0]
+              for m in ("flow", "analytical")}  # fmt: skip
+    assert finish["flow"].finish_ns == finish["analytical"].finish_ns == pytest.approx(LAT + S / B, abs=1e-6)

@@ -147,7 +147,7 @@ def cluster_system(
                     f"{spec.where}: jobs[{i}].system.{key}: differs from jobs[{setter[key]}]'s; the jobs of a cluster "
                     "run under one system, so give it once (the cluster's system) or the same in every job"
                 )
-            if key in spec.system and spec.system[key] != value:
+            if key in spec.system and spec.system[key] != value and key != "algorithms":  # (a job's own goes first)
                 raise ConfigError(f"{spec.where}: jobs[{i}].system.{key}: differs from the cluster's system's")
             setter.setdefault(key, i)
             merged[key] = value

@@ -81,7 +81,7 @@ class NetworkModel:
     - Optional hooks: :meth:`setup` (called once before the run), :meth:`link_stats` (per directed
       link: bytes carried, busy time, messages) for reporting, :meth:`bulk_timing` (exact delivery
       times of many messages at once, for the fast path), :meth:`change_links` (links that degrade, fail
-      or recover during a run) and :meth:`stop_npu` (an NPU that failed sends and receives no more).
+      or recover during a run) and :meth:`stop_npu` (an NPU that failed sends no more).
     - Routes come from :attr:`router` (option ``router``), cached per ``(src, dst)``; :meth:`route`
       returns them as link ids. The simulation may hand the model its router instead (keyword ``routing``, which
       a subclass passes on to this constructor with its options): replica folding routes over the links of the
@@ -224,7 +224,7 @@ class NetworkModel:
         raise NotImplementedError(f"{type(self).__name__} does not model links changing during a run")
 
     def stop_npu(self, npu: int) -> None:
-        """NPU *npu* failed now: the bytes of its messages not yet on the wire are not sent (optional hook).
+        """NPU *npu* failed now: the bytes of the messages it sends not yet on the wire are not sent (optional hook).
 
         Their deliveries never happen. The default keeps them: a model that reserves its links ahead (``link``) or
         ignores contention (``analytical``) has no bandwidth to give back.

@@ -266,7 +266,7 @@ class Engine:
         run.finish_ns = self.env.now
         run.__class__ = FailedRun  # (its next node, and every one after, does nothing: no test on the hot path)
         self.failed[rank] = self.env.now
-        self.network.stop_npu(rank)  # (what it had not yet sent stays unsent)
+        self.network.stop_npu(rank)  # (what it had not yet sent stays unsent; what it was sent drains)
         # Its collectives under way stop too: no step more is sent, received or reduced on this GPU (what is on the
         # wire drains; under flow, what had not left it stops); peers still in the call wait for it, as on a GPU,
         # unless they failed with it (its job).

@@ -372,14 +372,15 @@ class FlowNetwork(NetworkModel):
         self._arm_realloc(now)
 
     def stop_npu(self, npu: int) -> None:
-        """*npu* failed now: its flows, out and in, stop with the bytes they have left (never delivered).
+        """*npu* failed now: the flows it sends stop with the bytes they have left (never delivered).
 
-        A dead GPU kept sending: its 10 MB message held half of a shared link for 1.5 ms after it failed.
+        A dead GPU kept sending: its 10 MB message held half of a shared link for 1.5 ms after it failed. What live
+        NPUs send it drains as sent (their senders know no better), as under the other models.
         """
         now, links = self.env.now, self.topology.links
         self._join_at = None  # (no message sent later this instant joins a class that stops)
         for slot, route in enumerate(self._f_route):
-            if self._f_done[slot] is None or npu not in (links[route[0]][0], links[route[-1]][1]):
+            if self._f_done[slot] is None or links[route[0]][0] != npu:
                 continue
             left = self._f_left[slot] - self._f_rate[slot] * (now - self._f_last[slot])
             weight = self._f_weight[slot]
