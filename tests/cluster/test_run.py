@@ -450,6 +450,8 @@ def test_a_gpu_that_fails_before_its_job_starts_costs_no_negative_time(tmp_path)
     (b,) = load_cluster_and_run(tmp_path, [job], faults=[{"gpu": 5, "at": "1 ms"}]).jobs
     assert b.duration_ns == 0.0 and b.lost is not None
     assert b.lost["step_ns"] == b.lost["gpu_ns"] == 0.0
+    head = load_cluster_and_run(tmp_path, [job, _sendrecv([0, 4], "a")], faults=[{"gpu": 5, "at": "1 ms"}]).table()
+    assert head.splitlines()[0].startswith("cluster cluster: every job ended at 2 ms")  # (b's start, not a's end)
 
 
 def test_a_fault_sets_its_share_of_the_healthy_link_and_a_later_one_overrides_it(tmp_path) -> None:
@@ -496,6 +498,10 @@ def test_a_restores_negative_cost_is_said_to_be_the_restore(tmp_path) -> None:
     faults = [{"link": ["s0", "s1"], "at": "1 ns", "bandwidth": "50%"},
               {"link": ["s0", "s1"], "at": "50 us", "bandwidth": "100%"}]  # fmt: skip
     path = _cluster(tmp_path, topology=TWO_SWITCHES, model="flow", jobs=[_sendrecv([0, 4], "a")], faults=faults)
+    table = run_cluster(load_cluster(path), fault_costs=True).table()
+    assert "it restores the link, which the jobs would miss without it" in table and "held back" not in table
+    partly = [{**faults[0], "bandwidth": "25%"}, {**faults[1], "bandwidth": "75%"}]  # (from 25% to 75%: a restore too)
+    path = _cluster(tmp_path, topology=TWO_SWITCHES, model="flow", jobs=[_sendrecv([0, 4], "a")], faults=partly)
     table = run_cluster(load_cluster(path), fault_costs=True).table()
     assert "it restores the link, which the jobs would miss without it" in table and "held back" not in table
 

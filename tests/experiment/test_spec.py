@@ -117,6 +117,20 @@ def test_repeats_of_a_cluster_point_advance_the_seeds_of_its_file(write, tmp_pat
     with open(tmp_path / "out" / "results.csv", newline="") as f:
         finishes = [row["finish_ns"] for row in csv.DictReader(f)]
     assert len(set(finishes)) == 3
+    # The seed is the whole run's: advanced where written (the cluster's 7), not given to jobs that draw with it
+    # (a job's seed beside the cluster's was refused as differing).
+    write("c.yaml", """
+        topology: ring8.yaml
+        system: {jitter_seed: 7}
+        jobs:
+          - {name: a, workload: {generate: dp, npus: 4, layers: 2, grad_size: 1 MiB, fwd_us: 100, bwd_us: 100},
+             placement: packed, system: {compute_jitter: 0.2}}
+        """)  # fmt: skip
+    exp = load_experiment(path)
+    second = exp.points[1].spec.cluster["file"]
+    assert second["system"]["jitter_seed"] == 8 and "jitter_seed" not in second["jobs"][0]["system"]
+    run_experiment(exp, out=tmp_path / "out2", jobs=1, plots=False)
+    assert (tmp_path / "out2" / "results.csv").read_text().count("\n") == 4  # (a header and three rows)
 
 
 def test_point_config_round_trips(small: Path, tmp_path: Path) -> None:

@@ -114,12 +114,8 @@ class ClusterResult:
         from etsim.units import format_size, format_time
 
         stopped = [job.name for job in self.jobs if job.lost is not None]
-        ended = (
-            f"every job ended at {format_time(self.result.finish_ns)}; stopped by a failed GPU: {', '.join(stopped)}"
-        )
-        lines = [
-            f"cluster {self.name}: " + (ended if stopped else f"every job done at {format_time(self.result.finish_ns)}")
-        ]
+        ended = f"every job ended at {format_time(self._ended())}; stopped by a failed GPU: {', '.join(stopped)}"
+        lines = [f"cluster {self.name}: " + (ended if stopped else f"every job done at {format_time(self._ended())}")]
         heads = ("start", "finish", "duration", "alone")
         lines.append(f"{'job':<16} {'GPUs':>5} " + " ".join(f"{h:>11}" for h in heads) + f" {'slowdown':>9}")
         for job in self.jobs:
@@ -175,7 +171,7 @@ class ClusterResult:
             costs = "" if cost is None else ": costs " + ", ".join(f"{n} {c}" for n, c in spent.items())
             lines.append(f"fault: {what}{costs}")
             if any(c is not None and c < 0 for c in (cost or {}).values()):
-                if fault.get("bandwidth", 0) >= 1:  # (a restore: without it the link stays down or slow)
+                if self._raises(fault):  # (a restore, partial or whole: without it the link stays down or slower)
                     lines.append("  (a negative cost: it restores the link, which the jobs would miss without it)")
                 else:  # (max-min sharing is not monotone: a fault that slows one job frees the links it shared)
                     lines.append("  (a negative cost: that job finished sooner with the fault, which held back a job")
@@ -189,6 +185,21 @@ class ClusterResult:
                     f"{lost['collectives_done']} collectives done)"
                 )
         return "\n".join(lines)
+
+    def _ended(self) -> float:
+        """When the last job ended (a job stopped before it started ends at its start, after the run may have)."""
+        return max([self.result.finish_ns, *(job.finish_ns for job in self.jobs)])
+
+    def _raises(self, fault: dict[str, Any]) -> bool:
+        """Whether a link or NIC fault raises its link above the share the faults before it had left it."""
+
+        def where(f: dict[str, Any]) -> Any:
+            return None if "gpu" in f else ("nic", f["nic"]) if "nic" in f else ("link", tuple(f["link"]))
+
+        mine = (fault["at_ns"], self.faults.index(fault))
+        earlier = sorted(((f["at_ns"], k), f["bandwidth"]) for k, f in enumerate(self.faults)
+                         if where(f) == where(fault) and (f["at_ns"], k) < mine)  # fmt: skip
+        return where(fault) is not None and fault["bandwidth"] > (earlier[-1][1] if earlier else 1.0)
 
     def to_json(self, *, indent: int | None = 1) -> str:
         """The JSON document of :meth:`to_dict` (deterministic key order)."""

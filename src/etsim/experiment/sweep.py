@@ -185,15 +185,24 @@ def _cluster_with_repeat(cluster: dict[str, Any], r: int) -> dict[str, Any]:
     file = copy.deepcopy(dict(cluster["file"]))
     base = Path(cluster["base"], str(file.get("paths_from", ".")))
     holders = [file, *(job for job in file.get("jobs", []) if isinstance(job, dict))]
+    systems = []
     for holder in holders:
         system = holder.get("system")
         if isinstance(system, str) and system:  # (a system file: read, with its paths made absolute)
             system = holder["system"] = Values("system", base).system(system, ["system"])
-        if isinstance(system, dict) and system.get("compute_jitter"):
-            system["jitter_seed"] = int(system.get("jitter_seed", 0)) + r
+        if isinstance(system, dict):
+            systems.append(system)
         workload = holder.get("workload")
         if isinstance(workload, dict) and workload.get("expert_imbalance"):
             workload["routing_seed"] = int(workload.get("routing_seed", 0)) + r
+    if any(system.get("compute_jitter") for system in systems):
+        # (the seed is one for the whole run: advanced where it is written, else given by the cluster's system)
+        stated = [system for system in systems if "jitter_seed" in system]
+        for system in stated:
+            system["jitter_seed"] = int(system["jitter_seed"]) + r
+        if not stated:
+            own = file["system"] = file.get("system") or {}
+            own["jitter_seed"] = r
     return {**cluster, "file": file}
 
 
