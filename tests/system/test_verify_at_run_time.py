@@ -198,6 +198,24 @@ def test_absolute_sizes_written_for_a_larger_call_are_warned(tmp_path: Path) -> 
     with pytest.warns(EtsimWarning) as said:
         simulate(Workload(collective_workload(C.ALL_REDUCE, MiB, 2)), topology=topology, system=system)
     assert not [w for w in said if "absolute sizes" in str(w.message)]  # (only that it records no collective)
+    # A one-shot all-reduce of 16 ranks (each rank's whole buffer to every peer) at the size it was written for
+    # sends 8x the least an all-reduce needs: no warning (it said "written for a larger call?").
+    n, oneshot = 16, []
+    for rank in range(n):
+        b = TraceBuilder()
+        for peer in range(n):
+            if peer != rank:
+                b.send(dst=peer, size=MiB)
+                b.recv(src=peer, size=MiB)
+        oneshot.append(b.build(rank=rank))
+    write_workload(oneshot, tmp_path / "oneshot")
+    with pytest.warns(EtsimWarning) as said:
+        simulate(
+            Workload(collective_workload(C.ALL_REDUCE, MiB, n)),
+            topology=ring(n, 50.0, 500.0),
+            system=SystemConfig(algorithms={"default": str(tmp_path / "oneshot")}),
+        )
+    assert not [w for w in said if "absolute sizes" in str(w.message)]
 
 
 def tacos_family(tmp_path: Path, broken: bool) -> Path:

@@ -16,8 +16,8 @@ from etsim.registry import Registry
 
 __all__ = ["ALGORITHMS", "BuiltAlgorithm", "CollectiveAlgorithm", "DeferredCheck", "DeferredChecks", "Phase"]
 
-#: How many times the least bytes a collective needs graphs of absolute sizes may send before a run says they were
-#: likely written for a larger call (ring, direct and tree algorithms send between one and two times that least).
+#: How many times the most bytes a correct algorithm sends (the least a collective needs; an all-reduce's one-shot, n/2
+#: times that) graphs of absolute sizes may send before a run says they were likely written for a larger call.
 OVERSIZED = 4.0
 
 
@@ -343,7 +343,9 @@ class CollectiveAlgorithm:
             return
         sent = sum(a for g in graphs for k, a in zip(g.kinds, g.chunks, strict=True) if k == SEND)
         need = minimum_bytes(collective, group_size, collective_buffer_bytes(collective, size, group_size))["total"]
-        if need > 0 and sent > OVERSIZED * need:
+        # (a one-shot all-reduce, each rank's whole buffer to every peer, sends n/2 times the least: no more than that)
+        most = need * (group_size / 2 if collective == CollectiveType.ALL_REDUCE and group_size > 2 else 1)
+        if need > 0 and sent > OVERSIZED * most:
             self._oversized_warned = True
             warn(
                 f"algorithm {label or self.name!r} gives absolute sizes (comm_size), which run as written: its "
