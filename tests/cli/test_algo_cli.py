@@ -108,6 +108,8 @@ def test_verify_a_native_needs_collective_and_npus(capsys):
         (["ring", "--collective", "all_reduce"], "say for how many ranks with --npus"),
         (["hd", "--collective", "all_reduce", "--npus", "6"], "needs a power-of-two group size"),
         (["no_such_family_here"], "no such file"),
+        (["ring", "--collective", "all_reduce", "--npus", "0"], "--npus must be between 1"),
+        (["ring", "--collective", "bogus", "--npus", "4"], "unknown collective 'bogus'"),
     ):
         assert run(["algo", "verify", *argv]) == 3
         assert said in capsys.readouterr().err

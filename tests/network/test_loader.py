@@ -191,6 +191,11 @@ def test_another_model_keeps_the_files_router_and_says_what_it_drops(tmp_path) -
     assert net.options_for("link") == dict(net.options)
     with pytest.warns(EtsimWarning, match="network options packet_size are link's: not used with model flow"):
         assert net.options_for("flow") == {"router": "shortest"}
+    # An option the other model takes too is kept (integer_ns: link's and analytical's).
+    path.write_text(
+        "kind: ring\nnpus: 4\nbandwidth: 50 GB/s\nlatency: 500 ns\nnetwork: {model: link, integer_ns: true}\n"
+    )
+    assert load_network(str(path)).options_for("analytical") == {"integer_ns": True}
 
 
 def test_an_unknown_router_is_named_with_the_file_and_key(tmp_path) -> None:

@@ -153,10 +153,10 @@ def _check_npus(npus: int | None) -> None:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    collective = parse_collective(args.collective) if args.collective else None
-    dims = parse_dims(args.dims) if args.dims else None
-    _check_npus(args.npus)
     try:
+        collective = parse_collective(args.collective) if args.collective else None
+        dims = parse_dims(args.dims) if args.dims else None
+        _check_npus(args.npus)
         _, _, verdict = verify_spec(args.spec, collective, args.npus, dims)
     except EtsimError as exc:  # (exit 1 says "wrong": an input that cannot be read is "cannot verify")
         print(f"etsim: error: {exc}", file=sys.stderr)

@@ -77,12 +77,12 @@ class NetworkConfig:
     def options_for(self, model: str) -> dict[str, Any]:
         """The options to run *model* with: all of them for the file's model.
 
-        For another model, those every model takes (``router``, ``seed``); the others are warned about as unused
-        (they were all dropped in silence, the router too).
+        For another model, those it takes too (every model's ``router`` and ``seed``, and its own, such as
+        ``integer_ns``); the others are warned about as unused (they were all dropped in silence, the router too).
         """
         if model == self.model:
             return dict(self.options)
-        common = {f.name for f in dataclasses.fields(NetworkModel.Options)}
+        common = {f.name for f in dataclasses.fields(NETWORK_MODELS.get(model).Options)}  # (what *model* takes)
         dropped = sorted(k for k in self.options if k not in common)
         if dropped:
             warn(f"network options {', '.join(dropped)} are {self.model}'s: not used with model {model}")
