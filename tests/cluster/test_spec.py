@@ -49,6 +49,8 @@ def test_packed_takes_whole_free_nodes_for_a_job_of_a_node_or_more() -> None:
     assert four == (4, 5, 6, 7) and two == (2, 3)
     _, six = place([(0, 1), "packed"], [2, 6], topo, "c.yaml")
     assert six == (2, 3, 4, 5, 6, 7)  # (a whole node, then the lowest free GPUs)
+    _, three = place([(0, 1), "packed"], [2, 3], topo, "c.yaml")
+    assert three == (4, 5, 6)  # (the first node with room for it: node 0 has two GPUs left)
 
 
 @pytest.mark.parametrize(

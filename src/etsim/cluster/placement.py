@@ -1,7 +1,7 @@
 """Where each job runs: explicit GPU lists first, then ``packed``, ``spread`` and ``{random: SEED}`` in file order.
 
 - ``packed``: a job of a node or more takes whole free nodes first, in order, then the lowest free GPUs; a smaller
-  job the lowest free GPUs (into the first node with room, as a scheduler packs them);
+  job the first node with room for it (else the lowest free GPUs), as a scheduler packs them;
 - ``spread``: one free GPU per node in turn (the first free GPU of every node, then the second, …);
 - ``{random: SEED}``: GPUs drawn without replacement by ``numpy.random.default_rng(SEED)`` from the free ones, then
   sorted (job rank r runs on the r-th lowest drawn GPU);
@@ -104,8 +104,9 @@ def _packed(free: list[int], size: int, nodes: list[int]) -> list[int]:
     left: dict[int, int] = {}
     for gpu in free:
         left[nodes[gpu]] = left.get(nodes[gpu], 0) + 1
-    if size < min(per_node.values(), default=1):
-        return free[:size]
+    if size < min(per_node.values(), default=1):  # (into the first node with room: 3 GPUs took 2, 3, 4 over two)
+        room = next((node for node in sorted(left) if left[node] >= size), None)
+        return free[:size] if room is None else [gpu for gpu in free if nodes[gpu] == room][:size]
     # (whole nodes first: a job of 8 beside a job on GPUs 0 and 1 of 8-GPU nodes took GPUs 2..9, over two nodes)
     taken: list[int] = []
     for node in sorted(left):
