@@ -184,6 +184,9 @@ def test_equal_ranks_are_not_said_to_hold_the_others_back() -> None:
     first = critical_path_lines(cp)[0]
     assert first.startswith(f"the critical path runs through rank {held['rank']}: 10 us of its compute on the critical")
     assert first.endswith("every rank computes as long") and "held back" not in first
+    # A rank that starts late holds the others back though it computes as long (it was said to be one of equals).
+    cp, _ = _path(Workload(traces), 4, rank_start={3: 1_000_000.0})
+    assert cp["held_back"]["alike"] is False and critical_path_lines(cp)[0].startswith("held back most by rank 3")
 
 
 def test_nccls_fixed_costs_are_the_collectives_time_not_compute() -> None:

@@ -68,6 +68,7 @@ class _Walk:
             raise ConfigError("no critical path: it needs a record of every message (RunRecorder(messages=True))")
         self.rec = rec
         self.runs: list[WorkloadRun] = engine.runs
+        self.config = engine.config
         include_ctrl = not engine.config.ignore_ctrl_deps
         self.deps = [run.trace.dependency_csrs(include_ctrl=include_ctrl) for run in self.runs]
         self.calls: dict[tuple[int, int], CollectiveCall] = {(c.rank, c.j): c for c in rec.calls}
@@ -451,7 +452,7 @@ def critical_path(rec: RunRecorder) -> dict[str, Any]:
         "finish_ns": finish,
         "end": {"rank": end_rank, "node_id": runs[end_rank].trace.ids[end]},
         "totals": {f"{k}_ns": v for k, v in totals.items()},
-        "held_back": _held_back(nodes, segments, finish, [run.compute_ns for run in runs]),
+        "held_back": _held_back(nodes, segments, finish, [_alike_key(walk.config, run) for run in runs]),
         "nodes": nodes,
         "segments": [
             {
@@ -467,16 +468,21 @@ def critical_path(rec: RunRecorder) -> dict[str, Any]:
     }
 
 
+def _alike_key(config: Any, run: Any) -> tuple[float, float]:
+    """What equal ranks share: their compute in all and their start (a rank that starts late holds the others)."""
+    return run.compute_ns, config.rank_start.get(run.rank, 0.0)
+
+
 def _held_back(
-    nodes: list[dict[str, Any]], segments: list[tuple[Any, ...]], finish: float, computed: list[float]
+    nodes: list[dict[str, Any]], segments: list[tuple[Any, ...]], finish: float, computed: list[Any]
 ) -> dict[str, Any] | None:
     """The rank that held the run back most: the most compute on the critical path, and where others waited for it.
 
     ``{rank, compute_ns, share, through, alike}``: *share* of the finish time is that rank's compute on the path;
     *through* is the first node after its last compute on the path that other ranks also waited in (a collective
     of several ranks, or a receive on another rank), as the path's node entry; None if there is none. *alike*:
-    every rank computed as long in all (*computed*, per rank), so the path's rank is one of equals, not a
-    straggler that kept the others waiting.
+    every rank computed as long in all and started together (*computed*, per rank), so the path's rank is one of
+    equals, not a straggler that kept the others waiting.
     """
     compute: dict[int, float] = {}
     for t0, t1, rank, _j, kind, _detail in segments:
