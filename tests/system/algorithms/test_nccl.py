@@ -200,6 +200,8 @@ def test_a_call_of_no_bytes_is_discarded_from_nccl_2_20(collective: CollectiveTy
     # enqueue.cc (2.20+): "Empty collectives can be discarded" -- no kernel, no wait. It cost 10.7-15.8 us.
     result = run("dgx-h100", 8, collective, 0)
     assert result.finish_ns == 0.0 and result.collectives[0].algorithm == "nccl:discarded"
+    again = run("dgx-h100", 8, collective, 0, {"algorithms": {"default": "nccl:discarded"}})  # (its label, given back)
+    assert again.finish_ns == 0.0 and again.collectives[0].algorithm == "nccl:discarded"
     older = run("dgx-h100", 8, collective, 0, {"nccl": {"version": "2.18"}})
     assert older.finish_ns > 5_000 and older.collectives[0].algorithm != "nccl:discarded"
 

@@ -139,14 +139,16 @@ def forced(spec: str, settings: NcclSettings) -> NcclSettings:
 
     ``nccl:Ring/LL128/8`` is ``NCCL_ALGO=Ring NCCL_PROTO=LL128 NCCL_MIN_CTAS=NCCL_MAX_CTAS=8`` (the CTA bounds,
     because NVLS takes its channels from them alone; before 2.17, ``NCCL_MIN/MAX_NCHANNELS``): the label a result
-    gives a call of the ``nccl`` algorithm is the spec that reproduces it. As in NCCL, a call too small for its
-    channels still runs on fewer.
+    gives a call of the ``nccl`` algorithm is the spec that reproduces it (``nccl:discarded``, a call of no bytes NCCL
+    returns from at once, forces nothing). As in NCCL, a call too small for its channels still runs on fewer.
 
     Raises:
         ConfigError: a part that is not an NCCL algorithm, protocol or channel count (named).
     """
     from dataclasses import replace
 
+    if spec.partition(":")[2] == "discarded":  # (a call of no bytes: NCCL discards it whatever it is set to)
+        return settings
     parts = spec.partition(":")[2].split("/")
     if not parts[0] or len(parts) > 3:
         raise ConfigError(f"{spec!r}: expected nccl:ALGO[/PROTO[/CHANNELS]], e.g. nccl:Ring/LL128/8")
