@@ -131,6 +131,16 @@ def test_zero_3_holds_a_moe_layers_experts_gathered_as_the_trace_gathers_them() 
     assert [4 * size for size in expert_gather] == [2 * experts // 2]
 
 
+def test_zero_3_holds_the_output_layer_gathered_where_it_is_the_largest() -> None:
+    """The trace gathers the embedding and the output layer as it gathers a layer (_zero3_gather_weights): with a
+    vocabulary larger than a layer, the last stage's gathered term was short of it."""
+    big = {**GPT, "vocab": 65536}  # (the embedding, 66 Mi parameters, against a layer's 12·h² = 12 Mi)
+    spec = job(model=big, dp=8, zero=3)
+    embedding = spec.model.input_embedding_parameters()  # (a gpt's tied one: word and position embeddings)
+    assert embedding > spec.model.layer_parameters(0)
+    assert stage_memory(spec, 0)["gathered layers"] == 2 * 2 * embedding
+
+
 @pytest.mark.parametrize(("zero", "per_parameter"), [(0, 16), (1, 4 + Fraction(12, 64)), (2, 2 + Fraction(14, 64)),
                                                       (3, Fraction(16, 64))])  # fmt: skip
 def test_model_states_are_zero_figure_1(zero: int, per_parameter: Fraction) -> None:

@@ -10,8 +10,9 @@ Per pipeline stage, on one GPU of it (bytes; every term is an exact rational unt
   shards the states, ZeRO-2 the gradients too (with one micro-batch: the trace reduces them after the last one, so
   they accumulate whole until then), ZeRO-3 the weights too, over the data-parallel group (``dp·cp``
   ranks; expert weights over their expert-data-parallel group, ``tp·cp·dp/(ep·etp)``). ZeRO-3 adds the two layers
-  it holds gathered (the one computing and the one prefetched), its experts' weights included; FP8 adds the FP8
-  copy of each weight and its transpose, which Transformer Engine caches across micro-batches.
+  it holds gathered (the one computing and the one prefetched, the embedding or output layer where larger), its
+  experts' weights included; FP8 adds the FP8 copy of each weight and its transpose, which Transformer Engine caches
+  across micro-batches.
 - **activations**: what each micro-batch leaves stored for its backward (:func:`layer_activations`, Korthikanti et
   al. 2022 §4, generalised to grouped-query attention and gated MLPs), summed over the layers of a model chunk, plus
   the embedding's dropout mask on the first chunk and the output layer's inputs and FP32 logits on the last; the
@@ -129,7 +130,10 @@ def peak_held(ops: list[Op], weight: Callable[[Op], Fraction]) -> Fraction:
 
 
 def _stage_parameters(job: JobSpec, stage: int) -> tuple[Fraction, Fraction, list[tuple[Fraction, Fraction]]]:
-    """Parameters one GPU of *stage* holds: (dense, expert, each layer's (dense, expert))."""
+    """Parameters one GPU of *stage* holds: (dense, expert, each layer's (dense, expert)).
+
+    The layers' list holds the embedding and the output layer where the stage has them, as ZeRO-3 gathers them.
+    """
     m, lay = job.model, job.layout
     dense = expert = Fraction(0)
     layers: list[tuple[Fraction, Fraction]] = []
@@ -144,9 +148,13 @@ def _stage_parameters(job: JobSpec, stage: int) -> tuple[Fraction, Fraction, lis
             dense, expert = dense + d, expert + e
             layers.append((d, e))
         if m.vocab and chunk == 0:
-            dense += Fraction(m.input_embedding_parameters(), lay.tp)
+            embedding = Fraction(m.input_embedding_parameters(), lay.tp)
+            dense += embedding
+            layers.append((embedding, Fraction(0)))  # (ZeRO-3 gathers it as a layer: _zero3_gather_weights)
         if m.vocab and chunk == last and (chunk != 0 or m.arch == "llama"):  # (a tied embedding: its copy)
-            dense += Fraction(m.vocab * m.hidden, lay.tp) + (m.hidden if m.arch == "llama" else 0)
+            head = Fraction(m.vocab * m.hidden, lay.tp) + (m.hidden if m.arch == "llama" else 0)
+            dense += head
+            layers.append((head, Fraction(0)))
     return dense, expert, layers
 
 
