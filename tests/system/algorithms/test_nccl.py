@@ -193,6 +193,9 @@ def test_nvls_efficiency_is_the_hardwares_not_the_groups() -> None:
     # A group of 9 GPUs of an NVL72 rack took NVL72's efficiency and one of 8 a baseboard's: 9 ran 19% slower.
     hw = nccl("gb200-nvl72", 72).hardware()
     assert {timing._nvls_efficiency(Comm(hw, n, 1, n)) for n in (4, 8, 9, 72)} == {timing.NVL72_NVLS_EFFICIENCY}
+    baseboard = nccl("dgx-h100", 8).hardware()  # (and a baseboard's, whatever the group: not the rack's)
+    assert {timing._nvls_efficiency(Comm(baseboard, n, 1, n)) for n in (4, 8)} == {timing._nvls_efficiency(
+        Comm(baseboard, 8, 1, 8))} != {timing.NVL72_NVLS_EFFICIENCY}  # fmt: skip
 
 
 @pytest.mark.parametrize("collective", [C.ALL_REDUCE, C.ALL_GATHER, C.BROADCAST, C.ALL_TO_ALL])
