@@ -16,6 +16,7 @@ the previous processed receipt, the endpoint delay paid on arrival, the phase en
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from etsim.chakra import TraceBuilder, write_workload
 from etsim.chakra.graph import CollectiveType, NodeType
 from etsim.cli import main
 from etsim.compat import run_astra
-from etsim.errors import SimulationError
+from etsim.errors import EtsimWarning, SimulationError
 from etsim.producers.workloads import WORKLOAD_GENERATORS
 from etsim.producers.workloads.base import parse
 
@@ -260,3 +261,28 @@ def test_a_receive_posted_after_its_message_arrived_is_handled_an_endpoint_delay
     for model, expected in zip(("unaware", "aware"), LATE_MEMBER[collective], strict=True):
         result = run_astra(tmp_path / "late", system, network, comm_groups=groups, model=model)
         assert [int(r.finish_ns) for r in result.ranks] == list(expected) * 4, model
+
+
+def test_a_subgroup_runs_a_list_of_several_implementations_as_a_ring(tmp_path: Path) -> None:
+    """Groups [0..3] and [4..7] of a Ring 4 x Ring 2 all-reduce 1 MiB with `all-reduce-implementation: [direct,
+    direct]`: ASTRA-sim's CommunicatorGroup replaces a list of several with Ring for a group smaller than the system
+    (518bd51, CommunicatorGroup.cc); etsim ran the list's first, direct (12283 cycles)."""
+    traces = []
+    for r in range(8):
+        b = TraceBuilder()
+        b.collective(CollectiveType.ALL_REDUCE, 1 << 20, pg_name=str(1 + r // 4))
+        traces.append(b.build(rank=r))
+    write_workload(traces, tmp_path / "grp")
+    groups = tmp_path / "groups.json"
+    groups.write_text(json.dumps({"1": [0, 1, 2, 3], "2": [4, 5, 6, 7]}))
+    network = tmp_path / "n42.yml"
+    network.write_text("topology: [Ring, Ring]\nnpus_count: [4, 2]\nbandwidth: [50, 25]\nlatency: [500, 700]\n")
+    finishes = {}
+    for name, implementations in (("direct", ["direct", "direct"]), ("ring", ["ring", "ring"]), ("one", ["direct"])):
+        system = tmp_path / f"{name}.json"
+        system.write_text(json.dumps({**SYSTEM, "all-reduce-implementation": implementations}))
+        with warnings.catch_warnings():  # (direct on the unaware back end beats the links: it says so)
+            warnings.simplefilter("ignore", EtsimWarning)
+            result = run_astra(tmp_path / "grp", system, network, comm_groups=groups, model="unaware")
+        finishes[name] = [int(r.finish_ns) for r in result.ranks]
+    assert finishes["direct"] == finishes["ring"] != finishes["one"]  # (a list of one is the group's, as it is)
