@@ -67,7 +67,7 @@ def astra_settings(
     """The :class:`~etsim.system.config.SystemConfig` settings that reproduce ASTRA-sim's system layer.
 
     - a collective of S bytes is split into ``ceil(S / chunk)`` streams of ``chunk = S // splits`` bytes
-      each, the last one too (raised to the group size for collectives other than all-gather); each
+      each, the last one too (raised to the system's NPU count for collectives other than all-gather); each
       stream is a list of phases, one per dimension, that wait in per-dimension queues running
       ``ceil(active-chunks-per-dimension / queues)`` phases each (``etsim.compat.collectives``);
       collectives in a queue are ordered LIFO or FIFO (EXPLICIT behaves as LIFO: one collective is in
@@ -89,7 +89,7 @@ def astra_settings(
         "endpoint_delay_at": "receive",
         "group_endpoint_delay": 10.0,
         "chunks": preferred_dataset_splits,
-        "chunking": "whole",
+        "chunking": "whole_system",
         "stream_order": "fifo" if scheduling_policy == "FIFO" else "lifo",
         "active_streams": -(-active_chunks_per_dimension // queues_per_dim),
         "stream_delay": float(endpoint_delay),

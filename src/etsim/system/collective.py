@@ -580,5 +580,6 @@ class System:
 
     def _stream_sizes(self, collective: CollectiveType, size: int, group_size: int) -> list[float]:
         """Bytes of each chunk (stream) of a collective (:func:`~etsim.system.config.chunk_sizes`)."""
-        per_rank = collective == CollectiveType.ALL_GATHER
-        return chunk_sizes(size, self.config.chunks, group_size, per_rank_size=per_rank, rule=self.config.chunking)
+        per_rank, rule = collective == CollectiveType.ALL_GATHER, self.config.chunking
+        floor = self.groups.num_ranks if rule == "whole_system" else group_size  # (the byte per rank it keeps)
+        return chunk_sizes(size, self.config.chunks, floor, per_rank_size=per_rank, rule=rule)

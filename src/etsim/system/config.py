@@ -67,7 +67,7 @@ class Resources:
 #: Values of :attr:`SystemConfig.stream_order`.
 STREAM_ORDERS = ("fifo", "lifo")
 #: Values of :attr:`SystemConfig.chunking`.
-CHUNKINGS = ("equal", "whole")
+CHUNKINGS = ("equal", "whole", "whole_system")
 #: The most chunks (streams) one collective may be split into.
 MAX_CHUNKS = 1_000_000
 
@@ -83,7 +83,8 @@ def chunk_sizes(size: int, chunks: int, group_size: int, *, per_rank_size: bool,
         rule: ``equal`` — *chunks* equal shares (fractional bytes allowed); ``whole`` — ``ceil(size /
             chunk)`` chunks of ``chunk = size // chunks`` whole bytes each, the last one included (so the
             chunks may carry a little more than *size*), with ``chunk`` raised to one byte per rank when
-            the size is a whole buffer (a chunk never splits below a byte per rank).
+            the size is a whole buffer (a chunk never splits below a byte per rank); ``whole_system`` — the same,
+            *group_size* being every NPU of the system's (ASTRA-sim's ``Sys::determine_chunk_size``).
     """
     if chunks > MAX_CHUNKS:
         raise ConfigError(
