@@ -31,7 +31,9 @@ def wl4(tmp_path: Path) -> str:
 
 
 def _astra_files(tmp_path: Path) -> dict[str, Path]:
-    (tmp_path / "sys.json").write_text(json.dumps({"preferred-dataset-splits": 1, "local-mem-bw": 1600}))
+    (tmp_path / "sys.json").write_text(
+        json.dumps({"preferred-dataset-splits": 1, "local-mem-bw": 1600, "all-reduce-implementation": ["ring"]})
+    )
     (tmp_path / "net.yml").write_text("topology: [Ring]\nnpus_count: [4]\nbandwidth: [50.0]\nlatency: [500.0]\n")
     (tmp_path / "mem.json").write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}))
     return {"sys": tmp_path / "sys.json", "net": tmp_path / "net.yml", "mem": tmp_path / "mem.json"}

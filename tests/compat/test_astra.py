@@ -147,6 +147,40 @@ def test_invalid_values_are_errors(tmp_path: Path) -> None:
     assert any("unknown key 'mystery'" in w for w in warnings)
 
 
+@pytest.mark.parametrize(
+    ("collective", "extra", "said"),
+    [
+        # (each ran, exit 0, where ASTRA-sim throws: a collective it does not simulate, one with no implementation
+        # named, a replay of every node; BROADCAST it replays for its duration, which etsim did not either)
+        (CollectiveType.BROADCAST, {}, "BROADCAST: ASTRA-sim does not simulate this collective"),
+        (CollectiveType.GATHER, {}, "GATHER: ASTRA-sim does not simulate this collective"),
+        (CollectiveType.ALL_TO_ALL, {"all-to-all-implementation": None}, "names no 'all-to-all-implementation'"),
+        (CollectiveType.ALL_REDUCE, {"replay-only": 1}, "'replay-only' replays every node for its duration"),
+    ],
+)
+def test_what_astra_sim_refuses_is_refused(
+    tmp_path: Path, collective: CollectiveType, extra: dict[str, object], said: str
+) -> None:
+    paths = astra_inputs(tmp_path, collective, 1 << 20, ["Ring"], [4], **extra)
+    if extra.get("all-to-all-implementation", 0) is None:  # (the key left out)
+        system = json.loads(paths[1].read_text())
+        del system["all-to-all-implementation"]
+        paths[1].write_text(json.dumps(system))
+    with pytest.raises(ConfigError, match=said):
+        run_astra(*paths)
+
+
+def test_a_collective_on_the_cpu_is_refused(tmp_path: Path) -> None:
+    # ASTRA-sim: "Comm node should not be on CPU"; etsim replayed it for its duration, 0: a 1 MiB all-reduce in 1 cycle.
+    paths = astra_inputs(tmp_path, CollectiveType.ALL_REDUCE, 1 << 20, ["Ring"], [4])
+    traces = collective_workload(CollectiveType.ALL_REDUCE, 1 << 20, 4)
+    for trace in traces:
+        next(a for a in trace.nodes[0].attr if a.name == "is_cpu_op").bool_val = True
+    write_workload(traces, paths[0])
+    with pytest.raises(ConfigError, match="a collective marked is_cpu_op"):
+        run_astra(*paths)
+
+
 def test_splits_and_active_chunks(tmp_path: Path) -> None:
     # Four streams of S/4, one at a time (active-chunks 1): four ring all-reduces back to back.
     n, size, E = 8, 1 << 22, 10

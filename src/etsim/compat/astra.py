@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from etsim.chakra.graph import NodeType, Workload
+from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Workload
 from etsim.chakra.io import load_workload
 from etsim.compat.collectives import NAMES, astra_spec
 from etsim.errors import ConfigError, warn
@@ -225,6 +225,9 @@ def load_astra_system(
             if isinstance(node_id, bool) or not isinstance(node_id, int) or not isinstance(prefix, str):
                 raise ConfigError(f"{per_node}: {node_id!r}: {prefix!r}: expected a node id and an ET prefix")
             node_algorithms[node_id] = os.path.abspath(prefix)
+    if bool(data.get("replay-only", 0)):  # (ASTRA-sim then replays every node for its duration, collectives too)
+        raise ConfigError(f"{where}: 'replay-only' replays every node for its duration, collectives included: etsim "
+                          "does not reproduce that (it would simulate the communication); remove it")  # fmt: skip
     peak = data.get("peak-perf")
     peak_flops: float | None = None
     if bool(data.get("roofline-enabled", 0)) and not bool(data.get("replay-only", 0)):
@@ -315,6 +318,7 @@ def run_astra(
                 raise ConfigError(f"{remote_memory}: {key!r} must be a number {need}, got {value!r}")
             changes[field_name] = float(value)
         config = config.with_overrides(**changes)
+    _refuse_what_astra_sim_refuses(wl, config, system)  # (after the input files: their errors first)
     name, options = MODEL_OPTIONS[model]
     if not fast_path:
         config = config.with_overrides(fast_path=False)
@@ -324,6 +328,39 @@ def run_astra(
     return simulate(
         wl, topology=net, model=name, model_options=options, system=config, observer=watch, reports=NO_REPORTS
     )
+
+
+#: The collectives ASTRA-sim simulates (its workload layer throws "Unsupported collective comm type" for the others,
+#: and replays BROADCAST for its duration, which etsim does not reproduce here).
+_SIMULATED = {CollectiveType.ALL_REDUCE: "all-reduce", CollectiveType.ALL_GATHER: "all-gather",
+              CollectiveType.REDUCE_SCATTER: "reduce-scatter", CollectiveType.ALL_TO_ALL: "all-to-all"}  # fmt: skip
+
+
+def _refuse_what_astra_sim_refuses(wl: Workload, config: SystemConfig, system: str | os.PathLike[str]) -> None:
+    """Stop where ASTRA-sim stops.
+
+    A collective on the CPU, one of a type it does not simulate, one whose system file names no implementation:
+    etsim ran them, or ran its own algorithm, where ASTRA-sim throws.
+    """
+    custom = set(config.node_algorithms)
+    for trace in wl:
+        for pos, node_type in enumerate(trace.types):
+            if node_type != NodeType.COMM_COLL_NODE:
+                continue
+            where = trace.describe(pos)
+            if trace.is_cpu_op[pos]:
+                raise ConfigError(
+                    f"{where}: a collective marked is_cpu_op (ASTRA-sim: 'Comm node should not be on CPU')"
+                )
+            kind = trace.comm_type[pos]
+            if kind not in _SIMULATED:
+                name = CollectiveType(kind).name if kind in CollectiveType._value2member_map_ else str(kind)
+                raise ConfigError(f"{where}: {name}: ASTRA-sim does not simulate this collective (it throws "
+                                  "'Unsupported collective comm type'; BROADCAST it replays for its "
+                                  "duration)")  # fmt: skip
+            if trace.ids[pos] not in custom and COLLECTIVE_NAMES[kind] not in config.algorithms:
+                raise ConfigError(f"{where}: {system} names no '{_SIMULATED[kind]}-implementation' (ASTRA-sim: 'No "
+                                  "collective implementation found')")  # fmt: skip
 
 
 class _SimultaneousSends(RunObserver):
