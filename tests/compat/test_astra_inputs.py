@@ -67,3 +67,21 @@ def test_astra_custom_collective_with_chunk_counts_is_refused(
     capsys.readouterr()
     assert main(_astra(tmp_path, {"all-reduce-implementation-custom": [str(tmp_path / "sym")]})) == 1
     assert "gives sizes as chunk counts" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["MEMORY_POOL", "PER_NODE_MEMORY_EXPANSION"])
+def test_a_shared_remote_memory_is_said_to_be_timed_per_npu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """ASTRA-sim serialises a pool's (or a node's) requests; etsim times each NPU's alone, which it did in silence."""
+    from etsim.chakra import TraceBuilder, write_workload
+
+    traces = []
+    for rank in range(4):
+        b = TraceBuilder()
+        b.mem(True, 1000)
+        traces.append(b.build(rank=rank))
+    args = _astra(tmp_path, {}, {"memory-type": kind, "remote-mem-latency": 100, "remote-mem-bw": 10})
+    write_workload(traces, tmp_path / "wl")
+    assert main(args) == 0
+    assert f"memory-type {kind}: etsim times every NPU's requests on its own" in capsys.readouterr().err

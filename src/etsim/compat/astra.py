@@ -25,7 +25,8 @@ import yaml
 from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Workload
 from etsim.chakra.io import load_workload
 from etsim.compat.collectives import NAMES, astra_spec
-from etsim.errors import ConfigError, warn
+from etsim.errors import ConfigError
+from etsim.errors import warn as _warn  # (run_astra's *warn* parameter names where its notes go)
 from etsim.files import parse_json, read_text
 from etsim.network import load_network
 from etsim.report.result import Result
@@ -304,6 +305,11 @@ def run_astra(
         mem = load_astra_remote_memory(remote_memory)
         if has_memory and mem["memory-type"] == "NO_MEMORY_EXPANSION":
             raise ConfigError(f"{remote_memory}: memory-type NO_MEMORY_EXPANSION but the workload has MEM nodes")
+        if has_memory and mem["memory-type"] in ("MEMORY_POOL", "PER_NODE_MEMORY_EXPANSION"):  # (timed per NPU)
+            (warn or _warn)(
+                f"{remote_memory}: memory-type {mem['memory-type']}: etsim times every NPU's requests on its own "
+                "(PER_NPU_MEMORY_EXPANSION); ASTRA-sim serialises a pool's, or a node's, requests"
+            )
         changes: dict[str, Any] = {}
         for key, field_name, minimum in (
             ("remote-mem-latency", "remote_memory_latency", 0.0),
@@ -394,7 +400,7 @@ class _SimultaneousSends(RunObserver):
     def finished(self, engine: Engine) -> None:
         if self.found is not None:
             label, rank, now, first, second = self.found
-            warn(
+            _warn(
                 f"custom collective {label!r}: rank {rank} sends to ranks {first} and {second} over one link at "
                 f"{now:.0f} ns; ASTRA-sim's congestion-aware back end issues simultaneous sends in the hash order of "
                 "its ready nodes, etsim in node order, so its times may differ from these (the unaware back end "
