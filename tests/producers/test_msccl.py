@@ -450,7 +450,16 @@ def test_an_export_past_the_runtimes_thread_block_limit_is_warned(tmp_path) -> N
     from etsim.system.algorithms.ring import RingAlgorithm
 
     graphs = [RingAlgorithm().graph(CollectiveType.ALL_REDUCE, 128, r) for r in range(128)]
-    with pytest.warns(EtsimWarning, match=r"ring128: \d+ thread blocks on a GPU .* at most 216 and 256"):
+    with pytest.warns(EtsimWarning, match=r"ring128: \d+ thread blocks on a GPU, .* at most 216, 256, 32 and fewer"):
         graphs_to_msccl(graphs, collective=CollectiveType.ALL_REDUCE, label="ring128")
     eight = [RingAlgorithm().graph(CollectiveType.ALL_REDUCE, 8, r) for r in range(8)]
     graphs_to_msccl(eight, collective=CollectiveType.ALL_REDUCE)  # (under the limits: no warning)
+    # A 24-rank ring's family: 46 channels (one per tag), past MSCCL's 32 (it was said of thread blocks only).
+    from etsim.cli import main
+    from etsim.producers.msccl import workload_to_msccl
+
+    assert (
+        main(["algo", "export", "ring", "--collective", "all_reduce", "--npus", "24", "-o", str(tmp_path / "r")]) == 0
+    )
+    with pytest.warns(EtsimWarning, match=r"\d+ thread blocks on a GPU, \d+ steps in a thread block, 46 channels"):
+        workload_to_msccl(tmp_path / "r")

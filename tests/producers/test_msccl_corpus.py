@@ -236,7 +236,7 @@ def test_a_round_trip_that_would_be_wrong_in_place_is_written_for_out_of_place_o
     write_msccl_et(conversion, tmp_path / "ring")
     notes: list[str] = []
     # (the round trip gives every message a thread block of its own: more than MSCCL's runtime takes, and it says so)
-    with pytest.warns(EtsimWarning, match=r"thread blocks on a GPU .* MSCCL's runtime takes at most 216"):
+    with pytest.warns(EtsimWarning, match=r"thread blocks on a GPU, .* MSCCL's runtime takes at most 216"):
         xml = workload_to_msccl(tmp_path / "ring", notes=notes)
     assert 'inplace="0" outofplace="1"' in xml
     assert any("written for out of place only" in n and "count rank" in n for n in notes)

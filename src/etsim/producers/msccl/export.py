@@ -64,6 +64,8 @@ MSCCL_COLL_NAMES: dict[CollectiveType, str] = {
 
 #: The MSCCL runtime's limits: thread blocks per GPU (the older runtime's) and steps per thread block.
 MAX_RUNTIME_TBS, MAX_RUNTIME_STEPS = 216, 256
+#: MSCCL's MAXCHANNELS and MSCCL_MAX_COUNT: a channel id and a step's count the runtimes' parsers accept.
+MAX_RUNTIME_CHANNELS, MAX_RUNTIME_COUNT = 32, 72
 
 #: A step's type and local buffers: ``(type, srcbuf, srcoff, dstbuf, dstoff)``.
 _Data = tuple[str, str, int, str, int]
@@ -297,15 +299,17 @@ def graphs_to_msccl(
     per_gpu = [_gpu_tbs(g, r, n, label, plans[r]) for r, g in enumerate(graphs)]
     most_tbs = max((len(tbs) for tbs in per_gpu), default=0)
     most_steps = max((len(tb.steps) for tbs in per_gpu for tb in tbs), default=0)
-    if most_tbs > MAX_RUNTIME_TBS or most_steps > MAX_RUNTIME_STEPS:
-        warn(
-            f"{label}: {most_tbs} thread blocks on a GPU and {most_steps} steps in a thread block: MSCCL's runtime "
-            f"takes at most {MAX_RUNTIME_TBS} and {MAX_RUNTIME_STEPS} (etsim reads and runs the XML; the runtime may "
-            "refuse it)"
-        )
     max_cnt = max((st[1] for tbs in per_gpu for tb in tbs for st in tb.steps), default=0)
     size = max(total, max_cnt)
     nchannels = max((tb.chan for tbs in per_gpu for tb in tbs), default=0) + 1
+    if (most_tbs > MAX_RUNTIME_TBS or most_steps > MAX_RUNTIME_STEPS or nchannels > MAX_RUNTIME_CHANNELS
+            or max_cnt >= MAX_RUNTIME_COUNT):  # fmt: skip
+        warn(
+            f"{label}: {most_tbs} thread blocks on a GPU, {most_steps} steps in a thread block, {nchannels} channels "
+            f"and a step of {max_cnt} chunks: MSCCL's runtime takes at most {MAX_RUNTIME_TBS}, {MAX_RUNTIME_STEPS}, "
+            f"{MAX_RUNTIME_CHANNELS} and fewer than {MAX_RUNTIME_COUNT} (etsim reads and runs the XML; the runtime "
+            "may refuse it)"
+        )
     placement = graphs[0].placement or (OUT_OF_PLACE,)
     inplace, outofplace = int(IN_PLACE in placement), int(OUT_OF_PLACE in placement)
     if why:
