@@ -416,16 +416,25 @@ def run_cluster(
             used = len({nodes[g] for g in done.gpus})
             rate = failure_rate(spec.reliability, len(done.gpus), used, len(done.result.links))
             done.goodput = play(spec.reliability, rate, done.duration_ns, stream=i)
-    notes = list(run.warnings)
+    return ClusterResult(spec.name, jobs, shared, run, list(run.warnings) + _rerouted(net, placed, run), faults)
+
+
+def _rerouted(net: NetworkConfig, placed: Sequence[PlacedJob], run: Result) -> list[str]:
+    """A warning, said and returned, when a link fails during a run of several jobs sharing it.
+
+    Their tables charge routes from before the failure (one job's tables are the run's own statistics, detours
+    included).
+    """
     cut = [change.link for change in net.changes if change.share == 0]
-    if cut and len(placed) > 1 and "apart" not in run.sim:  # (one job's tables are the run's own statistics)
-        u, v = cut[0]
-        notes.append(
-            f"link {u} - {v} fails during the run: each job's links and the shared links charge its messages along "
-            "their routes before the failure; the run's own link statistics count the detours"
-        )
-        warn(notes[-1])
-    return ClusterResult(spec.name, jobs, shared, run, notes, faults)
+    if not cut or len(placed) < 2 or "apart" in run.sim:
+        return []
+    u, v = cut[0]
+    note = (
+        f"link {u} - {v} fails during the run: each job's links and the shared links charge its messages along "
+        "their routes before the failure; the run's own link statistics count the detours"
+    )
+    warn(note)
+    return [note]
 
 
 def _placed(spec: ClusterSpec, net: NetworkConfig) -> list[PlacedJob]:

@@ -84,7 +84,7 @@ def chunk_sizes(size: int, chunks: int, group_size: int, *, per_rank_size: bool,
             chunk)`` chunks of ``chunk = size // chunks`` whole bytes each, the last one included (so the
             chunks may carry a little more than *size*), with ``chunk`` raised to one byte per rank when
             the size is a whole buffer (a chunk never splits below a byte per rank); ``whole_system`` — the same,
-            *group_size* being every NPU of the system's (ASTRA-sim's ``Sys::determine_chunk_size``).
+            *group_size* being every NPU of the system's (a group's chunk never below a byte per NPU of it).
     """
     if chunks > MAX_CHUNKS:
         raise ConfigError(
