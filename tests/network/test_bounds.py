@@ -112,3 +112,23 @@ def test_the_schedule_bound_is_not_a_lower_bound_on_a_switch() -> None:
         system=SystemConfig(algorithms={"default": "direct"}),
     ).finish_ns
     assert syn.physical_bound().ns <= direct < syn.bound.value
+
+
+def test_an_all_gathers_every_rank_sends_its_own_piece_and_a_reduce_scatters_receives_its_own() -> None:
+    """Rank 0 leaves over one 10 GB/s link only (the rest is 100 GB/s): its piece of a 4 MB all-gather (1 MB) must
+    cross it, 100 us. The bound left the sender out (15 us: what a rank must receive); a reduce-scatter's rank must
+    likewise receive the sums of its own piece."""
+
+    def topology(slow: tuple[int, int]) -> object:
+        """Ranks 1-3 fully linked at 100 GB/s; rank 0 joined by *slow* at 10 GB/s one way, 100 GB/s links the other."""
+        others = [(a, b) for a in range(1, 4) for b in range(1, 4) if a != b]
+        back = [(b, a) for a, b in [slow]] if slow[0] == 0 else [(0, 1)]  # (rank 0's other way: through rank 1)
+        back += [(b, 0) for b in (2, 3)] if slow[0] == 0 else []  # (rank 0 receives from every rank: fast)
+        links = [{"src": a, "dst": b, "bandwidth": "100 GB/s", "bidirectional": False} for a, b in others + back]
+        links.append({"src": slow[0], "dst": slow[1], "bandwidth": "10 GB/s", "bidirectional": False})
+        return topology_from_dict({"kind": "graph", "npus": 4, "latency": "0 ns", "links": links})
+
+    bound = CollectiveBounds(topology((0, 1))).bandwidth(CollectiveType.ALL_GATHER, 4e6, range(4))
+    assert bound.ns == pytest.approx(1e6 / 10, rel=1e-12) and "rank 0 must send" in bound.reason
+    bound = CollectiveBounds(topology((1, 0))).bandwidth(CollectiveType.REDUCE_SCATTER, 4e6, range(4))
+    assert bound.ns == pytest.approx(1e6 / 10, rel=1e-12) and "rank 0 must receive" in bound.reason

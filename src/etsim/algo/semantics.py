@@ -91,9 +91,11 @@ def minimum_bytes(collective: CollectiveType, n: int, buffer: float, *, in_netwo
 
     - all-gather, gather: every (receiving) rank needs the n−1 pieces of buffer/n it lacks
       (received ≥ (n−1)/n·buffer; total ≥ (n−1)·buffer, gather (n−1)/n·buffer); Chan et al.,
-      *Collective communication: theory, practice, and experience* (2007), Table 1.
+      *Collective communication: theory, practice, and experience* (2007), Table 1; an all-gather's every rank
+      sends its own piece at least once (sent ≥ buffer/n).
     - reduce-scatter: every rank's contribution to the n−1 pieces other ranks own must leave it
-      (sent ≥ (n−1)/n·buffer; total ≥ (n−1)·buffer).
+      (sent ≥ (n−1)/n·buffer; total ≥ (n−1)·buffer), and the others' contributions to its own piece must reach
+      it (received ≥ buffer/n, unless switches reduce).
     - all-to-all: every rank sends and receives n−1 pieces (≥ (n−1)/n·buffer each way).
     - all-reduce: every rank's contribution to every chunk must leave it and the others' must reach
       it (sent ≥ buffer and received ≥ buffer per rank); summed over ranks, every chunk must travel
@@ -113,10 +115,11 @@ def minimum_bytes(collective: CollectiveType, n: int, buffer: float, *, in_netwo
         return {"sent_per_rank": 0.0, "received_per_rank": 0.0, "total": 0.0}
     piece = buffer * (n - 1) / n
     c = algorithm_collective(collective)
+    own = buffer / n  # (a rank's own piece must leave it: its shard, or the sums of its piece must reach it)
     table = {
-        C.ALL_GATHER: (0.0, piece, (n - 1) * buffer),
+        C.ALL_GATHER: (own, piece, (n - 1) * buffer),
         C.GATHER: (0.0, 0.0, piece),
-        C.REDUCE_SCATTER: (piece, 0.0, (n - 1) * buffer),
+        C.REDUCE_SCATTER: (piece, 0.0 if in_network else own, (n - 1) * buffer),
         C.SCATTER: (0.0, 0.0, piece),
         C.ALL_TO_ALL: (piece, piece, (n - 1) * buffer),
         C.ALL_REDUCE: (buffer, buffer, 2 * (n - 1) * buffer),
