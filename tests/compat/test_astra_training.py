@@ -83,6 +83,20 @@ SUBGROUP_RING = {
 }
 
 
+def _group_all_reduces(tmp_path: Path, name: str, size: int, group: int) -> tuple[Path, Path]:
+    """8 ranks, each all-reducing *size* bytes on its communicator group of *group* consecutive ranks: the workload
+    prefix and the comm-group file."""
+    traces = []
+    for r in range(8):
+        b = TraceBuilder()
+        b.collective(CollectiveType.ALL_REDUCE, size, pg_name=str(1 + r // group))
+        traces.append(b.build(rank=r))
+    write_workload(traces, tmp_path / name)
+    groups = tmp_path / "groups.json"
+    groups.write_text(json.dumps({str(1 + k): list(range(k * group, (k + 1) * group)) for k in range(8 // group)}))
+    return tmp_path / name, groups
+
+
 @pytest.mark.parametrize("splits", sorted(SUBGROUP_RING))
 def test_a_ring_on_a_subgroup_of_a_larger_ring_runs_as_astra_sims(splits: int, tmp_path: Path) -> None:
     """Groups [0..3] and [4..7] of a Ring 8 all-reduce 32,768,000 bytes each (issue 24's reproducer).
@@ -92,19 +106,12 @@ def test_a_ring_on_a_subgroup_of_a_larger_ring_runs_as_astra_sims(splits: int, t
     last processed receipt; before etsim did all three, it gave 967672/966672/965672/967672 unaware and
     1989681/1852474/1852474/1989681 aware (one split).
     """
-    traces = []
-    for r in range(8):
-        b = TraceBuilder()
-        b.collective(CollectiveType.ALL_REDUCE, 32_768_000, pg_name=str(1 + r // 4))
-        traces.append(b.build(rank=r))
-    write_workload(traces, tmp_path / "sub")
-    groups = tmp_path / "groups.json"
-    groups.write_text(json.dumps({"1": [0, 1, 2, 3], "2": [4, 5, 6, 7]}))
+    prefix, groups = _group_all_reduces(tmp_path, "sub", 32_768_000, 4)
     system, network = _inputs(tmp_path)
     system.write_text(json.dumps({**SYSTEM, "preferred-dataset-splits": splits}))
     unaware, aware = SUBGROUP_RING[splits]
     for model, expected in (("unaware", unaware), ("aware", aware)):
-        result = run_astra(tmp_path / "sub", system, network, comm_groups=groups, model=model)
+        result = run_astra(prefix, system, network, comm_groups=groups, model=model)
         assert [int(r.finish_ns) for r in result.ranks] == expected * 2, model
 
 
@@ -128,17 +135,10 @@ def test_workload_sends_pay_no_endpoint_delay(model: str, tmp_path: Path) -> Non
 
 def _subgroup_all_reduces(tmp_path: Path, endpoint: int) -> tuple[Path, Path, Path, Path]:
     """Every pair of ranks all-reduces 1 MiB on its own communicator group (groups [0,1], [2,3] … of a Ring 8)."""
-    traces = []
-    for r in range(8):
-        b = TraceBuilder()
-        b.collective(CollectiveType.ALL_REDUCE, 1 << 20, pg_name=str(1 + r // 2))
-        traces.append(b.build(rank=r))
-    write_workload(traces, tmp_path / "sub")
-    groups = tmp_path / "groups.json"
-    groups.write_text(json.dumps({"1": [0, 1], "2": [2, 3], "3": [4, 5], "4": [6, 7]}))
+    prefix, groups = _group_all_reduces(tmp_path, "sub", 1 << 20, 2)
     system, network = _inputs(tmp_path)
     system.write_text(json.dumps({**SYSTEM, "endpoint-delay": endpoint, "preferred-dataset-splits": 1}))
-    return tmp_path / "sub", system, network, groups
+    return prefix, system, network, groups
 
 
 @pytest.mark.parametrize("model", ["unaware", "aware"])
@@ -267,14 +267,7 @@ def test_a_subgroup_runs_a_list_of_several_implementations_as_a_ring(tmp_path: P
     """Groups [0..3] and [4..7] of a Ring 4 x Ring 2 all-reduce 1 MiB with `all-reduce-implementation: [direct,
     direct]`: ASTRA-sim's CommunicatorGroup replaces a list of several with Ring for a group smaller than the system
     (518bd51, CommunicatorGroup.cc); etsim ran the list's first, direct (12283 cycles)."""
-    traces = []
-    for r in range(8):
-        b = TraceBuilder()
-        b.collective(CollectiveType.ALL_REDUCE, 1 << 20, pg_name=str(1 + r // 4))
-        traces.append(b.build(rank=r))
-    write_workload(traces, tmp_path / "grp")
-    groups = tmp_path / "groups.json"
-    groups.write_text(json.dumps({"1": [0, 1, 2, 3], "2": [4, 5, 6, 7]}))
+    prefix, groups = _group_all_reduces(tmp_path, "grp", 1 << 20, 4)
     network = tmp_path / "n42.yml"
     network.write_text("topology: [Ring, Ring]\nnpus_count: [4, 2]\nbandwidth: [50, 25]\nlatency: [500, 700]\n")
     finishes = {}
@@ -283,7 +276,7 @@ def test_a_subgroup_runs_a_list_of_several_implementations_as_a_ring(tmp_path: P
         system.write_text(json.dumps({**SYSTEM, "all-reduce-implementation": implementations}))
         with warnings.catch_warnings():  # (direct on the unaware back end beats the links: it says so)
             warnings.simplefilter("ignore", EtsimWarning)
-            result = run_astra(tmp_path / "grp", system, network, comm_groups=groups, model="unaware")
+            result = run_astra(prefix, system, network, comm_groups=groups, model="unaware")
         finishes[name] = [int(r.finish_ns) for r in result.ranks]
     assert finishes["direct"] == finishes["ring"] != finishes["one"]  # (a list of one is the group's, as it is)
 
@@ -295,17 +288,10 @@ def test_a_small_collective_of_a_group_is_raised_to_a_byte_per_npu_of_the_system
     """A 4-byte all-reduce of groups [0..3] and [4..7] on a FullyConnected 8 (local-mem-bw 1): ASTRA-sim raises a
     chunk to the system's NPU count (Sys::determine_chunk_size), not the group's: 3088 and 12352 cycles (read from
     its source: etsim gave 3079 and 12316)."""
-    traces = []
-    for r in range(8):
-        b = TraceBuilder()
-        b.collective(CollectiveType.ALL_REDUCE, 4 * splits, pg_name=str(1 + r // 4))
-        traces.append(b.build(rank=r))
-    write_workload(traces, tmp_path / "small")
-    groups = tmp_path / "groups.json"
-    groups.write_text(json.dumps({"1": [0, 1, 2, 3], "2": [4, 5, 6, 7]}))
+    prefix, groups = _group_all_reduces(tmp_path, "small", 4 * splits, 4)
     network = tmp_path / "fc8.yml"
     network.write_text("topology: [FullyConnected]\nnpus_count: [8]\nbandwidth: [50]\nlatency: [500]\n")
     system = tmp_path / "sys.json"
     system.write_text(json.dumps({**SYSTEM, "local-mem-bw": 1, "preferred-dataset-splits": splits}))
-    result = run_astra(tmp_path / "small", system, network, comm_groups=groups, model="unaware")
+    result = run_astra(prefix, system, network, comm_groups=groups, model="unaware")
     assert [int(r.finish_ns) for r in result.ranks] == [expected] * 8
