@@ -197,9 +197,9 @@ class ClusterResult:
             return None if "gpu" in f else ("nic", f["nic"]) if "nic" in f else ("link", tuple(f["link"]))
 
         mine = (fault["at_ns"], self.faults.index(fault))
-        earlier = sorted(((f["at_ns"], k), f["bandwidth"]) for k, f in enumerate(self.faults)
-                         if where(f) == where(fault) and (f["at_ns"], k) < mine)  # fmt: skip
-        return where(fault) is not None and fault["bandwidth"] > (earlier[-1][1] if earlier else 1.0)
+        earlier = [((f["at_ns"], k), f["bandwidth"]) for k, f in enumerate(self.faults)
+                   if where(f) == where(fault) and (f["at_ns"], k) < mine]  # fmt: skip
+        return where(fault) is not None and fault["bandwidth"] > (max(earlier)[1] if earlier else 1.0)
 
     def to_json(self, *, indent: int | None = 1) -> str:
         """The JSON document of :meth:`to_dict` (deterministic key order)."""
@@ -255,8 +255,7 @@ def _job_view(
         if name is not None:
             rank = entry.get("rank_of_max")
             groups.append({**entry, "group": name, **({"rank_of_max": index[rank]} if rank in index else {})})
-    finish = max((r.finish_ns for r in ranks), default=start)
-    finish = max(finish, start)  # (a job whose GPU failed before it started never ran: no negative duration)
+    finish = max([start, *(r.finish_ns for r in ranks)])  # (a job whose GPU failed before it started never ran)
     result = dataclasses.replace(
         run,
         finish_ns=finish,
@@ -477,12 +476,12 @@ def _fault_entry(spec: ClusterSpec, i: int, placed: Sequence[PlacedJob]) -> dict
 
 def _mark_lost(spec: ClusterSpec, jobs: Sequence[JobResult], failed: dict[int, float]) -> None:
     """Each job whose GPUs failed (``failed``: GPU → when) says what it lost."""
+    named = failures(spec, [job.gpus for job in jobs])  # (the GPU a fault or a rank_fail named: its job stops)
     for job in jobs:
         when = min((failed[g] for g in job.gpus if g in failed), default=None)
         if when is None:
             continue
-        # (the GPU a fault or a rank_fail named: every GPU of its job stops with it)
-        gpu = next(g for g, at in failures(spec, [job.gpus for job in jobs]) if g in job.gpus and at == when)
+        gpu = next(g for g, at in named if g in job.gpus and at == when)
         finished = sum(1 for c in job.result.collectives if c.rank == 0 and c.end_ns <= when)
         step = max(0.0, when - job.start_ns)  # (a GPU that failed before its job started: nothing ran, none lost)
         job.lost = {"gpu": gpu, "at_ns": when, "step_ns": step, "gpu_ns": step * len(job.gpus),

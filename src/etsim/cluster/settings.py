@@ -90,14 +90,18 @@ def fabric_links(topology: Topology, gpu: int, key: str) -> list[tuple[Any, Any]
 
 
 def failures(spec: ClusterSpec, gpus: Sequence[tuple[int, ...]]) -> list[tuple[int, float]]:
-    """The GPUs that fail and when: the faults', the cluster system's ``rank_fail`` and the jobs' (on their GPUs)."""
-    cluster = load_system_config({"rank_fail": spec.system["rank_fail"]}) if "rank_fail" in spec.system else None
-    out = list(cluster.rank_fail.items()) if cluster is not None else []
-    for i, (system, ranks, job) in enumerate(zip(spec.job_systems, gpus, spec.jobs, strict=True)):
-        if "rank_fail" in system:
-            mine = _on_gpus(load_system_config({"rank_fail": system["rank_fail"]}), ranks, job.start, f"jobs[{i}]")
-            out += mine.rank_fail.items()
+    """The GPUs that fail and when: the cluster system's ``rank_fail``, the jobs' (on their GPUs) and the faults'."""
+    out = [item for config in _by_gpu(spec, gpus) for item in config.rank_fail.items()]
     return out + [(fault.gpu, fault.at) for fault in spec.faults if fault.gpu is not None]
+
+
+def _by_gpu(spec: ClusterSpec, gpus: Sequence[tuple[int, ...]]) -> list[SystemConfig]:
+    """The per-rank settings by GPU, on the cluster's clock: the cluster system's, then each job's moved there."""
+    cluster = load_system_config({k: v for k, v in spec.system.items() if k in PER_RANK})
+    return [cluster] + [
+        _on_gpus(load_system_config({k: v for k, v in system.items() if k in PER_RANK}), ranks, job.start, f"jobs[{i}]")
+        for i, (system, ranks, job) in enumerate(zip(spec.job_systems, gpus, spec.jobs, strict=True))
+    ]
 
 
 #: The system settings that name ranks: a job's name its own ranks, the cluster's its GPUs.
@@ -168,19 +172,12 @@ def _per_gpu(spec: ClusterSpec, gpus: Sequence[tuple[int, ...]]) -> dict[str, An
     The cluster's, the jobs' moved to their GPUs, the jobs' starts, the stragglers and the failures (a GPU that fails
     stops its whole job).
     """
-    cluster = load_system_config({k: v for k, v in spec.system.items() if k in PER_RANK})  # (by GPU)
-    jobs = [
-        _on_gpus(load_system_config({k: v for k, v in system.items() if k in PER_RANK}), ranks, job.start, f"jobs[{i}]")
-        for i, (system, ranks, job) in enumerate(zip(spec.job_systems, gpus, spec.jobs, strict=True))
-    ]
     starts = {gpu: job.start for job, ranks in zip(spec.jobs, gpus, strict=True) for gpu in ranks if job.start}
-    constant: dict[int, float] = dict(cluster.compute_slowdown)
-    delays: dict[int, float] = dict(cluster.compute_delay)
-    windows = list(cluster.slowdown_windows)
+    constant: dict[int, float] = {}
+    delays: dict[int, float] = {}
+    windows: list[tuple[int, float, float, float]] = []
     failing: dict[int, float] = {}
-    for gpu, when in cluster.rank_start.items():
-        starts[gpu] = max(starts.get(gpu, 0.0), when)
-    for mine in jobs:
+    for mine in _by_gpu(spec, gpus):  # (the cluster's, then the jobs')
         for gpu, factor in mine.compute_slowdown.items():
             constant[gpu] = constant.get(gpu, 1.0) * factor
         for gpu, delay in mine.compute_delay.items():
