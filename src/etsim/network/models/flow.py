@@ -343,17 +343,8 @@ class FlowNetwork(NetworkModel):
         for slot, route in enumerate(self._f_route):
             if self._f_done[slot] is None or not failed.intersection(route):
                 continue
-            if self._f_rate[slot]:
-                self._f_left[slot] -= self._f_rate[slot] * (now - self._f_last[slot])
+            self._withdraw(slot, now)  # (the bytes it has left go by the new route instead)
             weight = self._f_weight[slot]
-            for link in route:
-                del self._on_link[link][slot]
-                self._load[link] -= weight
-                self._dirty[link] = None
-                # (its bytes were counted on the route when it was sent: those left go by the new route instead;
-                # member by member, as the messages of a class taken apart)
-                for _ in range(weight):
-                    self._bytes[link] -= self._f_left[slot]
             src, dst = self.topology.links[route[0]][0], self.topology.links[route[-1]][1]  # (a route joins them)
             try:
                 links, latency, _ = self._route(src, dst)  # type: ignore[arg-type]
@@ -371,6 +362,24 @@ class FlowNetwork(NetworkModel):
             self._admit(slot, now)
         self._arm_realloc(now)
 
+    def _withdraw(self, slot: int, now: float) -> None:
+        """Take flow *slot* off its route's links now; they are re-shared this instant.
+
+        Its bytes left leave the links' counts, which took them when it was sent (member by member, as the messages
+        of a class taken apart). The links keep their rates, so their busy time stays their bytes at them
+        (``_close_period`` is for a rate that changes).
+        """
+        if self._f_rate[slot]:
+            self._f_left[slot] -= self._f_rate[slot] * (now - self._f_last[slot])
+            self._f_last[slot] = now
+        weight, left = self._f_weight[slot], self._f_left[slot]
+        for link in self._f_route[slot]:
+            del self._on_link[link][slot]
+            self._load[link] -= weight
+            self._dirty[link] = None
+            for _ in range(weight):
+                self._bytes[link] -= left
+
     def stop_npu(self, npu: int) -> None:
         """*npu* failed now: the flows it sends stop with the bytes they have left (never delivered).
 
@@ -382,15 +391,7 @@ class FlowNetwork(NetworkModel):
         for slot, route in enumerate(self._f_route):
             if self._f_done[slot] is None or links[route[0]][0] != npu:
                 continue
-            left = self._f_left[slot] - self._f_rate[slot] * (now - self._f_last[slot])
-            weight = self._f_weight[slot]
-            for link in route:
-                self._close_period(link, now)  # (its carried bytes at the rates they had)
-                del self._on_link[link][slot]
-                self._load[link] -= weight
-                self._dirty[link] = None
-                for _ in range(weight):  # (never carried; member by member, as a class taken apart)
-                    self._bytes[link] -= left
+            self._withdraw(slot, now)  # (the bytes it has left are never sent)
             self._f_done[slot] = None
             self._f_version[slot] += 1
             self._free_slots.append(slot)
