@@ -338,8 +338,7 @@ def run_astra(
 
 #: The collectives ASTRA-sim simulates (its workload layer throws "Unsupported collective comm type" for the others,
 #: and replays BROADCAST for its duration, which etsim does not reproduce here).
-_SIMULATED = {CollectiveType.ALL_REDUCE: "all-reduce", CollectiveType.ALL_GATHER: "all-gather",
-              CollectiveType.REDUCE_SCATTER: "reduce-scatter", CollectiveType.ALL_TO_ALL: "all-to-all"}  # fmt: skip
+_SIMULATED = {CollectiveType[name.upper()]: prefix for prefix, name in _COLLECTIVE_KEYS.items()}
 
 
 def _refuse_what_astra_sim_refuses(wl: Workload, config: SystemConfig, system: str | os.PathLike[str]) -> None:
