@@ -341,7 +341,7 @@ class CollectiveAlgorithm:
         graphs = [self.graph(collective, group_size, r) for r in range(group_size)]
         if any(g.total_chunks is not None for g in graphs):
             return
-        sent = sum(a for g in graphs for k, a in zip(g.kinds, g.chunks, strict=True) if k == SEND)
+        sent = sum(_moved(graphs)[0])
         need = minimum_bytes(collective, group_size, collective_buffer_bytes(collective, size, group_size))["total"]
         # (a one-shot all-reduce, each rank's whole buffer to every peer, sends n/2 times the least: no more than that)
         most = need * (group_size / 2 if collective == CollectiveType.ALL_REDUCE and group_size > 2 else 1)
@@ -374,14 +374,7 @@ class CollectiveAlgorithm:
         buffer = collective_buffer_bytes(collective, size or 0.0, group_size) if chunks is None else float(chunks)
         unit = "chunks" if chunks is not None else "bytes"
         need = minimum_bytes(collective, group_size, buffer)
-        sent = [0.0] * group_size
-        received = [0.0] * group_size
-        for r, g in enumerate(graphs):
-            for kind, amount in zip(g.kinds, g.chunks, strict=True):
-                if kind == SEND:
-                    sent[r] += amount
-                elif kind == RECV:
-                    received[r] += amount
+        sent, received = _moved(graphs)
         slack = 1 - 1e-9
         total, out, into = need["total"], need["sent_per_rank"], need["received_per_rank"]
         if sum(sent) < total * slack:
@@ -417,6 +410,18 @@ class CollectiveAlgorithm:
         self.check(collective, group_size)
         if not 0 <= position < group_size:
             raise ConfigError(f"algorithm {self.name!r}: position {position} is outside a group of {group_size} ranks")
+
+
+def _moved(graphs: list[AlgoGraph]) -> tuple[list[float], list[float]]:
+    """What each position's graph sends and receives, in its units (chunks, or bytes for absolute sizes)."""
+    sent, received = [0.0] * len(graphs), [0.0] * len(graphs)
+    for r, g in enumerate(graphs):
+        for kind, amount in zip(g.kinds, g.chunks, strict=True):
+            if kind == SEND:
+                sent[r] += amount
+            elif kind == RECV:
+                received[r] += amount
+    return sent, received
 
 
 class BuiltAlgorithm(CollectiveAlgorithm):
