@@ -243,3 +243,55 @@ def test_a_round_trip_that_would_be_wrong_in_place_is_written_for_out_of_place_o
     back = convert_msccl(xml.encode())
     assert back.verify().ok
     assert (back.program.proto, back.program.name) == (conversion.program.proto, conversion.program.name)  # kept
+
+
+def _runtime_buffer_check(xml: str) -> list[tuple[int, int, int]]:
+    """Every GPU's ``(id, i_chunks, o_chunks)``, after asserting the older MSCCL runtime's check on them.
+
+    That runtime refuses a non-zero ``i_chunks·inMult`` or ``o_chunks·outMult`` other than ``nchunksperloop`` (inMult
+    is nRanks for all-gather, outMult for reduce-scatter, else 1: ``../shared/reference/msccl-ir.md``).
+    """
+    from lxml import etree
+
+    algo = etree.fromstring(xml.encode())
+    total, n, coll = int(algo.get("nchunksperloop")), int(algo.get("ngpus")), algo.get("coll")
+    in_mult = n if coll in ("allgather", "gather") else 1
+    out_mult = n if coll in ("reduce_scatter", "reducescatter", "scatter") else 1
+    sizes = []
+    for gpu in algo.iter("gpu"):
+        i_chunks, o_chunks = int(gpu.get("i_chunks")), int(gpu.get("o_chunks"))
+        assert i_chunks in (0, total // in_mult) and o_chunks in (0, total // out_mult), (coll, gpu.get("id"))
+        sizes.append((int(gpu.get("id")), i_chunks, o_chunks))
+    return sizes
+
+
+@pytest.mark.parametrize(
+    ("collective", "sizes"),
+    [
+        # in place, as MSCCLang writes them: the all-gather's input and the reduce-scatter's output are never named
+        (CollectiveType.ALL_GATHER, (0, 8)),
+        (CollectiveType.REDUCE_SCATTER, (8, 0)),
+        (CollectiveType.ALL_REDUCE, (8, 8)),
+    ],
+)
+def test_exported_buffers_pass_the_runtimes_size_check(tmp_path, collective, sizes):
+    # An all-gather or reduce-scatter was written with i_chunks = o_chunks = nchunksperloop: the older runtime
+    # multiplies the all-gather's i_chunks (the reduce-scatter's o_chunks) by nRanks and refuses the file.
+    export_algorithm(make_algorithm("ring"), collective, 8, tmp_path / "ring")
+    xml = workload_to_msccl(tmp_path / "ring", collective=collective)
+    assert {s[1:] for s in _runtime_buffer_check(xml)} == {sizes}
+    assert convert_msccl(xml.encode()).verify().ok
+
+
+@pytest.mark.corpus
+def test_an_out_of_place_reduce_scatter_keeps_its_piece_sized_output(tmp_path):
+    from etsim.producers.msccl import write_msccl_et
+
+    conversion = convert_msccl(GENERATED / "reducescatter_ring_n8_i1_oop.xml")  # i_chunks="8" o_chunks="1"
+    write_msccl_et(conversion, tmp_path / "rs")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EtsimWarning)  # (one thread block per message: past the runtime's limits)
+        xml = workload_to_msccl(tmp_path / "rs")
+    assert 'inplace="0" outofplace="1"' in xml
+    assert {s[1:] for s in _runtime_buffer_check(xml)} == {(8, 1)}
+    assert convert_msccl(xml.encode()).verify().ok

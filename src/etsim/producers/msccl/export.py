@@ -323,12 +323,34 @@ def graphs_to_msccl(
     for r, tbs in enumerate(per_gpu):
         i_chunks, o_chunks = (0, size) if buf == "o" else (size, 0)
         if not why:
-            i_chunks = o_chunks = size  # offsets into either may reach the whole buffer
+            i_chunks, o_chunks = _buffer_chunks(coll, total, size, n, plans[r], outofplace)
         lines.append(f'  <gpu id="{r}" i_chunks="{i_chunks}" o_chunks="{o_chunks}" s_chunks="{scratch[r]}">')
         _append_tbs(lines, tbs, buf)
         lines.append("  </gpu>")
     lines.append("</algo>")
     return "\n".join(lines) + "\n"
+
+
+#: Collectives whose input (``"i"``) or output (``"o"``) is one rank's piece, ``total / ngpus`` chunks.
+_PIECE_BUFFER = {"allgather": "i", "gather": "i", "reducescatter": "o", "scatter": "o"}
+
+
+def _buffer_chunks(
+    coll: str, total: int, size: int, n: int, plan: list[_Data | None], outofplace: int
+) -> tuple[int, int]:
+    """``i_chunks`` and ``o_chunks`` of one GPU: the collective's buffers as MSCCL's runtimes size them.
+
+    The older runtime refuses a GPU whose non-zero ``i_chunks`` times nRanks (all-gather) or ``o_chunks`` times
+    nRanks (reduce-scatter) is not ``nchunksperloop``, as producers write them: an all-gather's input is the rank's
+    piece (0 when in place and never read, as MSCCLang writes in-place all-gathers), a reduce-scatter's output
+    likewise; every other buffer is the whole loop.
+    """
+    piece = _PIECE_BUFFER.get(coll)
+    if piece is None or total % n:
+        return size, size
+    used = {b for data in plan if data is not None for b in (data[1], data[3])}
+    chunks = total // n if outofplace or piece in used else 0
+    return (chunks, size) if piece == "i" else (size, chunks)
 
 
 def _total_chunks(graphs: Sequence[AlgoGraph], label: str) -> int:
