@@ -279,3 +279,25 @@ def test_per_node_custom_implementation(tmp_path: Path) -> None:
     ring_time = E + 2 * (n - 1) * net(m) + (n - 1) * (2 * E + P(m))
     with pytest.warns(EtsimWarning, match="records no collective type"):  # one_hop is no real all-reduce
         assert finishes(paths) == {ring_time + net(1000)}
+
+
+def test_exposed_communication_subtracts_gpu_compute_only(tmp_path: Path) -> None:
+    """ASTRA-sim's finish line subtracts its GPU-ops counter (``Workload.cc``: ``curr_tick - tics_gpu_ops``; a CPU
+    node's time goes to ``tics_cpu_ops``). Each rank: a CPU node of 3 µs, then a GPU node of 5 µs, then a 1 MiB
+    all-reduce (the 43025-cycle example): 8000 + 43025 cycles, of which 3000 + 43025 exposed (43025 printed before:
+    the CPU node's time was taken as compute)."""
+    from etsim.chakra import TraceBuilder
+
+    paths = astra_inputs(tmp_path, CollectiveType.ALL_REDUCE, 1 << 20, ["Ring"], [8])
+    traces = []
+    for r in range(8):
+        b = TraceBuilder()
+        cpu = b.comp("host", duration_micros=3, is_cpu_op=True)
+        gpu = b.comp("kernel", duration_micros=5, deps=[cpu])
+        b.collective(CollectiveType.ALL_REDUCE, 1 << 20, deps=[gpu])
+        traces.append(b.build(rank=r))
+    write_workload(traces, paths[0])
+    result = run_astra(*paths)
+    assert {int(r.finish_ns) for r in result.ranks} == {51025}
+    assert result.sim["gpu_compute_ns"] == [5000.0] * 8
+    assert astra_output(result).splitlines()[3] == "sys[3] finished, 51025 cycles, exposed communication 46025 cycles."
