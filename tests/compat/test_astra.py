@@ -301,3 +301,25 @@ def test_exposed_communication_subtracts_gpu_compute_only(tmp_path: Path) -> Non
     assert {int(r.finish_ns) for r in result.ranks} == {51025}
     assert result.sim["gpu_compute_ns"] == [5000.0] * 8
     assert astra_output(result).splitlines()[3] == "sys[3] finished, 51025 cycles, exposed communication 46025 cycles."
+
+
+def test_messages_name_etsim_astras_own_options(tmp_path: Path) -> None:
+    # They suggested `--model flow` (not an option of `etsim astra`, whose --model is unaware/aware) and
+    # `--comm-groups` (its flag is --comm-group-configuration).
+    paths = astra_inputs(tmp_path, CollectiveType.ALL_REDUCE, 1 << 26, ["Ring"], [8], algo="direct")
+    with pytest.warns(EtsimWarning) as caught:
+        result = run_astra(*paths)
+    said = [str(w.message) for w in caught if "ignores contention" in str(w.message)]
+    assert said and result.warnings
+    for text in said + result.warnings:
+        assert "--model flow" not in text and "--model aware" in text, text
+    from etsim.chakra import TraceBuilder
+
+    traces = []
+    for r in range(8):
+        b = TraceBuilder()
+        b.collective(CollectiveType.ALL_REDUCE, 1 << 20, pg_name="5")
+        traces.append(b.build(rank=r))
+    write_workload(traces, paths[0])
+    with pytest.raises(ConfigError, match=r"pg_name='5' is not defined .*\(--comm-group-configuration\)"):
+        run_astra(*paths)

@@ -16,6 +16,7 @@ ingested Chakra ET families.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,7 @@ import yaml
 from etsim.chakra.graph import COLLECTIVE_NAMES, CollectiveType, NodeType, Workload
 from etsim.chakra.io import load_workload
 from etsim.compat.collectives import NAMES, astra_spec
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, EtsimWarning
 from etsim.errors import warn as _warn  # (run_astra's *warn* parameter names where its notes go)
 from etsim.files import parse_json, read_text
 from etsim.network import load_network
@@ -333,11 +334,39 @@ def run_astra(
     customs = any(os.path.isabs(v) for v in config.algorithms.values()) or bool(config.node_algorithms)
     watch = _SimultaneousSends() if model == "aware" and customs else None
     # ASTRA-sim reports times only: no recording for reports (which would keep the fast path off).
-    result = simulate(
-        wl, topology=net, model=name, model_options=options, system=config, observer=watch, reports=NO_REPORTS
-    )
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:  # (the caller's filters apply: one of each, say)
+            result = simulate(
+                wl, topology=net, model=name, model_options=options, system=config, observer=watch, reports=NO_REPORTS
+            )
+    except ConfigError as exc:
+        if _in_astra_terms(str(exc)) == str(exc):
+            raise
+        raise ConfigError(_in_astra_terms(str(exc))) from None
+    finally:
+        for w in caught:  # (again, outside the recording: the caller's filters decide)
+            text = _in_astra_terms(str(w.message)) if issubclass(w.category, EtsimWarning) else w.message
+            warnings.warn_explicit(text, w.category, w.filename, w.lineno)
+    result.warnings = [_in_astra_terms(text) for text in result.warnings]
     result.sim["gpu_compute_ns"] = gpu_compute_ns(wl, config)
     return result
+
+
+#: What etsim's messages suggest, said with ``etsim astra``'s options.
+_ASTRA_TERMS = (
+    ("use --model flow (congestion-aware, the default) for a physical bound",
+     "as ASTRA-sim's congestion-unaware back end does (--model aware: its congestion-aware one)"),
+    ("use --model flow (the default) for a physical bound",
+     "as ASTRA-sim's congestion-unaware back end does (--model aware: its congestion-aware one)"),
+    ("(--comm-groups)", "(--comm-group-configuration)"),
+)  # fmt: skip
+
+
+def _in_astra_terms(text: str) -> str:
+    for said, meant in _ASTRA_TERMS:
+        text = text.replace(said, meant)
+    return text
 
 
 def gpu_compute_ns(wl: Workload, config: SystemConfig) -> list[float]:
