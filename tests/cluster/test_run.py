@@ -542,3 +542,43 @@ def test_what_a_live_gpu_sends_a_failed_one_drains_as_sent(tmp_path) -> None:
     finish = {m: simulate(str(tmp_path / "p" / "p"), topology=ring2, model=m, system=system).ranks[0]
               for m in ("flow", "analytical")}  # fmt: skip
     assert finish["flow"].finish_ns == finish["analytical"].finish_ns == pytest.approx(LAT + S / B, abs=1e-6)
+
+
+def test_a_job_faster_beside_a_competitor_is_explained(tmp_path) -> None:
+    """Max-min sharing is not monotone. Job a: GPU 0 sends 2 MB and GPU 1 sends 1 MB to GPU 2 (one link into it,
+    1 GB/s), and GPU 2 computes 2 ms after the first message. Alone, both messages share that link: the first ends at
+    3 ms (half of the link for 2 ms, then all of it), the job at 5 ms. Job b's three messages from GPU 3 to GPU 4 share
+    the spine link that GPU 1's message crosses too, holding it to a quarter: GPU 0's gets three quarters of GPU 2's
+    link and ends at 8/3 ms, and job a at 14/3 ms (GPU 1's message ends at 4 ms). Latencies 0.
+    """
+    topology = {
+        "kind": "graph", "npus": 5, "switches": 2, "bandwidth": "1 GB/s", "latency": "0 ns",
+        "links": [{"src": 0, "dst": "s0"}, {"src": 2, "dst": "s0"}, {"src": 4, "dst": "s0"},
+                  {"src": 1, "dst": "s1"}, {"src": 3, "dst": "s1"}, {"src": "s1", "dst": "s0"}],
+    }  # fmt: skip
+    senders = [TraceBuilder(), TraceBuilder()]
+    senders[0].send(2, 2_000_000)
+    senders[1].send(2, 1_000_000, tag=1)
+    receiver = TraceBuilder()
+    first = receiver.recv(0, 2_000_000)
+    receiver.recv(1, 1_000_000, tag=1)
+    receiver.comp("after", duration_micros=2000, deps=[first])
+    write_workload(
+        Workload([senders[0].build(rank=0), senders[1].build(rank=1), receiver.build(rank=2)]), tmp_path / "a" / "a"
+    )
+    source, sink = TraceBuilder(), TraceBuilder()
+    for tag in range(3):
+        source.send(1, 10_000_000, tag)
+        sink.recv(0, 10_000_000, tag)
+    write_workload(Workload([source.build(rank=0), sink.build(rank=1)]), tmp_path / "b" / "b")
+    jobs = [
+        {"name": "a", "workload": "a/a", "placement": [0, 1, 2]},
+        {"name": "b", "workload": "b/b", "placement": [3, 4]},
+    ]
+    system = {"resources": {"comm_streams": 0}}  # (job b's three messages at once)
+    keys = {"topology": topology, "model": "flow", "system": system, "jobs": jobs}
+    result = run_cluster(load_cluster(_cluster(tmp_path, **keys)), alone=True)
+    a = result.job("a")
+    assert a.alone_ns == pytest.approx(5e6) and a.duration_ns == pytest.approx(14e6 / 3)
+    assert "a: faster beside the others than alone. Max-min sharing is not monotone: a" in result.table()
+    assert "faster beside" not in result.table().replace("a: faster beside", "")  # (job b is not)

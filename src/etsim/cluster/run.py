@@ -125,6 +125,12 @@ class ClusterResult:
                 f"{job.name:<16} {len(job.gpus):>5} {format_time(job.start_ns):>11} {format_time(job.finish_ns):>11} "
                 f"{format_time(job.duration_ns):>11} {alone:>11} {slowdown:>9}"
             )
+        faster = [job.name for job in self.jobs if job.slowdown is not None and job.slowdown < 1]
+        if faster:  # (max-min sharing is not monotone: the run is right, and a reader would take it for a bug)
+            names = ", ".join(faster)
+            lines.append(f"  ({names}: faster beside the others than alone. Max-min sharing is not monotone: a")
+            lines.append("  competitor that slows a job's messages off its critical path leaves more of their other")
+            lines.append("  links to the messages on it)")
         if self.shared_links:
             lines.append(f"links carrying more than one job's traffic: {len(self.shared_links)}")
             for entry in self.shared_links[:20]:
