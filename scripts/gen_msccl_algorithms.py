@@ -63,7 +63,11 @@ NOTES = """
   on plus the steps before it). Cycles are reported with the step they pass through.
 - Messages are tagged with the tb's channel; sends and receives of each (sender, receiver, channel) must pair
   up in number and size, else the first mismatch is reported. `instances=K` (`--instances`) replicates tbs
-  as MSCCLang does (channel `nchannels·i + chan`, interleaved chunks).
+  as MSCCLang does (channel `nchannels·i + chan`, interleaved chunks). The written `.et` files give each transfer
+  its own `comm_tag` (a receive matches one send), so `convert chakra-to-msccl` reads their tags back as channels:
+  the round trip keeps every node, dependency and simulated time, not the tb/channel structure (a one-channel ring
+  comes back on 14), nor the `minBytes`/`maxBytes` window, which the files do not carry (the `proto` and name the
+  converter recorded are written back).
 - Sizes are symbolic: `total_chunk_cnt = nchunksperloop`, one chunk = collective buffer / `nchunksperloop`
   (all-gather: the gathered output). COMP nodes (reductions and copies) are costed by the simulator's
   reduction bandwidth; with none configured they are free.
@@ -71,7 +75,10 @@ NOTES = """
   as the reference converter), LL/LL128 protocol overheads, `minBytes/maxBytes` selection windows (kept on
   the parsed program), TACCL `<copy>` hints (parsed, no node). Refused with file, line, gpu, tb and step:
   unknown step types (including the old runtime's `ra`), missing or malformed attributes, dangling
-  `depid/deps`, a tb with two `send`/`recv` peers, sends in a tb without a send peer, offsets outside
+  `depid/deps`, a wait on another tb's step whose `hasdep` is 0 (the runtime publishes a step's completion only
+  with `hasdep="1"`: the wait would never end on a GPU; every corpus program is consistent), a tb on a channel
+  past `nchannels` (the runtime sets up `nchannels` channels; instances shift channels by it), a tb with two
+  `send`/`recv` peers, sends in a tb without a send peer, offsets outside
   their buffer, non-contiguous tb or step ids.
 """
 
