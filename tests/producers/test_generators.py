@@ -189,3 +189,16 @@ def test_the_transformers_collectives_are_those_its_traces_issue(values: dict[st
 
     generator, options = parse("transformer", {"global_batch": 4, **values})
     assert set(generator.collectives(options)) == set(WorkloadGenerator.collectives(generator, options))
+
+
+def test_generate_takes_a_mapping_as_experiment_files_write_it() -> None:
+    # generate() needed a normalized mapping: `size: 1 MiB`, as experiment files and the README write it, raised a
+    # raw TypeError ('<' not supported between 'str' and 'int').
+    from etsim import generate
+
+    written = generate({"generate": "collective", "type": "all_reduce", "size": "1 MiB", "npus": 4})
+    in_bytes = generate({"generate": "collective", "type": "all_reduce", "size": 2**20, "npus": 4})
+    assert [serialize_trace(t) for t in written] == [serialize_trace(t) for t in in_bytes]
+    assert [t.comm_size for t in written] == [[2**20]] * 4
+    with pytest.raises(ConfigError, match=r"workload\.size: unknown size unit 'MB/s'"):
+        generate({"generate": "collective", "type": "all_reduce", "size": "1 MB/s", "npus": 4})

@@ -239,7 +239,14 @@ def normalize(spec: Mapping[str, Any], key: str = "workload") -> dict[str, Any]:
 
 
 def generate(spec: Mapping[str, Any]) -> list[Trace]:
-    """The traces of a normalized ``{generate: KIND, …}`` mapping (:func:`normalize`)."""
+    """The traces of a ``{generate: KIND, …}`` mapping, as experiment files write it (``size: 1 MiB`` or bytes).
+
+    It is checked and completed by :func:`normalize` first (which leaves a normalized mapping as it is).
+
+    Raises:
+        ConfigError: unknown kind or parameter, a missing or invalid value (named).
+    """
+    spec = normalize(spec)
     generator = WORKLOAD_GENERATORS.get(spec["generate"])()
     options = type(generator).Options(**{k: v for k, v in spec.items() if k != "generate"})
     return generator.generate(options)
