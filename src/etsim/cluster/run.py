@@ -116,21 +116,7 @@ class ClusterResult:
         stopped = [job.name for job in self.jobs if job.lost is not None]
         ended = f"every job ended at {format_time(self._ended())}; stopped by a failed GPU: {', '.join(stopped)}"
         lines = [f"cluster {self.name}: " + (ended if stopped else f"every job done at {format_time(self._ended())}")]
-        heads = ("start", "finish", "duration", "alone")
-        lines.append(f"{'job':<16} {'GPUs':>5} " + " ".join(f"{h:>11}" for h in heads) + f" {'slowdown':>9}")
-        for job in self.jobs:
-            alone = format_time(job.alone_ns) if job.alone_ns is not None else "-"
-            slowdown = f"{job.slowdown:.3f}x" if job.slowdown is not None else "-"
-            lines.append(
-                f"{job.name:<16} {len(job.gpus):>5} {format_time(job.start_ns):>11} {format_time(job.finish_ns):>11} "
-                f"{format_time(job.duration_ns):>11} {alone:>11} {slowdown:>9}"
-            )
-        faster = [job.name for job in self.jobs if job.slowdown is not None and job.slowdown < 1]
-        if faster:  # (max-min sharing is not monotone: the run is right, and a reader would take it for a bug)
-            names = ", ".join(faster)
-            lines.append(f"  ({names}: faster beside the others than alone. Max-min sharing is not monotone: a")
-            lines.append("  competitor that slows a job's messages off its critical path leaves more of their other")
-            lines.append("  links to the messages on it)")
+        lines += self._job_rows()
         if self.shared_links:
             lines.append(f"links carrying more than one job's traffic: {len(self.shared_links)}")
             for entry in self.shared_links[:20]:
@@ -191,6 +177,27 @@ class ClusterResult:
                     f"{lost['collectives_done']} collectives done)"
                 )
         return "\n".join(lines)
+
+    def _job_rows(self) -> list[str]:
+        """The table's jobs: start, finish, duration, alone and slowdown (and why one below 1 is right)."""
+        from etsim.units import format_time
+
+        heads = ("start", "finish", "duration", "alone")
+        lines = [f"{'job':<16} {'GPUs':>5} " + " ".join(f"{h:>11}" for h in heads) + f" {'slowdown':>9}"]
+        for job in self.jobs:
+            alone = format_time(job.alone_ns) if job.alone_ns is not None else "-"
+            slowdown = f"{job.slowdown:.3f}x" if job.slowdown is not None else "-"
+            lines.append(
+                f"{job.name:<16} {len(job.gpus):>5} {format_time(job.start_ns):>11} {format_time(job.finish_ns):>11} "
+                f"{format_time(job.duration_ns):>11} {alone:>11} {slowdown:>9}"
+            )
+        faster = [job.name for job in self.jobs if job.slowdown is not None and job.slowdown < 1]
+        if faster:  # (max-min sharing is not monotone: the run is right, and a reader would take it for a bug)
+            names = ", ".join(faster)
+            lines.append(f"  ({names}: faster beside the others than alone. Max-min sharing is not monotone: a")
+            lines.append("  competitor that slows a job's messages off its critical path leaves more of their other")
+            lines.append("  links to the messages on it)")
+        return lines
 
     def _ended(self) -> float:
         """When the last job ended (a job stopped before it started ends at its start, after the run may have)."""

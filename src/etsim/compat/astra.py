@@ -334,12 +334,21 @@ def run_astra(
     customs = any(os.path.isabs(v) for v in config.algorithms.values()) or bool(config.node_algorithms)
     watch = _SimultaneousSends() if model == "aware" and customs else None
     # ASTRA-sim reports times only: no recording for reports (which would keep the fast path off).
+    result = _in_astra_terms_run(
+        lambda: simulate(
+            wl, topology=net, model=name, model_options=options, system=config, observer=watch, reports=NO_REPORTS
+        )
+    )
+    result.sim["gpu_compute_ns"] = gpu_compute_ns(wl, config)
+    return result
+
+
+def _in_astra_terms_run(run: Callable[[], Result]) -> Result:
+    """*run*'s result, with its warnings and errors saying ``etsim astra``'s options (:data:`_ASTRA_TERMS`)."""
     caught: list[warnings.WarningMessage] = []
     try:
         with warnings.catch_warnings(record=True) as caught:  # (the caller's filters apply: one of each, say)
-            result = simulate(
-                wl, topology=net, model=name, model_options=options, system=config, observer=watch, reports=NO_REPORTS
-            )
+            result = run()
     except ConfigError as exc:
         if _in_astra_terms(str(exc)) == str(exc):
             raise
@@ -349,7 +358,6 @@ def run_astra(
             text = _in_astra_terms(str(w.message)) if issubclass(w.category, EtsimWarning) else w.message
             warnings.warn_explicit(text, w.category, w.filename, w.lineno)
     result.warnings = [_in_astra_terms(text) for text in result.warnings]
-    result.sim["gpu_compute_ns"] = gpu_compute_ns(wl, config)
     return result
 
 
