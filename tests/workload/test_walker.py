@@ -7,7 +7,7 @@ import pytest
 from etsim.chakra import TraceBuilder, Workload
 from etsim.chakra.graph import Trace
 from etsim.chakra.schema import et_def_pb2 as pb
-from etsim.errors import DeadlockError, SimulationError
+from etsim.errors import DeadlockError, EtsimWarning, SimulationError
 from etsim.network import fully_connected, ring
 from etsim.simulation import simulate
 from etsim.system.config import Resources, SystemConfig
@@ -158,6 +158,30 @@ def test_roofline_and_memory_models() -> None:
     assert r.finish_ns == pytest.approx(12_000)
     # Replay is the default: durations are 0 here.
     assert simulate(wl(b), system=SystemConfig(remote_memory_bandwidth=10.0)).finish_ns == pytest.approx(500)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "settings", "said"),
+    [
+        # (each of these ran below the roofline's bound with exit 0 and no word)
+        ([{"num_ops": 10**10}], {}, r"1 GPU COMP node\(s\) have no num_ops or tensor_size \(e\.g\. .*node 0"),
+        ([{"tensor_size": 10**8}], {}, r"have no num_ops or tensor_size"),
+        ([{"num_ops": 10**9, "tensor_size": 10**6}] * 4, {"resources": Resources(compute_streams=0)},
+         r"compute_streams unlimited with the roofline: .* exceed the GPU's peak"),
+        ([{"num_ops": 10**9, "tensor_size": 10**6}], {"compute_slowdown": {0: 0.5}},
+         r"a compute slowdown below 1 with the roofline \(rank 0\): its GPU computes faster"),
+    ],
+)  # fmt: skip
+def test_what_runs_compute_below_the_roofline_is_said(nodes, settings, said) -> None:
+    b = TraceBuilder()
+    for attrs in nodes:
+        b.comp(**attrs)
+    cfg = SystemConfig(peak_flops=1e5, memory_bandwidth=1000.0, **settings)
+    with pytest.warns(EtsimWarning, match=said):
+        simulate(wl(b), system=cfg)
+    both = TraceBuilder()
+    both.comp(num_ops=10**9, tensor_size=10**6)
+    assert simulate(wl(both), system=SystemConfig(peak_flops=1e5, memory_bandwidth=1000.0)).finish_ns == 10_000
 
 
 def test_ctrl_deps_enforced_unless_ignored() -> None:

@@ -7,8 +7,9 @@ All times are ns. The settings come from :class:`~etsim.system.config.SystemConf
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
-from etsim.chakra.graph import Trace
+from etsim.chakra.graph import NodeType, Trace
 from etsim.errors import SimulationError
 from etsim.system.config import SystemConfig
 
@@ -103,6 +104,48 @@ class CostModel:
         if duration < self._min_compute:
             return self._min_compute
         return duration
+
+    def roofline_notes(self, traces: Sequence[Trace]) -> list[str]:
+        """What lets compute take less time than the roofline allows (warnings), when the roofline is configured.
+
+        - GPU COMP nodes without ``num_ops`` or ``tensor_size``: their recorded durations (0 µs ones take
+          ``min_compute_ns``), which nothing relates to the peak;
+        - more than one compute stream: each runs its nodes at the full peak, so concurrent nodes exceed it;
+        - straggler factors below 1 (``compute_slowdown``, ``slowdown_windows``): a GPU faster than its peak.
+        """
+        if not self._roofline:
+            return []
+        cfg, comp, notes = self._config, NodeType.COMP_NODE, []
+        missing, example = 0, ""
+        for trace in traces:
+            for j, (kind, cpu, ops, size) in enumerate(
+                zip(trace.types, trace.is_cpu_op, trace.num_ops, trace.tensor_size, strict=True)
+            ):
+                if kind == comp and not cpu and (ops is None or not size):
+                    missing += 1
+                    example = example or trace.describe(j)
+        if missing:
+            notes.append(
+                f"{missing:,} GPU COMP node(s) have no num_ops or tensor_size (e.g. {example}): they take their "
+                "recorded duration_micros"
+                + (f" (at least {self._min_compute:g} ns)" if self._min_compute else "")
+                + ", not a roofline time; give both for one"
+            )
+        if cfg.resources.compute_streams != 1:
+            streams = "unlimited" if cfg.resources.compute_streams == 0 else str(cfg.resources.compute_streams)
+            notes.append(
+                f"compute_streams {streams} with the roofline: each stream runs its COMP nodes at the full peak, so "
+                "nodes in flight together exceed the GPU's peak (compute_streams: 1 keeps to it)"
+            )
+        faster = sorted({r for r, f in cfg.compute_slowdown.items() if f < 1} | {w[0] for w in cfg.slowdown_windows
+                                                                                  if w[3] < 1})  # fmt: skip
+        if faster:
+            notes.append(
+                f"a compute slowdown below 1 with the roofline (rank {faster[0]}"
+                + (f" and {len(faster) - 1} more" if len(faster) > 1 else "")
+                + "): its GPU computes faster than the roofline's peak"
+            )
+        return notes
 
     def memory_time(self, size: int) -> float:
         """Ns of a MEM_LOAD/MEM_STORE of *size* bytes."""

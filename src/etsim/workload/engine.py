@@ -15,7 +15,7 @@ import simpy
 
 from etsim.chakra.graph import CollectiveType, Trace
 from etsim.chakra.validate import find_cycle
-from etsim.errors import DeadlockError
+from etsim.errors import DeadlockError, warn
 from etsim.network.scheduling import LATE, event_at
 from etsim.system.costs import CostModel
 from etsim.workload.bulk import FastPath
@@ -66,6 +66,8 @@ class Engine:
         self.system = system
         self.config = config
         self.costs = CostModel(config)
+        for note in self.costs.roofline_notes(traces):
+            warn(note)
         # The delay workload SEND/RECV messages pay (algorithm runs take their part's own).
         self.endpoint_delay = config.endpoint_delay if config.p2p_endpoint_delay else 0.0
         #: How workload SEND/RECV messages run when a runtime serves them (NCCL's ncclSend/ncclRecv): their wire
