@@ -62,7 +62,7 @@ from etsim.system.config import SystemConfig, load_system_config
 from etsim.system.groups import CommGroups, groups_from_metadata, load_comm_groups
 from etsim.units import format_bandwidth, format_time
 from etsim.workload.engine import Engine
-from etsim.workload.fold import FoldedRouter, ReplicaFold, find_fold, mirrored_trace, smaller_fold
+from etsim.workload.fold import FoldedRouter, ReplicaFold, find_fold, mirrored_trace, settings_differ, smaller_fold
 from etsim.workload.observe import RunObserver
 
 __all__ = [
@@ -242,7 +242,7 @@ class Simulation:
             result = self.collect(build, outcome)
             result.warnings = log.messages()
         result.sim["reruns"] = plan.reruns
-        apart = build.config.ranks_named(in_effect=True) or build.config.compute_jitter
+        apart = build.config.ranks_named(in_effect=True) or settings_differ(build.config)
         if (apart or plan.dropped) and plan.fold is None:
             result.sim["not_folded"] = plan.fold_note  # (a straggler, or a fold that did not hold: why every rank ran)
         self.report(build, result)
@@ -310,14 +310,8 @@ class Simulation:
             return Plan(None, "rank_fail stops ranks: every rank is simulated", None)
         if not config.fold_replicas:
             return Plan(None, "replica folding is off", fast)
-        apart = config.ranks_named(in_effect=True)
-        if apart.keys() & {"compute_slowdown", "compute_delay", "slowdown_windows"}:
-            # A straggler's replica is no mirror image of the others': every rank runs.
-            return Plan(None, "compute_slowdown makes ranks differ (a straggler): every rank is simulated", fast)
-        if "rank_start" in apart:
-            return Plan(None, "rank_start starts ranks at different times: every rank is simulated", fast)
-        if config.compute_jitter > 0:
-            return Plan(None, "compute_jitter draws different times per rank: every rank is simulated", fast)
+        if (differ := settings_differ(config)) is not None:
+            return Plan(None, f"{differ}: every rank is simulated", fast)
         router = NETWORK_MODELS.get(build.model).checked_options(build.options).router
         topo = build.network.topology
         fold, note = find_fold(self.workload.traces, build.groups, topo, router, config.node_priorities)

@@ -40,9 +40,19 @@ from etsim.network.routing import Router
 from etsim.network.symmetry import link_images, symmetry_violation
 from etsim.network.topology import Topology
 from etsim.producers.training.describe import ParallelLayout, parallel_layout
+from etsim.system.config import SystemConfig
 from etsim.system.groups import CommGroups
 
-__all__ = ["FoldedRouter", "ReplicaFold", "Shift", "find_fold", "mirrored_trace", "replica_shifts", "smaller_fold"]
+__all__ = [
+    "FoldedRouter",
+    "ReplicaFold",
+    "Shift",
+    "find_fold",
+    "mirrored_trace",
+    "replica_shifts",
+    "settings_differ",
+    "smaller_fold",
+]
 
 # Trace columns a replica's image must hold unchanged (peers and groups are compared relabelled).
 _SAME_COLUMNS = (
@@ -232,6 +242,25 @@ def _placed_layout(traces: Sequence[Trace]) -> ParallelLayout | None:
     if layout is None or first % (layout.tp * layout.cp * layout.dp):
         return None
     return layout
+
+
+def settings_differ(config: SystemConfig) -> str | None:
+    """Why the system settings make replicas differ (no fold can mirror them), or None.
+
+    Stragglers and start times named per rank, noise drawn per rank, and reductions taking turns at an NPU's
+    reduction unit: those issued at one instant queue in the run's event order, which follows rank ids, so a shift of
+    the ranks does not keep it (the full run's replicas differ).
+    """
+    apart = config.ranks_named(in_effect=True)
+    if apart.keys() & {"compute_slowdown", "compute_delay", "slowdown_windows"}:
+        return "compute_slowdown makes ranks differ (a straggler)"
+    if "rank_start" in apart:
+        return "rank_start starts ranks at different times"
+    if config.compute_jitter > 0:
+        return "compute_jitter draws different times per rank"
+    if config.reduction_bandwidth and config.shared_reductions:
+        return "reductions take turns at each NPU's reduction unit in the run's event order (shared_reductions)"
+    return None
 
 
 def find_fold(
