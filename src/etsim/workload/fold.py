@@ -21,10 +21,10 @@ the others mirroring their representative. The simulation of the quotient:
 Folding applies when every condition is checked true (:func:`find_fold`): the workload names its layout (a
 generated training job's ``etsim_training``), each rank's trace equals its image's with peers and groups
 relabelled, every shift maps every communicator group onto one, the topology is an intact product whose
-dimensions a shift permutes are switches, fully connected or rings it rotates, routing is dimension-order, and node
-priorities are the same on a rank and its image. A fold whose collectives turn out not to hold is tried again
-without its data-parallel shift, then by that shift alone (:func:`smaller_fold`); anything else runs in full:
-folding only ever saves time.
+dimensions a shift permutes are switches, fully connected or rings it rotates, routing is dimension-order, node
+priorities are the same on a rank and its image, and no setting tells ranks apart (:func:`settings_differ`). A
+fold whose collectives turn out not to hold is tried again without its data-parallel shift, then by that shift alone
+(:func:`smaller_fold`); anything else runs in full: folding only ever saves time.
 ``tests/workload/test_fold.py`` compares folded and full runs.
 """
 
