@@ -209,6 +209,23 @@ def test_two_groups_collectives_share_links(model: str) -> None:
         assert fast.sim["bulk_parts"] > 0 and fast.sim["reruns"] == 0
 
 
+def test_link_statistics_do_not_depend_on_the_order_the_paths_meet_the_pairs(tmp_path: Path) -> None:
+    """A direct all-reduce over 9 ranks of a ring, then one in each group of 3 (1 MiB: fractional bytes per
+    message). ``analytical`` summed each link's pairs in the order it first met them, which the fast path (a
+    vector) and the event path (send order) differ in: a link carried 3728270.2222222225 B on one path and
+    3728270.222222223 B on the other, and the warning named a different busiest link."""
+    (tmp_path / "groups.json").write_text(json.dumps({"1": [0, 1, 2], "2": [3, 4, 5], "3": [6, 7, 8]}))
+    traces = []
+    for r in range(9):
+        b = TraceBuilder()
+        whole = b.collective(AR, MiB)
+        b.collective(AR, MiB, deps=[whole], pg_name=str(r // 3 + 1))
+        traces.append(b.build(rank=r))
+    system = SystemConfig(algorithms={"default": "direct"}, comm_groups=str(tmp_path / "groups.json"))
+    fast = both(Workload(traces), system, topology=ring(9, B, 1000.0), model="analytical")
+    assert fast.sim["bulk_parts"] > 0
+
+
 def test_conflict_is_redone_on_the_event_path() -> None:
     """Two all-reduces of one group in flight together on one ring (link model): claims conflict, rerun."""
     builders = [TraceBuilder() for _ in range(8)]

@@ -138,7 +138,9 @@ class AnalyticalNetwork(NetworkModel):
         topo = self.topology
         nbytes = [0.0] * len(topo.links)
         msgs = [0] * len(topo.links)
-        for (src, dst), entry in self._pairs.items():
+        # (in pair order: the fast path and the event path meet the pairs in different orders, and the sums must not
+        # depend on it)
+        for (src, dst), entry in sorted(self._pairs.items()):
             for link in self.router.lookup(src, dst):
                 nbytes[link] += entry[2]
                 msgs[link] += entry[3]
