@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from etsim.errors import ConfigError
-from etsim.system.config import load_system_config
+from etsim.system.config import Resources, SystemConfig, load_system_config
 
 
 def test_system_yaml_rejects_null_bandwidth_and_groups(tmp_path: Path) -> None:
@@ -33,3 +34,31 @@ def test_values_that_would_overflow_a_time_are_errors_not_nan(key: str, value: s
     """A setting past its finite range made every time infinite and the result NaN, printed with exit 0."""
     with pytest.raises(ConfigError, match=message):
         load_system_config({key: value})
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        # each ran with exit 0 and a wrong time, or failed deep in the run (a ZeroDivisionError, an AttributeError)
+        ({"remote_memory_bandwidth": -1.0}, r"remote_memory_bandwidth: expected bytes per ns \(a number > 0\), got -1"),
+        ({"compute_slowdown": {0: -1.0}}, r"compute_slowdown\.0: expected a finite factor > 0"),
+        ({"compute_jitter": 5.0}, r"compute_jitter: expected a finite number >= 0 and <= 1"),
+        ({"rank_start": {0: -1e6}}, r"rank_start: expected a mapping of rank to ns \(numbers >= 0\)"),
+        ({"endpoint_delay": float("inf")}, r"endpoint_delay: expected ns \(a number >= 0\), got inf"),
+        ({"chunks": 0}, r"chunks: expected an integer >= 1"),
+        ({"chunking": "bogus"}, r"chunking: expected one of equal, whole, whole_system"),
+        ({"algorithms": "ring"}, r"algorithms: expected a mapping like"),
+        ({"resources": {"comm_streams": 0}}, r"resources: expected a Resources"),
+        ({"peak_flops": "312 TFLOP/s"}, r"peak_flops: .* \(in Python, numbers in etsim's units: load_system_config"),
+        ({"slowdown_windows": ((0, 1.0),)}, r"slowdown_windows: expected \(rank, from_ns, until_ns, factor\) rows"),
+    ],
+)
+def test_a_config_built_in_python_is_checked_as_a_file_is(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=r"SystemConfig\." + message):
+        SystemConfig(**values)
+    with pytest.raises(ConfigError, match=r"resources\.comm_streams: expected an integer >= 0, got -1"):
+        Resources(comm_streams=-1)
+    # What a file gives passes, and so do numbers in etsim's units.
+    assert load_system_config({"remote_memory_bandwidth": "10 GB/s", "chunks": 2}) == SystemConfig(
+        remote_memory_bandwidth=10.0, chunks=2
+    )

@@ -19,6 +19,7 @@ from typing import Any
 from etsim.errors import ConfigError
 from etsim.files import parse_yaml, read_text
 from etsim.options import (
+    MAX_BANDWIDTH,
     Bandwidth,
     Boolean,
     Choice,
@@ -31,6 +32,7 @@ from etsim.options import (
     Time,
     keys_named,
     option,
+    option_fields,
     parse_options,
 )
 from etsim.system.algorithms.nccl.settings import NcclSettings
@@ -51,6 +53,69 @@ __all__ = [
 parse_flops = Flops()
 
 
+def check_built(obj: Any, prefix: str = "") -> None:
+    """Check the options of a dataclass built in Python: what a file's parsers would have refused, as an error.
+
+    Values given in Python are in etsim's own units already (bytes per ns, ns, operations per ns), so they skip the
+    parsers that read files; a negative bandwidth, a chunk count of 0 or a misspelt choice ran (or failed deep in the
+    run) unchecked. Types, ranges and choices are checked here, each named by its key (*prefix* + name).
+    """
+    for f in option_fields(type(obj)):
+        _check_value(f.metadata.get("parse"), getattr(obj, f.name), prefix + f.name)
+
+
+def _check_value(parse: Any, value: Any, key: str) -> None:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(parse, Optional):
+        if value is not None:
+            _check_value(parse.inner, value, key)
+        return
+    if isinstance(parse, Integer):
+        low, high = parse.minimum, parse.maximum
+        ok = number and isinstance(value, int) and (low is None or value >= low) and (high is None or value <= high)
+        expected = "an integer " + _range(low, high)
+    elif isinstance(parse, Number):
+        least, most = parse.minimum, parse.maximum
+        ok = number and math.isfinite(value) and (least is None or value >= least) and (most is None or value <= most)
+        expected = "a finite number " + _range(least, most)
+    elif isinstance(parse, Time) or parse is _rank_times:
+        values = value.values() if parse is _rank_times and isinstance(value, dict) else [value]
+        ok = (parse is not _rank_times or isinstance(value, dict)) and all(
+            isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 1e18 for v in values
+        )
+        expected = "ns (a number >= 0)" if parse is not _rank_times else "a mapping of rank to ns (numbers >= 0)"
+    elif isinstance(parse, Bandwidth):
+        ok, expected = number and 0 < value <= MAX_BANDWIDTH, "bytes per ns (a number > 0)"
+    elif isinstance(parse, Flops):
+        ok, expected = number and 0 < value < math.inf, "operations per ns (a number > 0)"
+    elif isinstance(parse, Boolean):
+        ok, expected = isinstance(value, bool), "true or false"
+    elif isinstance(parse, Choice):
+        ok, expected = value in parse.choices, "one of " + ", ".join(parse.choices)
+    elif isinstance(parse, Text):
+        ok, expected = value is None or isinstance(value, str), "a string"
+    elif isinstance(parse, Nested):
+        ok, expected = isinstance(value, parse.cls), f"a {parse.cls.__name__}"
+    elif parse in (_compute_slowdown, _node_priorities):
+        parse(value, key)  # (its parsed form is one it reads)
+        return
+    elif parse is _slowdown_windows:
+        ok = isinstance(value, tuple) and all(
+            isinstance(w, tuple) and len(w) == 4 and isinstance(w[0], int) and w[0] >= 0 and 0 <= w[1] < w[2]
+            and 0 < w[3] < math.inf for w in value
+        )  # fmt: skip
+        expected = "(rank, from_ns, until_ns, factor) rows with from < until and a factor > 0"
+    else:
+        return
+    if not ok:
+        text = " (in Python, numbers in etsim's units: load_system_config reads text)" if isinstance(value, str) else ""
+        raise ConfigError(f"{key}: expected {expected.strip()}, got {value!r}{text}")
+
+
+def _range(low: float | None, high: float | None) -> str:
+    return " and ".join([*([f">= {low}"] if low is not None else []), *([f"<= {high}"] if high is not None else [])])
+
+
 @dataclass(frozen=True, kw_only=True)
 class Resources:
     """Per-NPU limits on nodes in flight (0 = unlimited).
@@ -62,6 +127,9 @@ class Resources:
     compute_streams: int = option(1, "GPU compute nodes in flight at once (0 = unlimited)", Integer(0))
     comm_streams: int = option(1, "communication nodes (collectives, sends, memory accesses) in flight", Integer(0))
     cpu_ops: int = option(1, "CPU nodes in flight at once (0 = unlimited)", Integer(0))
+
+    def __post_init__(self) -> None:
+        check_built(self, "resources.")
 
 
 #: Values of :attr:`SystemConfig.stream_order`.
@@ -389,6 +457,15 @@ class SystemConfig:
             "rank_fail": list(self.rank_fail),
         }
         return {key: ranks for key, ranks in named.items() if ranks}
+
+    def __post_init__(self) -> None:
+        algorithms = self.algorithms
+        if not isinstance(algorithms, dict) or not all(isinstance(v, str) for v in algorithms.values()):
+            raise ConfigError(
+                f"SystemConfig.algorithms: expected a mapping like {{'all_reduce': 'ring', 'default': 'direct'}}, "
+                f"got {algorithms!r}"
+            )
+        check_built(self, "SystemConfig.")
 
     def with_overrides(self, **changes: Any) -> SystemConfig:
         """A copy with some fields replaced (``None`` values are ignored)."""
