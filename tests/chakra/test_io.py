@@ -301,3 +301,19 @@ def test_the_first_bad_frame_is_named_whichever_process_finds_one_first(tmp_path
     for _ in range(3):
         with pytest.raises(TraceError, match=r"frame 200 \(node 199\)"):
             read_trace(path, jobs=3)
+
+
+def test_writing_no_traces_is_refused_and_keeps_the_family_there(tmp_path) -> None:
+    # write_workload([], prefix) returned [] after removing every rank file of the family at prefix.
+    from etsim.chakra import TraceBuilder, Workload, load_workload, write_workload
+    from etsim.errors import TraceError
+
+    b = TraceBuilder()
+    b.comp("c", duration_micros=1)
+    written = write_workload([b.build(rank=0), b.build(rank=1)], tmp_path / "w")
+    for empty in ([], Workload([])):
+        with pytest.raises(TraceError, match=r"w: no traces to write .* nothing was written"):
+            write_workload(empty, tmp_path / "w")
+    with pytest.raises(TraceError, match=r"expected a Workload or a list of Traces to write, got 'workloads/x'"):
+        write_workload("workloads/x", tmp_path / "w")  # type: ignore[arg-type]
+    assert all(p.exists() for p in written) and load_workload(tmp_path / "w").num_ranks == 2

@@ -385,8 +385,15 @@ def write_workload(workload: Workload | list[Trace], prefix: str | os.PathLike[s
 
     The family is replaced whole: rank files past the new count (an earlier, larger family at the same prefix) are
     removed, since reading the prefix would take them as ranks of this one.
+
+    Raises:
+        TraceError: no traces (it would remove the family there and write nothing), or something that is not one.
     """
     traces = workload.traces if isinstance(workload, Workload) else workload
+    if not isinstance(traces, list | tuple) or not all(isinstance(t, Trace) for t in traces):
+        raise TraceError(f"{os.fspath(prefix)}: expected a Workload or a list of Traces to write, got {workload!r:.80}")
+    if not traces:
+        raise TraceError(f"{os.fspath(prefix)}: no traces to write (a workload of no ranks); nothing was written")
     watch = progress.stage(f"writing {os.fspath(prefix)}.*.et", len(traces), "files")
     paths = []
     for rank, t in enumerate(traces):
