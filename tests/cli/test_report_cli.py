@@ -79,6 +79,26 @@ def test_plots_draw_pictures(saved: tuple[Path, Path, str], tmp_path: Path, caps
     assert code == 0 and "(heatmap)" in text and (tmp_path / "links.png").stat().st_size > 1000
 
 
+def test_pictures_of_one_result_are_identical_files(
+    saved: tuple[Path, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # SVG and PDF carried the date of drawing and random ids; a tuning plot as SVG raised a raw ValueError.
+    pytest.importorskip("matplotlib")
+    _, trace, _ = saved
+    for suffix in ("svg", "pdf", "png"):
+        files = [tmp_path / f"tl{i}.{suffix}" for i in range(2)]
+        for f in files:
+            assert run(capsys, "plot", "timeline", str(trace), "-o", str(f))[0] == 0
+        assert files[0].read_bytes() == files[1].read_bytes(), suffix
+    plots = [tmp_path / f"tune{i}.svg" for i in range(2)]
+    for plot in plots:
+        code, _, err = run(capsys, "tune", "--topology", str(REPO / "topologies" / "ring8.yaml"), "--sizes",
+                           "1KiB,1MiB", "--candidates", "ring,direct", "--jobs", "1", "-o", str(tmp_path / "t.yaml"),
+                           "--plot", str(plot))  # fmt: skip
+        assert code == 0, err
+    assert plots[0].read_bytes() == plots[1].read_bytes() and b"<svg" in plots[0].read_bytes()
+
+
 def test_plot_links_lays_a_torus_out_as_its_grid(
     repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -32,6 +32,7 @@ from etsim.experiment.plotspec import parse_plots
 from etsim.experiment.points import Axis, PlotSpec
 from etsim.experiment.results import read_results
 from etsim.files import read_yaml_mapping as read_yaml
+from etsim.report.plots import save_figure
 from etsim.units import parse_size, parse_time
 
 if TYPE_CHECKING:
@@ -193,17 +194,12 @@ def _series_points(
 
 def _save_figure(fig: Figure, plot: PlotSpec, directory: Path) -> list[Path]:
     """Save *fig* in each of the plot's formats into *directory*; return the files written."""
-    import matplotlib
-
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    # Fixed ids and no dates in the files: identical results give identical plots.
-    with matplotlib.rc_context({"svg.hashsalt": "etsim", "svg.fonttype": "path"}):
-        for fmt in plot.formats:
-            path = directory / f"{plot.name}.{fmt}"
-            metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
-            fig.savefig(path, format=fmt, dpi=120, metadata=metadata)
-            written.append(path)
+    for fmt in plot.formats:  # (identical results give identical plots: save_figure)
+        path = directory / f"{plot.name}.{fmt}"
+        save_figure(fig, path, dpi=120, fmt=fmt)
+        written.append(path)
     return written
 
 

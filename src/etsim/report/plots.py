@@ -20,7 +20,7 @@ from typing import Any
 from etsim.errors import ConfigError
 from etsim.files import make_parent, read_bytes
 
-__all__ = ["load_trace_events", "plot_links", "plot_timeline"]
+__all__ = ["load_trace_events", "plot_links", "plot_timeline", "save_figure"]
 
 #: Bar colours by slice category.
 COLOURS = {
@@ -338,8 +338,24 @@ def _endpoint_order(name: str) -> tuple[int, int, str]:
 def _save(fig: Any, out: str | os.PathLike[str], plt: Any) -> None:
     p = make_parent(out)
     try:
-        fig.savefig(p, dpi=150)
+        save_figure(fig, p, dpi=150)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{p}: cannot write the picture: {exc}") from None
     finally:
         plt.close(fig)
+
+
+#: Per format, the metadata that would carry a date or a version (matplotlib writes them unless told not to).
+_NO_STAMPS = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}
+
+
+def save_figure(fig: Any, path: str | os.PathLike[str], *, dpi: int = 150, fmt: str | None = None) -> None:
+    """Save *fig* so that identical figures give identical files: fixed SVG ids, no dates or versions.
+
+    *fmt*: the format (default: *path*'s suffix, as matplotlib takes it).
+    """
+    import matplotlib
+
+    fmt = fmt or Path(path).suffix.lstrip(".").lower() or "png"
+    with matplotlib.rc_context({"svg.hashsalt": "etsim", "svg.fonttype": "path"}):
+        fig.savefig(path, format=fmt, dpi=dpi, metadata=_NO_STAMPS.get(fmt))

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from etsim.chakra.graph import collective_buffer_bytes
+from etsim.errors import ConfigError
 from etsim.files import write_text
 from etsim.system.algorithms.sources import claiming_source
 from etsim.system.rules import SelectionRule
@@ -243,8 +244,14 @@ def plot(
         ax.legend(fontsize=7)
         ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(os.fspath(path), metadata={"Software": None})
-    plt.close(fig)
+    from etsim.report.plots import save_figure
+
+    try:
+        save_figure(fig, os.fspath(path))
+    except (OSError, ValueError) as exc:  # (a format matplotlib does not write, say)
+        raise ConfigError(f"{path}: cannot write the picture: {exc}") from None
+    finally:
+        plt.close(fig)
 
 
 def write_outputs(path: Path, text: str) -> None:
