@@ -99,6 +99,24 @@ def test_a_second_run_resumes_from_the_cache_and_finds_the_same(
     assert second.best.iteration_ns == first.best.iteration_ns
 
 
+def test_the_cache_lists_candidates_in_the_order_made_whichever_finishes_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under --jobs 2 or Ray, candidates.jsonl listed a round's candidates in the order its workers finished them.
+    from etsim.experiment.engines.local import LocalEngine
+
+    spec = baseline(job_file(tmp_path))
+    opt.optimise(spec, budget=10, cache=tmp_path / "in_order.jsonl")
+    original = LocalEngine.run
+
+    def last_first(self: Any, tasks: Any, on_outcome: Any) -> None:
+        original(self, list(reversed(tasks)), on_outcome)
+
+    monkeypatch.setattr(LocalEngine, "run", last_first)
+    opt.optimise(spec, budget=10, cache=tmp_path / "reversed.jsonl")
+    assert (tmp_path / "reversed.jsonl").read_bytes() == (tmp_path / "in_order.jsonl").read_bytes()
+
+
 def test_a_topology_edited_in_place_starts_the_cache_over(tmp_path: Path) -> None:
     """The cache stamps the files the job reads: the same paths with another link rate are simulated again (the
     cached times were the old topology's; the report would have quoted them beside files giving 10x longer)."""

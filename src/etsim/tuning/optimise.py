@@ -33,6 +33,7 @@ candidate) and, with matplotlib, ``convergence.png``.
 from __future__ import annotations
 
 import json
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -467,6 +468,7 @@ class _Search:
         while started < len(fresh) and (first or not self.out_of_time()):
             tasks = [PointTask(str(i), fresh[i].spec) for i in range(started, min(started + step, len(fresh)))]
             self.runner.run(tasks, finished)
+            self._in_order([fresh[int(task.id)].key for task in tasks])
             started += len(tasks)
         for c in fresh[:started]:
             if c.key not in done:
@@ -485,6 +487,22 @@ class _Search:
             if self.on_candidate is not None:
                 self.on_candidate(c)
         return batch
+
+    def _in_order(self, keys: list[str]) -> None:
+        """Put a round's candidates, cached as each finished, in the order they were made (the file too).
+
+        Workers finish in any order; the same inputs must give the same ``candidates.jsonl``.
+        """
+        done = self.done
+        for key in keys:
+            if key in done:
+                done[key] = done.pop(key)  # (to the end, in the round's order)
+        if self.cache is not None and self.cache.exists():
+            header = self.cache.read_text().split("\n", 1)[0]
+            lines = [header, *(json.dumps(entry, sort_keys=True) for entry in done.values())]
+            fresh = self.cache.with_name(self.cache.name + ".tmp")  # (replaced whole: a kill keeps one or the other)
+            fresh.write_text("\n".join(lines) + "\n")
+            os.replace(fresh, self.cache)
 
     def _advance(self, count: int) -> None:
         if self.watch is not None:
