@@ -385,3 +385,21 @@ def test_a_trace_of_a_folded_run_says_it_holds_the_simulated_ranks(tmp_path: Pat
         write_chrome_trace(rec, tmp_path / "t.json")
     other = json.loads((tmp_path / "t.json").read_text())["otherData"]
     assert other["folded"].endswith("only the simulated ranks are traced")
+
+
+def test_a_folded_runs_held_back_rank_says_it_stands_for_its_mirrors() -> None:
+    # Its held_back adds the compute of a representative's orbit on one rank (a llama step, tp 2 dp 2: rank 0 with
+    # 703 ms where the full run names rank 2 with 662 ms), and said so as if it were the full run's.
+    from etsim.report.tables import critical_path_lines
+    from etsim.simulation.phases import Reports
+
+    workload = job(tp=2, pp=2, dp=4, zero=1)
+    folded, full = (
+        simulate(workload, topology=cluster(16), system=TRAINING.with_overrides(fold_replicas=fold),
+                 reports=Reports(critical_path=True))
+        for fold in (True, False)
+    )  # fmt: skip
+    assert "folded" in folded.sim and "folded" not in full.sim
+    assert folded.critical_path["totals"] == full.critical_path["totals"]
+    assert folded.critical_path["held_back"]["folded"] is True and "folded" not in full.critical_path["held_back"]
+    assert "(a folded run: its mirrors' compute adds up on the rank" in critical_path_lines(folded.critical_path)[0]

@@ -149,6 +149,8 @@ def critical_path_lines(cp: dict[str, Any], limit: int = 40) -> list[str]:
             head = f"the critical path runs through rank {held['rank']}: {spent}; every rank computes as long"
         else:
             head = f"held back most by rank {held['rank']}: {spent}{how}"
+        if held.get("folded"):
+            head += " (a folded run: its mirrors' compute adds up on the rank; --no-fold-replicas names the full run's)"
         lines.insert(0, head)
     nodes = cp["nodes"]
     shown = nodes if len(nodes) <= limit else [*nodes[: limit // 2], None, *nodes[-limit // 2 :]]

@@ -532,7 +532,9 @@ class Simulation:
         if reports.critical_path and recorder is not None:
             from etsim.report.critical_path import critical_path
 
-            result.critical_path = critical_path(recorder)
+            result.critical_path = held = critical_path(recorder)
+            if "folded" in result.sim and held["held_back"] is not None:  # (its rank stands for an orbit: design.md)
+                held["held_back"]["folded"] = True
 
 
 def simulate(
