@@ -244,3 +244,16 @@ def test_free_slot_goes_to_smallest_ready_id_whatever_the_file_order(big_first: 
     small_done = 1000 + L + 100 / B
     assert result.ranks[2].finish_ns == pytest.approx(small_done)  # id 2 takes the comm slot first
     assert result.ranks[1].finish_ns == pytest.approx(small_done + L + 1_000_000 / B)
+
+
+def test_a_message_to_its_own_rank_is_said_to_cost_nothing() -> None:
+    # Rank 0 sending 1 GiB to itself finished in 0 ns, exit 0, without a word.
+    b = TraceBuilder()
+    b.send(dst=0, size=1 << 30)
+    b.recv(src=0, size=1 << 30)
+    other = TraceBuilder()
+    other.comp(duration_micros=1)
+    with pytest.warns(EtsimWarning, match=r"rank 0: node 0 .*send to itself: delivered at once, with no copy charged .*"
+                      r"\(and 1 more sends and receives\)"):  # fmt: skip
+        result = simulate(wl(b, other), topology=ring(2, B, L))
+    assert result.ranks[0].finish_ns == 0.0

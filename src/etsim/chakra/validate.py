@@ -26,6 +26,8 @@ from etsim.errors import warn
 __all__ = ["Issue", "find_cycle", "preflight", "topological_order", "validate_trace", "validate_workload"]
 
 #: What a collective whose ``involved_dim`` leaves dimensions out is told (by ``validate``, and once by a run).
+#: The warning of a send or receive whose peer is its own rank (a run warns too: it is no transfer).
+TO_ITSELF = "to itself: delivered at once, with no copy charged (a message to its own NPU crosses no link)"
 NARROWED = (
     "involved_dim leaves dimensions out, which etsim does not model: the collective runs over its whole group (a "
     "simulator that reads it runs the dimensions marked true)"
@@ -238,7 +240,7 @@ def _check_comm_nodes(
         if own is not None and trace.rank is not None and own != trace.rank:
             error(pos, f"{self_key}={own} on a {kind} of rank {trace.rank} (must be the rank itself)")
         if peer is not None and trace.rank is not None and peer == trace.rank:
-            warning(pos, f"{kind} to itself")
+            warning(pos, f"{kind} {TO_ITSELF}")
 
 
 def _involved_dim_member(trace: Trace, pos: int) -> str:
@@ -262,11 +264,15 @@ def preflight(workload: Workload, *, ignore_ctrl_deps: bool = False) -> list[Iss
     """
     n = workload.num_ranks
     found: list[Issue] = []
+    selves: list[Issue] = []
     for trace in workload:
         issues = validate_trace(
             trace, n, ignore_ctrl_deps=ignore_ctrl_deps, symbolic_sizes=False, cycles=False, attributes=False
         )
         found.extend(i for i in issues if i.blocking)
+        selves.extend(i for i in issues if i.message.endswith(TO_ITSELF))
+    if selves:  # (a run would otherwise time them as free in silence)
+        warn(selves[0].message + (f" (and {len(selves) - 1} more sends and receives)" if len(selves) > 1 else ""))
     narrowed = [(t, pos) for t in workload for pos in t.narrowed_dims if t.types[pos] == NodeType.COMM_COLL_NODE]
     if narrowed:  # (a run would otherwise ignore it in silence; `etsim validate` names every node)
         trace, pos = narrowed[0]
