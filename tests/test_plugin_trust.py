@@ -107,3 +107,15 @@ def test_the_python_api_needs_the_same_say(planted: Path, monkeypatch: pytest.Mo
     assert PLUGINS_ENV not in os.environ  # restored
     # etsim's own modules are installed code, not a file's: they need no say.
     assert plugins_allowed("etsim.network.models.link:LinkNetwork")
+
+
+def test_allowing_one_plugin_by_a_string_allows_it_and_a_bad_name_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A string was taken letter by letter, so nothing was allowed, and the refusal then told the caller to use
+    # allowing_plugins; a name without a colon was dropped in silence.
+    monkeypatch.delenv(PLUGINS_ENV, raising=False)
+    with allowing_plugins("my_models.fast:Model"):
+        assert plugins_allowed("my_models.fast:Model")
+    for bad in ("my_models.fast.Model", 5, ["a:b;c:d"]):
+        with pytest.raises(RegistryError, match=r"allowing_plugins: .* is not a plug-in name"), allowing_plugins(bad):  # type: ignore[arg-type]
+            pass
+    assert PLUGINS_ENV not in os.environ

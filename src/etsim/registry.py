@@ -65,12 +65,23 @@ def plugins_allowed(name: str) -> bool:
 
 @contextlib.contextmanager
 def allowing_plugins(names: Iterable[str] | None = None) -> Iterator[None]:
-    """Allow every plug-in (*names* ``None``) or the plug-ins *names* while the block runs (restored after)."""
+    """Allow every plug-in (*names* ``None``) or the plug-ins *names* while the block runs (restored after).
+
+    Raises:
+        RegistryError: a name that is no plug-in name (``pkg.module:Class``, ``file.py:Class``); one name may be
+            given as a string.
+    """
     before = os.environ.get(PLUGINS_ENV)
     if names is None:
         os.environ[PLUGINS_ENV] = "1"
     else:
-        extra = ";".join(n for n in names if ":" in n and ";" not in n)
+        given = [names] if isinstance(names, str) else list(names) if isinstance(names, Iterable) else [names]
+        for name in given:  # (a name without a colon, or a string taken letter by letter, allowed nothing)
+            if not isinstance(name, str) or ":" not in name or ";" in name:
+                raise RegistryError(
+                    f"allowing_plugins: {name!r} is not a plug-in name ('pkg.module:Class' or 'file.py:Class')"
+                )
+        extra = ";".join(given)
         os.environ[PLUGINS_ENV] = ";".join(v for v in (before, extra) if v) if before != "1" else "1"
     try:
         yield

@@ -170,13 +170,13 @@ def _interrupted(exc: KeyboardInterrupt) -> int:
 
 
 def _typed_names(argv: Sequence[str]) -> set[str]:
-    """Every name the user typed on the line: each argument, its value after ``=``, its comma-separated items."""
+    """Every plug-in name typed on the line: each argument, its value after ``=``, its comma-separated items."""
     names: set[str] = set()
     for arg in argv:
         for part in (arg, arg.partition("=")[2]):
             names.add(part)
             names.update(part.split(","))
-    return names
+    return {name for name in names if ":" in name and ";" not in name}
 
 
 def _main(argv: Sequence[str] | None) -> int:
