@@ -317,3 +317,23 @@ def test_writing_no_traces_is_refused_and_keeps_the_family_there(tmp_path) -> No
     with pytest.raises(TraceError, match=r"expected a Workload or a list of Traces to write, got 'workloads/x'"):
         write_workload("workloads/x", tmp_path / "w")  # type: ignore[arg-type]
     assert all(p.exists() for p in written) and load_workload(tmp_path / "w").num_ranks == 2
+
+
+def test_the_api_takes_names_and_refuses_what_is_no_path() -> None:
+    # TraceBuilder.collective("ALL_REDUCE") raised ValueError from int(); generate() refused the CollectiveType
+    # the API exports; load_workload(None) or a generator mapping raised a raw TypeError.
+    from etsim import generate
+    from etsim.chakra import CollectiveType, TraceBuilder
+    from etsim.errors import TraceError
+
+    b = TraceBuilder()
+    b.collective("ALL_REDUCE", 1024)
+    b.collective("all-gather", 1024)
+    assert b.build(rank=0).comm_type == [CollectiveType.ALL_REDUCE, CollectiveType.ALL_GATHER]
+    with pytest.raises(TraceError, match=r"collective: unknown collective 'allreduse'"):
+        b.collective("allreduse", 1)
+    spec = {"generate": "collective", "type": CollectiveType.ALL_REDUCE, "size": 1024, "npus": 2}
+    assert len(generate(spec)) == 2
+    for bad, said in ((None, "got None"), (spec, "a generator mapping is etsim.generate's")):
+        with pytest.raises(TraceError, match=rf"load_workload: expected a path or prefix of \.et files, .*{said}"):
+            load_workload(bad)  # type: ignore[arg-type]

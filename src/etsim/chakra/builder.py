@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from etsim.chakra.attributes import make_attribute
-from etsim.chakra.graph import CollectiveType, NodeType, Trace
+from etsim.chakra.graph import CollectiveType, NodeType, Trace, parse_collective
 from etsim.chakra.schema import et_def_pb2 as pb
 from etsim.errors import TraceError
 
@@ -88,7 +88,7 @@ class TraceBuilder:
 
     def collective(
         self,
-        comm_type: CollectiveType | int,
+        comm_type: CollectiveType | int | str,
         size: int,
         *,
         deps: Iterable[int] = (),
@@ -96,7 +96,15 @@ class TraceBuilder:
         pg_name: str | None = None,
         **extra: Any,
     ) -> int:
-        """Add a COMM_COLL node of *size* bytes (size semantics per collective: see ``collective_buffer_bytes``)."""
+        """Add a COMM_COLL node of *size* bytes (size semantics per collective: see ``collective_buffer_bytes``).
+
+        *comm_type*: a :class:`CollectiveType`, its value, or its name (``"all_reduce"``, ``"ALL_REDUCE"``).
+        """
+        if isinstance(comm_type, str):
+            try:
+                comm_type = parse_collective(comm_type)
+            except ValueError as exc:
+                raise TraceError(f"collective: {exc}") from None
         attrs = {"is_cpu_op": False, "comm_type": int(comm_type), "comm_size": size, "pg_name": pg_name, **extra}
         value = int(comm_type)
         label = name or (CollectiveType(value).name if value in _COLLECTIVE_VALUES else f"collective_{value}")

@@ -127,7 +127,9 @@ class CollectiveName(Parser):
     choices = tuple(sorted(_BY_NAME))
 
     def __call__(self, value: Any, *, key: str) -> str:
-        """The normalised name."""
+        """The normalised name (a :class:`CollectiveType` gives its own)."""
+        if isinstance(value, CollectiveType):
+            value = value.name
         name = str(value).lower().replace("-", "_")
         if not isinstance(value, str) or name not in _BY_NAME:
             raise ConfigError(f"{key}: unknown collective {value!r}; valid: {', '.join(self.choices)}")

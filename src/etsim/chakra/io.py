@@ -500,7 +500,14 @@ def resolve_family(spec: str | os.PathLike[str]) -> list[Path]:
 
 
 def load_workload(spec: str | os.PathLike[str], *, keep_raw: bool = True) -> Workload:
-    """Load every rank of a workload (see :func:`resolve_family` for the accepted specs)."""
+    """Load every rank of a workload (see :func:`resolve_family` for the accepted specs).
+
+    Raises:
+        TraceError: *spec* names no workload (a message that says where it looked), or is not a path.
+    """
+    if not isinstance(spec, str | os.PathLike):
+        hint = " (a generator mapping is etsim.generate's)" if isinstance(spec, dict) else ""
+        raise TraceError(f"load_workload: expected a path or prefix of .et files, got {spec!r:.80}{hint}")
     paths = resolve_family(spec)
     watch = progress.stage(f"reading {os.fspath(spec)}", len(paths), "files")
     traces = []
