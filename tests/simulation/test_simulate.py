@@ -305,8 +305,16 @@ def test_simulate_reads_a_workload_and_a_system_given_as_paths_and_names_a_wrong
     assert by_path.finish_ns == loaded.finish_ns and by_path.collectives[0].algorithm == "direct"
     with pytest.raises(TypeError, match="workload: expected a Workload or a trace path, got int"):
         simulate(3)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="system: expected a SystemConfig or a system YAML path, got dict"):
-        simulate(str(tmp_path / "ar"), system={"chunks": 2})  # type: ignore[arg-type]
+    # Mappings as the YAML files hold them (a dict was refused, a topology dict failed deep in the run).
+    ring4 = {"kind": "ring", "npus": 4, "bandwidth": "50 GB/s", "latency": "500 ns"}
+    (tmp_path / "ring4.yaml").write_text("kind: ring\nnpus: 4\nbandwidth: 50 GB/s\nlatency: 500 ns\n")
+    as_mappings = simulate(str(tmp_path / "ar"), system={"algorithms": {"all_reduce": "direct"}}, topology=ring4)
+    as_files = simulate(str(tmp_path / "ar"), system=str(tmp_path / "sys.yaml"), topology=str(tmp_path / "ring4.yaml"))
+    assert as_mappings.finish_ns == as_files.finish_ns and as_mappings.collectives[0].algorithm == "direct"
+    with pytest.raises(TypeError, match="system: expected a SystemConfig, a mapping or a YAML path, got list"):
+        simulate(str(tmp_path / "ar"), system=[{"chunks": 2}])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="topology: expected a Topology, a mapping or a YAML path, got int"):
+        simulate(str(tmp_path / "ar"), topology=8)  # type: ignore[arg-type]
 
 
 def test_the_group_report_leaves_the_fast_path_on_and_equals_the_event_path() -> None:

@@ -159,10 +159,10 @@ class Simulation:
         self,
         workload: Workload | str | os.PathLike[str],
         *,
-        topology: str | os.PathLike[str] | Topology | NetworkConfig | None = None,
+        topology: str | os.PathLike[str] | Mapping[str, Any] | Topology | NetworkConfig | None = None,
         model: str | None = None,
         model_options: Mapping[str, Any] | None = None,
-        system: SystemConfig | str | os.PathLike[str] | None = None,
+        system: SystemConfig | str | os.PathLike[str] | dict[str, Any] | None = None,
         reports: Reports = DEFAULT_REPORTS,
         observer: RunObserver | None = None,
         progress: TextIO | None = None,
@@ -175,10 +175,12 @@ class Simulation:
             workload = load_workload(workload)
         elif not isinstance(workload, Workload):
             raise TypeError(f"workload: expected a Workload or a trace path, got {type(workload).__name__}")
-        if isinstance(system, str | os.PathLike):
+        if isinstance(system, str | os.PathLike | dict):  # (a mapping as a system YAML holds it)
             system = load_system_config(system)
         elif system is not None and not isinstance(system, SystemConfig):
-            raise TypeError(f"system: expected a SystemConfig or a system YAML path, got {type(system).__name__}")
+            raise TypeError(f"system: expected a SystemConfig, a mapping or a YAML path, got {type(system).__name__}")
+        if not isinstance(topology, str | os.PathLike | Mapping | Topology | NetworkConfig | None):
+            raise TypeError(f"topology: expected a Topology, a mapping or a YAML path, got {type(topology).__name__}")
         self.workload = workload
         self.topology = topology
         self.model = model
@@ -298,6 +300,8 @@ class Simulation:
             return topology, topology.label or topology.topology.name, False
         if isinstance(topology, Topology):
             return NetworkConfig(topology, DEFAULT_MODEL), topology.name, False
+        if isinstance(topology, Mapping):  # (as a topology YAML holds it)
+            return load_network(topology), str(topology.get("name") or "the topology mapping"), False
         return load_network(os.fspath(topology)), os.fspath(topology), False
 
     def make_plan(self, build: _Build) -> Plan:
@@ -540,10 +544,10 @@ class Simulation:
 def simulate(
     workload: Workload | str | os.PathLike[str],
     *,
-    topology: str | os.PathLike[str] | Topology | NetworkConfig | None = None,
+    topology: str | os.PathLike[str] | Mapping[str, Any] | Topology | NetworkConfig | None = None,
     model: str | None = None,
     model_options: Mapping[str, Any] | None = None,
-    system: SystemConfig | str | os.PathLike[str] | None = None,
+    system: SystemConfig | str | os.PathLike[str] | dict[str, Any] | None = None,
     progress: TextIO | None = None,
     progress_interval: float = 0.5,
     observer: RunObserver | None = None,
