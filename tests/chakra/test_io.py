@@ -337,3 +337,16 @@ def test_the_api_takes_names_and_refuses_what_is_no_path() -> None:
     for bad, said in ((None, "got None"), (spec, "a generator mapping is etsim.generate's")):
         with pytest.raises(TraceError, match=rf"load_workload: expected a path or prefix of \.et files, .*{said}"):
             load_workload(bad)  # type: ignore[arg-type]
+
+
+def test_a_workload_is_made_of_traces() -> None:
+    # Workload("abc") or Workload(None) was made, and a run then failed deep in it (an AttributeError).
+    from etsim.chakra import TraceBuilder, Workload
+    from etsim.errors import TraceError
+
+    for bad in ("abc", None, [1, 2]):
+        with pytest.raises(TraceError, match=r"Workload: expected a list of Traces \(rank r at index r\)"):
+            Workload(bad)  # type: ignore[arg-type]
+    b = TraceBuilder()
+    b.comp("c", duration_micros=1)
+    assert Workload((b.build(rank=0),)).num_ranks == 1  # (a tuple is taken as its list)

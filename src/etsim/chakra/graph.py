@@ -23,7 +23,7 @@ from typing import Any
 from etsim.chakra.attributes import attribute_value
 from etsim.chakra.dag import transpose
 from etsim.chakra.schema import et_def_pb2 as pb
-from etsim.errors import ConfigError
+from etsim.errors import ConfigError, TraceError
 from etsim.options import Parser
 
 __all__ = [
@@ -474,6 +474,14 @@ class Workload:
     traces: list[Trace]
     source: str = ""
     """The spec the workload was loaded from (prefix, file or directory)."""
+
+    def __post_init__(self) -> None:
+        traces = self.traces
+        if not isinstance(traces, list) or not all(isinstance(t, Trace) for t in traces):
+            if isinstance(traces, tuple) and all(isinstance(t, Trace) for t in traces):
+                self.traces = list(traces)
+                return
+            raise TraceError(f"Workload: expected a list of Traces (rank r at index r), got {traces!r:.80}")
 
     @property
     def num_ranks(self) -> int:
