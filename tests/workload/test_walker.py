@@ -257,3 +257,13 @@ def test_a_message_to_its_own_rank_is_said_to_cost_nothing() -> None:
                       r"\(and 1 more sends and receives\)"):  # fmt: skip
         result = simulate(wl(b, other), topology=ring(2, B, L))
     assert result.ranks[0].finish_ns == 0.0
+
+
+def test_a_cycle_is_named_before_an_empty_rank_nobody_waits_on() -> None:
+    # The headline blamed rank 1's empty trace ("likely cause: rank 1 has no nodes") for rank 0's cycle.
+    b = TraceBuilder()
+    first = b.comp("a", duration_micros=1)
+    second = b.comp("b", duration_micros=1, deps=[first])
+    b.nodes[first].data_deps.append(second)  # (a -> b -> a)
+    with pytest.raises(DeadlockError, match=r"likely cause: rank 0: its dependencies form a cycle"):
+        simulate(wl(b, TraceBuilder()))

@@ -310,13 +310,18 @@ class Engine:
             )
 
     def _root_causes(self, stuck: list[WorkloadRun]) -> list[str]:
-        """The likely reasons first: failed ranks, empty ranks, collectives some ranks never issued, cycles."""
+        """The likely reasons first: failed ranks, cycles, collectives some ranks never issued, empty ranks.
+
+        (A cycle is certain where it is found; an empty rank only matters if someone waits on it.)
+        """
         causes = []
         if self.failed:  # (peers waiting on a failed GPU wait for ever, as on a GPU)
             causes.append(f"ranks {_ranks(sorted(self.failed))} failed (rank_fail), and the stuck ranks wait on them")
-        for run in self.runs:
-            if not run.indeg:
-                causes.append(f"rank {run.rank} has no nodes (an empty or missing trace?)")
+        for run in stuck:
+            cycle = find_cycle(run.trace, include_ctrl=not self.config.ignore_ctrl_deps)
+            if cycle is not None:
+                chain = " -> ".join(str(run.trace.ids[p]) for p in [*cycle, cycle[0]])
+                causes.append(f"rank {run.rank}: its dependencies form a cycle (node ids {chain})")
         for instance, calls in sorted(self.unjoined.items()):
             group = calls[0].group
             issued = sorted({c.rank for c in calls})
@@ -327,11 +332,9 @@ class Engine:
                     f"collective #{instance[1]} of group {instance[0]!r} ({call.type.lower()} of {call.bytes} bytes) "
                     f"was issued by ranks {_ranks(issued)} but never by ranks {_ranks(missing)}"
                 )
-        for run in stuck:
-            cycle = find_cycle(run.trace, include_ctrl=not self.config.ignore_ctrl_deps)
-            if cycle is not None:
-                chain = " -> ".join(str(run.trace.ids[p]) for p in [*cycle, cycle[0]])
-                causes.append(f"rank {run.rank}: its dependencies form a cycle (node ids {chain})")
+        for run in self.runs:
+            if not run.indeg:
+                causes.append(f"rank {run.rank} has no nodes (an empty or missing trace?)")
         return causes
 
     def deadlock_summary(self) -> str:
