@@ -81,9 +81,10 @@ def load_experiment(source: str | os.PathLike[str]) -> Experiment:
     """Load and validate an experiment file; expand its points.
 
     Raises:
-        ConfigError: anything wrong, before anything runs: an unknown key, a missing file, a bad
+        ConfigError: anything wrong in the file, before anything runs: an unknown key, a missing file, a bad
             unit, an empty sweep, a plot naming a column that does not exist, …; the message names
-            the file and the key.
+            the file and the key. What only a point's run finds (a topology smaller than its workload, an
+            algorithm that cannot run there) fails that point, recorded with its error in the results.
     """
     path = Path(source)
     data, text = read_yaml(path)
