@@ -486,3 +486,12 @@ def test_a_collective_the_workload_did_not_declare_is_named_in_the_warnings(writ
     run_experiment(load_experiment(exp), out=tmp_path / "out", jobs=1, plots=False)
     (row,) = rows(tmp_path / "out" / "results.csv")
     assert "all_reduce_ns: measured, but the experiment has no column for it" in row["warnings"]
+
+
+def test_one_filter_may_be_a_string_and_the_experiment_must_be_loaded(small: Path, tmp_path: Path) -> None:
+    # only="algo=ring" was taken letter by letter ("--only 'a': expected AXIS=VALUE"); a path for the experiment
+    # raised an AttributeError.
+    summary = run_experiment(load_experiment(small), out=tmp_path / "out", jobs=1, plots=False, only="algo=ring")
+    assert summary.ran == 3
+    with pytest.raises(ConfigError, match=r"run_experiment: expected an Experiment \(load_experiment\(PATH\)\)"):
+        run_experiment(str(small), out=tmp_path / "other")  # type: ignore[arg-type]

@@ -140,6 +140,9 @@ def run_experiment(
         ConfigError: bad options, results in the way, or an engine that cannot start.
         KeyboardInterrupt: Ctrl-C or SIGTERM; everything finished so far is on disk, in order.
     """
+    if not isinstance(experiment, Experiment):
+        raise ConfigError(f"run_experiment: expected an Experiment (load_experiment(PATH)), got {experiment!r:.80}")
+    only = [only] if isinstance(only, str) else list(only)  # (one filter as a string, not letter by letter)
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     try:
