@@ -350,3 +350,13 @@ def test_a_workload_is_made_of_traces() -> None:
     b = TraceBuilder()
     b.comp("c", duration_micros=1)
     assert Workload((b.build(rank=0),)).num_ranks == 1  # (a tuple is taken as its list)
+
+
+def test_a_prefix_written_with_et_names_the_family_as_reading_it_does(tmp_path) -> None:
+    # write_workload(w, "o.et") wrote o.et.0.et, which load_workload("o.et") does not read.
+    from etsim.chakra import TraceBuilder, load_workload, write_workload
+
+    b = TraceBuilder()
+    b.comp("c", duration_micros=1)
+    paths = write_workload([b.build(rank=0)], tmp_path / "o.et")
+    assert [p.name for p in paths] == ["o.0.et"] and load_workload(tmp_path / "o.et").num_ranks == 1

@@ -384,7 +384,8 @@ def write_workload(workload: Workload | list[Trace], prefix: str | os.PathLike[s
     """Write rank ``r`` to ``PREFIX.r.et``; return the paths written.
 
     The family is replaced whole: rank files past the new count (an earlier, larger family at the same prefix) are
-    removed, since reading the prefix would take them as ranks of this one.
+    removed, since reading the prefix would take them as ranks of this one. ``P.et`` names the family ``P``, as
+    :func:`load_workload` reads it.
 
     Raises:
         TraceError: no traces (it would remove the family there and write nothing), or something that is not one.
@@ -394,6 +395,8 @@ def write_workload(workload: Workload | list[Trace], prefix: str | os.PathLike[s
         raise TraceError(f"{os.fspath(prefix)}: expected a Workload or a list of Traces to write, got {workload!r:.80}")
     if not traces:
         raise TraceError(f"{os.fspath(prefix)}: no traces to write (a workload of no ranks); nothing was written")
+    if os.fspath(prefix).endswith(".et"):  # (``P.et`` names the family P, as load_workload reads it)
+        prefix = os.fspath(prefix)[: -len(".et")]
     watch = progress.stage(f"writing {os.fspath(prefix)}.*.et", len(traces), "files")
     paths = []
     for rank, t in enumerate(traces):
