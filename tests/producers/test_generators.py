@@ -202,3 +202,7 @@ def test_generate_takes_a_mapping_as_experiment_files_write_it() -> None:
     assert [t.comm_size for t in written] == [[2**20]] * 4
     with pytest.raises(ConfigError, match=r"workload\.size: unknown size unit 'MB/s'"):
         generate({"generate": "collective", "type": "all_reduce", "size": "1 MB/s", "npus": 4})
+    with pytest.raises(ConfigError, match=r"workload\.generate: missing \(the generator: one of collective, dp"):
+        generate({})
+    with pytest.raises(ConfigError, match=r"workload: expected a mapping like \{generate: collective, …\}, got None"):
+        generate(None)  # type: ignore[arg-type]

@@ -229,8 +229,12 @@ def normalize(spec: Mapping[str, Any], key: str = "workload") -> dict[str, Any]:
     Raises:
         ConfigError: unknown kind or parameter, a missing or invalid value; the message names the key.
     """
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{key}: expected a mapping like {{generate: collective, …}}, got {spec!r:.80}")
     kind = spec.get("generate")
     names = WORKLOAD_GENERATORS.names()
+    if kind is None:
+        raise ConfigError(f"{key}.generate: missing (the generator: one of {', '.join(names)})")
     if not isinstance(kind, str) or (kind not in names and ":" not in kind):
         raise ConfigError(f"{key}.generate: unknown generator {kind!r}; valid: {', '.join(names)}")
     values = {k: v for k, v in spec.items() if k != "generate"}
