@@ -44,7 +44,7 @@ def test_values_that_would_overflow_a_time_are_errors_not_nan(key: str, value: s
         ({"compute_slowdown": {0: -1.0}}, r"compute_slowdown\.0: expected a finite factor > 0"),
         ({"compute_jitter": 5.0}, r"compute_jitter: expected a finite number >= 0 and <= 1"),
         ({"rank_start": {0: -1e6}}, r"rank_start: expected a mapping of rank to ns \(numbers >= 0\)"),
-        ({"endpoint_delay": float("inf")}, r"endpoint_delay: expected ns \(a number >= 0\), got inf"),
+        ({"endpoint_delay": float("inf")}, r"endpoint_delay: expected ns \(a finite number >= 0\), got inf"),
         ({"chunks": 0}, r"chunks: expected an integer >= 1"),
         ({"chunking": "bogus"}, r"chunking: expected one of equal, whole, whole_system"),
         ({"algorithms": "ring"}, r"algorithms: expected a mapping like"),
@@ -62,3 +62,22 @@ def test_a_config_built_in_python_is_checked_as_a_file_is(values: dict[str, Any]
     assert load_system_config({"remote_memory_bandwidth": "10 GB/s", "chunks": 2}) == SystemConfig(
         remote_memory_bandwidth=10.0, chunks=2
     )
+
+
+def test_a_config_built_in_python_takes_what_ran_before_and_stores_it_as_a_file_gives_it(tmp_path: Path) -> None:
+    # numpy's numbers, a Path, lists for windows, any mapping for algorithms, string ranks: all ran before the checks
+    from types import MappingProxyType
+
+    import numpy as np
+
+    config = SystemConfig(
+        chunks=np.int64(4), endpoint_delay=np.int64(100), remote_memory_bandwidth=np.float32(10.0),
+        comm_groups=tmp_path / "g.json", fast_path=np.bool_(True), algorithms=MappingProxyType({"default": "ring"}),
+        slowdown_windows=[(0, 0.0, 100.0, 2.0)], rank_start={"1": 5.0}, rank_fail={2: float("inf")},
+        compute_slowdown={0: np.float32(2.0)}, node_priorities={"0:1": np.int64(2)},
+    )  # fmt: skip
+    assert config.slowdown_windows == ((0, 0.0, 100.0, 2.0),) and config.rank_start == {1: 5.0}
+    assert config.algorithms == {"default": "ring"} and config.compute_slowdown == {0: 2.0}
+    assert Resources(comm_streams=np.int64(0)).comm_streams == 0
+    with pytest.raises(ConfigError, match=r"SystemConfig\.rank_start: -1 is not a rank"):
+        SystemConfig(rank_start={-1: 5.0})  # (ignored before: a file refuses it)

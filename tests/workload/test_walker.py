@@ -253,7 +253,7 @@ def test_a_message_to_its_own_rank_is_said_to_cost_nothing() -> None:
     b.recv(src=0, size=1 << 30)
     other = TraceBuilder()
     other.comp(duration_micros=1)
-    with pytest.warns(EtsimWarning, match=r"rank 0: node 0 .*send to itself: delivered at once, with no copy charged .*"
+    with pytest.warns(EtsimWarning, match=r"rank 0: node 0 .*send to itself: it crosses no link, so no bandwidth .*"
                       r"\(and 1 more sends and receives\)"):  # fmt: skip
         result = simulate(wl(b, other), topology=ring(2, B, L))
     assert result.ranks[0].finish_ns == 0.0

@@ -26,12 +26,12 @@ from etsim.errors import warn
 __all__ = ["Issue", "find_cycle", "preflight", "topological_order", "validate_trace", "validate_workload"]
 
 #: What a collective whose ``involved_dim`` leaves dimensions out is told (by ``validate``, and once by a run).
-#: The warning of a send or receive whose peer is its own rank (a run warns too: it is no transfer).
-TO_ITSELF = "to itself: delivered at once, with no copy charged (a message to its own NPU crosses no link)"
 NARROWED = (
     "involved_dim leaves dimensions out, which etsim does not model: the collective runs over its whole group (a "
     "simulator that reads it runs the dimensions marked true)"
 )
+#: The end of the warning of a send or receive whose peer is its own rank (a run says it too: it is no transfer).
+TO_ITSELF = "itself: it crosses no link, so no bandwidth and no copy are charged (only delays)"
 
 _COMM_TYPES = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE)
 
@@ -240,7 +240,7 @@ def _check_comm_nodes(
         if own is not None and trace.rank is not None and own != trace.rank:
             error(pos, f"{self_key}={own} on a {kind} of rank {trace.rank} (must be the rank itself)")
         if peer is not None and trace.rank is not None and peer == trace.rank:
-            warning(pos, f"{kind} {TO_ITSELF}")
+            warning(pos, f"{kind} {'to' if is_send else 'from'} {TO_ITSELF}")
 
 
 def _involved_dim_member(trace: Trace, pos: int) -> str:

@@ -175,8 +175,8 @@ class Simulation:
             workload = load_workload(workload)
         elif not isinstance(workload, Workload):
             raise TypeError(f"workload: expected a Workload or a trace path, got {type(workload).__name__}")
-        if isinstance(system, str | os.PathLike | dict):  # (a mapping as a system YAML holds it)
-            system = load_system_config(system)
+        if isinstance(system, str | os.PathLike | Mapping):  # (a mapping as a system YAML holds it)
+            system = load_system_config(dict(system) if isinstance(system, Mapping) else system)
         elif system is not None and not isinstance(system, SystemConfig):
             raise TypeError(f"system: expected a SystemConfig, a mapping or a YAML path, got {type(system).__name__}")
         if not isinstance(topology, str | os.PathLike | Mapping | Topology | NetworkConfig | None):

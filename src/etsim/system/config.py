@@ -11,7 +11,9 @@ endpoint delay, no reduction cost. Turn them on with ``chunks: 4``, ``endpoint_d
 from __future__ import annotations
 
 import math
+import numbers
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -58,58 +60,84 @@ def check_built(obj: Any, prefix: str = "") -> None:
 
     Values given in Python are in etsim's own units already (bytes per ns, ns, operations per ns), so they skip the
     parsers that read files; a negative bandwidth, a chunk count of 0 or a misspelt choice ran (or failed deep in the
-    run) unchecked. Types, ranges and choices are checked here, each named by its key (*prefix* + name).
+    run) unchecked. Types, ranges and choices are checked here, each named by its key (*prefix* + name); numpy's
+    numbers count as numbers, and per-rank mappings and windows are stored as a file's parser gives them.
     """
     for f in option_fields(type(obj)):
-        _check_value(f.metadata.get("parse"), getattr(obj, f.name), prefix + f.name)
+        value = getattr(obj, f.name)
+        checked = _check_value(f.metadata.get("parse"), value, prefix + f.name)
+        if checked is not value:
+            object.__setattr__(obj, f.name, checked)  # (frozen: set once, as built)
 
 
-def _check_value(parse: Any, value: Any, key: str) -> None:
-    number = isinstance(value, int | float) and not isinstance(value, bool)
+def _check_value(parse: Any, value: Any, key: str) -> Any:
+    """*value* (per-rank mappings and windows as a file's parser gives them) if it is one *parse* could give."""
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
     if isinstance(parse, Optional):
-        if value is not None:
-            _check_value(parse.inner, value, key)
-        return
+        return value if value is None else _check_value(parse.inner, value, key)
+    if parse is _rank_times:
+        if not isinstance(value, Mapping) or not all(_ns(v, math.inf) for v in value.values()):
+            raise ConfigError(f"{key}: expected a mapping of rank to ns (numbers >= 0), got {value!r}")
+        return {_rank_key(rank, key): float(when) for rank, when in value.items()}
+    if parse is _compute_slowdown or parse is _node_priorities:
+        return parse(dict(value) if isinstance(value, Mapping) else value, key)
+    if parse is _slowdown_windows:
+        return _windows(value, key)
     if isinstance(parse, Integer):
         low, high = parse.minimum, parse.maximum
-        ok = number and isinstance(value, int) and (low is None or value >= low) and (high is None or value <= high)
+        ok = real and isinstance(value, numbers.Integral) and (low is None or int(value) >= low) and (
+            high is None or int(value) <= high)  # fmt: skip
         expected = "an integer " + _range(low, high)
     elif isinstance(parse, Number):
         least, most = parse.minimum, parse.maximum
-        ok = number and math.isfinite(value) and (least is None or value >= least) and (most is None or value <= most)
+        ok = real and math.isfinite(value) and (least is None or value >= least) and (most is None or value <= most)
         expected = "a finite number " + _range(least, most)
-    elif isinstance(parse, Time) or parse is _rank_times:
-        values = value.values() if parse is _rank_times and isinstance(value, dict) else [value]
-        ok = (parse is not _rank_times or isinstance(value, dict)) and all(
-            isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 1e18 for v in values
-        )
-        expected = "ns (a number >= 0)" if parse is not _rank_times else "a mapping of rank to ns (numbers >= 0)"
+    elif isinstance(parse, Time):
+        ok, expected = _ns(value, 1e18), "ns (a finite number >= 0)"
     elif isinstance(parse, Bandwidth):
-        ok, expected = number and 0 < value <= MAX_BANDWIDTH, "bytes per ns (a number > 0)"
+        ok, expected = real and 0 < value <= MAX_BANDWIDTH, "bytes per ns (a number > 0)"
     elif isinstance(parse, Flops):
-        ok, expected = number and 0 < value < math.inf, "operations per ns (a number > 0)"
+        ok, expected = real and 0 < value < math.inf, "operations per ns (a number > 0)"
     elif isinstance(parse, Boolean):
-        ok, expected = isinstance(value, bool), "true or false"
+        ok, expected = _truth(value), "true or false"
     elif isinstance(parse, Choice):
         ok, expected = value in parse.choices, "one of " + ", ".join(parse.choices)
     elif isinstance(parse, Text):
-        ok, expected = value is None or isinstance(value, str), "a string"
+        ok, expected = value is None or isinstance(value, str | os.PathLike), "a string"
     elif isinstance(parse, Nested):
         ok, expected = isinstance(value, parse.cls), f"a {parse.cls.__name__}"
-    elif parse in (_compute_slowdown, _node_priorities):
-        parse(value, key)  # (its parsed form is one it reads)
-        return
-    elif parse is _slowdown_windows:
-        ok = isinstance(value, tuple) and all(
-            isinstance(w, tuple) and len(w) == 4 and isinstance(w[0], int) and w[0] >= 0 and 0 <= w[1] < w[2]
-            and 0 < w[3] < math.inf for w in value
-        )  # fmt: skip
-        expected = "(rank, from_ns, until_ns, factor) rows with from < until and a factor > 0"
     else:
-        return
+        return value
     if not ok:
-        text = " (in Python, numbers in etsim's units: load_system_config reads text)" if isinstance(value, str) else ""
+        numeric = isinstance(parse, Integer | Number | Time | Bandwidth | Flops) and isinstance(value, str)
+        text = " (in Python, numbers in etsim's units: load_system_config reads text)" if numeric else ""
         raise ConfigError(f"{key}: expected {expected.strip()}, got {value!r}{text}")
+    return value
+
+
+def _truth(value: Any) -> bool:
+    """Whether *value* is a truth value (numpy's, and 0 or 1, too)."""
+    try:
+        return not isinstance(value, str) and value in (0, 1)
+    except (TypeError, ValueError):  # (an array: no single truth)
+        return False
+
+
+def _ns(value: Any, most: float) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 <= float(value) <= most
+
+
+def _windows(value: Any, key: str) -> tuple[tuple[int, float, float, float], ...]:
+    """``slowdown_windows`` given as ``(rank, from_ns, until_ns, factor)`` rows, checked, as tuples of floats."""
+    rows = value if isinstance(value, list | tuple) else None
+    if rows is None or not all(isinstance(w, list | tuple) and len(w) == 4 for w in rows):
+        raise ConfigError(f"{key}: expected (rank, from_ns, until_ns, factor) rows, got {value!r}")
+    out = []
+    for i, (rank, start, until, factor) in enumerate(rows):
+        if not (_ns(start, 1e18) and _ns(until, math.inf) and start < until):
+            raise ConfigError(f"{key}[{i}]: expected from_ns < until_ns (ns >= 0), got {start!r}, {until!r}")
+        out.append((_rank_key(rank, f"{key}[{i}]"), float(start), float(until), _factor(factor, f"{key}[{i}]")))
+    return tuple(out)
 
 
 def _range(low: float | None, high: float | None) -> str:
@@ -179,9 +207,9 @@ def _node_priorities(value: object, key: str = "node_priorities") -> dict[str, i
         parts = str(name).split(":")
         if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
             raise ConfigError(f"{key}: {name!r} is not 'RANK:NODE' (two integers, e.g. '0:12')")
-        if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > 1 << 31:
+        if isinstance(priority, bool) or not isinstance(priority, numbers.Integral) or abs(int(priority)) > 1 << 31:
             raise ConfigError(f"{key}.{name}: expected an integer priority, got {priority!r}")
-        out[f"{int(parts[0])}:{int(parts[1])}"] = priority
+        out[f"{int(parts[0])}:{int(parts[1])}"] = int(priority)
     return out
 
 
@@ -193,9 +221,9 @@ def _compute_slowdown(value: object, key: str = "compute_slowdown") -> dict[int,
 
 
 def _factor(factor: object, key: str) -> float:
-    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor < math.inf:
+    if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or not 0 < float(factor) < math.inf:
         raise ConfigError(f"{key}: expected a finite factor > 0 (2 = compute twice as long), got {factor!r}")
-    return float(factor)
+    return float(factor)  # (numpy's too)
 
 
 def _rank_key(rank: object, key: str) -> int:
@@ -460,6 +488,8 @@ class SystemConfig:
 
     def __post_init__(self) -> None:
         algorithms = self.algorithms
+        if isinstance(algorithms, Mapping) and not isinstance(algorithms, dict):
+            object.__setattr__(self, "algorithms", algorithms := dict(algorithms))
         if not isinstance(algorithms, dict) or not all(isinstance(v, str) for v in algorithms.values()):
             raise ConfigError(
                 f"SystemConfig.algorithms: expected a mapping like {{'all_reduce': 'ring', 'default': 'direct'}}, "
