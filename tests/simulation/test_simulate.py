@@ -348,3 +348,15 @@ def test_the_group_report_leaves_the_fast_path_on_and_equals_the_event_path() ->
     a, b = bulk.to_dict(), walked.to_dict()
     a.pop("sim"), b.pop("sim")
     assert a == b
+
+
+def test_reports_are_checked_as_built() -> None:
+    # Reports(message_limit=-1) and Reports(groups="no") were accepted in silence ("no" is true).
+    from etsim.errors import ConfigError
+    from etsim.simulation.phases import Reports
+
+    with pytest.raises(ConfigError, match=r"Reports\.message_limit: expected None or a count >= 0, got -1"):
+        Reports(message_limit=-1)
+    with pytest.raises(ConfigError, match=r"Reports\.groups: expected true or false, got 'no'"):
+        Reports(groups="no")  # type: ignore[arg-type]
+    assert Reports(message_limit=0).message_limit == 0

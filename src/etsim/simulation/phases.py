@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 
-from etsim.errors import EtsimWarning, FastPathConflict, FoldConflict
+from etsim.errors import ConfigError, EtsimWarning, FastPathConflict, FoldConflict
 from etsim.workload.fold import ReplicaFold
 
 __all__ = ["DEFAULT_REPORTS", "MAX_FAST_RERUNS", "NO_REPORTS", "Plan", "Reports", "WarningLog", "collector_paused"]
@@ -46,6 +46,15 @@ class Reports:
     messages: bool = False
     message_limit: int | None = None
     timeline: bool = False
+
+    def __post_init__(self) -> None:
+        flags = {name: getattr(self, name) for name in ("groups", "training", "critical_path", "messages", "timeline")}
+        for name, value in flags.items():
+            if not isinstance(value, bool):
+                raise ConfigError(f"Reports.{name}: expected true or false, got {value!r}")
+        limit = self.message_limit
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise ConfigError(f"Reports.message_limit: expected None or a count >= 0, got {limit!r}")
 
 
 #: What ``etsim run`` reports: exposure per communicator group, a training job's step report.
