@@ -360,3 +360,18 @@ def test_a_prefix_written_with_et_names_the_family_as_reading_it_does(tmp_path) 
     b.comp("c", duration_micros=1)
     paths = write_workload([b.build(rank=0)], tmp_path / "o.et")
     assert [p.name for p in paths] == ["o.0.et"] and load_workload(tmp_path / "o.et").num_ranks == 1
+
+
+def test_a_builder_names_the_node_and_attribute_of_a_value_of_the_wrong_type() -> None:
+    # A duration of "100", deps=5, a size of "1 MiB" or num_ops=1e9 raised raw TypeErrors from protobuf.
+    from etsim.chakra import CollectiveType, TraceBuilder
+    from etsim.errors import TraceError
+
+    b = TraceBuilder()
+    with pytest.raises(TraceError, match=r"node 0 \('c'\): expected .* an integer duration_micros .* got .*'100'"):
+        b.comp("c", duration_micros="100")  # type: ignore[arg-type]
+    with pytest.raises(TraceError, match=r"node 0 \(ALL_REDUCE\): attribute 'comm_size': '1 MiB' is not of its type"):
+        b.collective(CollectiveType.ALL_REDUCE, "1 MiB")  # type: ignore[arg-type]
+    with pytest.raises(TraceError, match=r"attribute 'num_ops': 1000000000\.0 is not of its type"):
+        b.comp("c", num_ops=1e9)  # type: ignore[arg-type]
+    assert b.comp("c") == 0  # (a refused node leaves no gap in the ids)

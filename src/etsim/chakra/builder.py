@@ -47,7 +47,6 @@ class TraceBuilder:
     ) -> int:
         """Add a node of any type with the given attributes; return its id."""
         nid = self._next_id
-        self._next_id += 1
         # Any integer is written as given (unknown node types must survive a round trip).
         try:
             node = pb.Node(id=nid, name=name, type=int(node_type), duration_micros=duration_micros)  # type: ignore[arg-type]
@@ -55,10 +54,20 @@ class TraceBuilder:
             node.ctrl_deps.extend(ctrl_deps)
         except ValueError as exc:  # protobuf's range checks: a duration past 2^64 µs, say
             raise TraceError(f"node {nid} ({name or 'unnamed'}): does not fit Chakra's Node message: {exc}") from None
+        except TypeError:  # (a duration of "100" or 1.5, a name that is no string, deps that are no ids)
+            raise TraceError(
+                f"node {nid} ({name!r}): expected a string name, an integer duration_micros and integer node ids in "
+                f"deps, got name {name!r}, duration_micros {duration_micros!r}, deps {deps!r:.60}"
+            ) from None
         for key, value in (attrs or {}).items():
             if value is not None:
-                node.attr.append(make_attribute(key, value))
+                try:
+                    node.attr.append(make_attribute(key, value))
+                except TypeError:  # (a size of "1 MiB", a float where Chakra's field is an integer)
+                    raise TraceError(f"node {nid} ({name}): attribute {key!r}: {value!r:.60} is not of its type "
+                                     "(sizes and counts are integers, in bytes)") from None  # fmt: skip
         self.nodes.append(node)
+        self._next_id += 1  # (only for a node made: a refused one leaves no gap)
         return nid
 
     def comp(
