@@ -476,12 +476,10 @@ class Workload:
     """The spec the workload was loaded from (prefix, file or directory)."""
 
     def __post_init__(self) -> None:
-        traces = self.traces
-        if not isinstance(traces, list) or not all(isinstance(t, Trace) for t in traces):
-            if isinstance(traces, tuple) and all(isinstance(t, Trace) for t in traces):
-                self.traces = list(traces)
-                return
-            raise TraceError(f"Workload: expected a list of Traces (rank r at index r), got {traces!r:.80}")
+        if isinstance(self.traces, tuple):
+            self.traces = list(self.traces)
+        if not isinstance(self.traces, list) or not all(isinstance(t, Trace) for t in self.traces):
+            raise TraceError(f"Workload: expected a list of Traces (rank r at index r), got {self.traces!r:.80}")
 
     @property
     def num_ranks(self) -> int:

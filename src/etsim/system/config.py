@@ -22,6 +22,7 @@ from etsim.errors import ConfigError
 from etsim.files import parse_yaml, read_text
 from etsim.options import (
     MAX_BANDWIDTH,
+    MAX_TIME,
     Bandwidth,
     Boolean,
     Choice,
@@ -93,7 +94,7 @@ def _check_value(parse: Any, value: Any, key: str) -> Any:
         ok = real and math.isfinite(value) and (least is None or value >= least) and (most is None or value <= most)
         expected = "a finite number " + _range(least, most)
     elif isinstance(parse, Time):
-        ok, expected = _ns(value, 1e18), "ns (a finite number >= 0)"
+        ok, expected = _ns(value, parse.maximum), "ns (a finite number >= 0)"
     elif isinstance(parse, Bandwidth):
         ok, expected = real and 0 < value <= MAX_BANDWIDTH, "bytes per ns (a number > 0)"
     elif isinstance(parse, Flops):
@@ -134,7 +135,7 @@ def _windows(value: Any, key: str) -> tuple[tuple[int, float, float, float], ...
         raise ConfigError(f"{key}: expected (rank, from_ns, until_ns, factor) rows, got {value!r}")
     out = []
     for i, (rank, start, until, factor) in enumerate(rows):
-        if not (_ns(start, 1e18) and _ns(until, math.inf) and start < until):
+        if not (_ns(start, MAX_TIME) and _ns(until, math.inf) and start < until):
             raise ConfigError(f"{key}[{i}]: expected from_ns < until_ns (ns >= 0), got {start!r}, {until!r}")
         out.append((_rank_key(rank, f"{key}[{i}]"), float(start), float(until), _factor(factor, f"{key}[{i}]")))
     return tuple(out)
